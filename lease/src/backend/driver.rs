@@ -1,0 +1,1 @@
+//! Placeholder: the tokio driver (being written).

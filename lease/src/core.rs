@@ -1,0 +1,98 @@
+//! The sans-IO contract every election backend's protocol core implements.
+//!
+//! A core is a plain state machine. Its inputs are `(now, message)` and `(now, timeout)`;
+//! its outputs are messages to send, the next instant it wants to be woken, and changes of
+//! leadership. It never reads a clock, opens a socket or spawns a thread, so the same core
+//! runs under the tokio driver ([`crate::backend`]) and under the deterministic simulator
+//! ([`crate::sim`]).
+
+use crate::ballot::Term;
+use crate::ids::NodeId;
+use crate::message::ElectionMessage;
+use crate::time::Instant;
+
+/// A message to send to one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// The destination node.
+    pub to: NodeId,
+    /// The message.
+    pub msg: ElectionMessage,
+}
+
+/// Why a node stopped being master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// The lease ran out before it could be extended.
+    Expired,
+    /// The node gave it up (step-down or shutdown).
+    Released,
+}
+
+/// A change of this node's own leadership, reported once, when it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeadershipChange {
+    /// This node became master.
+    Elected {
+        /// The new tenure.
+        term: Term,
+        /// Until when (local clock, exclusive) it may act as master.
+        valid_until: Instant,
+    },
+    /// The master lease was extended within the same tenure.
+    Extended {
+        /// The tenure.
+        term: Term,
+        /// The new end of validity (local clock, exclusive).
+        valid_until: Instant,
+    },
+    /// This node is no longer master.
+    Lost {
+        /// The tenure that ended.
+        term: Term,
+        /// Why it ended.
+        reason: LossReason,
+    },
+}
+
+/// Everything a core produced since the driver last asked.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Messages to send, in order.
+    pub messages: Vec<Envelope>,
+    /// Leadership changes, in order.
+    pub changes: Vec<LeadershipChange>,
+}
+
+/// "Am I master now, until which local instant, in which term?"
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mastership {
+    /// The tenure.
+    pub term: Term,
+    /// The end of validity by this node's clock (exclusive).
+    pub valid_until: Instant,
+}
+
+/// The sans-IO core of an election backend.
+pub trait ElectionCore: Send + 'static {
+    /// This node.
+    fn id(&self) -> NodeId;
+    /// Feeds a message from peer `from`. Unknown senders and malformed messages are ignored.
+    fn handle_message(&mut self, now: Instant, from: NodeId, msg: ElectionMessage);
+    /// Lets the core act on its timers; call it at or after [`ElectionCore::poll_timeout`].
+    fn handle_timeout(&mut self, now: Instant);
+    /// The next instant the core wants [`ElectionCore::handle_timeout`] called, if any.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Takes the messages and changes produced so far.
+    fn take_output(&mut self) -> Output;
+    /// Whether this node is master at `now`, and in which term until when.
+    fn mastership(&self, now: Instant) -> Option<Mastership>;
+    /// The node this one believes to be master, for redirecting clients. May be stale and
+    /// never grants anything.
+    fn master_hint(&self, now: Instant) -> Option<NodeId>;
+    /// Gives up mastership at once (if held) so another node can take over, then keeps
+    /// competing after a short hold-off.
+    fn step_down(&mut self, now: Instant);
+    /// Gives up mastership (if held) and stops competing for good: a graceful shutdown.
+    fn shut_down(&mut self, now: Instant);
+}

@@ -1,0 +1,99 @@
+//! The PaxosLease wire messages. Every message names the resource it is about.
+
+use crate::ballot::Ballot;
+use crate::ids::{NodeId, ResourceId};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One PaxosLease message about one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// The lease instance this message belongs to.
+    pub resource: ResourceId,
+    /// What the message says.
+    pub body: Body,
+}
+
+/// The lease a proposer asks the acceptors to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The node that will hold the lease (always the proposer itself).
+    pub owner: NodeId,
+    /// How long each acceptor holds it, measured by the acceptor's own clock.
+    pub duration: Duration,
+}
+
+/// What an acceptor reports about the lease it currently holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedLease {
+    /// The ballot under which the lease was accepted.
+    pub ballot: Ballot,
+    /// The lease holder.
+    pub owner: NodeId,
+    /// Time left on the acceptor's timer, by the acceptor's clock.
+    pub remaining: Duration,
+}
+
+/// The message kinds of PaxosLease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Body {
+    /// Phase 1a: the proposer asks for a promise not to accept lower ballots.
+    PrepareRequest {
+        /// The proposer's ballot.
+        ballot: Ballot,
+    },
+    /// Phase 1b: the promise with the currently accepted lease, if any.
+    PrepareResponse {
+        /// The ballot being answered.
+        ballot: Ballot,
+        /// The acceptor's lease, or empty.
+        accepted: Option<AcceptedLease>,
+    },
+    /// Phase 1b negative: the acceptor promised a higher ballot.
+    PrepareRejected {
+        /// The ballot being answered.
+        ballot: Ballot,
+        /// The higher ballot already promised, so the proposer can jump past it.
+        promised: Ballot,
+    },
+    /// Phase 2a: hold this lease.
+    ProposeRequest {
+        /// The proposer's ballot (the one it prepared).
+        ballot: Ballot,
+        /// The lease.
+        proposal: Proposal,
+    },
+    /// Phase 2b: accepted, or rejected because a higher ballot was promised.
+    ProposeResponse {
+        /// The ballot being answered.
+        ballot: Ballot,
+        /// Whether the acceptor now holds the lease.
+        accepted: bool,
+        /// The acceptor's highest promised ballot.
+        promised: Ballot,
+    },
+    /// Section 7: the holder gave the lease up; drop it if it is still this ballot.
+    Release {
+        /// The ballot of the lease being released.
+        ballot: Ballot,
+    },
+    /// A hint, never a grant: "`owner` holds the lease for about `duration`".
+    Learned {
+        /// The holder.
+        owner: NodeId,
+        /// The holder's ballot.
+        ballot: Ballot,
+        /// The holder's remaining validity by its own clock.
+        duration: Duration,
+    },
+}
+
+impl Body {
+    /// Whether the body is addressed to the acceptor role (as opposed to the proposer).
+    pub fn is_for_acceptor(&self) -> bool {
+        matches!(
+            self,
+            Body::PrepareRequest { .. } | Body::ProposeRequest { .. } | Body::Release { .. }
+        )
+    }
+}

@@ -1,0 +1,424 @@
+//! The proposer of one lease instance: acquires, extends and releases the lease.
+
+use super::message::{AcceptedLease, Body, Proposal};
+use super::votes::Votes;
+use crate::ballot::{Ballot, Term};
+use crate::config::{Breakage, LeaseConfig};
+use crate::core::{LeadershipChange, LossReason, Mastership};
+use crate::ids::NodeId;
+use crate::rng::SplitMix64;
+use crate::time::Instant;
+use std::time::Duration;
+
+/// Where a proposer's messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every acceptor, this node's own included.
+    AllAcceptors,
+    /// Every other node (hints).
+    Others,
+}
+
+/// What one step of a proposer produced.
+#[derive(Debug, Default)]
+pub struct ProposerOutput {
+    /// Messages to send.
+    pub messages: Vec<(Target, Body)>,
+    /// Leadership changes.
+    pub changes: Vec<LeadershipChange>,
+}
+
+/// The lease this node holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeldLease {
+    term: Term,
+    expires_at: Instant,
+}
+
+/// A hint that another node holds the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hint {
+    owner: NodeId,
+    ballot: Ballot,
+    until: Instant,
+}
+
+/// The round in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Round {
+    Idle,
+    Preparing {
+        ballot: Ballot,
+        deadline: Instant,
+        open: Votes,
+        blocked: Votes,
+        /// The longest remaining lease another node holds at an acceptor that answered.
+        longest_foreign: Option<Duration>,
+    },
+    Proposing {
+        ballot: Ballot,
+        deadline: Instant,
+        accepted: Votes,
+        rejected: Votes,
+        /// Expiry of the lease timer started before the ProposeRequest went out.
+        expires_at: Instant,
+    },
+}
+
+/// Proposer state for one resource.
+#[derive(Debug, Clone)]
+pub struct Proposer {
+    me: NodeId,
+    epoch: u32,
+    acceptors: usize,
+    config: LeaseConfig,
+    /// The highest ballot counter used or seen.
+    counter: u64,
+    /// Whether this node competes for the lease at all.
+    wanted: bool,
+    round: Round,
+    lease: Option<HeldLease>,
+    /// When to start the next round (acquire or extend), if idle.
+    next_attempt: Option<Instant>,
+    /// No attempt before this instant (after a step-down).
+    hold_off_until: Instant,
+    hint: Option<Hint>,
+    /// Ballots of the latest ProposeRequests sent, which acceptors may still hold for this
+    /// node; a release names each of them.
+    recent_proposals: Vec<Ballot>,
+}
+
+/// How many recent proposal ballots a release names. Older ones have run out at every
+/// acceptor by the time a release could matter (they were replaced by renewals at least
+/// this many renew intervals ago).
+const RELEASED_BALLOTS: usize = 4;
+
+impl Proposer {
+    /// A proposer of node `me` in restart epoch `epoch`, in a cluster of `acceptors`.
+    pub fn new(me: NodeId, epoch: u32, acceptors: usize, config: LeaseConfig) -> Self {
+        Proposer {
+            me,
+            epoch,
+            acceptors,
+            config,
+            counter: 0,
+            wanted: false,
+            round: Round::Idle,
+            lease: None,
+            next_attempt: None,
+            hold_off_until: Instant::ZERO,
+            hint: None,
+            recent_proposals: Vec::new(),
+        }
+    }
+
+    fn majority(&self) -> usize {
+        self.acceptors / 2 + 1
+    }
+
+    /// Enough votes against that a majority can no longer be reached.
+    fn hopeless(&self, against: usize) -> bool {
+        against > self.acceptors - self.majority()
+    }
+
+    /// Starts competing for the lease.
+    pub fn acquire(&mut self, now: Instant) {
+        self.wanted = true;
+        if self.round == Round::Idle && self.next_attempt.is_none() {
+            self.next_attempt = Some(now.max(self.hold_off_until));
+        }
+    }
+
+    /// Whether this node holds the lease at `now`.
+    pub fn mastership(&self, now: Instant) -> Option<Mastership> {
+        self.lease
+            .filter(|l| now < l.expires_at)
+            .map(|l| Mastership { term: l.term, valid_until: l.expires_at })
+    }
+
+    /// The believed holder, for redirects only.
+    pub fn hint(&self, now: Instant) -> Option<NodeId> {
+        if self.mastership(now).is_some() {
+            return Some(self.me);
+        }
+        self.hint.filter(|h| now < h.until).map(|h| h.owner)
+    }
+
+    /// Gives the lease up: first stop believing, then tell the acceptors. With
+    /// `keep_competing`, competes again after the configured hold-off.
+    pub fn release(&mut self, now: Instant, keep_competing: bool, out: &mut ProposerOutput) {
+        if let Some(lease) = self.lease.take() {
+            out.changes.push(LeadershipChange::Lost { term: lease.term, reason: LossReason::Released });
+        }
+        // Release every ballot acceptors may hold for us: the last successful round and a
+        // propose still in flight. Each release names its ballot, so it can only clear
+        // this node's own, no longer believed, leases.
+        for ballot in self.recent_proposals.drain(..) {
+            out.messages.push((Target::AllAcceptors, Body::Release { ballot }));
+        }
+        self.round = Round::Idle;
+        self.wanted = keep_competing;
+        self.hold_off_until = now.add(self.config.step_down_hold);
+        self.next_attempt = keep_competing.then_some(self.hold_off_until);
+    }
+
+    /// The next instant this proposer needs to act.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let round_deadline = match &self.round {
+            Round::Idle => self.next_attempt.filter(|_| self.wanted),
+            Round::Preparing { deadline, .. } | Round::Proposing { deadline, .. } => Some(*deadline),
+        };
+        let expiry = self.lease.map(|l| l.expires_at);
+        match (round_deadline, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Acts on whatever is due at `now`: lease expiry, an abandoned round, the next attempt.
+    pub fn on_timeout(&mut self, now: Instant, rng: &mut SplitMix64, out: &mut ProposerOutput) {
+        if let Some(lease) = self.lease {
+            if now >= lease.expires_at {
+                self.lease = None;
+                out.changes.push(LeadershipChange::Lost { term: lease.term, reason: LossReason::Expired });
+                if self.wanted && self.round == Round::Idle {
+                    self.next_attempt = Some(now);
+                }
+            }
+        }
+        let timed_out = match &self.round {
+            Round::Preparing { deadline, .. } | Round::Proposing { deadline, .. } => now >= *deadline,
+            Round::Idle => false,
+        };
+        if timed_out {
+            self.fail_round(now, rng, out);
+        }
+        if self.round == Round::Idle && self.wanted {
+            if let Some(at) = self.next_attempt {
+                if now >= at {
+                    self.start_round(now, out);
+                }
+            }
+        }
+    }
+
+    /// Phase 1: a fresh ballot, higher than any seen, to every acceptor.
+    fn start_round(&mut self, now: Instant, out: &mut ProposerOutput) {
+        self.counter += 1;
+        let ballot = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
+        self.round = Round::Preparing {
+            ballot,
+            deadline: now.add(self.config.round_timeout),
+            open: Votes::default(),
+            blocked: Votes::default(),
+            longest_foreign: None,
+        };
+        self.next_attempt = None;
+        out.messages.push((Target::AllAcceptors, Body::PrepareRequest { ballot }));
+    }
+
+    /// Abandons the round and schedules the next attempt after a random back-off, or after
+    /// another node's lease has run out if an acceptor reported one.
+    fn fail_round(&mut self, now: Instant, rng: &mut SplitMix64, out: &mut ProposerOutput) {
+        let round = std::mem::replace(&mut self.round, Round::Idle);
+        let jitter = Duration::from_nanos(rng.range_u64(
+            crate::time::duration_nanos(self.config.backoff_min),
+            crate::time::duration_nanos(self.config.backoff_max),
+        ));
+        let mut retry = now.add(jitter);
+        match round {
+            Round::Preparing { longest_foreign: Some(remaining), .. } => {
+                // Another lease is running: trying before it ends cannot succeed.
+                retry = retry.add(self.config.cover_remote(remaining));
+            }
+            Round::Proposing { ballot, .. } if self.lease.is_none() => {
+                // Nobody believes in this half-accepted lease; free the acceptors that took
+                // it. Never while holding: the acceptors that took an extension no longer
+                // hold the lease this node still believes in.
+                out.messages.push((Target::AllAcceptors, Body::Release { ballot }));
+                self.recent_proposals.retain(|b| *b != ballot);
+            }
+            _ => {}
+        }
+        if self.lease.is_some() {
+            // Extending: retry soon, the lease is still running.
+            retry = now.add(jitter.min(self.config.round_timeout));
+        }
+        self.next_attempt = Some(retry.max(self.hold_off_until));
+    }
+
+    fn observe(&mut self, ballot: Ballot) {
+        self.counter = self.counter.max(ballot.counter);
+    }
+
+    /// Handles a response to one of this proposer's requests, or a hint.
+    pub fn on_message(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        body: Body,
+        rng: &mut SplitMix64,
+        out: &mut ProposerOutput,
+    ) {
+        match body {
+            Body::PrepareResponse { ballot, accepted } => self.on_promise(now, from, ballot, accepted, rng, out),
+            Body::PrepareRejected { ballot, promised } => {
+                self.observe(promised);
+                let breakage = self.config.breakage;
+                if let Round::Preparing { ballot: b, blocked, .. } = &mut self.round {
+                    if *b == ballot {
+                        blocked.add(from);
+                        let against = blocked.count(breakage);
+                        if self.hopeless(against) {
+                            self.fail_round(now, rng, out);
+                        }
+                    }
+                }
+            }
+            Body::ProposeResponse { ballot, accepted, promised } => {
+                self.observe(promised);
+                self.on_accept(now, from, ballot, accepted, rng, out);
+            }
+            Body::Learned { owner, ballot, duration } => {
+                self.observe(ballot);
+                if owner != self.me && self.lease.is_none() {
+                    self.hint = Some(Hint { owner, ballot, until: now.add(duration) });
+                    if self.round == Round::Idle && self.wanted {
+                        // Stay quiet while the holder's lease runs: a prepare now would only
+                        // disturb its next extension.
+                        let after = now.add(self.config.cover_remote(duration));
+                        self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
+                    }
+                }
+            }
+            // Requests are for the acceptor; the node routes them there.
+            Body::PrepareRequest { .. } | Body::ProposeRequest { .. } | Body::Release { .. } => {}
+        }
+    }
+
+    fn on_promise(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        ballot: Ballot,
+        accepted: Option<AcceptedLease>,
+        rng: &mut SplitMix64,
+        out: &mut ProposerOutput,
+    ) {
+        let (me, epoch, breakage) = (self.me, self.epoch, self.config.breakage);
+        let Round::Preparing { ballot: b, open, blocked, longest_foreign, .. } = &mut self.round else {
+            return;
+        };
+        if *b != ballot {
+            return;
+        }
+        match accepted {
+            // Empty, or this very incarnation's own lease (an extension). A lease this node
+            // held before a restart is someone else's as far as safety goes.
+            None => open.add(from),
+            Some(lease) if lease.ballot.is_incarnation_of(me, epoch) => open.add(from),
+            Some(lease) => {
+                blocked.add(from);
+                *longest_foreign = Some(longest_foreign.map_or(lease.remaining, |d| d.max(lease.remaining)));
+                self.hint = Some(Hint { owner: lease.owner, ballot: lease.ballot, until: now.add(lease.remaining) });
+            }
+        }
+        let (open_count, blocked_count) = (open.count(breakage), blocked.count(breakage));
+        if open_count >= self.majority() {
+            self.propose(now, ballot, out);
+        } else if self.hopeless(blocked_count) {
+            self.fail_round(now, rng, out);
+        }
+    }
+
+    /// Phase 2. The lease timer starts here, before the request is sent: every acceptor
+    /// starts its own timer later, so the holder's belief ends first.
+    fn propose(&mut self, now: Instant, ballot: Ballot, out: &mut ProposerOutput) {
+        let expires_at = now.add(self.config.holder_validity());
+        self.round = Round::Proposing {
+            ballot,
+            deadline: now.add(self.config.round_timeout),
+            accepted: Votes::default(),
+            rejected: Votes::default(),
+            expires_at,
+        };
+        self.recent_proposals.push(ballot);
+        if self.recent_proposals.len() > RELEASED_BALLOTS {
+            self.recent_proposals.remove(0);
+        }
+        let proposal = Proposal { owner: self.me, duration: self.config.lease_time };
+        out.messages.push((Target::AllAcceptors, Body::ProposeRequest { ballot, proposal }));
+    }
+
+    fn on_accept(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        ballot: Ballot,
+        was_accepted: bool,
+        rng: &mut SplitMix64,
+        out: &mut ProposerOutput,
+    ) {
+        let (breakage, majority) = (self.config.breakage, self.majority());
+        let Round::Proposing { ballot: b, accepted, rejected, expires_at, .. } = &mut self.round else {
+            return;
+        };
+        if *b != ballot {
+            return;
+        }
+        if !was_accepted {
+            rejected.add(from);
+            let against = rejected.count(breakage);
+            if self.hopeless(against) {
+                self.fail_round(now, rng, out);
+            }
+            return;
+        }
+        accepted.add(from);
+        if accepted.count(breakage) < majority {
+            return;
+        }
+        let mut expires_at = *expires_at;
+        if breakage == Breakage::LateTimer {
+            expires_at = now.add(self.config.holder_validity());
+        }
+        self.round = Round::Idle;
+        // The timer of this round started when it proposed, one validity before expiry.
+        let started = Instant::from_nanos(
+            expires_at.as_nanos().saturating_sub(crate::time::duration_nanos(self.config.holder_validity())),
+        );
+        self.next_attempt = Some(started.add(self.config.renew_interval));
+        self.hint = None;
+        match self.lease {
+            Some(held) if now < held.expires_at => {
+                let expires_at = expires_at.max(held.expires_at);
+                self.lease = Some(HeldLease { term: held.term, expires_at });
+                out.changes.push(LeadershipChange::Extended { term: held.term, valid_until: expires_at });
+            }
+            stale => {
+                if let Some(held) = stale {
+                    out.changes.push(LeadershipChange::Lost { term: held.term, reason: LossReason::Expired });
+                }
+                self.lease = Some(HeldLease { term: ballot, expires_at });
+                out.changes.push(LeadershipChange::Elected { term: ballot, valid_until: expires_at });
+            }
+        }
+        out.messages.push((
+            Target::Others,
+            Body::Learned { owner: self.me, ballot, duration: expires_at.saturating_since(now) },
+        ));
+    }
+
+    /// Another node released `ballot` at this node's acceptor: if it was the lease this
+    /// proposer was waiting out, try again soon instead of waiting for it to expire.
+    pub fn on_release_seen(&mut self, now: Instant, ballot: Ballot, rng: &mut SplitMix64) {
+        if ballot.node == self.me || !self.wanted || self.lease.is_some() || self.round != Round::Idle {
+            return;
+        }
+        if self.hint.is_some_and(|h| h.ballot.node == ballot.node) {
+            self.hint = None;
+        }
+        let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_min)));
+        self.next_attempt = Some(now.add(jitter).max(self.hold_off_until));
+    }
+}

@@ -1,0 +1,345 @@
+//! The comparison backend: a central lease tracker, no Paxos (seeds 003 and 004).
+//!
+//! One configured node runs the tracker. Every node is a candidate: it asks the tracker
+//! for the master lease and renews it with heartbeats. The tracker grants one holder at a
+//! time, by its own monotonic clock. A candidate counts its lease from the moment it *sent*
+//! the request, shortened by the drift bound, so it stops believing before the tracker can
+//! grant anyone else. After a restart the tracker grants nothing for the max lease time.
+//!
+//! The tracker is a single point of failure: while it is down or cut off, nobody can become
+//! master. That is the point of the comparison.
+
+use crate::ballot::{Ballot, Term};
+use crate::config::{Breakage, ConfigError, LeaseConfig};
+use crate::core::{ElectionCore, Envelope, LeadershipChange, LossReason, Mastership, Output};
+use crate::epoch::RestartEpoch;
+use crate::ids::NodeId;
+use crate::message::ElectionMessage;
+use crate::rng::SplitMix64;
+use crate::time::{duration_nanos, Instant};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Messages between candidates and the tracker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrackerMessage {
+    /// Candidate → tracker: grant or renew the master lease for `duration`.
+    Request {
+        /// Unique request id (counter, candidate's restart epoch, candidate).
+        request: Ballot,
+        /// Requested lease time.
+        duration: Duration,
+    },
+    /// Tracker → candidate: the lease is yours.
+    Granted {
+        /// The request answered.
+        request: Ballot,
+        /// The tenure (constant across renewals by the same incarnation).
+        term: Term,
+    },
+    /// Tracker → candidate: someone else holds it (or the tracker is in quarantine).
+    Denied {
+        /// The request answered.
+        request: Ballot,
+        /// The current holder, if any.
+        holder: Option<NodeId>,
+        /// How long before asking again can succeed, by the tracker's clock.
+        remaining: Duration,
+    },
+    /// Candidate → tracker: drop the lease granted for `request`.
+    Release {
+        /// The request whose grant is released.
+        request: Ballot,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    holder: NodeId,
+    request: Ballot,
+    term: Term,
+    expires_at: Instant,
+}
+
+/// The tracker's state (only on the tracker node).
+#[derive(Debug)]
+struct Tracker {
+    epoch: u32,
+    quarantine_until: Instant,
+    terms: u64,
+    grant: Option<Grant>,
+}
+
+impl Tracker {
+    fn on_request(&mut self, now: Instant, from: NodeId, request: Ballot, duration: Duration, config: &LeaseConfig) -> TrackerMessage {
+        if now < self.quarantine_until {
+            let remaining = self.quarantine_until.saturating_since(now);
+            return TrackerMessage::Denied { request, holder: None, remaining };
+        }
+        if duration >= config.max_lease_time || request.node != from {
+            return TrackerMessage::Denied { request, holder: None, remaining: Duration::ZERO };
+        }
+        let live = self.grant.filter(|g| now < g.expires_at);
+        let term = match live {
+            Some(g) if g.holder != from => {
+                return TrackerMessage::Denied {
+                    request,
+                    holder: Some(g.holder),
+                    remaining: g.expires_at.saturating_since(now),
+                };
+            }
+            // A renewal by the same incarnation keeps its tenure.
+            Some(g) if g.request.epoch == request.epoch => g.term,
+            _ => {
+                self.terms += 1;
+                Ballot { counter: self.terms, epoch: self.epoch, node: from }
+            }
+        };
+        self.grant = Some(Grant { holder: from, request, term, expires_at: now.add(duration) });
+        TrackerMessage::Granted { request, term }
+    }
+
+    fn on_release(&mut self, from: NodeId, request: Ballot, breakage: Breakage) {
+        let matches = match self.grant {
+            Some(g) if breakage == Breakage::ReleaseAnyBallot => g.holder == from,
+            Some(g) => g.holder == from && g.request == request,
+            None => false,
+        };
+        if matches {
+            self.grant = None;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    request: Ballot,
+    sent_at: Instant,
+}
+
+/// The lease-tracker election core of one node: a candidate, plus the tracker itself on
+/// the tracker node.
+#[derive(Debug)]
+pub struct LeaseTrackerElection {
+    me: NodeId,
+    tracker_node: NodeId,
+    peers: Vec<NodeId>,
+    config: LeaseConfig,
+    epoch: u32,
+    tracker: Option<Tracker>,
+    counter: u64,
+    wanted: bool,
+    outstanding: Option<Outstanding>,
+    last_granted: Option<Ballot>,
+    lease: Option<Mastership>,
+    next_attempt: Option<Instant>,
+    hold_off_until: Instant,
+    hint: Option<(NodeId, Instant)>,
+    rng: SplitMix64,
+    out: Output,
+}
+
+impl LeaseTrackerElection {
+    /// Node `me` of `peers`; `tracker_node` runs the tracker. Starts competing at once.
+    pub fn new(
+        me: NodeId,
+        peers: &[NodeId],
+        tracker_node: NodeId,
+        config: LeaseConfig,
+        epoch: RestartEpoch,
+        now: Instant,
+        seed: u64,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let tracker = (me == tracker_node).then(|| Tracker {
+            epoch: epoch.value,
+            quarantine_until: if quarantined { now.add(config.max_lease_time) } else { now },
+            terms: 0,
+            grant: None,
+        });
+        Ok(LeaseTrackerElection {
+            me,
+            tracker_node,
+            peers: peers.to_vec(),
+            config,
+            epoch: epoch.value,
+            tracker,
+            counter: 0,
+            wanted: true,
+            outstanding: None,
+            last_granted: None,
+            lease: None,
+            next_attempt: Some(now),
+            hold_off_until: now,
+            hint: None,
+            rng: SplitMix64::new(seed ^ (u64::from(me.0) << 32) ^ u64::from(epoch.value)),
+            out: Output::default(),
+        })
+    }
+
+    /// Sends to the tracker, handling it in place when this node is the tracker.
+    fn send_to_tracker(&mut self, now: Instant, msg: TrackerMessage) {
+        if self.me == self.tracker_node {
+            self.handle(now, self.me, msg);
+        } else {
+            self.out.messages.push(Envelope { to: self.tracker_node, msg: ElectionMessage::Tracker(msg) });
+        }
+    }
+
+    fn reply(&mut self, now: Instant, to: NodeId, msg: TrackerMessage) {
+        if to == self.me {
+            self.handle(now, to, msg);
+        } else {
+            self.out.messages.push(Envelope { to, msg: ElectionMessage::Tracker(msg) });
+        }
+    }
+
+    fn jitter(&mut self) -> Duration {
+        Duration::from_nanos(
+            self.rng.range_u64(duration_nanos(self.config.backoff_min), duration_nanos(self.config.backoff_max)),
+        )
+    }
+
+    fn handle(&mut self, now: Instant, from: NodeId, msg: TrackerMessage) {
+        match msg {
+            TrackerMessage::Request { request, duration } => {
+                let config = self.config.clone();
+                if let Some(t) = self.tracker.as_mut() {
+                    let answer = t.on_request(now, from, request, duration, &config);
+                    self.reply(now, from, answer);
+                }
+            }
+            TrackerMessage::Release { request } => {
+                let breakage = self.config.breakage;
+                if let Some(t) = self.tracker.as_mut() {
+                    t.on_release(from, request, breakage);
+                }
+            }
+            TrackerMessage::Granted { request, term } => {
+                let Some(o) = self.outstanding.filter(|o| o.request == request) else { return };
+                if from != self.tracker_node {
+                    return;
+                }
+                self.outstanding = None;
+                self.last_granted = Some(request);
+                // Counted from the moment the request was sent: the tracker's countdown
+                // started later than that.
+                let start = if self.config.breakage == Breakage::LateTimer { now } else { o.sent_at };
+                let valid_until = start.add(self.config.holder_validity());
+                if now >= valid_until {
+                    return;
+                }
+                match self.lease {
+                    Some(l) if now < l.valid_until && l.term == term => {
+                        let valid_until = valid_until.max(l.valid_until);
+                        self.lease = Some(Mastership { term, valid_until });
+                        self.out.changes.push(LeadershipChange::Extended { term, valid_until });
+                    }
+                    previous => {
+                        if let Some(l) = previous {
+                            self.out.changes.push(LeadershipChange::Lost { term: l.term, reason: LossReason::Expired });
+                        }
+                        self.lease = Some(Mastership { term, valid_until });
+                        self.out.changes.push(LeadershipChange::Elected { term, valid_until });
+                    }
+                }
+                self.next_attempt = Some(o.sent_at.add(self.config.renew_interval));
+            }
+            TrackerMessage::Denied { request, holder, remaining } => {
+                if self.outstanding.is_none_or(|o| o.request != request) {
+                    return;
+                }
+                self.outstanding = None;
+                if let Some(h) = holder {
+                    self.hint = Some((h, now.add(remaining)));
+                }
+                let wait = self.config.cover_remote(remaining) + self.jitter();
+                self.next_attempt = Some(now.add(wait).max(self.hold_off_until));
+            }
+        }
+    }
+
+    fn release(&mut self, now: Instant, keep_competing: bool) {
+        if let Some(l) = self.lease.take() {
+            self.out.changes.push(LeadershipChange::Lost { term: l.term, reason: LossReason::Released });
+        }
+        let requests: Vec<Ballot> =
+            self.last_granted.take().into_iter().chain(self.outstanding.take().map(|o| o.request)).collect();
+        for request in requests {
+            self.send_to_tracker(now, TrackerMessage::Release { request });
+        }
+        self.wanted = keep_competing;
+        self.hold_off_until = now.add(self.config.step_down_hold);
+        self.next_attempt = keep_competing.then_some(self.hold_off_until);
+    }
+}
+
+impl ElectionCore for LeaseTrackerElection {
+    fn id(&self) -> NodeId {
+        self.me
+    }
+
+    fn handle_message(&mut self, now: Instant, from: NodeId, msg: ElectionMessage) {
+        if !self.peers.contains(&from) {
+            return;
+        }
+        if let ElectionMessage::Tracker(m) = msg {
+            self.handle(now, from, m);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if let Some(l) = self.lease {
+            if now >= l.valid_until {
+                self.lease = None;
+                self.out.changes.push(LeadershipChange::Lost { term: l.term, reason: LossReason::Expired });
+            }
+        }
+        if let Some(o) = self.outstanding {
+            if now >= o.sent_at.add(self.config.round_timeout) {
+                self.outstanding = None;
+                let retry = now.add(self.jitter());
+                self.next_attempt = Some(retry.max(self.hold_off_until));
+            }
+        }
+        if self.wanted && self.outstanding.is_none() && self.next_attempt.is_some_and(|a| now >= a) {
+            self.counter += 1;
+            let request = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
+            self.outstanding = Some(Outstanding { request, sent_at: now });
+            self.next_attempt = None;
+            self.send_to_tracker(now, TrackerMessage::Request { request, duration: self.config.lease_time });
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let round = match self.outstanding {
+            Some(o) => Some(o.sent_at.add(self.config.round_timeout)),
+            None => self.next_attempt.filter(|_| self.wanted),
+        };
+        [round, self.lease.map(|l| l.valid_until)].into_iter().flatten().min()
+    }
+
+    fn take_output(&mut self) -> Output {
+        std::mem::take(&mut self.out)
+    }
+
+    fn mastership(&self, now: Instant) -> Option<Mastership> {
+        self.lease.filter(|l| now < l.valid_until)
+    }
+
+    fn master_hint(&self, now: Instant) -> Option<NodeId> {
+        if self.mastership(now).is_some() {
+            return Some(self.me);
+        }
+        self.hint.filter(|(_, until)| now < *until).map(|(n, _)| n)
+    }
+
+    fn step_down(&mut self, now: Instant) {
+        self.release(now, true);
+    }
+
+    fn shut_down(&mut self, now: Instant) {
+        self.release(now, false);
+    }
+}
