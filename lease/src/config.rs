@@ -45,7 +45,7 @@ impl Default for LeaseConfig {
 
 impl LeaseConfig {
     /// Defaults derived from the lease time T: M = 1.25 T, renewal every T/4, rounds
-    /// abandoned after T/10, back-off between T/100 and T/10, drift bound 1%.
+    /// abandoned after T/10, back-off between T/1000 and T/10, drift bound 1%.
     pub fn with_lease_time(lease_time: Duration) -> Self {
         LeaseConfig {
             lease_time,
@@ -54,7 +54,7 @@ impl LeaseConfig {
             safety_margin: Duration::from_millis(1),
             renew_interval: lease_time / 4,
             round_timeout: lease_time / 10,
-            backoff_min: lease_time / 100,
+            backoff_min: lease_time / 1000,
             backoff_max: lease_time / 10,
             step_down_hold: lease_time / 10,
             breakage: Breakage::None,

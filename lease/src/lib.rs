@@ -26,7 +26,7 @@ pub mod sim;
 pub mod time;
 pub mod tracker;
 
-pub use backend::{BackendKind, ElectionBackend};
+pub use backend::{BackendKind, ElectionBackend, Transport};
 pub use ballot::{Ballot, Term};
 pub use config::{Breakage, ConfigError, LeaseConfig};
 pub use core::{ElectionCore, Envelope, LeadershipChange, LossReason, Mastership, Output};

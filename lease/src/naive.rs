@@ -165,7 +165,7 @@ impl NaiveMajorityElection {
                 if a.refusals.len() > hopeless {
                     // The grants already given stay out there until they run out: the
                     // static deadlock. Waiting them out is all this algorithm can do.
-                    let wait = self.config.cover_remote(a.longest_refusal);
+                    let wait = a.longest_refusal;
                     self.attempt = None;
                     let jitter = self.jitter();
                     self.next_attempt = Some(now.add(wait + jitter).max(self.hold_off_until));

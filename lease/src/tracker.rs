@@ -95,7 +95,14 @@ impl Tracker {
                 Ballot { counter: self.terms, epoch: self.epoch, node: from }
             }
         };
-        self.grant = Some(Grant { holder: from, request, term, expires_at: now.add(duration) });
+        let mut grant = Grant { holder: from, request, term, expires_at: now.add(duration) };
+        if let Some(g) = live.filter(|g| g.holder == from) {
+            // A delayed, older request must not replace the record of a newer grant: a
+            // release naming the older request would then cancel the newer lease.
+            grant.request = grant.request.max(g.request);
+            grant.expires_at = grant.expires_at.max(g.expires_at);
+        }
+        self.grant = Some(grant);
         TrackerMessage::Granted { request, term }
     }
 
@@ -254,7 +261,7 @@ impl LeaseTrackerElection {
                 if let Some(h) = holder {
                     self.hint = Some((h, now.add(remaining)));
                 }
-                let wait = self.config.cover_remote(remaining) + self.jitter();
+                let wait = remaining + self.jitter();
                 self.next_attempt = Some(now.add(wait).max(self.hold_off_until));
             }
         }

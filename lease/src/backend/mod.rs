@@ -8,8 +8,8 @@
 mod driver;
 mod transport;
 
-// driver pending
-// transport pending
+pub use driver::{DrivenBackend, MonotonicClock};
+pub use transport::{Inbox, LocalNetwork, LocalTransport, Transport};
 
 use crate::ballot::Term;
 use crate::config::{ConfigError, LeaseConfig};

@@ -229,7 +229,7 @@ impl Proposer {
         match round {
             Round::Preparing { longest_foreign: Some(remaining), .. } => {
                 // Another lease is running: trying before it ends cannot succeed.
-                retry = retry.add(self.config.cover_remote(remaining));
+                retry = retry.add(remaining);
             }
             Round::Proposing { ballot, .. } if self.lease.is_none() => {
                 // Nobody believes in this half-accepted lease; free the acceptors that took
@@ -286,7 +286,7 @@ impl Proposer {
                     if self.round == Round::Idle && self.wanted {
                         // Stay quiet while the holder's lease runs: a prepare now would only
                         // disturb its next extension.
-                        let after = now.add(self.config.cover_remote(duration));
+                        let after = now.add(duration);
                         self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
                     }
                 }

@@ -1,0 +1,519 @@
+//! One simulated cluster of election cores, its fault schedule and its oracles.
+
+use super::clock::SimClock;
+use super::network::{Network, NetworkFaults};
+use super::queue::EventQueue;
+use super::stats::Summary;
+use crate::backend::BackendKind;
+use crate::config::LeaseConfig;
+use crate::core::{ElectionCore, LeadershipChange};
+use crate::epoch::{EpochStore, MemoryEpochStore};
+use crate::ids::NodeId;
+use crate::message::ElectionMessage;
+use crate::rng::SplitMix64;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The election backend under test.
+    pub backend: BackendKind,
+    /// Cluster size.
+    pub nodes: usize,
+    /// Lease timing; its `drift_bound` is also the drift the simulated clocks have, and its
+    /// `breakage` selects a negative control.
+    pub lease: LeaseConfig,
+    /// Network faults outside the quiet phase (the quiet phase is loss-free).
+    pub faults: NetworkFaults,
+    /// Length of the chaos phase (partitions, crashes, restarts, step-downs, clogs).
+    pub chaos: Duration,
+    /// Record a readable trace of every event (for replaying one failing seed).
+    pub trace: bool,
+}
+
+impl SimConfig {
+    /// The defaults of the `sim` example: 1 s leases, 5% duplicates, 0.1–2 ms delays, 10%
+    /// of messages slowed by up to 100 ms and 1% stalled by up to 1.5 s, 15 s of chaos.
+    pub fn new(backend: BackendKind, nodes: usize, loss: f64, drift: f64) -> Self {
+        let mut lease = LeaseConfig::with_lease_time(Duration::from_secs(1));
+        lease.drift_bound = drift;
+        SimConfig {
+            backend,
+            nodes,
+            lease,
+            faults: NetworkFaults {
+                loss,
+                duplicate: 0.05,
+                min_delay: MS / 10,
+                max_delay: 2 * MS,
+                slow: 0.1,
+                slow_max: 100 * MS,
+                stall: 0.01,
+                stall_max: 1500 * MS,
+            },
+            chaos: Duration::from_secs(15),
+            trace: false,
+        }
+    }
+
+    /// When the master is crashed to measure failover.
+    fn crash_master_at(&self) -> u64 {
+        3000 * MS
+    }
+
+    fn chaos_start(&self) -> u64 {
+        6000 * MS
+    }
+
+    fn quiet_start(&self) -> u64 {
+        self.chaos_start() + self.chaos.as_nanos() as u64
+    }
+
+    /// The liveness bound, stated: once the quiet phase starts (every link loss-free and
+    /// connected among the live majority, no more faults), some node is master within
+    /// M (quarantine of nodes restarted at that moment) + T (leases granted just before)
+    /// + the longest held-up message (a stale proposal may still land) + 1 s for rounds
+    /// and back-off.
+    pub fn liveness_bound(&self) -> Duration {
+        self.lease.max_lease_time
+            + self.lease.lease_time
+            + Duration::from_nanos(self.faults.stall_max)
+            + Duration::from_secs(1)
+    }
+
+    fn end(&self) -> u64 {
+        self.quiet_start() + self.liveness_bound().as_nanos() as u64 + 500 * MS
+    }
+}
+
+/// Two or more nodes believing they are master at the same real instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// The seed that produced it (replay with `--seed-base SEED --seeds 1`).
+    pub seed: u64,
+    /// Real time in ms.
+    pub at_ms: f64,
+    /// The nodes that believed at once.
+    pub masters: Vec<NodeId>,
+}
+
+/// The outcome of one seed.
+#[derive(Debug, Clone, Default)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Safety violations (each episode of overlapping masters counts once).
+    pub violations: Vec<Violation>,
+    /// Real time from the simultaneous start to the first master.
+    pub first_acquire: Option<Duration>,
+    /// Real time from crashing the master to the next master.
+    pub failover: Option<Duration>,
+    /// Real time from the start of the quiet phase to a master, if within the bound.
+    pub elected_in_quiet: Option<Duration>,
+    /// Whether the quiet phase's live majority could elect at all (for the lease tracker:
+    /// only if the tracker node is among it).
+    pub liveness_expected: bool,
+    /// Messages sent.
+    pub messages: u64,
+    /// The event trace, if asked for.
+    pub trace: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver { to: NodeId, from: NodeId, msg: ElectionMessage },
+    Timer { node: usize, generation: u64 },
+    Start { node: usize },
+    CrashMaster,
+    Restart { node: usize },
+    Chaos,
+    Heal,
+    Quiet,
+}
+
+struct Slot {
+    id: NodeId,
+    core: Option<Box<dyn ElectionCore>>,
+    epochs: MemoryEpochStore,
+    clock: SimClock,
+    timer_generation: u64,
+}
+
+struct World {
+    config: SimConfig,
+    seed: u64,
+    rng: SplitMix64,
+    slots: Vec<Slot>,
+    ids: Vec<NodeId>,
+    network: Network,
+    queue: EventQueue<Event>,
+    now: u64,
+    report: SeedReport,
+    /// Whether the last check saw more than one master (to count episodes once).
+    overlapping: bool,
+    crashed_master: Option<(NodeId, u64)>,
+    quiet: bool,
+    down_for_good: Vec<usize>,
+}
+
+/// Runs one seed and reports what the oracles saw.
+pub fn run_seed(config: &SimConfig, seed: u64) -> SeedReport {
+    let mut world = World::new(config.clone(), seed);
+    world.run();
+    world.report
+}
+
+/// Runs seeds `base..base+count`, calling `progress` after each.
+pub fn run_seeds(config: &SimConfig, base: u64, count: u64, mut progress: impl FnMut(&SeedReport)) -> Summary {
+    let mut summary = Summary::default();
+    for seed in base..base + count {
+        let report = run_seed(config, seed);
+        progress(&report);
+        summary.add(report);
+    }
+    summary
+}
+
+impl World {
+    fn new(config: SimConfig, seed: u64) -> Self {
+        let mut rng = SplitMix64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+        let eps = config.lease.drift_bound;
+        let ids: Vec<NodeId> = (1..=config.nodes as u32).map(NodeId).collect();
+        let slots = ids
+            .iter()
+            .map(|&id| {
+                // Clocks at the extremes of the drift bound are where drift bugs show, so
+                // half of the nodes get an extreme rate.
+                let rate = match rng.range_u64(0, 3) {
+                    0 => 1.0 - eps,
+                    1 => 1.0 + eps,
+                    _ => 1.0 - eps + 2.0 * eps * rng.next_f64(),
+                };
+                let offset = rng.range_u64(0, 1_000_000 * MS);
+                Slot { id, core: None, epochs: MemoryEpochStore::default(), clock: SimClock::new(offset, rate), timer_generation: 0 }
+            })
+            .collect();
+        let mut clean = config.faults.clone();
+        clean.slow = 0.0;
+        clean.stall = 0.0;
+        let mut world = World {
+            network: Network::new(clean),
+            report: SeedReport { seed, ..SeedReport::default() },
+            config,
+            seed,
+            rng,
+            slots,
+            ids,
+            queue: EventQueue::default(),
+            now: 0,
+            overlapping: false,
+            crashed_master: None,
+            quiet: false,
+            down_for_good: Vec::new(),
+        };
+        for node in 0..world.slots.len() {
+            world.queue.push(0, Event::Start { node });
+        }
+        world.queue.push(world.config.crash_master_at(), Event::CrashMaster);
+        world.queue.push(world.config.chaos_start(), Event::Chaos);
+        world.queue.push(world.config.quiet_start(), Event::Quiet);
+        world
+    }
+
+    fn trace(&mut self, what: impl FnOnce() -> String) {
+        if self.config.trace {
+            let line = format!("{:>10.3}ms {}", self.now as f64 / MS as f64, what());
+            self.report.trace.push(line);
+        }
+    }
+
+    fn run(&mut self) {
+        let end = self.config.end();
+        // Bounded: the event count is limited as well as virtual time.
+        let mut budget: u64 = 5_000_000;
+        while let Some((at, event)) = self.queue.pop() {
+            if at > end || budget == 0 {
+                break;
+            }
+            budget -= 1;
+            self.now = at;
+            self.handle(event);
+            self.check();
+        }
+        let bound = self.config.liveness_bound();
+        self.report.elected_in_quiet = self.report.elected_in_quiet.filter(|d| *d <= bound);
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { to, from, msg } => {
+                let node = self.index(to);
+                let now = self.local(node);
+                if self.slots[node].core.is_none() {
+                    return;
+                }
+                if self.config.trace {
+                    let line = format!("{from} -> {to}: {msg:?}");
+                    self.trace(|| line);
+                }
+                if let Some(core) = self.slots[node].core.as_mut() {
+                    core.handle_message(now, from, msg);
+                }
+                self.after_step(node);
+            }
+            Event::Timer { node, generation } => {
+                if self.slots[node].timer_generation != generation {
+                    return;
+                }
+                let now = self.local(node);
+                if let Some(core) = self.slots[node].core.as_mut() {
+                    core.handle_timeout(now);
+                    self.after_step(node);
+                }
+            }
+            Event::Start { node } | Event::Restart { node } => self.start(node),
+            Event::CrashMaster => {
+                if let Some(master) = self.masters().first().copied() {
+                    let node = self.index(master);
+                    self.crash(node);
+                    self.crashed_master = Some((master, self.now));
+                    self.queue.push(self.now + 1000 * MS, Event::Restart { node });
+                }
+            }
+            Event::Chaos => self.chaos(),
+            Event::Heal => {
+                self.trace(|| "heal".to_string());
+                self.network.heal();
+            }
+            Event::Quiet => self.begin_quiet(),
+        }
+    }
+
+    fn index(&self, id: NodeId) -> usize {
+        (id.0 - 1) as usize
+    }
+
+    fn local(&self, node: usize) -> crate::time::Instant {
+        self.slots[node].clock.local(self.now)
+    }
+
+    fn start(&mut self, node: usize) {
+        if self.slots[node].core.is_some() || self.down_for_good.contains(&node) {
+            return;
+        }
+        let now = self.local(node);
+        let epoch = match self.slots[node].epochs.begin_epoch() {
+            Ok(e) => e,
+            Err(_) => return,
+        };
+        let seed = self.rng.next_u64();
+        let id = self.slots[node].id;
+        self.trace(|| format!("start {id} epoch {}", epoch.value));
+        let core = self.config.backend.build_core(id, &self.ids, None, self.config.lease.clone(), epoch, now, seed);
+        match core {
+            Ok(core) => {
+                self.slots[node].core = Some(core);
+                self.after_step(node);
+            }
+            Err(e) => panic!("simulator built an invalid lease config: {e}"),
+        }
+    }
+
+    fn crash(&mut self, node: usize) {
+        let id = self.slots[node].id;
+        self.trace(|| format!("crash {id}"));
+        self.slots[node].core = None;
+        self.slots[node].timer_generation += 1;
+    }
+
+    /// Sends what the core produced and re-arms its timer.
+    fn after_step(&mut self, node: usize) {
+        let Some(core) = self.slots[node].core.as_mut() else { return };
+        let output = core.take_output();
+        let deadline = core.poll_timeout();
+        let from = self.slots[node].id;
+        for change in output.changes {
+            self.trace(|| format!("{from} {change:?}"));
+            if let LeadershipChange::Elected { .. } = change {
+                self.on_elected(from);
+            }
+        }
+        for env in output.messages {
+            self.report.messages += 1;
+            for delay in self.network.deliveries(self.now, from, env.to, &mut self.rng) {
+                self.queue.push(self.now + delay, Event::Deliver { to: env.to, from, msg: env.msg.clone() });
+            }
+        }
+        self.slots[node].timer_generation += 1;
+        if let Some(deadline) = deadline {
+            let at = self.slots[node].clock.real_at(deadline).max(self.now);
+            let generation = self.slots[node].timer_generation;
+            self.queue.push(at, Event::Timer { node, generation });
+        }
+    }
+
+    fn on_elected(&mut self, who: NodeId) {
+        let since = Duration::from_nanos(self.now);
+        if self.report.first_acquire.is_none() {
+            self.report.first_acquire = Some(since);
+        }
+        if let Some((crashed, at)) = self.crashed_master {
+            if crashed != who && self.report.failover.is_none() {
+                self.report.failover = Some(Duration::from_nanos(self.now - at));
+            }
+        }
+        if self.quiet && self.report.elected_in_quiet.is_none() {
+            self.report.elected_in_quiet = Some(Duration::from_nanos(self.now - self.config.quiet_start()));
+        }
+    }
+
+    fn masters(&self) -> Vec<NodeId> {
+        self.slots
+            .iter()
+            .filter(|s| s.core.as_ref().is_some_and(|c| c.mastership(s.clock.local(self.now)).is_some()))
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// The safety oracle, after every event: at most one node believes it is master.
+    fn check(&mut self) {
+        let masters = self.masters();
+        if masters.len() > 1 {
+            if !self.overlapping {
+                self.trace(|| format!("VIOLATION: {masters:?} are master at once"));
+                self.report.violations.push(Violation { seed: self.seed, at_ms: self.now as f64 / MS as f64, masters });
+            }
+            self.overlapping = true;
+        } else {
+            self.overlapping = false;
+        }
+        if self.quiet && self.report.elected_in_quiet.is_none() && !self.masters().is_empty() {
+            self.report.elected_in_quiet = Some(Duration::from_nanos(self.now - self.config.quiet_start()));
+        }
+    }
+
+    /// One fault, then the next one scheduled, until the quiet phase.
+    fn chaos(&mut self) {
+        if self.quiet {
+            return;
+        }
+        self.network.faults = self.config.faults.clone();
+        let n = self.slots.len();
+        let masters = self.masters();
+        let pick_master = !masters.is_empty() && self.rng.chance(0.5);
+        let victim = if pick_master { self.index(masters[0]) } else { self.rng.range_u64(0, n as u64 - 1) as usize };
+        match self.rng.range_u64(0, 9) {
+            0 | 1 => {
+                // Partition into two random sides, healed later.
+                let mut order: Vec<NodeId> = self.ids.clone();
+                for i in (1..order.len()).rev() {
+                    let j = self.rng.range_u64(0, i as u64) as usize;
+                    order.swap(i, j);
+                }
+                let cut = self.rng.range_u64(1, n as u64 - 1) as usize;
+                let (a, b) = order.split_at(cut);
+                let (a, b) = (a.to_vec(), b.to_vec());
+                self.trace(|| format!("partition {a:?} | {b:?}"));
+                self.network.partition(&a, &b);
+                let heal = self.rng.range_u64(300, 3000) * MS;
+                self.queue.push(self.now + heal, Event::Heal);
+            }
+            2 | 3 => {
+                // Crash one node; sometimes it is back almost at once.
+                if self.slots[victim].core.is_some() {
+                    self.crash(victim);
+                    let back = if self.rng.chance(0.3) { self.rng.range_u64(1, 50) } else { self.rng.range_u64(200, 3000) };
+                    self.queue.push(self.now + back * MS, Event::Restart { node: victim });
+                }
+            }
+            4 => {
+                // Restart storm: a majority of the nodes other than the master restart quickly.
+                let majority = n / 2 + 1;
+                let mut others: Vec<usize> = (0..n).filter(|i| !masters.contains(&self.slots[*i].id)).collect();
+                for i in (1..others.len()).rev() {
+                    let j = self.rng.range_u64(0, i as u64) as usize;
+                    others.swap(i, j);
+                }
+                for &node in others.iter().take(majority) {
+                    if self.slots[node].core.is_some() {
+                        self.crash(node);
+                        let back = self.rng.range_u64(1, 100) * MS;
+                        self.queue.push(self.now + back, Event::Restart { node });
+                    }
+                }
+            }
+            5 | 6 => {
+                // Step-down of the master, if any, or of a random node.
+                let now = self.local(victim);
+                if let Some(core) = self.slots[victim].core.as_mut() {
+                    core.step_down(now);
+                    let id = self.slots[victim].id;
+                    self.trace(|| format!("step down {id}"));
+                    self.after_step(victim);
+                }
+            }
+            7 => {
+                // Clog one sender: its messages of the next while arrive late, out of order.
+                let window = self.rng.range_u64(100, 1000) * MS;
+                let extra = window + self.rng.range_u64(100, 1500) * MS;
+                let id = self.slots[victim].id;
+                self.trace(|| format!("clog {id} for {}ms", window / MS));
+                self.network.clog(id, self.now + window, extra);
+                self.queue.push(self.now + window + extra, Event::Heal);
+            }
+            8 => {
+                // Cut the master (or a random node) off from everyone else.
+                let id = self.slots[victim].id;
+                let rest: Vec<NodeId> = self.ids.iter().copied().filter(|&n| n != id).collect();
+                self.trace(|| format!("isolate {id}"));
+                self.network.partition(&[id], &rest);
+                let heal = self.rng.range_u64(500, 3000) * MS;
+                self.queue.push(self.now + heal, Event::Heal);
+            }
+            _ => {}
+        }
+        let next = self.rng.range_u64(100, 1500) * MS;
+        self.queue.push(self.now + next, Event::Chaos);
+    }
+
+    /// The quiet phase: faults stop; a random majority (or more) is up and connected by
+    /// loss-free links; the rest stays down. The liveness oracle then expects a master
+    /// within the stated bound.
+    fn begin_quiet(&mut self) {
+        self.quiet = true;
+        self.network.heal();
+        self.network.faults.loss = 0.0;
+        self.network.faults.stall = 0.0;
+        let n = self.slots.len();
+        let majority = n / 2 + 1;
+        let down_count = self.rng.range_u64(0, (n - majority) as u64) as usize;
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            let j = self.rng.range_u64(0, i as u64) as usize;
+            order.swap(i, j);
+        }
+        let down: Vec<usize> = order[..down_count].to_vec();
+        for node in 0..n {
+            if down.contains(&node) {
+                if self.slots[node].core.is_some() {
+                    self.crash(node);
+                }
+            } else {
+                self.start(node);
+            }
+        }
+        // Restarts still queued from the chaos phase must not revive the nodes kept down.
+        self.down_for_good = down.clone();
+        self.report.liveness_expected = match self.config.backend {
+            // The tracker is the lowest id; if it stays down nobody can be elected.
+            BackendKind::LeaseTracker => !down.contains(&0),
+            _ => true,
+        };
+        self.trace(|| format!("quiet phase, kept down: {down:?}"));
+        if !self.masters().is_empty() {
+            self.report.elected_in_quiet = Some(Duration::ZERO);
+        }
+    }
+}
