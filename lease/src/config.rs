@@ -243,3 +243,62 @@ impl Breakage {
             .unwrap_or("none")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_time_must_be_below_max_lease_time() {
+        let mut c = LeaseConfig::default();
+        c.max_lease_time = c.lease_time;
+        let err = c.validate().expect_err("T = M must be rejected");
+        assert!(matches!(err, ConfigError::LeaseNotBelowMax { .. }));
+        assert!(err.to_string().contains("strictly less than max lease time"), "{err}");
+        c.max_lease_time = c.lease_time / 2;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        for ms in [100, 800, 1000, 7000] {
+            LeaseConfig::with_lease_time(Duration::from_millis(ms)).validate().expect("valid defaults");
+        }
+    }
+
+    #[test]
+    fn validity_follows_the_documented_formula() {
+        let mut c = LeaseConfig::with_lease_time(Duration::from_secs(1));
+        c.drift_bound = 0.01;
+        c.safety_margin = Duration::from_millis(1);
+        let expected = 1.0 * 0.99 / 1.01 - 0.001;
+        assert!((c.holder_validity().as_secs_f64() - expected).abs() < 1e-9);
+        c.breakage = Breakage::NoDriftMargin;
+        assert_eq!(c.holder_validity(), c.lease_time);
+    }
+
+    #[test]
+    fn unusable_values_are_rejected_with_what_is_allowed() {
+        let mut c = LeaseConfig::default();
+        c.drift_bound = 0.5;
+        assert!(c.validate().expect_err("drift").to_string().contains("allowed is 0 to 0.1"));
+        let mut c = LeaseConfig::default();
+        c.renew_interval = c.lease_time;
+        assert!(matches!(c.validate(), Err(ConfigError::RenewTooLate { .. })));
+        let mut c = LeaseConfig::default();
+        c.backoff_min = c.backoff_max * 2;
+        assert!(matches!(c.validate(), Err(ConfigError::BackoffRange { .. })));
+        let c = LeaseConfig::with_lease_time(Duration::ZERO);
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn breakage_names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for (name, b) in Breakage::ALL {
+            assert_eq!(Breakage::from_name(name), Ok(b));
+            assert_eq!(b.name(), name);
+        }
+        let err = Breakage::from_name("nope").expect_err("unknown");
+        assert!(err.contains("late-timer") && err.contains("no-quarantine"), "{err}");
+    }
+}

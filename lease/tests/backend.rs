@@ -7,16 +7,19 @@
 use leasekv_lease::backend::{
     DrivenBackend, ElectionError, ElectionStatus, LocalNetwork, MonotonicClock,
 };
-use leasekv_lease::{
-    BackendKind, ElectionBackend, ElectionCore, ElectionMessage, Instant, LeaseConfig,
-    Mastership, NodeId, Output, RestartEpoch, Term, Transport,
-};
 use leasekv_lease::paxos::PaxosLeaseElection;
+use leasekv_lease::{
+    BackendKind, ElectionBackend, ElectionCore, ElectionMessage, Instant, LeaseConfig, Mastership,
+    NodeId, Output, RestartEpoch, Term, Transport,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
 const POLL: Duration = Duration::from_millis(10);
-const FIRST_START: RestartEpoch = RestartEpoch { value: 1, first_start: true };
+const FIRST_START: RestartEpoch = RestartEpoch {
+    value: 1,
+    first_start: true,
+};
 
 struct Cluster {
     net: LocalNetwork,
@@ -87,7 +90,12 @@ impl Cluster {
 
     /// Polls until `done` holds, checking safety at every poll; returns the virtual time
     /// it took, or fails the test after `limit`.
-    async fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut(&Self) -> bool) -> Duration {
+    async fn wait_for(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Duration {
         let start = tokio::time::Instant::now();
         let max_polls = limit.as_millis() / POLL.as_millis() + 1;
         for _ in 0..max_polls {
@@ -129,7 +137,9 @@ impl Cluster {
 #[tokio::test(start_paused = true)]
 async fn paxos_elects_exactly_one_master_and_everyone_knows_it() {
     let cluster = paxos_cluster(3);
-    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let m = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let master = &cluster.nodes[m];
     assert_eq!(master.name(), "paxoslease");
     assert_eq!(master.status().hint, Some(master.node_id()));
@@ -148,12 +158,20 @@ async fn paxos_elects_exactly_one_master_and_everyone_knows_it() {
 #[tokio::test(start_paused = true)]
 async fn step_down_hands_mastership_over_quickly() {
     let cluster = paxos_cluster(3);
-    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let old = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let old_term = cluster.nodes[old].status().term().expect("master");
 
     let start = tokio::time::Instant::now();
-    cluster.nodes[old].step_down().await.expect("running backend steps down");
-    assert!(cluster.nodes[old].status().master.is_none(), "still master after step_down");
+    cluster.nodes[old]
+        .step_down()
+        .await
+        .expect("running backend steps down");
+    assert!(
+        cluster.nodes[old].status().master.is_none(),
+        "still master after step_down"
+    );
     assert!(cluster.nodes[old].subscribe().borrow().master.is_none());
 
     let mut new = None;
@@ -167,13 +185,18 @@ async fn step_down_hands_mastership_over_quickly() {
     assert!(took < Duration::from_secs(1), "takeover took {took:?}");
     let new = new.expect("set by wait_for");
     let new_term = cluster.nodes[new].status().term().expect("master");
-    assert!(new_term > old_term, "terms must grow: {old_term} then {new_term}");
+    assert!(
+        new_term > old_term,
+        "terms must grow: {old_term} then {new_term}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn isolated_master_expires_and_another_takes_over() {
     let cluster = paxos_cluster(3);
-    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let old = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let old_node = &cluster.nodes[old];
     let mut updates = old_node.subscribe();
     cluster.net.isolate(old_node.node_id());
@@ -184,7 +207,10 @@ async fn isolated_master_expires_and_another_takes_over() {
         .wait_for(Duration::from_secs(5), "new master after isolation", |c| {
             let status = old_node.status();
             if old_node.now() >= valid_until {
-                assert!(status.master.is_none(), "isolated node master past valid_until");
+                assert!(
+                    status.master.is_none(),
+                    "isolated node master past valid_until"
+                );
             }
             new = c.master().filter(|&m| m != old);
             new.is_some()
@@ -198,22 +224,25 @@ async fn isolated_master_expires_and_another_takes_over() {
     // Healing does not produce a second master: the old one rejoins as a follower.
     cluster.net.heal();
     let new = new.expect("set by wait_for");
-    let settled = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let settled = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     assert_eq!(settled, new);
 }
 
 #[tokio::test(start_paused = true)]
 async fn isolated_master_publishes_loss_at_valid_until() {
     let cluster = paxos_cluster(3);
-    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let old = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let old_node = &cluster.nodes[old];
     let mut updates = old_node.subscribe();
-    updates.borrow_and_update();
     cluster.net.isolate(old_node.node_id());
 
-    // Follow the published updates (no polling): the last one that claims mastership must
-    // end no later than the update that withdraws it.
-    let mut last_valid_until = None;
+    // Follow the published updates (no polling): the update that withdraws mastership must
+    // come at the end of the last one that claimed it, neither earlier nor later.
+    let mut last_valid_until = updates.borrow_and_update().master.map(|m| m.valid_until);
     for _ in 0..100 {
         tokio::time::timeout(Duration::from_secs(5), updates.changed())
             .await
@@ -225,7 +254,10 @@ async fn isolated_master_publishes_loss_at_valid_until() {
             None => {
                 let valid_until = last_valid_until.expect("was master when isolated");
                 let now = old_node.now();
-                assert!(now >= valid_until, "lost early? fine, but check ordering: {now:?} {valid_until:?}");
+                assert!(
+                    now >= valid_until,
+                    "lost at {now:?}, before valid_until {valid_until:?}"
+                );
                 assert!(
                     now.saturating_since(valid_until) < POLL,
                     "loss published {:?} after valid_until",
@@ -241,7 +273,9 @@ async fn isolated_master_publishes_loss_at_valid_until() {
 #[tokio::test(start_paused = true)]
 async fn stop_releases_mastership_and_is_idempotent() {
     let cluster = paxos_cluster(3);
-    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let old = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let old_node = &cluster.nodes[old];
 
     let start = tokio::time::Instant::now();
@@ -257,10 +291,16 @@ async fn stop_releases_mastership_and_is_idempotent() {
         })
         .await;
     let took = start.elapsed();
-    assert!(took < Duration::from_secs(1), "takeover after stop took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "takeover after stop took {took:?}"
+    );
 
     old_node.stop().await.expect("second stop is fine");
-    assert!(matches!(old_node.step_down().await, Err(ElectionError::Stopped)));
+    assert!(matches!(
+        old_node.step_down().await,
+        Err(ElectionError::Stopped)
+    ));
     // A stopped node never competes again.
     cluster.observe(Duration::from_secs(2)).await;
     assert!(old_node.status().master.is_none());
@@ -270,17 +310,25 @@ async fn stop_releases_mastership_and_is_idempotent() {
 #[tokio::test(start_paused = true)]
 async fn stopping_a_follower_keeps_the_master() {
     let cluster = paxos_cluster(3);
-    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let m = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let follower = (m + 1) % 3;
     cluster.nodes[follower].stop().await.expect("stop");
     cluster.observe(Duration::from_secs(2)).await;
-    assert_eq!(cluster.master(), Some(m), "two of three nodes keep the master");
+    assert_eq!(
+        cluster.master(),
+        Some(m),
+        "two of three nodes keep the master"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_every_handle_releases_mastership() {
     let mut cluster = paxos_cluster(3);
-    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let old = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     let mut updates = cluster.nodes[old].subscribe();
     let dropped = cluster.nodes.remove(old);
     drop(dropped);
@@ -290,18 +338,27 @@ async fn dropping_every_handle_releases_mastership() {
         while updates.changed().await.is_ok() {}
     })
     .await;
-    assert!(ended.is_ok(), "driver task still running after every handle was dropped");
+    assert!(
+        ended.is_ok(),
+        "driver task still running after every handle was dropped"
+    );
     assert!(updates.borrow().master.is_none());
 
     // The release went out, so the other two take over before the lease would run out.
-    let took = cluster.wait_for(Duration::from_secs(5), "new master", |c| c.master().is_some()).await;
+    let took = cluster
+        .wait_for(Duration::from_secs(5), "new master", |c| {
+            c.master().is_some()
+        })
+        .await;
     assert!(took < Duration::from_secs(1), "takeover took {took:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn lease_tracker_backend_elects_one_master() {
     let cluster = kind_cluster(BackendKind::LeaseTracker, 3);
-    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    let m = cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
     assert_eq!(cluster.nodes[m].name(), "lease-tracker");
     cluster.observe(Duration::from_secs(3)).await;
     assert_eq!(cluster.master(), Some(m));
@@ -309,24 +366,36 @@ async fn lease_tracker_backend_elects_one_master() {
     cluster.nodes[m].step_down().await.expect("step down");
     assert!(cluster.nodes[m].status().master.is_none());
     cluster
-        .wait_for(Duration::from_secs(5), "new master", |c| c.master().is_some_and(|n| n != m))
+        .wait_for(Duration::from_secs(5), "new master", |c| {
+            c.master().is_some_and(|n| n != m)
+        })
         .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn paxoslease_via_build_core_elects_one_master() {
     let cluster = kind_cluster(BackendKind::PaxosLease, 5);
-    cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    cluster
+        .wait_for_settled_master(Duration::from_secs(5), &[])
+        .await;
 }
 
 #[test]
 fn unknown_backend_name_lists_valid_ones() {
-    let err = "raft".parse::<BackendKind>().expect_err("raft is not a backend");
+    let err = "raft"
+        .parse::<BackendKind>()
+        .expect_err("raft is not a backend");
     let text = err.to_string();
     assert!(text.contains("raft"), "{text}");
     assert!(text.contains("paxoslease, lease-tracker"), "{text}");
-    assert_eq!("lease-tracker".parse::<BackendKind>(), Ok(BackendKind::LeaseTracker));
-    assert_eq!("paxoslease".parse::<BackendKind>(), Ok(BackendKind::PaxosLease));
+    assert_eq!(
+        "lease-tracker".parse::<BackendKind>(),
+        Ok(BackendKind::LeaseTracker)
+    );
+    assert_eq!(
+        "paxoslease".parse::<BackendKind>(),
+        Ok(BackendKind::PaxosLease)
+    );
 }
 
 // --- The driver against a scripted core -------------------------------------------------
@@ -354,8 +423,12 @@ impl ElectionCore for ScriptedCore {
         Output::default()
     }
     fn mastership(&self, now: Instant) -> Option<Mastership> {
-        let live = !self.stepped_down && !self.shut_down && (!self.honest || now < self.valid_until);
-        live.then_some(Mastership { term: Term::ZERO, valid_until: self.valid_until })
+        let live =
+            !self.stepped_down && !self.shut_down && (!self.honest || now < self.valid_until);
+        live.then_some(Mastership {
+            term: Term::ZERO,
+            valid_until: self.valid_until,
+        })
     }
     fn master_hint(&self, now: Instant) -> Option<NodeId> {
         self.mastership(now).map(|_| self.id)
@@ -379,14 +452,21 @@ fn scripted(honest: bool, valid_for: Duration) -> (Arc<DrivenBackend>, LocalNetw
         shut_down: false,
     };
     let (transport, inbox) = net.join(NodeId(1));
-    (DrivenBackend::start("scripted", core, clock, Arc::new(transport), inbox), net)
+    (
+        DrivenBackend::start("scripted", core, clock, Arc::new(transport), inbox),
+        net,
+    )
 }
 
 #[tokio::test(start_paused = true)]
 async fn driver_publishes_expiry_without_a_core_timer() {
     let (backend, _net) = scripted(true, Duration::from_millis(300));
     let mut updates = backend.subscribe();
-    let valid_until = updates.borrow_and_update().master.expect("master at start").valid_until;
+    let valid_until = updates
+        .borrow_and_update()
+        .master
+        .expect("master at start")
+        .valid_until;
     tokio::time::timeout(Duration::from_secs(1), updates.changed())
         .await
         .expect("expiry published")
@@ -401,7 +481,10 @@ async fn status_never_claims_mastership_past_valid_until() {
     let (backend, _net) = scripted(false, Duration::from_millis(300));
     assert!(backend.status().master.is_some());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(backend.status().master.is_none(), "claimed mastership at valid_until");
+    assert!(
+        backend.status().master.is_none(),
+        "claimed mastership at valid_until"
+    );
     // The driver does not spin on the expired claim either: time still advances and the
     // backend still answers commands.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -409,7 +492,10 @@ async fn status_never_claims_mastership_past_valid_until() {
     backend.step_down().await.expect("step down");
     backend.stop().await.expect("stop");
     backend.stop().await.expect("stop again");
-    assert!(matches!(backend.step_down().await, Err(ElectionError::Stopped)));
+    assert!(matches!(
+        backend.step_down().await,
+        Err(ElectionError::Stopped)
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -417,7 +503,13 @@ async fn step_down_and_stop_publish_before_returning() {
     let (backend, _net) = scripted(true, Duration::from_secs(10));
     assert!(backend.status().master.is_some());
     backend.step_down().await.expect("step down");
-    assert_eq!(backend.status(), ElectionStatus { master: None, hint: None });
+    assert_eq!(
+        backend.status(),
+        ElectionStatus {
+            master: None,
+            hint: None
+        }
+    );
     let (backend, _net) = scripted(true, Duration::from_secs(10));
     backend.stop().await.expect("stop");
     assert!(backend.status().master.is_none());
@@ -488,7 +580,10 @@ async fn local_network_delivers_cuts_heals_and_forgets() {
     net.leave(NodeId(2));
     a.send(NodeId(2), msg()).await;
     b.send(NodeId(1), msg()).await;
-    assert!(matches!(inbox_b.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)));
+    assert!(matches!(
+        inbox_b.try_recv(),
+        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)
+    ));
     assert!(inbox_a.try_recv().is_err());
 
     // Rejoining makes a new incarnation; the old transport stays dead.

@@ -96,3 +96,98 @@ impl Acceptor {
         matches
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+
+    const M: Duration = Duration::from_secs(2);
+
+    fn b(counter: u64, node: u32) -> Ballot {
+        Ballot { counter, epoch: 1, node: NodeId(node) }
+    }
+
+    fn lease(node: u32, ms: u64) -> Proposal {
+        Proposal { owner: NodeId(node), duration: Duration::from_millis(ms) }
+    }
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn prepare_below_promise_is_rejected_with_the_promise() {
+        let mut a = Acceptor::new();
+        assert!(matches!(a.on_prepare(at(0), b(5, 1)), Body::PrepareResponse { accepted: None, .. }));
+        assert_eq!(a.on_prepare(at(0), b(4, 2)), Body::PrepareRejected { ballot: b(4, 2), promised: b(5, 1) });
+        assert_eq!(a.promised(), b(5, 1));
+    }
+
+    #[test]
+    fn prepare_reports_the_running_lease_with_its_remaining_time() {
+        let mut a = Acceptor::new();
+        a.on_prepare(at(0), b(1, 1));
+        a.on_propose(at(0), b(1, 1), lease(1, 1000), M);
+        let Body::PrepareResponse { accepted: Some(l), .. } = a.on_prepare(at(400), b(2, 2)) else {
+            panic!("expected a promise with the running lease");
+        };
+        assert_eq!((l.ballot, l.owner, l.remaining), (b(1, 1), NodeId(1), Duration::from_millis(600)));
+    }
+
+    #[test]
+    fn accepted_lease_empties_when_its_timer_runs_out() {
+        let mut a = Acceptor::new();
+        a.on_propose(at(0), b(1, 1), lease(1, 1000), M);
+        assert!(a.accepted(at(999)).is_some());
+        assert!(a.accepted(at(1000)).is_none(), "the timer fires at exactly T");
+        assert!(a.is_idle(at(1000)));
+    }
+
+    #[test]
+    fn propose_below_promise_is_rejected_and_keeps_the_lease() {
+        let mut a = Acceptor::new();
+        a.on_prepare(at(0), b(3, 2));
+        let reply = a.on_propose(at(0), b(2, 1), lease(1, 1000), M);
+        assert_eq!(reply, Body::ProposeResponse { ballot: b(2, 1), accepted: false, promised: b(3, 2) });
+        assert!(a.accepted(at(1)).is_none());
+    }
+
+    #[test]
+    fn malformed_proposals_are_refused() {
+        let mut a = Acceptor::new();
+        // Owner other than the proposer.
+        let r = a.on_propose(at(0), b(1, 1), lease(2, 1000), M);
+        assert!(matches!(r, Body::ProposeResponse { accepted: false, .. }));
+        // A lease as long as the restart quarantine would outlive it.
+        let r = a.on_propose(at(0), b(1, 1), lease(1, 2000), M);
+        assert!(matches!(r, Body::ProposeResponse { accepted: false, .. }));
+        assert!(a.accepted(at(0)).is_none());
+    }
+
+    #[test]
+    fn release_matches_the_ballot_not_the_owner() {
+        let mut a = Acceptor::new();
+        a.on_propose(at(0), b(7, 1), lease(1, 1000), M);
+        assert!(!a.on_release(b(6, 1), Breakage::None), "an older ballot of the same owner");
+        assert!(a.accepted(at(1)).is_some());
+        assert!(a.on_release(b(7, 1), Breakage::None));
+        assert!(a.accepted(at(1)).is_none());
+    }
+
+    #[test]
+    fn release_any_ballot_control_really_is_broken() {
+        let mut a = Acceptor::new();
+        a.on_propose(at(0), b(7, 1), lease(1, 1000), M);
+        assert!(a.on_release(b(6, 1), Breakage::ReleaseAnyBallot));
+    }
+
+    #[test]
+    fn promise_is_never_lowered() {
+        let mut a = Acceptor::new();
+        a.on_propose(at(0), b(9, 3), lease(3, 1000), M);
+        a.on_prepare(at(0), b(2, 1));
+        a.on_release(b(9, 3), Breakage::None);
+        assert_eq!(a.promised(), b(9, 3));
+    }
+}

@@ -18,3 +18,6 @@ pub use message::{AcceptedLease, Body, Message, Proposal};
 pub use node::LeaseNode;
 pub use proposer::{Proposer, ProposerOutput, Target};
 pub use votes::Votes;
+
+#[cfg(test)]
+mod tests;

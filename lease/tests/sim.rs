@@ -1,0 +1,138 @@
+//! The deterministic simulator, as part of `cargo test`: every backend stays safe over
+//! hundreds of seeds, a quiet majority always elects a master, and every negative control
+//! (one deliberately broken safety rule) is caught by the safety oracle.
+
+use leasekv_lease::backend::BackendKind;
+use leasekv_lease::config::Breakage;
+use leasekv_lease::sim::{run_seed, run_seeds, SimConfig};
+use std::time::Duration;
+
+const SEEDS: u64 = 500;
+/// Seeds a negative control may need before the oracle catches it (it stops at the first).
+const CONTROL_SEEDS: u64 = 3000;
+
+fn config(backend: BackendKind) -> SimConfig {
+    SimConfig::new(backend, 5, 0.2, 0.01)
+}
+
+fn assert_safe_and_live(backend: BackendKind, base: u64) {
+    let summary = run_seeds(&config(backend), base, SEEDS, |_| {});
+    assert_eq!(summary.violations, 0, "{backend}: {:?}", summary.examples);
+    assert!(
+        summary.liveness_failures.is_empty(),
+        "{backend}: no master within {:?} of a quiet majority in seeds {:?}",
+        config(backend).liveness_bound(),
+        summary.liveness_failures
+    );
+    assert!(summary.acquire.len() as u64 == SEEDS, "{backend}: every seed elects a first master");
+}
+
+#[test]
+fn paxoslease_is_safe_and_live() {
+    assert_safe_and_live(BackendKind::PaxosLease, 10_000);
+}
+
+#[test]
+fn lease_tracker_is_safe_and_live_while_the_tracker_is_up() {
+    assert_safe_and_live(BackendKind::LeaseTracker, 20_000);
+}
+
+#[test]
+fn lease_tracker_is_a_single_point_of_failure() {
+    let summary = run_seeds(&config(BackendKind::LeaseTracker), 20_000, SEEDS, |_| {});
+    assert!(
+        summary.elected_seeds < SEEDS,
+        "seeds whose quiet phase kept the tracker down cannot elect anyone"
+    );
+}
+
+#[test]
+fn naive_majority_is_safe_but_deadlocks_under_contention() {
+    let naive = run_seeds(&config(BackendKind::NaiveMajority), 30_000, 200, |_| {});
+    let paxos = run_seeds(&config(BackendKind::PaxosLease), 30_000, 200, |_| {});
+    assert_eq!(naive.violations, 0, "{:?}", naive.examples);
+    let p50 = |s: &leasekv_lease::sim::Summary| leasekv_lease::sim::percentile(&s.acquire, 50.0).unwrap_or(Duration::MAX);
+    assert!(p50(&naive) > 10 * p50(&paxos), "naive {:?} vs paxoslease {:?}", p50(&naive), p50(&paxos));
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let mut c = config(BackendKind::PaxosLease);
+    c.trace = true;
+    let a = run_seed(&c, 42);
+    let b = run_seed(&c, 42);
+    assert!(a.trace.len() > 100);
+    assert_eq!(a.trace, b.trace);
+    assert_eq!(a.messages, b.messages);
+    assert_ne!(run_seed(&c, 43).trace, a.trace);
+}
+
+fn caught(breakage: Breakage, base: u64) {
+    let mut c = config(BackendKind::PaxosLease);
+    c.lease.breakage = breakage;
+    for seed in base..base + CONTROL_SEEDS {
+        if !run_seed(&c, seed).violations.is_empty() {
+            return;
+        }
+    }
+    panic!("negative control {} was not caught in {CONTROL_SEEDS} seeds", breakage.name());
+}
+
+#[test]
+fn control_no_quarantine_is_caught() {
+    caught(Breakage::NoQuarantine, 0);
+}
+
+#[test]
+fn control_no_drift_margin_is_caught() {
+    caught(Breakage::NoDriftMargin, 0);
+}
+
+#[test]
+fn control_count_duplicates_is_caught() {
+    caught(Breakage::CountDuplicates, 0);
+}
+
+#[test]
+fn control_release_any_ballot_is_caught() {
+    caught(Breakage::ReleaseAnyBallot, 0);
+}
+
+#[test]
+fn control_late_timer_is_caught() {
+    caught(Breakage::LateTimer, 0);
+}
+
+#[test]
+fn uncontended_acquire_takes_two_round_trips() {
+    // A 3-node cluster where only node 1 competes, with a fixed 1 ms one-way delay.
+    use leasekv_lease::paxos::LeaseNode;
+    use leasekv_lease::{ElectionMessage, Instant, LeadershipChange, LeaseConfig, NodeId, ResourceId, RestartEpoch};
+    let peers: Vec<NodeId> = (1..=3).map(NodeId).collect();
+    let first = RestartEpoch { value: 1, first_start: true };
+    let mut nodes: Vec<LeaseNode> =
+        peers.iter().map(|&id| LeaseNode::new(id, &peers, LeaseConfig::default(), first, Instant::ZERO, 1)).collect();
+    let delay = Duration::from_millis(1);
+    nodes[0].acquire(Instant::ZERO, ResourceId::MASTER);
+    let mut now = Instant::ZERO;
+    let mut in_flight: Vec<(NodeId, NodeId, ElectionMessage)> = Vec::new();
+    for _ in 0..10 {
+        let mut elected = false;
+        for node in nodes.iter_mut() {
+            let (messages, changes) = node.take_output();
+            elected |= changes.iter().any(|(_, c)| matches!(c, LeadershipChange::Elected { .. }));
+            in_flight.extend(messages.into_iter().map(|e| (node.id(), e.to, e.msg)));
+        }
+        if elected {
+            assert_eq!(now, Instant::ZERO.add(4 * delay), "2 round trips of 2 ms");
+            return;
+        }
+        now = now.add(delay);
+        for (from, to, msg) in std::mem::take(&mut in_flight) {
+            if let ElectionMessage::PaxosLease(m) = msg {
+                nodes[(to.0 - 1) as usize].handle_message(now, from, m);
+            }
+        }
+    }
+    panic!("not elected after 10 hops");
+}
