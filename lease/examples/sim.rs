@@ -106,7 +106,7 @@ fn run(args: &Args) -> Result<bool> {
                 v.seed, v.at_ms, v.masters, v.seed
             );
         }
-        if done % step == 0 {
+        if done.is_multiple_of(step) {
             eprint!("\r{done}/{} seeds", args.seeds);
             let _ = std::io::stderr().flush();
         }

@@ -12,9 +12,7 @@ use std::fmt;
 /// The node id breaks ties between nodes. Together they make every ballot unique.
 ///
 /// The field order matters: the derived `Ord` compares fields top to bottom.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub struct Ballot {
     /// Round counter, the most significant part.
     pub counter: u64,

@@ -110,9 +110,7 @@ impl LeaseConfig {
             });
         }
         // Extension must start early enough for at least two rounds before expiry.
-        if self.renew_interval.is_zero()
-            || self.renew_interval + 2 * self.round_timeout >= validity
-        {
+        if self.renew_interval.is_zero() || self.renew_interval + 2 * self.round_timeout >= validity {
             return Err(ConfigError::RenewTooLate {
                 renew_interval: self.renew_interval,
                 round_timeout: self.round_timeout,
@@ -123,10 +121,7 @@ impl LeaseConfig {
             return Err(ConfigError::ZeroRoundTimeout);
         }
         if self.backoff_min > self.backoff_max {
-            return Err(ConfigError::BackoffRange {
-                min: self.backoff_min,
-                max: self.backoff_max,
-            });
+            return Err(ConfigError::BackoffRange { min: self.backoff_min, max: self.backoff_max });
         }
         Ok(())
     }
@@ -224,23 +219,15 @@ impl Breakage {
 
     /// Parses a command-line name; the error lists the valid ones.
     pub fn from_name(name: &str) -> Result<Breakage, String> {
-        Breakage::ALL
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, b)| *b)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Breakage::ALL.iter().map(|(n, _)| *n).collect();
-                format!("unknown --break '{name}': valid are {}", names.join(", "))
-            })
+        Breakage::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| {
+            let names: Vec<&str> = Breakage::ALL.iter().map(|(n, _)| *n).collect();
+            format!("unknown --break '{name}': valid are {}", names.join(", "))
+        })
     }
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
-        Breakage::ALL
-            .iter()
-            .find(|(_, b)| *b == self)
-            .map(|(n, _)| *n)
-            .unwrap_or("none")
+        Breakage::ALL.iter().find(|(_, b)| *b == self).map(|(n, _)| *n).unwrap_or("none")
     }
 }
 
@@ -279,8 +266,7 @@ mod tests {
 
     #[test]
     fn unusable_values_are_rejected_with_what_is_allowed() {
-        let mut c = LeaseConfig::default();
-        c.drift_bound = 0.5;
+        let c = LeaseConfig { drift_bound: 0.5, ..LeaseConfig::default() };
         assert!(c.validate().expect_err("drift").to_string().contains("allowed is 0 to 0.1"));
         let mut c = LeaseConfig::default();
         c.renew_interval = c.lease_time;

@@ -86,7 +86,7 @@ impl NaiveMajorityElection {
             me,
             peers: peers.to_vec(),
             epoch: epoch.value,
-            quarantine_until: if quarantined { now.add(config.max_lease_time) } else { now },
+            quarantine_until: if quarantined { now.saturating_add(config.max_lease_time) } else { now },
             config,
             granted: None,
             counter: 0,
@@ -123,7 +123,7 @@ impl NaiveMajorityElection {
                         NaiveMessage::Refuse { attempt, remaining: exp.saturating_since(now) }
                     }
                     _ => {
-                        self.granted = Some((attempt, now.add(duration)));
+                        self.granted = Some((attempt, now.saturating_add(duration)));
                         NaiveMessage::Grant { attempt }
                     }
                 };
@@ -138,7 +138,7 @@ impl NaiveMajorityElection {
                 if a.grants.len() >= majority {
                     let sent_at = a.sent_at;
                     self.attempt = None;
-                    let valid_until = sent_at.add(self.config.holder_validity());
+                    let valid_until = sent_at.saturating_add(self.config.holder_validity());
                     if now >= valid_until {
                         return;
                     }
@@ -152,7 +152,7 @@ impl NaiveMajorityElection {
                             self.out.changes.push(LeadershipChange::Elected { term: attempt, valid_until });
                         }
                     }
-                    self.next_attempt = Some(sent_at.add(self.config.renew_interval));
+                    self.next_attempt = Some(sent_at.saturating_add(self.config.renew_interval));
                 }
             }
             NaiveMessage::Refuse { attempt, remaining } => {
@@ -168,7 +168,7 @@ impl NaiveMajorityElection {
                     let wait = a.longest_refusal;
                     self.attempt = None;
                     let jitter = self.jitter();
-                    self.next_attempt = Some(now.add(wait + jitter).max(self.hold_off_until));
+                    self.next_attempt = Some(now.saturating_add(wait + jitter).max(self.hold_off_until));
                 }
             }
         }
@@ -203,10 +203,10 @@ impl ElectionCore for NaiveMajorityElection {
             }
         }
         if let Some(a) = &self.attempt {
-            if now >= a.sent_at.add(self.config.round_timeout) {
+            if now >= a.sent_at.saturating_add(self.config.round_timeout) {
                 self.attempt = None;
                 let jitter = self.jitter();
-                self.next_attempt = Some(now.add(jitter).max(self.hold_off_until));
+                self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
             }
         }
         if self.wanted && self.attempt.is_none() && self.next_attempt.is_some_and(|a| now >= a) {
@@ -229,7 +229,7 @@ impl ElectionCore for NaiveMajorityElection {
 
     fn poll_timeout(&self) -> Option<Instant> {
         let round = match &self.attempt {
-            Some(a) => Some(a.sent_at.add(self.config.round_timeout)),
+            Some(a) => Some(a.sent_at.saturating_add(self.config.round_timeout)),
             None => self.next_attempt.filter(|_| self.wanted),
         };
         [round, self.lease.map(|l| l.valid_until)].into_iter().flatten().min()
@@ -252,7 +252,7 @@ impl ElectionCore for NaiveMajorityElection {
         if let Some(l) = self.lease.take() {
             self.out.changes.push(LeadershipChange::Lost { term: l.term, reason: LossReason::Released });
         }
-        self.hold_off_until = now.add(self.config.step_down_hold);
+        self.hold_off_until = now.saturating_add(self.config.step_down_hold);
         self.next_attempt = Some(self.hold_off_until);
     }
 

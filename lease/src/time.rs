@@ -27,7 +27,7 @@ impl Instant {
     }
 
     /// The instant `d` later, saturating at the end of time instead of wrapping.
-    pub fn add(self, d: Duration) -> Instant {
+    pub fn saturating_add(self, d: Duration) -> Instant {
         Instant(self.0.saturating_add(duration_nanos(d)))
     }
 

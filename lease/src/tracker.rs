@@ -71,7 +71,14 @@ struct Tracker {
 }
 
 impl Tracker {
-    fn on_request(&mut self, now: Instant, from: NodeId, request: Ballot, duration: Duration, config: &LeaseConfig) -> TrackerMessage {
+    fn on_request(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        request: Ballot,
+        duration: Duration,
+        config: &LeaseConfig,
+    ) -> TrackerMessage {
         if now < self.quarantine_until {
             let remaining = self.quarantine_until.saturating_since(now);
             return TrackerMessage::Denied { request, holder: None, remaining };
@@ -95,7 +102,7 @@ impl Tracker {
                 Ballot { counter: self.terms, epoch: self.epoch, node: from }
             }
         };
-        let mut grant = Grant { holder: from, request, term, expires_at: now.add(duration) };
+        let mut grant = Grant { holder: from, request, term, expires_at: now.saturating_add(duration) };
         if let Some(g) = live.filter(|g| g.holder == from) {
             // A delayed, older request must not replace the record of a newer grant: a
             // release naming the older request would then cancel the newer lease.
@@ -161,7 +168,7 @@ impl LeaseTrackerElection {
         let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
         let tracker = (me == tracker_node).then(|| Tracker {
             epoch: epoch.value,
-            quarantine_until: if quarantined { now.add(config.max_lease_time) } else { now },
+            quarantine_until: if quarantined { now.saturating_add(config.max_lease_time) } else { now },
             terms: 0,
             grant: None,
         });
@@ -233,7 +240,7 @@ impl LeaseTrackerElection {
                 // Counted from the moment the request was sent: the tracker's countdown
                 // started later than that.
                 let start = if self.config.breakage == Breakage::LateTimer { now } else { o.sent_at };
-                let valid_until = start.add(self.config.holder_validity());
+                let valid_until = start.saturating_add(self.config.holder_validity());
                 if now >= valid_until {
                     return;
                 }
@@ -251,7 +258,7 @@ impl LeaseTrackerElection {
                         self.out.changes.push(LeadershipChange::Elected { term, valid_until });
                     }
                 }
-                self.next_attempt = Some(o.sent_at.add(self.config.renew_interval));
+                self.next_attempt = Some(o.sent_at.saturating_add(self.config.renew_interval));
             }
             TrackerMessage::Denied { request, holder, remaining } => {
                 if self.outstanding.is_none_or(|o| o.request != request) {
@@ -259,10 +266,10 @@ impl LeaseTrackerElection {
                 }
                 self.outstanding = None;
                 if let Some(h) = holder {
-                    self.hint = Some((h, now.add(remaining)));
+                    self.hint = Some((h, now.saturating_add(remaining)));
                 }
                 let wait = remaining + self.jitter();
-                self.next_attempt = Some(now.add(wait).max(self.hold_off_until));
+                self.next_attempt = Some(now.saturating_add(wait).max(self.hold_off_until));
             }
         }
     }
@@ -277,7 +284,7 @@ impl LeaseTrackerElection {
             self.send_to_tracker(now, TrackerMessage::Release { request });
         }
         self.wanted = keep_competing;
-        self.hold_off_until = now.add(self.config.step_down_hold);
+        self.hold_off_until = now.saturating_add(self.config.step_down_hold);
         self.next_attempt = keep_competing.then_some(self.hold_off_until);
     }
 }
@@ -304,9 +311,9 @@ impl ElectionCore for LeaseTrackerElection {
             }
         }
         if let Some(o) = self.outstanding {
-            if now >= o.sent_at.add(self.config.round_timeout) {
+            if now >= o.sent_at.saturating_add(self.config.round_timeout) {
                 self.outstanding = None;
-                let retry = now.add(self.jitter());
+                let retry = now.saturating_add(self.jitter());
                 self.next_attempt = Some(retry.max(self.hold_off_until));
             }
         }
@@ -321,7 +328,7 @@ impl ElectionCore for LeaseTrackerElection {
 
     fn poll_timeout(&self) -> Option<Instant> {
         let round = match self.outstanding {
-            Some(o) => Some(o.sent_at.add(self.config.round_timeout)),
+            Some(o) => Some(o.sent_at.saturating_add(self.config.round_timeout)),
             None => self.next_attempt.filter(|_| self.wanted),
         };
         [round, self.lease.map(|l| l.valid_until)].into_iter().flatten().min()

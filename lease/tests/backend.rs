@@ -4,22 +4,17 @@
 //! Every wait is a bounded loop that polls every `POLL` of virtual time, and every poll
 //! checks the safety property: at most one node reports mastership at a time.
 
-use leasekv_lease::backend::{
-    DrivenBackend, ElectionError, ElectionStatus, LocalNetwork, MonotonicClock,
-};
+use leasekv_lease::backend::{DrivenBackend, ElectionError, ElectionStatus, LocalNetwork, MonotonicClock};
 use leasekv_lease::paxos::PaxosLeaseElection;
 use leasekv_lease::{
-    BackendKind, ElectionBackend, ElectionCore, ElectionMessage, Instant, LeaseConfig, Mastership,
-    NodeId, Output, RestartEpoch, Term, Transport,
+    BackendKind, ElectionBackend, ElectionCore, ElectionMessage, Instant, LeaseConfig, Mastership, NodeId, Output,
+    RestartEpoch, Term, Transport,
 };
 use std::sync::Arc;
 use std::time::Duration;
 
 const POLL: Duration = Duration::from_millis(10);
-const FIRST_START: RestartEpoch = RestartEpoch {
-    value: 1,
-    first_start: true,
-};
+const FIRST_START: RestartEpoch = RestartEpoch { value: 1, first_start: true };
 
 struct Cluster {
     net: LocalNetwork,
@@ -61,15 +56,7 @@ fn kind_cluster(kind: BackendKind, n: u32) -> Cluster {
         .map(|&me| {
             let clock = MonotonicClock::new();
             let core = kind
-                .build_core(
-                    me,
-                    &peers,
-                    None,
-                    LeaseConfig::default(),
-                    FIRST_START,
-                    clock.now(),
-                    u64::from(me.0),
-                )
+                .build_core(me, &peers, None, LeaseConfig::default(), FIRST_START, clock.now(), u64::from(me.0))
                 .expect("default config is valid");
             let (transport, inbox) = net.join(me);
             DrivenBackend::start(kind.name(), core, clock, Arc::new(transport), inbox)
@@ -81,21 +68,14 @@ fn kind_cluster(kind: BackendKind, n: u32) -> Cluster {
 impl Cluster {
     /// The masters at this instant; panics (fails the test) if there is more than one.
     fn master(&self) -> Option<usize> {
-        let masters: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].status().master.is_some())
-            .collect();
+        let masters: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].status().master.is_some()).collect();
         assert!(masters.len() <= 1, "two masters at once: nodes {masters:?}");
         masters.first().copied()
     }
 
     /// Polls until `done` holds, checking safety at every poll; returns the virtual time
     /// it took, or fails the test after `limit`.
-    async fn wait_for(
-        &self,
-        limit: Duration,
-        what: &str,
-        mut done: impl FnMut(&Self) -> bool,
-    ) -> Duration {
+    async fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut(&Self) -> bool) -> Duration {
         let start = tokio::time::Instant::now();
         let max_polls = limit.as_millis() / POLL.as_millis() + 1;
         for _ in 0..max_polls {
@@ -137,9 +117,7 @@ impl Cluster {
 #[tokio::test(start_paused = true)]
 async fn paxos_elects_exactly_one_master_and_everyone_knows_it() {
     let cluster = paxos_cluster(3);
-    let m = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let master = &cluster.nodes[m];
     assert_eq!(master.name(), "paxoslease");
     assert_eq!(master.status().hint, Some(master.node_id()));
@@ -158,20 +136,12 @@ async fn paxos_elects_exactly_one_master_and_everyone_knows_it() {
 #[tokio::test(start_paused = true)]
 async fn step_down_hands_mastership_over_quickly() {
     let cluster = paxos_cluster(3);
-    let old = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let old_term = cluster.nodes[old].status().term().expect("master");
 
     let start = tokio::time::Instant::now();
-    cluster.nodes[old]
-        .step_down()
-        .await
-        .expect("running backend steps down");
-    assert!(
-        cluster.nodes[old].status().master.is_none(),
-        "still master after step_down"
-    );
+    cluster.nodes[old].step_down().await.expect("running backend steps down");
+    assert!(cluster.nodes[old].status().master.is_none(), "still master after step_down");
     assert!(cluster.nodes[old].subscribe().borrow().master.is_none());
 
     let mut new = None;
@@ -185,18 +155,13 @@ async fn step_down_hands_mastership_over_quickly() {
     assert!(took < Duration::from_secs(1), "takeover took {took:?}");
     let new = new.expect("set by wait_for");
     let new_term = cluster.nodes[new].status().term().expect("master");
-    assert!(
-        new_term > old_term,
-        "terms must grow: {old_term} then {new_term}"
-    );
+    assert!(new_term > old_term, "terms must grow: {old_term} then {new_term}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn isolated_master_expires_and_another_takes_over() {
     let cluster = paxos_cluster(3);
-    let old = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let old_node = &cluster.nodes[old];
     let mut updates = old_node.subscribe();
     cluster.net.isolate(old_node.node_id());
@@ -207,10 +172,7 @@ async fn isolated_master_expires_and_another_takes_over() {
         .wait_for(Duration::from_secs(5), "new master after isolation", |c| {
             let status = old_node.status();
             if old_node.now() >= valid_until {
-                assert!(
-                    status.master.is_none(),
-                    "isolated node master past valid_until"
-                );
+                assert!(status.master.is_none(), "isolated node master past valid_until");
             }
             new = c.master().filter(|&m| m != old);
             new.is_some()
@@ -224,18 +186,14 @@ async fn isolated_master_expires_and_another_takes_over() {
     // Healing does not produce a second master: the old one rejoins as a follower.
     cluster.net.heal();
     let new = new.expect("set by wait_for");
-    let settled = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let settled = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     assert_eq!(settled, new);
 }
 
 #[tokio::test(start_paused = true)]
 async fn isolated_master_publishes_loss_at_valid_until() {
     let cluster = paxos_cluster(3);
-    let old = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let old_node = &cluster.nodes[old];
     let mut updates = old_node.subscribe();
     cluster.net.isolate(old_node.node_id());
@@ -254,10 +212,7 @@ async fn isolated_master_publishes_loss_at_valid_until() {
             None => {
                 let valid_until = last_valid_until.expect("was master when isolated");
                 let now = old_node.now();
-                assert!(
-                    now >= valid_until,
-                    "lost at {now:?}, before valid_until {valid_until:?}"
-                );
+                assert!(now >= valid_until, "lost at {now:?}, before valid_until {valid_until:?}");
                 assert!(
                     now.saturating_since(valid_until) < POLL,
                     "loss published {:?} after valid_until",
@@ -273,9 +228,7 @@ async fn isolated_master_publishes_loss_at_valid_until() {
 #[tokio::test(start_paused = true)]
 async fn stop_releases_mastership_and_is_idempotent() {
     let cluster = paxos_cluster(3);
-    let old = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let old_node = &cluster.nodes[old];
 
     let start = tokio::time::Instant::now();
@@ -291,16 +244,10 @@ async fn stop_releases_mastership_and_is_idempotent() {
         })
         .await;
     let took = start.elapsed();
-    assert!(
-        took < Duration::from_secs(1),
-        "takeover after stop took {took:?}"
-    );
+    assert!(took < Duration::from_secs(1), "takeover after stop took {took:?}");
 
     old_node.stop().await.expect("second stop is fine");
-    assert!(matches!(
-        old_node.step_down().await,
-        Err(ElectionError::Stopped)
-    ));
+    assert!(matches!(old_node.step_down().await, Err(ElectionError::Stopped)));
     // A stopped node never competes again.
     cluster.observe(Duration::from_secs(2)).await;
     assert!(old_node.status().master.is_none());
@@ -310,92 +257,58 @@ async fn stop_releases_mastership_and_is_idempotent() {
 #[tokio::test(start_paused = true)]
 async fn stopping_a_follower_keeps_the_master() {
     let cluster = paxos_cluster(3);
-    let m = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let follower = (m + 1) % 3;
     cluster.nodes[follower].stop().await.expect("stop");
     cluster.observe(Duration::from_secs(2)).await;
-    assert_eq!(
-        cluster.master(),
-        Some(m),
-        "two of three nodes keep the master"
-    );
+    assert_eq!(cluster.master(), Some(m), "two of three nodes keep the master");
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_every_handle_releases_mastership() {
     let mut cluster = paxos_cluster(3);
-    let old = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     let mut updates = cluster.nodes[old].subscribe();
     let dropped = cluster.nodes.remove(old);
     drop(dropped);
 
     // The task ends: its status sender goes away after withdrawing the mastership.
-    let ended = tokio::time::timeout(Duration::from_secs(1), async {
-        while updates.changed().await.is_ok() {}
-    })
-    .await;
-    assert!(
-        ended.is_ok(),
-        "driver task still running after every handle was dropped"
-    );
+    let ended = tokio::time::timeout(Duration::from_secs(1), async { while updates.changed().await.is_ok() {} }).await;
+    assert!(ended.is_ok(), "driver task still running after every handle was dropped");
     assert!(updates.borrow().master.is_none());
 
     // The release went out, so the other two take over before the lease would run out.
-    let took = cluster
-        .wait_for(Duration::from_secs(5), "new master", |c| {
-            c.master().is_some()
-        })
-        .await;
+    let took = cluster.wait_for(Duration::from_secs(5), "new master", |c| c.master().is_some()).await;
     assert!(took < Duration::from_secs(1), "takeover took {took:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn lease_tracker_backend_elects_one_master() {
     let cluster = kind_cluster(BackendKind::LeaseTracker, 3);
-    let m = cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
     assert_eq!(cluster.nodes[m].name(), "lease-tracker");
     cluster.observe(Duration::from_secs(3)).await;
     assert_eq!(cluster.master(), Some(m));
 
     cluster.nodes[m].step_down().await.expect("step down");
     assert!(cluster.nodes[m].status().master.is_none());
-    cluster
-        .wait_for(Duration::from_secs(5), "new master", |c| {
-            c.master().is_some_and(|n| n != m)
-        })
-        .await;
+    cluster.wait_for(Duration::from_secs(5), "new master", |c| c.master().is_some_and(|n| n != m)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn paxoslease_via_build_core_elects_one_master() {
     let cluster = kind_cluster(BackendKind::PaxosLease, 5);
-    cluster
-        .wait_for_settled_master(Duration::from_secs(5), &[])
-        .await;
+    cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
 }
 
 #[test]
 fn unknown_backend_name_lists_valid_ones() {
-    let err = "raft"
-        .parse::<BackendKind>()
-        .expect_err("raft is not a backend");
+    let err = "raft".parse::<BackendKind>().expect_err("raft is not a backend");
     let text = err.to_string();
     assert!(text.contains("raft"), "{text}");
     assert!(text.contains("paxoslease, lease-tracker"), "{text}");
-    assert_eq!(
-        "lease-tracker".parse::<BackendKind>(),
-        Ok(BackendKind::LeaseTracker)
-    );
-    assert_eq!(
-        "paxoslease".parse::<BackendKind>(),
-        Ok(BackendKind::PaxosLease)
-    );
+    assert_eq!("lease-tracker".parse::<BackendKind>(), Ok(BackendKind::LeaseTracker));
+    assert_eq!("paxoslease".parse::<BackendKind>(), Ok(BackendKind::PaxosLease));
 }
 
 // --- The driver against a scripted core -------------------------------------------------
@@ -423,12 +336,8 @@ impl ElectionCore for ScriptedCore {
         Output::default()
     }
     fn mastership(&self, now: Instant) -> Option<Mastership> {
-        let live =
-            !self.stepped_down && !self.shut_down && (!self.honest || now < self.valid_until);
-        live.then_some(Mastership {
-            term: Term::ZERO,
-            valid_until: self.valid_until,
-        })
+        let live = !self.stepped_down && !self.shut_down && (!self.honest || now < self.valid_until);
+        live.then_some(Mastership { term: Term::ZERO, valid_until: self.valid_until })
     }
     fn master_hint(&self, now: Instant) -> Option<NodeId> {
         self.mastership(now).map(|_| self.id)
@@ -446,27 +355,20 @@ fn scripted(honest: bool, valid_for: Duration) -> (Arc<DrivenBackend>, LocalNetw
     let clock = MonotonicClock::new();
     let core = ScriptedCore {
         id: NodeId(1),
-        valid_until: clock.now().add(valid_for),
+        valid_until: clock.now().saturating_add(valid_for),
         honest,
         stepped_down: false,
         shut_down: false,
     };
     let (transport, inbox) = net.join(NodeId(1));
-    (
-        DrivenBackend::start("scripted", core, clock, Arc::new(transport), inbox),
-        net,
-    )
+    (DrivenBackend::start("scripted", core, clock, Arc::new(transport), inbox), net)
 }
 
 #[tokio::test(start_paused = true)]
 async fn driver_publishes_expiry_without_a_core_timer() {
     let (backend, _net) = scripted(true, Duration::from_millis(300));
     let mut updates = backend.subscribe();
-    let valid_until = updates
-        .borrow_and_update()
-        .master
-        .expect("master at start")
-        .valid_until;
+    let valid_until = updates.borrow_and_update().master.expect("master at start").valid_until;
     tokio::time::timeout(Duration::from_secs(1), updates.changed())
         .await
         .expect("expiry published")
@@ -481,10 +383,7 @@ async fn status_never_claims_mastership_past_valid_until() {
     let (backend, _net) = scripted(false, Duration::from_millis(300));
     assert!(backend.status().master.is_some());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        backend.status().master.is_none(),
-        "claimed mastership at valid_until"
-    );
+    assert!(backend.status().master.is_none(), "claimed mastership at valid_until");
     // The driver does not spin on the expired claim either: time still advances and the
     // backend still answers commands.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -492,10 +391,7 @@ async fn status_never_claims_mastership_past_valid_until() {
     backend.step_down().await.expect("step down");
     backend.stop().await.expect("stop");
     backend.stop().await.expect("stop again");
-    assert!(matches!(
-        backend.step_down().await,
-        Err(ElectionError::Stopped)
-    ));
+    assert!(matches!(backend.step_down().await, Err(ElectionError::Stopped)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -503,13 +399,7 @@ async fn step_down_and_stop_publish_before_returning() {
     let (backend, _net) = scripted(true, Duration::from_secs(10));
     assert!(backend.status().master.is_some());
     backend.step_down().await.expect("step down");
-    assert_eq!(
-        backend.status(),
-        ElectionStatus {
-            master: None,
-            hint: None
-        }
-    );
+    assert_eq!(backend.status(), ElectionStatus { master: None, hint: None });
     let (backend, _net) = scripted(true, Duration::from_secs(10));
     backend.stop().await.expect("stop");
     assert!(backend.status().master.is_none());
@@ -523,7 +413,7 @@ async fn monotonic_clock_follows_tokio_time() {
     tokio::time::advance(Duration::from_millis(1500)).await;
     let t1 = clock.now();
     assert_eq!(t1.saturating_since(t0), Duration::from_millis(1500));
-    let target = t1.add(Duration::from_millis(250));
+    let target = t1.saturating_add(Duration::from_millis(250));
     tokio::time::sleep_until(clock.to_tokio(target)).await;
     assert_eq!(clock.now(), target);
     // An unrepresentable instant means "never", not a panic.
@@ -533,9 +423,7 @@ async fn monotonic_clock_follows_tokio_time() {
 // --- LocalNetwork -----------------------------------------------------------------------
 
 fn msg() -> ElectionMessage {
-    ElectionMessage::Naive(leasekv_lease::naive::NaiveMessage::Grant {
-        attempt: leasekv_lease::Ballot::ZERO,
-    })
+    ElectionMessage::Naive(leasekv_lease::naive::NaiveMessage::Grant { attempt: leasekv_lease::Ballot::ZERO })
 }
 
 #[tokio::test]
@@ -580,10 +468,7 @@ async fn local_network_delivers_cuts_heals_and_forgets() {
     net.leave(NodeId(2));
     a.send(NodeId(2), msg()).await;
     b.send(NodeId(1), msg()).await;
-    assert!(matches!(
-        inbox_b.try_recv(),
-        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)
-    ));
+    assert!(matches!(inbox_b.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)));
     assert!(inbox_a.try_recv().is_err());
 
     // Rejoining makes a new incarnation; the old transport stays dead.

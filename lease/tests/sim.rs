@@ -40,10 +40,7 @@ fn lease_tracker_is_safe_and_live_while_the_tracker_is_up() {
 #[test]
 fn lease_tracker_is_a_single_point_of_failure() {
     let summary = run_seeds(&config(BackendKind::LeaseTracker), 20_000, SEEDS, |_| {});
-    assert!(
-        summary.elected_seeds < SEEDS,
-        "seeds whose quiet phase kept the tracker down cannot elect anyone"
-    );
+    assert!(summary.elected_seeds < SEEDS, "seeds whose quiet phase kept the tracker down cannot elect anyone");
 }
 
 #[test]
@@ -51,7 +48,8 @@ fn naive_majority_is_safe_but_deadlocks_under_contention() {
     let naive = run_seeds(&config(BackendKind::NaiveMajority), 30_000, 200, |_| {});
     let paxos = run_seeds(&config(BackendKind::PaxosLease), 30_000, 200, |_| {});
     assert_eq!(naive.violations, 0, "{:?}", naive.examples);
-    let p50 = |s: &leasekv_lease::sim::Summary| leasekv_lease::sim::percentile(&s.acquire, 50.0).unwrap_or(Duration::MAX);
+    let p50 =
+        |s: &leasekv_lease::sim::Summary| leasekv_lease::sim::percentile(&s.acquire, 50.0).unwrap_or(Duration::MAX);
     assert!(p50(&naive) > 10 * p50(&paxos), "naive {:?} vs paxoslease {:?}", p50(&naive), p50(&paxos));
 }
 
@@ -124,10 +122,10 @@ fn uncontended_acquire_takes_two_round_trips() {
             in_flight.extend(messages.into_iter().map(|e| (node.id(), e.to, e.msg)));
         }
         if elected {
-            assert_eq!(now, Instant::ZERO.add(4 * delay), "2 round trips of 2 ms");
+            assert_eq!(now, Instant::ZERO.saturating_add(4 * delay), "2 round trips of 2 ms");
             return;
         }
-        now = now.add(delay);
+        now = now.saturating_add(delay);
         for (from, to, msg) in std::mem::take(&mut in_flight) {
             if let ElectionMessage::PaxosLease(m) = msg {
                 nodes[(to.0 - 1) as usize].handle_message(now, from, m);

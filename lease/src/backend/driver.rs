@@ -29,9 +29,7 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        MonotonicClock {
-            origin: tokio::time::Instant::now(),
-        }
+        MonotonicClock { origin: tokio::time::Instant::now() }
     }
 
     /// The current reading.
@@ -109,28 +107,12 @@ impl DrivenBackend {
     ) -> Arc<DrivenBackend> {
         let id = core.id();
         let now = clock.now();
-        let initial = ElectionStatus {
-            master: live_mastership(&core, now),
-            hint: core.master_hint(now),
-        };
+        let initial = ElectionStatus { master: live_mastership(&core, now), hint: core.master_hint(now) };
         let (status_tx, status_rx) = watch::channel(initial);
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
-        let driver = Driver {
-            name,
-            id,
-            core,
-            clock,
-            transport,
-            status: StatusPublisher(status_tx),
-        };
+        let driver = Driver { name, id, core, clock, transport, status: StatusPublisher(status_tx) };
         tokio::spawn(driver.run(inbox, commands_rx));
-        Arc::new(DrivenBackend {
-            name,
-            id,
-            clock,
-            commands: commands_tx,
-            status: status_rx,
-        })
+        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx })
     }
 
     /// Whether the driver task has exited (after [`ElectionBackend::stop`], or if it died).
@@ -158,10 +140,7 @@ impl ElectionBackend for DrivenBackend {
         let mut status = *self.status.borrow();
         // The task may be late to publish the expiry (busy runtime, slow transport); the
         // store must never act as master past valid_until, so time is checked here too.
-        if status
-            .master
-            .is_some_and(|m| m.valid_until <= self.clock.now())
-        {
+        if status.master.is_some_and(|m| m.valid_until <= self.clock.now()) {
             status.master = None;
         }
         status
@@ -177,10 +156,7 @@ impl ElectionBackend for DrivenBackend {
 
     async fn step_down(&self) -> Result<(), ElectionError> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.commands
-            .send(Command::StepDown(reply_tx))
-            .await
-            .map_err(|_| ElectionError::Stopped)?;
+        self.commands.send(Command::StepDown(reply_tx)).await.map_err(|_| ElectionError::Stopped)?;
         // A dropped reply means the task exited before handling the command.
         reply_rx.await.map_err(|_| ElectionError::Stopped)
     }
@@ -224,10 +200,7 @@ impl StatusPublisher {
 
 impl Drop for StatusPublisher {
     fn drop(&mut self) {
-        let status = ElectionStatus {
-            master: None,
-            ..self.current()
-        };
+        let status = ElectionStatus { master: None, ..self.current() };
         self.publish(status);
     }
 }
@@ -319,10 +292,7 @@ impl<C: ElectionCore> Driver<C> {
         // Flush so the release reaches the peers: they can take over at once instead of
         // waiting for the lease to run out.
         self.flush().await;
-        let status = ElectionStatus {
-            master: None,
-            ..self.status.current()
-        };
+        let status = ElectionStatus { master: None, ..self.status.current() };
         self.status.publish(status);
         tracing::debug!(backend = self.name, node = %self.id, "election backend stopped");
     }
@@ -333,10 +303,8 @@ impl<C: ElectionCore> Driver<C> {
         let now = self.clock.now();
         // Publish before sending: a lost mastership must reach the store as early as
         // possible, and sends may take a little while.
-        self.status.publish(ElectionStatus {
-            master: live_mastership(&self.core, now),
-            hint: self.core.master_hint(now),
-        });
+        self.status
+            .publish(ElectionStatus { master: live_mastership(&self.core, now), hint: self.core.master_hint(now) });
         for change in output.changes {
             self.log_change(now, change);
         }

@@ -137,9 +137,7 @@ impl BackendKind {
                 let tracker = tracker.or_else(|| peers.iter().copied().min()).unwrap_or(me);
                 Box::new(LeaseTrackerElection::new(me, peers, tracker, config, epoch, now, seed)?)
             }
-            BackendKind::NaiveMajority => {
-                Box::new(NaiveMajorityElection::new(me, peers, config, epoch, now, seed)?)
-            }
+            BackendKind::NaiveMajority => Box::new(NaiveMajorityElection::new(me, peers, config, epoch, now, seed)?),
         })
     }
 }

@@ -104,11 +104,7 @@ impl LocalNetwork {
         state.joins += 1;
         let incarnation = state.joins;
         state.members.insert(id, Member { tx, incarnation });
-        let transport = LocalTransport {
-            id,
-            incarnation,
-            state: Arc::clone(&self.state),
-        };
+        let transport = LocalTransport { id, incarnation, state: Arc::clone(&self.state) };
         (transport, rx)
     }
 
@@ -152,9 +148,7 @@ impl LocalNetwork {
 /// state consistent, so a panic elsewhere while holding the lock (a failed test assertion
 /// in another thread) must not take the network down with it.
 fn lock(state: &Mutex<NetState>) -> MutexGuard<'_, NetState> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One node's sending end of a [`LocalNetwork`].
@@ -177,10 +171,7 @@ impl Transport for LocalTransport {
     async fn send(&self, to: NodeId, msg: ElectionMessage) {
         let tx = {
             let state = lock(&self.state);
-            let current = state
-                .members
-                .get(&self.id)
-                .is_some_and(|m| m.incarnation == self.incarnation);
+            let current = state.members.get(&self.id).is_some_and(|m| m.incarnation == self.incarnation);
             if !current || !state.link_up(self.id, to) {
                 return;
             }

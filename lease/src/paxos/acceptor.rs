@@ -66,19 +66,13 @@ impl Acceptor {
     /// malformed (owner other than the proposer, duration not below `max_lease_time`; only
     /// a misconfigured or malicious peer sends those, and accepting a lease longer than the
     /// restart quarantine would break safety).
-    pub fn on_propose(
-        &mut self,
-        now: Instant,
-        ballot: Ballot,
-        proposal: Proposal,
-        max_lease_time: Duration,
-    ) -> Body {
+    pub fn on_propose(&mut self, now: Instant, ballot: Ballot, proposal: Proposal, max_lease_time: Duration) -> Body {
         let well_formed = proposal.owner == ballot.node && proposal.duration < max_lease_time;
         if ballot < self.promised || !well_formed {
             return Body::ProposeResponse { ballot, accepted: false, promised: self.promised };
         }
         self.promised = ballot;
-        self.accepted = Some(Held { ballot, expires_at: now.add(proposal.duration) });
+        self.accepted = Some(Held { ballot, expires_at: now.saturating_add(proposal.duration) });
         Body::ProposeResponse { ballot, accepted: true, promised: self.promised }
     }
 

@@ -91,9 +91,6 @@ pub enum Body {
 impl Body {
     /// Whether the body is addressed to the acceptor role (as opposed to the proposer).
     pub fn is_for_acceptor(&self) -> bool {
-        matches!(
-            self,
-            Body::PrepareRequest { .. } | Body::ProposeRequest { .. } | Body::Release { .. }
-        )
+        matches!(self, Body::PrepareRequest { .. } | Body::ProposeRequest { .. } | Body::Release { .. })
     }
 }

@@ -51,7 +51,7 @@ impl LeaseNode {
         peers.sort();
         peers.dedup();
         let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
-        let quarantine_until = if quarantined { now.add(config.max_lease_time) } else { now };
+        let quarantine_until = if quarantined { now.saturating_add(config.max_lease_time) } else { now };
         LeaseNode {
             me,
             peers,
@@ -84,10 +84,7 @@ impl LeaseNode {
     /// Starts competing for `resource`.
     pub fn acquire(&mut self, now: Instant, resource: ResourceId) {
         let (me, epoch, n, config) = (self.me, self.epoch, self.peers.len(), self.config.clone());
-        self.proposers
-            .entry(resource)
-            .or_insert_with(|| Proposer::new(me, epoch, n, config))
-            .acquire(now);
+        self.proposers.entry(resource).or_insert_with(|| Proposer::new(me, epoch, n, config)).acquire(now);
         self.on_timeout(now);
     }
 
@@ -170,10 +167,7 @@ impl LeaseNode {
                 _ => None,
             };
             if let Some(body) = reply {
-                self.outbox.push(Envelope {
-                    to: from,
-                    msg: ElectionMessage::PaxosLease(Message { resource, body }),
-                });
+                self.outbox.push(Envelope { to: from, msg: ElectionMessage::PaxosLease(Message { resource, body }) });
             }
         } else if let Some(p) = self.proposers.get_mut(&resource) {
             let mut out = ProposerOutput::default();
@@ -235,8 +229,5 @@ pub(crate) fn output_for(
     resource: ResourceId,
     (messages, changes): (Vec<Envelope>, Vec<(ResourceId, LeadershipChange)>),
 ) -> Output {
-    Output {
-        messages,
-        changes: changes.into_iter().filter(|(r, _)| *r == resource).map(|(_, c)| c).collect(),
-    }
+    Output { messages, changes: changes.into_iter().filter(|(r, _)| *r == resource).map(|(_, c)| c).collect() }
 }

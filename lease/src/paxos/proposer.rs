@@ -131,9 +131,7 @@ impl Proposer {
 
     /// Whether this node holds the lease at `now`.
     pub fn mastership(&self, now: Instant) -> Option<Mastership> {
-        self.lease
-            .filter(|l| now < l.expires_at)
-            .map(|l| Mastership { term: l.term, valid_until: l.expires_at })
+        self.lease.filter(|l| now < l.expires_at).map(|l| Mastership { term: l.term, valid_until: l.expires_at })
     }
 
     /// The believed holder, for redirects only.
@@ -158,7 +156,7 @@ impl Proposer {
         }
         self.round = Round::Idle;
         self.wanted = keep_competing;
-        self.hold_off_until = now.add(self.config.step_down_hold);
+        self.hold_off_until = now.saturating_add(self.config.step_down_hold);
         self.next_attempt = keep_competing.then_some(self.hold_off_until);
     }
 
@@ -208,7 +206,7 @@ impl Proposer {
         let ballot = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
         self.round = Round::Preparing {
             ballot,
-            deadline: now.add(self.config.round_timeout),
+            deadline: now.saturating_add(self.config.round_timeout),
             open: Votes::default(),
             blocked: Votes::default(),
             longest_foreign: None,
@@ -225,11 +223,11 @@ impl Proposer {
             crate::time::duration_nanos(self.config.backoff_min),
             crate::time::duration_nanos(self.config.backoff_max),
         ));
-        let mut retry = now.add(jitter);
+        let mut retry = now.saturating_add(jitter);
         match round {
             Round::Preparing { longest_foreign: Some(remaining), .. } => {
                 // Another lease is running: trying before it ends cannot succeed.
-                retry = retry.add(remaining);
+                retry = retry.saturating_add(remaining);
             }
             Round::Proposing { ballot, .. } if self.lease.is_none() => {
                 // Nobody believes in this half-accepted lease; free the acceptors that took
@@ -242,7 +240,7 @@ impl Proposer {
         }
         if self.lease.is_some() {
             // Extending: retry soon, the lease is still running.
-            retry = now.add(jitter.min(self.config.round_timeout));
+            retry = now.saturating_add(jitter.min(self.config.round_timeout));
         }
         self.next_attempt = Some(retry.max(self.hold_off_until));
     }
@@ -267,7 +265,7 @@ impl Proposer {
                 let breakage = self.config.breakage;
                 if let Round::Preparing { ballot: b, blocked, .. } = &mut self.round {
                     if *b == ballot {
-                        blocked.add(from);
+                        blocked.record(from);
                         let against = blocked.count(breakage);
                         if self.hopeless(against) {
                             self.fail_round(now, rng, out);
@@ -282,11 +280,11 @@ impl Proposer {
             Body::Learned { owner, ballot, duration } => {
                 self.observe(ballot);
                 if owner != self.me && self.lease.is_none() {
-                    self.hint = Some(Hint { owner, ballot, until: now.add(duration) });
+                    self.hint = Some(Hint { owner, ballot, until: now.saturating_add(duration) });
                     if self.round == Round::Idle && self.wanted {
                         // Stay quiet while the holder's lease runs: a prepare now would only
                         // disturb its next extension.
-                        let after = now.add(duration);
+                        let after = now.saturating_add(duration);
                         self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
                     }
                 }
@@ -315,12 +313,13 @@ impl Proposer {
         match accepted {
             // Empty, or this very incarnation's own lease (an extension). A lease this node
             // held before a restart is someone else's as far as safety goes.
-            None => open.add(from),
-            Some(lease) if lease.ballot.is_incarnation_of(me, epoch) => open.add(from),
+            None => open.record(from),
+            Some(lease) if lease.ballot.is_incarnation_of(me, epoch) => open.record(from),
             Some(lease) => {
-                blocked.add(from);
+                blocked.record(from);
                 *longest_foreign = Some(longest_foreign.map_or(lease.remaining, |d| d.max(lease.remaining)));
-                self.hint = Some(Hint { owner: lease.owner, ballot: lease.ballot, until: now.add(lease.remaining) });
+                self.hint =
+                    Some(Hint { owner: lease.owner, ballot: lease.ballot, until: now.saturating_add(lease.remaining) });
             }
         }
         let (open_count, blocked_count) = (open.count(breakage), blocked.count(breakage));
@@ -334,10 +333,10 @@ impl Proposer {
     /// Phase 2. The lease timer starts here, before the request is sent: every acceptor
     /// starts its own timer later, so the holder's belief ends first.
     fn propose(&mut self, now: Instant, ballot: Ballot, out: &mut ProposerOutput) {
-        let expires_at = now.add(self.config.holder_validity());
+        let expires_at = now.saturating_add(self.config.holder_validity());
         self.round = Round::Proposing {
             ballot,
-            deadline: now.add(self.config.round_timeout),
+            deadline: now.saturating_add(self.config.round_timeout),
             accepted: Votes::default(),
             rejected: Votes::default(),
             expires_at,
@@ -367,27 +366,27 @@ impl Proposer {
             return;
         }
         if !was_accepted {
-            rejected.add(from);
+            rejected.record(from);
             let against = rejected.count(breakage);
             if self.hopeless(against) {
                 self.fail_round(now, rng, out);
             }
             return;
         }
-        accepted.add(from);
+        accepted.record(from);
         if accepted.count(breakage) < majority {
             return;
         }
         let mut expires_at = *expires_at;
         if breakage == Breakage::LateTimer {
-            expires_at = now.add(self.config.holder_validity());
+            expires_at = now.saturating_add(self.config.holder_validity());
         }
         self.round = Round::Idle;
         // The timer of this round started when it proposed, one validity before expiry.
         let started = Instant::from_nanos(
             expires_at.as_nanos().saturating_sub(crate::time::duration_nanos(self.config.holder_validity())),
         );
-        self.next_attempt = Some(started.add(self.config.renew_interval));
+        self.next_attempt = Some(started.saturating_add(self.config.renew_interval));
         self.hint = None;
         match self.lease {
             Some(held) if now < held.expires_at => {
@@ -419,6 +418,6 @@ impl Proposer {
             self.hint = None;
         }
         let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_min)));
-        self.next_attempt = Some(now.add(jitter).max(self.hold_off_until));
+        self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
     }
 }

@@ -82,20 +82,19 @@ fn timer_starts_before_the_propose_is_sent() {
     // The accept arrives much later; validity still counts from 10 ms.
     deliver(&mut n1, at(90), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
     let m = n1.mastership(at(90), R).expect("elected");
-    assert_eq!(m.valid_until, at(10).add(validity));
+    assert_eq!(m.valid_until, at(10).saturating_add(validity));
 }
 
 #[test]
 fn late_timer_control_really_is_broken() {
-    let mut config = LeaseConfig::default();
-    config.breakage = Breakage::LateTimer;
+    let config = LeaseConfig { breakage: Breakage::LateTimer, ..LeaseConfig::default() };
     let validity = config.holder_validity();
     let mut n1 = node(1, 3, config);
     n1.acquire(at(0), R);
     let ballot = prepare_ballot(&sent(&mut n1).0);
     deliver(&mut n1, at(10), 2, Body::PrepareResponse { ballot, accepted: None });
     deliver(&mut n1, at(90), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
-    assert_eq!(n1.mastership(at(90), R).map(|m| m.valid_until), Some(at(90).add(validity)));
+    assert_eq!(n1.mastership(at(90), R).map(|m| m.valid_until), Some(at(90).saturating_add(validity)));
 }
 
 #[test]
@@ -114,8 +113,7 @@ fn duplicated_answers_of_one_acceptor_count_once() {
 
 #[test]
 fn count_duplicates_control_really_is_broken() {
-    let mut config = LeaseConfig::default();
-    config.breakage = Breakage::CountDuplicates;
+    let config = LeaseConfig { breakage: Breakage::CountDuplicates, ..LeaseConfig::default() };
     let mut n1 = node(1, 5, config);
     n1.acquire(at(0), R);
     let ballot = prepare_ballot(&sent(&mut n1).0);
@@ -181,9 +179,9 @@ fn restarted_acceptor_is_silent_for_the_max_lease_time() {
     let restarted = RestartEpoch { value: 2, first_start: false };
     let mut n2 = LeaseNode::new(NodeId(2), &ids(3), config, restarted, at(0), 7);
     let ballot = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
-    deliver(&mut n2, at(0).add(m - Duration::from_millis(1)), 1, Body::PrepareRequest { ballot });
+    deliver(&mut n2, at(0).saturating_add(m - Duration::from_millis(1)), 1, Body::PrepareRequest { ballot });
     assert!(sent(&mut n2).0.is_empty(), "quarantined acceptor must not answer");
-    deliver(&mut n2, at(0).add(m), 1, Body::PrepareRequest { ballot });
+    deliver(&mut n2, at(0).saturating_add(m), 1, Body::PrepareRequest { ballot });
     assert_eq!(sent(&mut n2).0.len(), 1);
 }
 
@@ -197,8 +195,7 @@ fn first_start_needs_no_quarantine() {
 
 #[test]
 fn no_quarantine_control_really_is_broken() {
-    let mut config = LeaseConfig::default();
-    config.breakage = Breakage::NoQuarantine;
+    let config = LeaseConfig { breakage: Breakage::NoQuarantine, ..LeaseConfig::default() };
     let restarted = RestartEpoch { value: 2, first_start: false };
     let n2 = LeaseNode::new(NodeId(2), &ids(3), config, restarted, at(0), 7);
     assert_eq!(n2.quarantine_until(), at(0));
@@ -252,7 +249,7 @@ fn holder_extends_well_before_expiry() {
     deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
     sent(&mut n1);
     let next = n1.poll_timeout().expect("renewal scheduled");
-    assert_eq!(next, at(0).add(renew));
+    assert_eq!(next, at(0).saturating_add(renew));
     assert!(renew < validity / 2);
     n1.on_timeout(next);
     let ballot2 = prepare_ballot(&sent(&mut n1).0);
@@ -286,7 +283,7 @@ fn lease_expires_without_renewal() {
     let ballot = prepare_ballot(&sent(&mut n1).0);
     deliver(&mut n1, at(0), 2, Body::PrepareResponse { ballot, accepted: None });
     deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
-    let end = at(0).add(validity);
+    let end = at(0).saturating_add(validity);
     assert!(n1.mastership(end, R).is_none(), "validity is exclusive at its end");
     // Renewals go unanswered; the timer reports the loss.
     let mut now = at(0);

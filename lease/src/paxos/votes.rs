@@ -14,7 +14,7 @@ pub struct Votes {
 
 impl Votes {
     /// Records `from`'s vote.
-    pub fn add(&mut self, from: NodeId) {
+    pub fn record(&mut self, from: NodeId) {
         self.answers += 1;
         if !self.voters.contains(&from) {
             self.voters.push(from);

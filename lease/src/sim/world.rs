@@ -73,9 +73,9 @@ impl SimConfig {
 
     /// The liveness bound, stated: once the quiet phase starts (every link loss-free and
     /// connected among the live majority, no more faults), some node is master within
-    /// M (quarantine of nodes restarted at that moment) + T (leases granted just before)
-    /// + the longest held-up message (a stale proposal may still land) + 1 s for rounds
-    /// and back-off.
+    /// `M + T + stall_max + 1 s`: M for the quarantine of nodes restarted at that moment,
+    /// T for leases granted just before, the longest stalled message (a stale proposal may
+    /// still land), and a second for rounds and back-off.
     pub fn liveness_bound(&self) -> Duration {
         self.lease.max_lease_time
             + self.lease.lease_time
@@ -192,7 +192,13 @@ impl World {
                     _ => 1.0 - eps + 2.0 * eps * rng.next_f64(),
                 };
                 let offset = rng.range_u64(0, 1_000_000 * MS);
-                Slot { id, core: None, epochs: MemoryEpochStore::default(), clock: SimClock::new(offset, rate), timer_generation: 0 }
+                Slot {
+                    id,
+                    core: None,
+                    epochs: MemoryEpochStore::default(),
+                    clock: SimClock::new(offset, rate),
+                    timer_generation: 0,
+                }
             })
             .collect();
         let mut clean = config.faults.clone();
@@ -420,13 +426,11 @@ impl World {
                 let heal = self.rng.range_u64(300, 3000) * MS;
                 self.queue.push(self.now + heal, Event::Heal);
             }
-            2 | 3 => {
-                // Crash one node; sometimes it is back almost at once.
-                if self.slots[victim].core.is_some() {
-                    self.crash(victim);
-                    let back = if self.rng.chance(0.3) { self.rng.range_u64(1, 50) } else { self.rng.range_u64(200, 3000) };
-                    self.queue.push(self.now + back * MS, Event::Restart { node: victim });
-                }
+            // Crash one node; sometimes it is back almost at once.
+            2 | 3 if self.slots[victim].core.is_some() => {
+                self.crash(victim);
+                let back = if self.rng.chance(0.3) { self.rng.range_u64(1, 50) } else { self.rng.range_u64(200, 3000) };
+                self.queue.push(self.now + back * MS, Event::Restart { node: victim });
             }
             4 => {
                 // Restart storm: a majority of the nodes other than the master restart quickly.
