@@ -45,8 +45,8 @@ fn lease_tracker_is_a_single_point_of_failure() {
 
 #[test]
 fn naive_majority_is_safe_but_deadlocks_under_contention() {
-    let naive = run_seeds(&config(BackendKind::NaiveMajority), 30_000, 200, |_| {});
-    let paxos = run_seeds(&config(BackendKind::PaxosLease), 30_000, 200, |_| {});
+    let naive = run_seeds(&config(BackendKind::NaiveMajority), 30_000, SEEDS, |_| {});
+    let paxos = run_seeds(&config(BackendKind::PaxosLease), 30_000, SEEDS, |_| {});
     assert_eq!(naive.violations, 0, "{:?}", naive.examples);
     let p50 =
         |s: &leasekv_lease::sim::Summary| leasekv_lease::sim::percentile(&s.acquire, 50.0).unwrap_or(Duration::MAX);

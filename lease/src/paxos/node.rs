@@ -166,6 +166,16 @@ impl LeaseNode {
                 }
                 _ => None,
             };
+            let foreign_round = from != self.me
+                && matches!(
+                    reply,
+                    Some(Body::PrepareResponse { .. }) | Some(Body::ProposeResponse { accepted: true, .. })
+                );
+            if foreign_round {
+                if let Some(p) = self.proposers.get_mut(&resource) {
+                    p.on_foreign_round(now, &mut self.rng);
+                }
+            }
             if let Some(body) = reply {
                 self.outbox.push(Envelope { to: from, msg: ElectionMessage::PaxosLease(Message { resource, body }) });
             }

@@ -86,6 +86,8 @@ pub struct Proposer {
     /// Ballots of the latest ProposeRequests sent, which acceptors may still hold for this
     /// node; a release names each of them.
     recent_proposals: Vec<Ballot>,
+    /// Consecutive failed rounds, which widen the back-off.
+    failures: u32,
 }
 
 /// How many recent proposal ballots a release names. Older ones have run out at every
@@ -109,6 +111,7 @@ impl Proposer {
             hold_off_until: Instant::ZERO,
             hint: None,
             recent_proposals: Vec::new(),
+            failures: 0,
         }
     }
 
@@ -219,10 +222,14 @@ impl Proposer {
     /// another node's lease has run out if an acceptor reported one.
     fn fail_round(&mut self, now: Instant, rng: &mut SplitMix64, out: &mut ProposerOutput) {
         let round = std::mem::replace(&mut self.round, Round::Idle);
-        let jitter = Duration::from_nanos(rng.range_u64(
-            crate::time::duration_nanos(self.config.backoff_min),
-            crate::time::duration_nanos(self.config.backoff_max),
-        ));
+        // Duelling proposers keep pre-empting each other; widening the random back-off with
+        // every consecutive failure makes it ever likelier that one round runs alone.
+        self.failures = self.failures.saturating_add(1);
+        let widened = self.config.backoff_max.saturating_mul(1 << self.failures.min(6)) / 2;
+        let ceiling = widened.min(self.config.lease_time / 8).max(self.config.backoff_max);
+        let jitter = Duration::from_nanos(
+            rng.range_u64(crate::time::duration_nanos(self.config.backoff_min), crate::time::duration_nanos(ceiling)),
+        );
         let mut retry = now.saturating_add(jitter);
         match round {
             Round::Preparing { longest_foreign: Some(remaining), .. } => {
@@ -382,6 +389,7 @@ impl Proposer {
             expires_at = now.saturating_add(self.config.holder_validity());
         }
         self.round = Round::Idle;
+        self.failures = 0;
         // The timer of this round started when it proposed, one validity before expiry.
         let started = Instant::from_nanos(
             expires_at.as_nanos().saturating_sub(crate::time::duration_nanos(self.config.holder_validity())),
@@ -419,5 +427,17 @@ impl Proposer {
         }
         let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_min)));
         self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
+    }
+
+    /// This node's acceptor just promised or accepted another proposer's ballot. While this
+    /// node holds nothing, it stays out of that round's way for one round timeout: pre-empting
+    /// a round that may well succeed is how duelling proposers livelock.
+    pub fn on_foreign_round(&mut self, now: Instant, rng: &mut SplitMix64) {
+        if self.lease.is_some() || !self.wanted || self.round != Round::Idle {
+            return;
+        }
+        let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_max)));
+        let after = now.saturating_add(self.config.round_timeout + jitter);
+        self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
     }
 }

@@ -285,7 +285,8 @@ impl World {
                     let node = self.index(master);
                     self.crash(node);
                     self.crashed_master = Some((master, self.now));
-                    self.queue.push(self.now + 1000 * MS, Event::Restart { node });
+                    // Down until the chaos starts, so failover is measured among the survivors.
+                    self.queue.push(self.config.chaos_start(), Event::Restart { node });
                 }
             }
             Event::Chaos => self.chaos(),
