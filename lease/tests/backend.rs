@@ -75,6 +75,17 @@ impl Cluster {
 
     /// Polls until `done` holds, checking safety at every poll; returns the virtual time
     /// it took, or fails the test after `limit`.
+    /// Waits (at most 5 s of virtual time) until a node other than `old` is master.
+    async fn wait_for_master_other_than(&self, old: usize, what: &str) -> usize {
+        let mut new = None;
+        self.wait_for(Duration::from_secs(5), what, |c| {
+            new = c.master().filter(|&m| m != old);
+            new.is_some()
+        })
+        .await;
+        new.unwrap_or_else(|| panic!("{what}: wait_for returned without a new master"))
+    }
+
     async fn wait_for(&self, limit: Duration, what: &str, mut done: impl FnMut(&Self) -> bool) -> Duration {
         let start = tokio::time::Instant::now();
         let max_polls = limit.as_millis() / POLL.as_millis() + 1;
@@ -144,16 +155,9 @@ async fn step_down_hands_mastership_over_quickly() {
     assert!(cluster.nodes[old].status().master.is_none(), "still master after step_down");
     assert!(cluster.nodes[old].subscribe().borrow().master.is_none());
 
-    let mut new = None;
-    cluster
-        .wait_for(Duration::from_secs(5), "new master after step-down", |c| {
-            new = c.master().filter(|&m| m != old);
-            new.is_some()
-        })
-        .await;
+    let new = cluster.wait_for_master_other_than(old, "new master after step-down").await;
     let took = start.elapsed();
     assert!(took < Duration::from_secs(1), "takeover took {took:?}");
-    let new = new.expect("set by wait_for");
     let new_term = cluster.nodes[new].status().term().expect("master");
     assert!(new_term > old_term, "terms must grow: {old_term} then {new_term}");
 }
@@ -185,9 +189,8 @@ async fn isolated_master_expires_and_another_takes_over() {
 
     // Healing does not produce a second master: the old one rejoins as a follower.
     cluster.net.heal();
-    let new = new.expect("set by wait_for");
     let settled = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
-    assert_eq!(settled, new);
+    assert_eq!(Some(settled), new);
 }
 
 #[tokio::test(start_paused = true)]
@@ -236,13 +239,7 @@ async fn stop_releases_mastership_and_is_idempotent() {
     assert!(old_node.status().master.is_none());
     assert!(old_node.is_stopped());
 
-    let mut new = None;
-    cluster
-        .wait_for(Duration::from_secs(5), "new master after stop", |c| {
-            new = c.master().filter(|&m| m != old);
-            new.is_some()
-        })
-        .await;
+    let new = cluster.wait_for_master_other_than(old, "new master after stop").await;
     let took = start.elapsed();
     assert!(took < Duration::from_secs(1), "takeover after stop took {took:?}");
 
@@ -251,7 +248,7 @@ async fn stop_releases_mastership_and_is_idempotent() {
     // A stopped node never competes again.
     cluster.observe(Duration::from_secs(2)).await;
     assert!(old_node.status().master.is_none());
-    assert_eq!(cluster.master(), new);
+    assert_eq!(cluster.master(), Some(new));
 }
 
 #[tokio::test(start_paused = true)]

@@ -53,6 +53,35 @@ fn prepare_ballot(messages: &[(NodeId, Body)]) -> Ballot {
         .expect("a PrepareRequest was sent")
 }
 
+/// A 3-node cluster's node 1 after it sent its first PrepareRequest, and that ballot.
+fn preparing(config: LeaseConfig) -> (LeaseNode, Ballot) {
+    let mut n1 = node(1, 3, config);
+    n1.acquire(at(0), R);
+    let ballot = prepare_ballot(&sent(&mut n1).0);
+    (n1, ballot)
+}
+
+/// Node 1 of a 3-node cluster, elected at 0 ms with n2's help.
+fn elected(config: LeaseConfig) -> (LeaseNode, Ballot) {
+    let (mut n1, ballot) = preparing(config);
+    deliver(&mut n1, at(0), 2, Body::PrepareResponse { ballot, accepted: None });
+    deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    (n1, ballot)
+}
+
+/// A lease reported by an acceptor: `counter.epoch.node`, 500 ms left.
+fn lease_of(node: u32, epoch: u32, counter: u64) -> AcceptedLease {
+    AcceptedLease {
+        ballot: Ballot { counter, epoch, node: NodeId(node) },
+        owner: NodeId(node),
+        remaining: Duration::from_millis(500),
+    }
+}
+
+fn proposed(out: &[(NodeId, Body)]) -> bool {
+    out.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. }))
+}
+
 #[test]
 fn uncontended_acquire_sends_prepare_then_propose_and_is_elected() {
     let mut n1 = node(1, 3, LeaseConfig::default());
@@ -73,9 +102,7 @@ fn uncontended_acquire_sends_prepare_then_propose_and_is_elected() {
 fn timer_starts_before_the_propose_is_sent() {
     let config = LeaseConfig::default();
     let validity = config.holder_validity();
-    let mut n1 = node(1, 3, config);
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
+    let (mut n1, ballot) = preparing(config);
     // Majority of promises at 10 ms: the propose goes out and the timer starts then.
     deliver(&mut n1, at(10), 2, Body::PrepareResponse { ballot, accepted: None });
     sent(&mut n1);
@@ -89,9 +116,7 @@ fn timer_starts_before_the_propose_is_sent() {
 fn late_timer_control_really_is_broken() {
     let config = LeaseConfig { breakage: Breakage::LateTimer, ..LeaseConfig::default() };
     let validity = config.holder_validity();
-    let mut n1 = node(1, 3, config);
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
+    let (mut n1, ballot) = preparing(config);
     deliver(&mut n1, at(10), 2, Body::PrepareResponse { ballot, accepted: None });
     deliver(&mut n1, at(90), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
     assert_eq!(n1.mastership(at(90), R).map(|m| m.valid_until), Some(at(90).saturating_add(validity)));
@@ -108,7 +133,7 @@ fn duplicated_answers_of_one_acceptor_count_once() {
     let (out, _) = sent(&mut n1);
     assert!(out.is_empty(), "self + n2 are 2 of 5: no majority, no propose; sent {out:?}");
     deliver(&mut n1, at(1), 3, Body::PrepareResponse { ballot, accepted: None });
-    assert!(sent(&mut n1).0.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. })));
+    assert!(proposed(&sent(&mut n1).0));
 }
 
 #[test]
@@ -119,23 +144,17 @@ fn count_duplicates_control_really_is_broken() {
     let ballot = prepare_ballot(&sent(&mut n1).0);
     deliver(&mut n1, at(1), 2, Body::PrepareResponse { ballot, accepted: None });
     deliver(&mut n1, at(1), 2, Body::PrepareResponse { ballot, accepted: None });
-    assert!(sent(&mut n1).0.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. })));
+    assert!(proposed(&sent(&mut n1).0));
 }
 
 #[test]
 fn another_nodes_running_lease_blocks_the_round() {
-    let mut n1 = node(1, 3, LeaseConfig::default());
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
-    let theirs = AcceptedLease {
-        ballot: Ballot { counter: 1, epoch: 1, node: NodeId(2) },
-        owner: NodeId(2),
-        remaining: Duration::from_millis(500),
-    };
+    let (mut n1, ballot) = preparing(LeaseConfig::default());
+    let theirs = lease_of(2, 1, 1);
     deliver(&mut n1, at(1), 2, Body::PrepareResponse { ballot, accepted: Some(theirs) });
     deliver(&mut n1, at(1), 3, Body::PrepareResponse { ballot, accepted: Some(theirs) });
     let (out, _) = sent(&mut n1);
-    assert!(!out.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. })));
+    assert!(!proposed(&out));
     assert_eq!(n1.holder_hint(at(1), R), Some(NodeId(2)));
     // It waits out the other lease before trying again.
     assert!(n1.poll_timeout().expect("a retry is scheduled") >= at(501));
@@ -147,29 +166,19 @@ fn own_lease_from_before_a_restart_is_not_extended() {
     let mut n1 = LeaseNode::new(NodeId(1), &ids(3), LeaseConfig::default(), restarted, at(0), 7);
     n1.acquire(at(0), R);
     let ballot = prepare_ballot(&sent(&mut n1).0);
-    let old_self = AcceptedLease {
-        ballot: Ballot { counter: 40, epoch: 1, node: NodeId(1) },
-        owner: NodeId(1),
-        remaining: Duration::from_millis(500),
-    };
+    let old_self = lease_of(1, 1, 40);
     // Its own acceptor is in quarantine, so n2 and n3 decide.
     deliver(&mut n1, at(1), 2, Body::PrepareResponse { ballot, accepted: Some(old_self) });
     deliver(&mut n1, at(1), 3, Body::PrepareResponse { ballot, accepted: Some(old_self) });
-    assert!(!sent(&mut n1).0.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. })));
+    assert!(!proposed(&sent(&mut n1).0));
 }
 
 #[test]
 fn own_lease_of_this_incarnation_is_extended() {
-    let mut n1 = node(1, 3, LeaseConfig::default());
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
-    let mine = AcceptedLease {
-        ballot: Ballot { counter: 0, epoch: 1, node: NodeId(1) },
-        owner: NodeId(1),
-        remaining: Duration::from_millis(500),
-    };
+    let (mut n1, ballot) = preparing(LeaseConfig::default());
+    let mine = lease_of(1, 1, 0);
     deliver(&mut n1, at(1), 2, Body::PrepareResponse { ballot, accepted: Some(mine) });
-    assert!(sent(&mut n1).0.iter().any(|(_, b)| matches!(b, Body::ProposeRequest { .. })));
+    assert!(proposed(&sent(&mut n1).0));
 }
 
 #[test]
@@ -203,9 +212,7 @@ fn no_quarantine_control_really_is_broken() {
 
 #[test]
 fn rejection_pushes_the_counter_past_the_promise() {
-    let mut n1 = node(1, 3, LeaseConfig::default());
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
+    let (mut n1, ballot) = preparing(LeaseConfig::default());
     let promised = Ballot { counter: 41, epoch: 3, node: NodeId(3) };
     deliver(&mut n1, at(1), 2, Body::PrepareRejected { ballot, promised });
     deliver(&mut n1, at(1), 3, Body::PrepareRejected { ballot, promised });
@@ -242,11 +249,7 @@ fn holder_extends_well_before_expiry() {
     let config = LeaseConfig::default();
     let renew = config.renew_interval;
     let validity = config.holder_validity();
-    let mut n1 = node(1, 3, config);
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
-    deliver(&mut n1, at(0), 2, Body::PrepareResponse { ballot, accepted: None });
-    deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    let (mut n1, ballot) = elected(config);
     sent(&mut n1);
     let next = n1.poll_timeout().expect("renewal scheduled");
     assert_eq!(next, at(0).saturating_add(renew));
@@ -258,11 +261,7 @@ fn holder_extends_well_before_expiry() {
 
 #[test]
 fn step_down_stops_believing_then_releases_by_ballot() {
-    let mut n1 = node(1, 3, LeaseConfig::default());
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
-    deliver(&mut n1, at(0), 2, Body::PrepareResponse { ballot, accepted: None });
-    deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    let (mut n1, ballot) = elected(LeaseConfig::default());
     sent(&mut n1);
     n1.release(at(5), R, true);
     assert!(n1.mastership(at(5), R).is_none());
@@ -278,11 +277,7 @@ fn step_down_stops_believing_then_releases_by_ballot() {
 fn lease_expires_without_renewal() {
     let config = LeaseConfig::default();
     let validity = config.holder_validity();
-    let mut n1 = node(1, 3, config);
-    n1.acquire(at(0), R);
-    let ballot = prepare_ballot(&sent(&mut n1).0);
-    deliver(&mut n1, at(0), 2, Body::PrepareResponse { ballot, accepted: None });
-    deliver(&mut n1, at(0), 2, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    let (mut n1, _) = elected(config);
     let end = at(0).saturating_add(validity);
     assert!(n1.mastership(end, R).is_none(), "validity is exclusive at its end");
     // Renewals go unanswered; the timer reports the loss.
