@@ -13,7 +13,7 @@ use crate::epoch::RestartEpoch;
 use crate::ids::NodeId;
 use crate::message::ElectionMessage;
 use crate::rng::SplitMix64;
-use crate::time::{duration_nanos, Instant};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -175,9 +175,7 @@ impl NaiveMajorityElection {
     }
 
     fn jitter(&mut self) -> Duration {
-        Duration::from_nanos(
-            self.rng.range_u64(duration_nanos(self.config.backoff_min), duration_nanos(self.config.backoff_max)),
-        )
+        self.rng.duration_between(self.config.backoff_min, self.config.backoff_max)
     }
 }
 

@@ -43,4 +43,10 @@ impl SplitMix64 {
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.next_f64() < p
     }
+
+    /// A uniform duration in [lo, hi] (inclusive), at nanosecond resolution.
+    pub fn duration_between(&mut self, lo: std::time::Duration, hi: std::time::Duration) -> std::time::Duration {
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        std::time::Duration::from_nanos(self.range_u64(nanos(lo), nanos(hi)))
+    }
 }

@@ -16,7 +16,7 @@ use crate::epoch::RestartEpoch;
 use crate::ids::NodeId;
 use crate::message::ElectionMessage;
 use crate::rng::SplitMix64;
-use crate::time::{duration_nanos, Instant};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -210,9 +210,7 @@ impl LeaseTrackerElection {
     }
 
     fn jitter(&mut self) -> Duration {
-        Duration::from_nanos(
-            self.rng.range_u64(duration_nanos(self.config.backoff_min), duration_nanos(self.config.backoff_max)),
-        )
+        self.rng.duration_between(self.config.backoff_min, self.config.backoff_max)
     }
 
     fn handle(&mut self, now: Instant, from: NodeId, msg: TrackerMessage) {

@@ -227,9 +227,7 @@ impl Proposer {
         self.failures = self.failures.saturating_add(1);
         let widened = self.config.backoff_max.saturating_mul(1 << self.failures.min(6)) / 2;
         let ceiling = widened.min(self.config.lease_time / 8).max(self.config.backoff_max);
-        let jitter = Duration::from_nanos(
-            rng.range_u64(crate::time::duration_nanos(self.config.backoff_min), crate::time::duration_nanos(ceiling)),
-        );
+        let jitter = rng.duration_between(self.config.backoff_min, ceiling);
         let mut retry = now.saturating_add(jitter);
         match round {
             Round::Preparing { longest_foreign: Some(remaining), .. } => {
@@ -425,7 +423,7 @@ impl Proposer {
         if self.hint.is_some_and(|h| h.ballot.node == ballot.node) {
             self.hint = None;
         }
-        let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_min)));
+        let jitter = rng.duration_between(Duration::ZERO, self.config.backoff_min);
         self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
     }
 
@@ -436,7 +434,7 @@ impl Proposer {
         if self.lease.is_some() || !self.wanted || self.round != Round::Idle {
             return;
         }
-        let jitter = Duration::from_nanos(rng.range_u64(0, crate::time::duration_nanos(self.config.backoff_max)));
+        let jitter = rng.duration_between(Duration::ZERO, self.config.backoff_max);
         let after = now.saturating_add(self.config.round_timeout + jitter);
         self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
     }

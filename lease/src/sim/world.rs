@@ -390,13 +390,17 @@ impl World {
         if masters.len() > 1 {
             if !self.overlapping {
                 self.trace(|| format!("VIOLATION: {masters:?} are master at once"));
-                self.report.violations.push(Violation { seed: self.seed, at_ms: self.now as f64 / MS as f64, masters });
+                self.report.violations.push(Violation {
+                    seed: self.seed,
+                    at_ms: self.now as f64 / MS as f64,
+                    masters: masters.clone(),
+                });
             }
             self.overlapping = true;
         } else {
             self.overlapping = false;
         }
-        if self.quiet && self.report.elected_in_quiet.is_none() && !self.masters().is_empty() {
+        if self.quiet && self.report.elected_in_quiet.is_none() && !masters.is_empty() {
             self.report.elected_in_quiet = Some(Duration::from_nanos(self.now - self.config.quiet_start()));
         }
     }
