@@ -1,0 +1,237 @@
+//! The commands that go through the replicated log and the reads served beside it, with
+//! their responses. They mirror etcd's v3 requests field for field where etcd has one.
+
+use crate::error::KvError;
+use crate::types::{KeyRange, KeyValue, LeaseId, Revision};
+use serde::{Deserialize, Serialize};
+
+/// Write a key (etcd `PutRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PutRequest {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The new value.
+    pub value: Vec<u8>,
+    /// The lease to attach the key to, or [`crate::NO_LEASE`] to detach it.
+    pub lease: LeaseId,
+    /// Return the previous key-value in the response.
+    pub prev_kv: bool,
+}
+
+/// Delete one key, a range or a prefix (etcd `DeleteRangeRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeleteRangeRequest {
+    /// The keys to delete.
+    pub range: KeyRange,
+    /// Return the deleted key-values in the response.
+    pub prev_kv: bool,
+}
+
+/// Read keys at the current revision (etcd `RangeRequest`, without MVCC history).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct RangeRequest {
+    /// The keys to read.
+    pub range: KeyRange,
+    /// At most this many keys in the response; 0 means no limit.
+    pub limit: i64,
+    /// Return only the count of matching keys.
+    pub count_only: bool,
+    /// Return keys without values.
+    pub keys_only: bool,
+}
+
+/// What a [`Compare`] looks at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CompareTarget {
+    /// The value (a missing key has none and fails every value comparison, as in etcd).
+    Value(Vec<u8>),
+    /// The version (0 for a missing key).
+    Version(i64),
+    /// The create revision (0 for a missing key).
+    CreateRevision(Revision),
+    /// The mod revision (0 for a missing key).
+    ModRevision(Revision),
+    /// The lease (0 for a missing key or none).
+    Lease(LeaseId),
+}
+
+/// How a [`Compare`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CompareResult {
+    /// Stored == given.
+    Equal,
+    /// Stored > given.
+    Greater,
+    /// Stored < given.
+    Less,
+    /// Stored != given.
+    NotEqual,
+}
+
+/// One condition of a Txn (etcd `Compare`); with a range, every key in it must match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Compare {
+    /// The key or keys compared.
+    pub range: KeyRange,
+    /// The attribute and the given value.
+    pub target: CompareTarget,
+    /// The comparison.
+    pub result: CompareResult,
+}
+
+/// One operation in a Txn branch (etcd `RequestOp`; nested Txn is not supported).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TxnOp {
+    /// A read, at the revision the Txn sees.
+    Range(RangeRequest),
+    /// A write.
+    Put(PutRequest),
+    /// A delete.
+    DeleteRange(DeleteRangeRequest),
+}
+
+/// A transaction (etcd `TxnRequest`): if every compare holds, run `success`, else `failure`,
+/// atomically, in one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct TxnRequest {
+    /// The conditions.
+    pub compare: Vec<Compare>,
+    /// Run when every compare holds.
+    pub success: Vec<TxnOp>,
+    /// Run otherwise.
+    pub failure: Vec<TxnOp>,
+}
+
+/// Everything that changes the store. Applied in log order, identically on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Command {
+    /// Write a key.
+    Put(PutRequest),
+    /// Delete keys.
+    DeleteRange(DeleteRangeRequest),
+    /// A transaction.
+    Txn(TxnRequest),
+    /// Create a lease. `id == 0` lets the state machine pick a fresh id (deterministically).
+    /// `ttl` is final here: the master raised it to the minimum before proposing.
+    LeaseGrant {
+        /// The lease id, or 0.
+        id: LeaseId,
+        /// An optional name, unique among live leases.
+        name: Option<String>,
+        /// Time to live, seconds.
+        ttl: i64,
+    },
+    /// Delete a lease and every key attached to it, in one revision.
+    LeaseRevoke {
+        /// The lease.
+        id: LeaseId,
+    },
+    /// Leases whose TTL ran out on the master: each is deleted with its keys, all in one
+    /// revision. Leases already gone are skipped (a revoke may have raced the expiry).
+    LeaseExpire {
+        /// The expired leases.
+        ids: Vec<LeaseId>,
+    },
+    /// Changes nothing; a new master commits one to learn that its log is complete.
+    Barrier,
+}
+
+impl Command {
+    /// Whether this command can change the key space or the lease table.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Command::Barrier)
+    }
+}
+
+/// The answer to a [`PutRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PutResponse {
+    /// The key before the write, when asked for and it existed.
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// The answer to a [`DeleteRangeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeleteRangeResponse {
+    /// How many keys were deleted.
+    pub deleted: i64,
+    /// The deleted keys, when asked for.
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+/// The answer to a [`RangeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RangeResponse {
+    /// The keys, in key order (empty with `count_only`).
+    pub kvs: Vec<KeyValue>,
+    /// Whether `limit` cut the answer short.
+    pub more: bool,
+    /// How many keys match in all.
+    pub count: i64,
+}
+
+/// The answer to one [`TxnOp`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOpResponse {
+    /// From a range.
+    Range(RangeResponse),
+    /// From a put.
+    Put(PutResponse),
+    /// From a delete.
+    DeleteRange(DeleteRangeResponse),
+}
+
+/// The answer to a [`TxnRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TxnResponse {
+    /// Whether the compares held (and `success` ran).
+    pub succeeded: bool,
+    /// One answer per operation of the branch that ran.
+    pub responses: Vec<TxnOpResponse>,
+}
+
+/// The answer to a lease grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrantResponse {
+    /// The lease id (chosen by the state machine when the request said 0).
+    pub id: LeaseId,
+    /// The TTL granted, seconds.
+    pub ttl: i64,
+}
+
+/// The result of one applied [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResponse {
+    /// From [`Command::Put`].
+    Put(PutResponse),
+    /// From [`Command::DeleteRange`].
+    DeleteRange(DeleteRangeResponse),
+    /// From [`Command::Txn`].
+    Txn(TxnResponse),
+    /// From [`Command::LeaseGrant`].
+    LeaseGrant(LeaseGrantResponse),
+    /// From [`Command::LeaseRevoke`]: how many keys went with the lease.
+    LeaseRevoke {
+        /// Keys deleted.
+        deleted: i64,
+    },
+    /// From [`Command::LeaseExpire`]: the leases that were still alive and are now gone.
+    LeaseExpire {
+        /// Leases deleted.
+        expired: Vec<LeaseId>,
+        /// Keys deleted.
+        deleted: i64,
+    },
+    /// From [`Command::Barrier`].
+    Barrier,
+}
+
+/// What applying one command produced: the store's revision after it (the response
+/// header's revision) and the command's own result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The store revision after the command.
+    pub revision: Revision,
+    /// The command's answer, or why it was refused.
+    pub result: Result<CommandResponse, KvError>,
+}

@@ -1,0 +1,72 @@
+//! Errors a request can get from the store. The messages are the ones etcd clients expect
+//! (prefixed `etcdserver: `) where etcd has one, so that the gRPC layer can pass them on.
+
+use crate::types::LeaseId;
+use thiserror::Error;
+
+/// Why the store refused a request. Deterministic: every replica that applies the same
+/// command reaches the same error.
+#[derive(Debug, Clone, PartialEq, Eq, Error, serde::Serialize, serde::Deserialize)]
+pub enum KvError {
+    /// The key is empty.
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    /// The key is longer than allowed.
+    #[error("etcdserver: request is too large: key is {len} bytes, at most {max} are allowed")]
+    KeyTooLarge {
+        /// The key's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value is longer than allowed.
+    #[error("etcdserver: request is too large: value is {len} bytes, at most {max} are allowed")]
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A Txn branch has too many operations.
+    #[error("etcdserver: too many operations in txn request ({count}, at most {max} are allowed)")]
+    TooManyTxnOps {
+        /// Operations in the longest branch.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A Txn branch writes the same key twice.
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKeyInTxn,
+    /// The lease does not exist (never granted, revoked or expired).
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound(LeaseId),
+    /// A lease with this id already exists.
+    #[error("etcdserver: lease already exists")]
+    LeaseExists(LeaseId),
+    /// A live lease already has this name.
+    #[error("etcdserver: lease name {name:?} is already taken by lease {holder:x}")]
+    LeaseNameTaken {
+        /// The name asked for.
+        name: String,
+        /// The lease that holds it.
+        holder: LeaseId,
+    },
+    /// The lease name is empty or too long.
+    #[error("etcdserver: invalid lease name: {0}")]
+    InvalidLeaseName(String),
+    /// The TTL is zero or negative.
+    #[error("etcdserver: lease TTL must be positive, got {0}")]
+    InvalidTtl(i64),
+    /// The lease id is negative (etcd's wire ids are positive int64).
+    #[error("etcdserver: lease id must be positive, got {0}")]
+    InvalidLeaseId(LeaseId),
+    /// A range end that is below its start.
+    #[error("etcdserver: range end {end:?} is before the key {key:?}")]
+    InvalidRange {
+        /// The start key (lossy UTF-8).
+        key: String,
+        /// The end key (lossy UTF-8).
+        end: String,
+    },
+}

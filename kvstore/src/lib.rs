@@ -1,0 +1,24 @@
+//! leasekv's replicated store: everything a node does with data, with no network or runtime
+//! code.
+//!
+//! - [`state`]: the deterministic state machine (etcd revisions, leases, Txn).
+//! - [`storage`]: durable state behind a trait (sled; in memory with crash semantics).
+//! - [`log`]: the sans-IO Multi-Paxos replica core under the elected master.
+//! - [`lessor`]: the master's TTL-lease deadlines.
+//! - [`sim`]: a deterministic simulator of whole replicas with a linearizability checker.
+
+pub mod command;
+pub mod error;
+pub mod lessor;
+pub mod limits;
+pub mod log;
+pub mod sim;
+pub mod state;
+pub mod storage;
+pub mod types;
+
+pub use command::*;
+pub use error::KvError;
+pub use limits::Limits;
+pub use state::StateMachine;
+pub use types::{KeyRange, KeyValue, LeaseId, Revision, NO_LEASE};

@@ -1,0 +1,23 @@
+//! Size limits on requests. Every limit has a clear error ([`crate::KvError`]) that names
+//! the limit and the size that broke it.
+
+use serde::{Deserialize, Serialize};
+
+/// Request size limits, checked where a request enters the store (before it is proposed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Longest key, bytes (1.5 KiB).
+    pub max_key_bytes: usize,
+    /// Longest value, bytes (1.5 MiB, etcd's default request size limit).
+    pub max_value_bytes: usize,
+    /// Most operations in one branch of a Txn (etcd's default: 128).
+    pub max_txn_ops: usize,
+    /// Longest lease name, bytes.
+    pub max_lease_name_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_key_bytes: 1536, max_value_bytes: 1536 * 1024, max_txn_ops: 128, max_lease_name_bytes: 256 }
+    }
+}

@@ -1,0 +1,3 @@
+//! Deterministic simulation of whole replicas.
+
+pub mod linearizability;

@@ -1,0 +1,8 @@
+//! The deterministic state machine: the key space with etcd's revisions and the lease table.
+//! Every replica applies the same commands in the same order and ends in the same state.
+
+mod machine;
+mod validate;
+
+pub use machine::{Lease, SnapshotError, StateMachine};
+pub use validate::{validate_command, validate_range};

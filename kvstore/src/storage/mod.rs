@@ -1,0 +1,75 @@
+//! Durable state of a replica, behind one trait with two implementations:
+//! - [`SledStorage`]: production, on disk;
+//! - [`MemoryStorage`]: for the simulator, with crash semantics (whatever was written but
+//!   not synced is gone after [`MemoryStorage::crash`]).
+//!
+//! Writes are buffered until [`Storage::sync`]; the replica core releases every message
+//! whose promise depends on durable state (a Promise, an Accepted) only after the sync that
+//! covers it, so that one sync makes a whole batch of accepts durable.
+
+mod memory;
+mod sled_store;
+
+pub use memory::MemoryStorage;
+pub use sled_store::{SledEpochStore, SledStorage};
+
+use crate::log::{AcceptedSlot, LogBallot, Slot};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// A snapshot of the state machine as of a log slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    /// Everything up to and including this slot is in `data`.
+    pub index: Slot,
+    /// [`crate::StateMachine::to_snapshot_bytes`].
+    pub data: Vec<u8>,
+}
+
+/// What a replica finds on disk when it starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The highest log ballot promised.
+    pub promised: crate::log::LogBallot,
+    /// Accepted (and possibly chosen) slots above the snapshot.
+    pub slots: BTreeMap<Slot, AcceptedSlot>,
+    /// Highest slot known chosen with every slot below it (0 if none).
+    pub commit: Slot,
+    /// The latest snapshot, if any.
+    pub snapshot: Option<SnapshotRecord>,
+}
+
+/// A storage operation failed (disk full, corrupt record, ...). The replica stops: it must
+/// not acknowledge anything it could not persist.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The underlying store failed.
+    #[error("storage I/O failed: {0}")]
+    Io(String),
+    /// A stored record could not be decoded.
+    #[error("stored record {what} is corrupt: {detail}")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// The decoder's message.
+        detail: String,
+    },
+}
+
+/// The durable state of one replica.
+pub trait Storage: Send {
+    /// Reads everything back (at start).
+    fn recover(&mut self) -> Result<Recovered, StorageError>;
+    /// Records a promise (buffered until [`Storage::sync`]).
+    fn save_promise(&mut self, ballot: LogBallot) -> Result<(), StorageError>;
+    /// Records an accepted or chosen slot (buffered).
+    fn save_slot(&mut self, slot: Slot, accepted: &AcceptedSlot) -> Result<(), StorageError>;
+    /// Records the commit index (buffered).
+    fn save_commit(&mut self, commit: Slot) -> Result<(), StorageError>;
+    /// Replaces the snapshot (buffered; the old one stays valid until the new one is synced).
+    fn save_snapshot(&mut self, snapshot: &SnapshotRecord) -> Result<(), StorageError>;
+    /// Deletes the slots `<= slot` (they are covered by a snapshot).
+    fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError>;
+    /// Makes every write so far durable.
+    fn sync(&mut self) -> Result<(), StorageError>;
+}

@@ -1,0 +1,110 @@
+//! The data model shared by the state machine, the log and the API: keys, values, revisions
+//! and leases, exactly as etcd's v3 API defines them.
+
+use serde::{Deserialize, Serialize};
+
+/// etcd's global revision: increases by one with every transaction that writes.
+pub type Revision = i64;
+
+/// A TTL lease's id, as on etcd's wire (int64). [`NO_LEASE`] means "not attached".
+pub type LeaseId = i64;
+
+/// The lease id of a key that is not attached to any lease.
+pub const NO_LEASE: LeaseId = 0;
+
+/// One key with its value and etcd's bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KeyValue {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Vec<u8>,
+    /// The revision of the write that created the key (since it last did not exist).
+    pub create_revision: Revision,
+    /// The revision of the last write to the key.
+    pub mod_revision: Revision,
+    /// How many times the key was written since it was created (1 on creation).
+    pub version: i64,
+    /// The lease the key is attached to, or [`NO_LEASE`].
+    pub lease: LeaseId,
+}
+
+/// A set of keys, with etcd's `key`/`range_end` convention:
+/// - `range_end` empty: the single key `key`;
+/// - `range_end == [0]`: every key `>= key` (and with `key == [0]` too: every key);
+/// - otherwise: the half-open interval `[key, range_end)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct KeyRange {
+    /// The first key (or the only one).
+    pub key: Vec<u8>,
+    /// The end of the range, see the type's documentation.
+    pub range_end: Vec<u8>,
+}
+
+impl KeyRange {
+    /// Exactly one key.
+    pub fn single(key: impl Into<Vec<u8>>) -> Self {
+        KeyRange { key: key.into(), range_end: Vec::new() }
+    }
+
+    /// Every key that starts with `prefix` (etcd's `--prefix`): `range_end` is the prefix with
+    /// its last byte below 0xff incremented; an all-0xff or empty prefix means "to the end".
+    pub fn prefix(prefix: impl Into<Vec<u8>>) -> Self {
+        let key = prefix.into();
+        let mut end = key.clone();
+        while let Some(last) = end.pop() {
+            if last < 0xff {
+                end.push(last + 1);
+                return KeyRange { key, range_end: end };
+            }
+        }
+        KeyRange { key, range_end: vec![0] }
+    }
+
+    /// The half-open interval `[key, range_end)`.
+    pub fn between(key: impl Into<Vec<u8>>, range_end: impl Into<Vec<u8>>) -> Self {
+        KeyRange { key: key.into(), range_end: range_end.into() }
+    }
+
+    /// Whether this range names a single key.
+    pub fn is_single(&self) -> bool {
+        self.range_end.is_empty()
+    }
+
+    /// Whether `candidate` lies in the range.
+    pub fn contains(&self, candidate: &[u8]) -> bool {
+        if self.range_end.is_empty() {
+            return candidate == self.key.as_slice();
+        }
+        let from_start = self.key.as_slice() == [0];
+        let to_end = self.range_end.as_slice() == [0];
+        (from_start || candidate >= self.key.as_slice()) && (to_end || candidate < self.range_end.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_range_covers_exactly_the_prefixed_keys() {
+        let r = KeyRange::prefix("/servers/");
+        assert!(r.contains(b"/servers/1"));
+        assert!(r.contains(b"/servers/"));
+        assert!(!r.contains(b"/servers0"));
+        assert!(!r.contains(b"/server"));
+        let all = KeyRange::prefix(vec![0xff, 0xff]);
+        assert_eq!(all.range_end, vec![0]);
+        assert!(all.contains(&[0xff, 0xff, 1]));
+    }
+
+    #[test]
+    fn single_key_and_interval() {
+        assert!(KeyRange::single("a").contains(b"a"));
+        assert!(!KeyRange::single("a").contains(b"ab"));
+        let r = KeyRange::between("b", "d");
+        assert!(r.contains(b"b") && r.contains(b"c") && !r.contains(b"d") && !r.contains(b"a"));
+        let all = KeyRange::between(vec![0], vec![0]);
+        assert!(all.contains(b"") && all.contains(b"zzz"));
+    }
+}
