@@ -1,5 +1,26 @@
-//! The replicated log: sans-IO Multi-Paxos under the elected master.
+//! The replicated log: a sans-IO Multi-Paxos replica under the elected master.
+//!
+//! - [`types`]: ballots, slots, entries.
+//! - [`message`]: what replicas send each other.
+//! - [`Replica`]: one node's acceptor, learner, state machine, and (when the election makes
+//!   it master) leader and lease tracker.
+//!
+//! Safety never depends on the election: log ballots are persisted by every acceptor and a
+//! new master runs phase 1 over a majority before it proposes, so two nodes that both
+//! believe they are master cannot make replicas diverge. The election only decides who
+//! tries, and whose local reads are linearizable.
 
+mod acceptor;
+mod client;
+mod config;
+mod leader;
+mod learner;
+mod message;
+mod replica;
 mod types;
 
+pub use client::{ClientError, Completion, ReadConsistency};
+pub use config::{LogBreakage, ReplicaConfig};
+pub use message::LogMessage;
+pub use replica::{AppliedTrace, LeaseStatus, Replica, ReplicaOutput};
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

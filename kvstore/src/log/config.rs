@@ -1,0 +1,97 @@
+//! Tuning of the replica core, and the deliberately broken variants the simulator must catch.
+
+use std::time::Duration;
+
+/// How a replica batches, retries, compacts and expires.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaConfig {
+    /// Most client commands in one log slot.
+    pub max_batch_commands: usize,
+    /// Most bytes of commands in one log slot (a single bigger command still gets a slot).
+    pub max_batch_bytes: usize,
+    /// Most slots proposed and not yet chosen at once (the pipeline depth).
+    pub max_inflight_slots: usize,
+    /// How often unanswered Prepare/Accept/Fetch messages are sent again, and idle learners
+    /// are told the commit index.
+    pub retry_interval: Duration,
+    /// Take a snapshot after this many slots were applied since the last one.
+    pub snapshot_every: u64,
+    /// Slots kept in the log behind the snapshot, so a replica slightly behind gets entries
+    /// rather than a whole snapshot.
+    pub retain_after_snapshot: u64,
+    /// Most chosen entries in one `Entries` message.
+    pub max_fetch_entries: usize,
+    /// Most leases in one LeaseExpire command (bounds how long one apply takes).
+    pub max_expire_batch: usize,
+    /// Most LeaseExpire commands waiting in the master's queue at once, so that client
+    /// writes keep flowing during an expiry storm.
+    pub max_expire_in_queue: usize,
+    /// Shortest TTL granted, seconds; shorter requests are raised to it (as etcd does).
+    pub min_ttl_secs: i64,
+    /// Record every applied slot in the output (for the simulator's oracles).
+    pub trace_applies: bool,
+    /// A deliberately broken variant (simulator negative controls only).
+    pub breakage: LogBreakage,
+}
+
+impl ReplicaConfig {
+    /// Defaults for an election lease time `lease_time`: the minimum TTL is about twice it,
+    /// rounded up to whole seconds, so a lease outlives one failover.
+    pub fn for_lease_time(lease_time: Duration) -> Self {
+        let min_ttl_secs = (2 * lease_time.as_millis() as i64 + 999) / 1000;
+        ReplicaConfig {
+            max_batch_commands: 256,
+            max_batch_bytes: 1 << 20,
+            max_inflight_slots: 8,
+            retry_interval: lease_time / 10,
+            snapshot_every: 10_000,
+            retain_after_snapshot: 1_000,
+            max_fetch_entries: 256,
+            max_expire_batch: 1_000,
+            max_expire_in_queue: 2,
+            min_ttl_secs: min_ttl_secs.max(1),
+            trace_applies: false,
+            breakage: LogBreakage::None,
+        }
+    }
+}
+
+/// Deliberately broken variants of the replica, each of which one simulator oracle must
+/// catch. Never used outside the simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogBreakage {
+    /// The real thing.
+    #[default]
+    None,
+    /// "Linearizable" reads are answered by any replica from its local state.
+    FollowerReads,
+    /// Accepted (and Promise) go out before the write is durable.
+    EarlyAck,
+    /// A new master skips phase 1 and proposes from its own commit index.
+    SkipPhase1,
+    /// The lease tracker survives loss of mastership: it keeps its old deadlines and the
+    /// expiries it finds while deposed are proposed when the node is master again.
+    DeposedExpiry,
+}
+
+impl LogBreakage {
+    /// Every broken variant, for tests.
+    pub const ALL: [LogBreakage; 4] =
+        [LogBreakage::FollowerReads, LogBreakage::EarlyAck, LogBreakage::SkipPhase1, LogBreakage::DeposedExpiry];
+
+    /// The variant's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogBreakage::None => "none",
+            LogBreakage::FollowerReads => "follower-reads",
+            LogBreakage::EarlyAck => "early-ack",
+            LogBreakage::SkipPhase1 => "skip-phase1",
+            LogBreakage::DeposedExpiry => "deposed-expiry",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        std::iter::once(LogBreakage::None).chain(LogBreakage::ALL).find(|b| b.name() == name)
+    }
+}

@@ -1,0 +1,394 @@
+//! The master side of a replica: phase 1 on taking over, then batched and pipelined phase 2,
+//! and the lease tracker's expiries.
+
+use super::client::{ClientError, Completion};
+use super::config::LogBreakage;
+use super::message::LogMessage;
+use super::replica::Replica;
+use super::types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};
+use crate::command::Command;
+use crate::storage::Storage;
+use leasekv_lease::{Instant, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What this replica is doing about the log.
+#[derive(Debug, Default)]
+pub(super) enum Role {
+    /// Not master: accept, learn, apply.
+    #[default]
+    Follower,
+    /// Master, running phase 1.
+    Candidate(Candidate),
+    /// Master, phase 1 done: proposing.
+    Leader(Leader),
+}
+
+/// Phase 1 in progress.
+#[derive(Debug)]
+pub(super) struct Candidate {
+    pub(super) ballot: LogBallot,
+    pub(super) promises: BTreeMap<NodeId, PromiseInfo>,
+    pub(super) queue: VecDeque<Proposal>,
+}
+
+/// What one acceptor promised.
+#[derive(Debug)]
+pub(super) struct PromiseInfo {
+    pub(super) slots: Vec<(Slot, AcceptedSlot)>,
+    pub(super) compacted: Slot,
+}
+
+/// Phase 2: the steady state.
+#[derive(Debug)]
+pub(super) struct Leader {
+    pub(super) ballot: LogBallot,
+    pub(super) next_slot: Slot,
+    pub(super) inflight: BTreeMap<Slot, Inflight>,
+    pub(super) queue: VecDeque<Proposal>,
+    /// The barrier slot; linearizable reads and the lease tracker wait until it is applied.
+    pub(super) barrier: Slot,
+    pub(super) ready: bool,
+    /// LeaseExpire proposals of this tenure not yet applied (bounds the expiry backlog).
+    pub(super) pending_expiries: BTreeSet<ProposalId>,
+    pub(super) commit_sent: Slot,
+}
+
+/// A proposed slot waiting for a quorum.
+#[derive(Debug)]
+pub(super) struct Inflight {
+    pub(super) entry: Entry,
+    pub(super) acks: BTreeSet<NodeId>,
+    pub(super) sent: Instant,
+}
+
+impl Role {
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(self, Role::Leader(l) if l.ready)
+    }
+
+    pub(super) fn enqueue(&mut self, proposal: Proposal) {
+        match self {
+            Role::Candidate(c) => c.queue.push_back(proposal),
+            Role::Leader(l) => l.queue.push_back(proposal),
+            Role::Follower => debug_assert!(false, "proposals are only admitted on the master"),
+        }
+    }
+}
+
+impl<S: Storage> Replica<S> {
+    fn next_ballot(&self) -> LogBallot {
+        LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: self.me }
+    }
+
+    /// The election made this node master: take over the log.
+    pub(super) fn start_leading(&mut self, now: Instant) {
+        let ballot = self.next_ballot();
+        self.note_ballot(ballot);
+        tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
+        if self.config.breakage == LogBreakage::SkipPhase1 {
+            self.role = Role::Leader(Leader {
+                ballot,
+                next_slot: self.commit + 1,
+                inflight: BTreeMap::new(),
+                queue: VecDeque::new(),
+                barrier: 0,
+                ready: false,
+                pending_expiries: BTreeSet::new(),
+                commit_sent: self.commit,
+            });
+            self.propose_barrier(now);
+        } else {
+            self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
+            self.broadcast(LogMessage::Prepare { ballot, from: self.commit + 1 });
+        }
+        self.schedule_tick(now);
+    }
+
+    pub(super) fn on_promise(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        ballot: LogBallot,
+        slots: Vec<(Slot, AcceptedSlot)>,
+        commit: Slot,
+        compacted: Slot,
+    ) {
+        let Role::Candidate(candidate) = &mut self.role else { return };
+        if candidate.ballot != ballot {
+            return;
+        }
+        candidate.promises.insert(from, PromiseInfo { slots, compacted });
+        if compacted > self.commit || commit > self.commit + self.config.max_fetch_entries as u64 {
+            // That acceptor has chosen slots we lack and may no longer report them.
+            self.request_fetch(now, from);
+        }
+        self.try_finish_phase1(now);
+    }
+
+    /// Ends phase 1 once a quorum promised and this node holds every slot some promiser
+    /// compacted away; re-proposes what was accepted, then a barrier.
+    pub(super) fn try_finish_phase1(&mut self, now: Instant) {
+        let quorum = self.quorum();
+        let Role::Candidate(candidate) = &mut self.role else { return };
+        if candidate.promises.len() < quorum {
+            return;
+        }
+        let needed = candidate.promises.values().map(|p| p.compacted).max().unwrap_or(0);
+        if self.commit < needed {
+            return;
+        }
+        let ballot = candidate.ballot;
+        let queue = std::mem::take(&mut candidate.queue);
+        let mut chosen_values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
+        for promise in std::mem::take(&mut candidate.promises).into_values() {
+            for (slot, accepted) in promise.slots {
+                if slot <= self.commit {
+                    continue;
+                }
+                let better = match chosen_values.get(&slot) {
+                    None => true,
+                    Some((chosen, best, _)) => !chosen && (accepted.chosen || accepted.ballot > *best),
+                };
+                if better {
+                    chosen_values.insert(slot, (accepted.chosen, accepted.ballot, accepted.entry));
+                }
+            }
+        }
+        let last = chosen_values.keys().next_back().copied().unwrap_or(self.commit);
+        self.role = Role::Leader(Leader {
+            ballot,
+            next_slot: last + 1,
+            inflight: BTreeMap::new(),
+            queue,
+            barrier: 0,
+            ready: false,
+            pending_expiries: BTreeSet::new(),
+            commit_sent: self.commit,
+        });
+        for slot in self.commit + 1..=last {
+            // Holes nobody accepted anything in become no-ops.
+            let entry = chosen_values.remove(&slot).map(|(_, _, entry)| entry).unwrap_or_default();
+            self.propose_slot(now, slot, entry);
+        }
+        self.propose_barrier(now);
+        self.fill_pipeline(now);
+    }
+
+    fn propose_barrier(&mut self, now: Instant) {
+        let id = self.next_proposal_id();
+        let Role::Leader(leader) = &mut self.role else { return };
+        let slot = leader.next_slot;
+        leader.next_slot += 1;
+        leader.barrier = slot;
+        self.propose_slot(now, slot, Entry { proposals: vec![Proposal { id, command: Command::Barrier }] });
+    }
+
+    fn propose_slot(&mut self, now: Instant, slot: Slot, entry: Entry) {
+        let commit = self.commit;
+        let Role::Leader(leader) = &mut self.role else { return };
+        let ballot = leader.ballot;
+        leader.inflight.insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now });
+        self.broadcast(LogMessage::Accept { ballot, slot, entry, commit });
+    }
+
+    /// Moves queued proposals into new slots while the pipeline has room.
+    pub(super) fn fill_pipeline(&mut self, now: Instant) {
+        loop {
+            let Role::Leader(leader) = &mut self.role else { return };
+            if leader.inflight.len() >= self.config.max_inflight_slots || leader.queue.is_empty() {
+                return;
+            }
+            let mut entry = Entry::default();
+            let mut bytes = 0usize;
+            while let Some(next) = leader.queue.front() {
+                let size = command_size(&next.command);
+                if !entry.proposals.is_empty()
+                    && (entry.proposals.len() >= self.config.max_batch_commands
+                        || bytes + size > self.config.max_batch_bytes)
+                {
+                    break;
+                }
+                bytes += size;
+                if let Some(proposal) = leader.queue.pop_front() {
+                    entry.proposals.push(proposal);
+                }
+            }
+            let slot = leader.next_slot;
+            leader.next_slot += 1;
+            self.propose_slot(now, slot, entry);
+        }
+    }
+
+    pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot) {
+        let quorum = self.quorum();
+        let Role::Leader(leader) = &mut self.role else { return };
+        if leader.ballot != ballot {
+            return;
+        }
+        let Some(inflight) = leader.inflight.get_mut(&slot) else { return };
+        inflight.acks.insert(from);
+        if inflight.acks.len() < quorum {
+            return;
+        }
+        let Some(done) = leader.inflight.remove(&slot) else { return };
+        // Chosen: a quorum accepted it in this ballot.
+        self.slots.insert(slot, AcceptedSlot { ballot, entry: done.entry, chosen: true });
+        self.advance_commit();
+        self.apply_chosen(now);
+        self.fill_pipeline(now);
+    }
+
+    pub(super) fn on_reject(&mut self, now: Instant, ballot: LogBallot, promised: LogBallot) {
+        self.note_ballot(promised);
+        let mine = match &self.role {
+            Role::Candidate(c) => c.ballot,
+            Role::Leader(l) => l.ballot,
+            Role::Follower => return,
+        };
+        if ballot == mine && promised > mine {
+            // Another proposer got further: start over with a higher ballot at the next tick,
+            // if the election still says this node is master.
+            tracing::debug!(node = %self.me, "log ballot superseded; taking over again");
+            self.step_down();
+            self.schedule_tick(now);
+        }
+    }
+
+    /// Leaves the master role: queued requests fail as "not master" (never proposed);
+    /// proposed ones as "indeterminate" (they may still be chosen).
+    pub(super) fn step_down(&mut self) {
+        let hint = self.master_hint.filter(|h| *h != self.me);
+        let (queued, proposed): (Vec<Proposal>, Vec<Proposal>) = match std::mem::take(&mut self.role) {
+            Role::Follower => (Vec::new(), Vec::new()),
+            Role::Candidate(c) => (c.queue.into(), Vec::new()),
+            Role::Leader(l) => (l.queue.into(), l.inflight.into_values().flat_map(|i| i.entry.proposals).collect()),
+        };
+        for proposal in queued {
+            if self.awaiting.remove(&proposal.id) {
+                self.out.completions.push(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
+            }
+        }
+        for proposal in proposed {
+            if self.awaiting.remove(&proposal.id) {
+                self.out
+                    .completions
+                    .push(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
+            }
+        }
+        if self.config.breakage != LogBreakage::DeposedExpiry && self.lessor.is_running() {
+            self.lessor.stop();
+        }
+    }
+
+    pub(super) fn on_tick(&mut self, now: Instant) {
+        let retry = self.config.retry_interval;
+        let commit = self.commit;
+        match &mut self.role {
+            Role::Follower => {
+                if self.is_master(Some(now)) && self.stopped.is_none() {
+                    self.start_leading(now);
+                }
+                return;
+            }
+            Role::Candidate(c) => {
+                let ballot = c.ballot;
+                let missing: Vec<NodeId> = self.nodes.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
+                for to in missing {
+                    self.send(to, LogMessage::Prepare { ballot, from: commit + 1 });
+                }
+            }
+            Role::Leader(l) => {
+                let ballot = l.ballot;
+                let mut resend = Vec::new();
+                for (slot, inflight) in l.inflight.iter_mut() {
+                    if inflight.sent.saturating_add(retry) <= now {
+                        inflight.sent = now;
+                        for node in &self.nodes {
+                            if !inflight.acks.contains(node) {
+                                resend.push((*node, *slot, inflight.entry.clone()));
+                            }
+                        }
+                    }
+                }
+                for (to, slot, entry) in resend {
+                    self.send(to, LogMessage::Accept { ballot, slot, entry, commit });
+                }
+                // Heartbeat: idle learners find out how far the log is chosen.
+                let peers: Vec<NodeId> = self.peers().filter(|p| *p != self.me).collect();
+                for to in peers {
+                    self.send(to, LogMessage::Commit { ballot, commit });
+                }
+            }
+        }
+        self.schedule_tick(now);
+    }
+
+    /// Sends the commit index to followers when it moved (once per batch of outputs).
+    pub(super) fn announce_commit(&mut self) {
+        let commit = self.commit;
+        let Role::Leader(leader) = &mut self.role else { return };
+        if leader.commit_sent >= commit {
+            return;
+        }
+        leader.commit_sent = commit;
+        let ballot = leader.ballot;
+        let peers: Vec<NodeId> = self.peers().filter(|p| *p != self.me).collect();
+        for to in peers {
+            self.send(to, LogMessage::Commit { ballot, commit });
+        }
+    }
+
+    /// The lease tracker's work: propose expiry of leases whose deadline passed, in bounded
+    /// batches, only while this node is the ready master.
+    pub(super) fn expire_leases(&mut self, now: Instant) {
+        if !self.lessor.is_running() {
+            return;
+        }
+        let ready = self.is_ready_master(now);
+        if !ready {
+            if self.config.breakage == LogBreakage::DeposedExpiry {
+                let found = self.lessor.take_expired(now, usize::MAX);
+                self.deposed_expiries.extend(found);
+            }
+            return;
+        }
+        if !self.deposed_expiries.is_empty() {
+            let ids = std::mem::take(&mut self.deposed_expiries);
+            self.enqueue_expiry(ids);
+        }
+        loop {
+            let Role::Leader(leader) = &self.role else { return };
+            if leader.pending_expiries.len() >= self.config.max_expire_in_queue {
+                break;
+            }
+            let ids = self.lessor.take_expired(now, self.config.max_expire_batch);
+            if ids.is_empty() {
+                break;
+            }
+            self.enqueue_expiry(ids);
+        }
+        self.fill_pipeline(now);
+    }
+
+    fn enqueue_expiry(&mut self, ids: Vec<crate::types::LeaseId>) {
+        let id = self.next_proposal_id();
+        let Role::Leader(leader) = &mut self.role else { return };
+        leader.pending_expiries.insert(id);
+        // Expiries go to the front: a lease past its deadline must not wait behind a long
+        // client queue, and the batch bound keeps each one short.
+        leader.queue.push_front(Proposal { id, command: Command::LeaseExpire { ids } });
+    }
+}
+
+/// Approximate encoded size of a command, for batch limits.
+fn command_size(command: &Command) -> usize {
+    match command {
+        Command::Put(p) => p.key.len() + p.value.len() + 16,
+        Command::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
+        Command::Txn(t) => 64 * (t.compare.len() + t.success.len() + t.failure.len()) + 16,
+        Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
+        Command::LeaseRevoke { .. } => 16,
+        Command::LeaseExpire { ids } => 8 * ids.len() + 8,
+        Command::Barrier => 1,
+    }
+}

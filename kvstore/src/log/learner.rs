@@ -1,0 +1,239 @@
+//! The learner half of a replica: learning which slots are chosen, applying them in order,
+//! catching up from peers, and compacting the log behind snapshots.
+
+use super::client::Completion;
+use super::leader::Role;
+use super::message::LogMessage;
+use super::replica::{AppliedTrace, Replica};
+use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
+use crate::command::{Command, CommandResponse};
+use crate::state::StateMachine;
+use crate::storage::{SnapshotRecord, Storage};
+use leasekv_lease::{Instant, NodeId};
+use std::time::Duration;
+
+impl<S: Storage> Replica<S> {
+    /// The leader of `ballot` says every slot `<= commit` is chosen. A slot is chosen here
+    /// when this replica accepted it in that same ballot (the leader proposes one value per
+    /// slot per ballot); anything else must be fetched.
+    pub(super) fn learn_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
+        let mut slot = self.commit + 1;
+        while slot <= commit {
+            match self.slots.get_mut(&slot) {
+                Some(accepted) if accepted.chosen || accepted.ballot == ballot => accepted.chosen = true,
+                _ => break,
+            }
+            slot += 1;
+        }
+        self.advance_commit();
+        self.apply_chosen(now);
+        if self.commit < commit {
+            self.request_fetch(now, from);
+        }
+    }
+
+    pub(super) fn on_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
+        self.note_ballot(ballot);
+        self.master_hint = Some(from);
+        self.learn_commit(now, from, ballot, commit);
+    }
+
+    /// Asks `peer` for chosen entries after our commit index, at most once per retry interval.
+    pub(super) fn request_fetch(&mut self, now: Instant, peer: NodeId) {
+        if peer == self.me {
+            return;
+        }
+        if self.fetch_sent.is_some_and(|sent| now < sent.saturating_add(self.config.retry_interval)) {
+            return;
+        }
+        self.fetch_sent = Some(now);
+        self.send(peer, LogMessage::Fetch { from: self.commit + 1 });
+    }
+
+    pub(super) fn on_fetch(&mut self, from: NodeId, first: Slot) {
+        if first <= self.compacted {
+            // Those entries are gone from the log: send the state machine instead.
+            let data = self.machine.to_snapshot_bytes();
+            self.send(from, LogMessage::Snapshot { index: self.applied, data });
+            return;
+        }
+        let entries: Vec<(Slot, Entry)> = self
+            .slots
+            .range(first..=self.commit.max(first))
+            .take_while(|(slot, _)| **slot <= self.commit)
+            .take(self.config.max_fetch_entries)
+            .map(|(slot, accepted)| (*slot, accepted.entry.clone()))
+            .collect();
+        self.send(from, LogMessage::Entries { entries, commit: self.commit });
+    }
+
+    pub(super) fn on_entries(&mut self, now: Instant, from: NodeId, entries: Vec<(Slot, Entry)>, commit: Slot) {
+        self.fetch_sent = None;
+        for (slot, entry) in entries {
+            if slot <= self.commit || self.slots.get(&slot).is_some_and(|s| s.chosen) {
+                continue;
+            }
+            // A chosen value is final: it replaces whatever this acceptor accepted there, and
+            // is reported as chosen in later promises so that no leader proposes another.
+            let ballot = self.slots.get(&slot).map_or(LogBallot::ZERO, |s| s.ballot);
+            let accepted = AcceptedSlot { ballot, entry, chosen: true };
+            let result = self.storage.save_slot(slot, &accepted);
+            if !self.persist(result) {
+                return;
+            }
+            self.slots.insert(slot, accepted);
+        }
+        self.advance_commit();
+        self.apply_chosen(now);
+        if self.commit < commit {
+            self.request_fetch(now, from);
+        }
+        self.try_finish_phase1(now);
+    }
+
+    pub(super) fn on_snapshot(&mut self, now: Instant, index: Slot, data: Vec<u8>) {
+        self.fetch_sent = None;
+        if index <= self.applied {
+            return;
+        }
+        let machine = match StateMachine::from_snapshot_bytes(&data) {
+            Ok(machine) => machine,
+            Err(error) => {
+                tracing::warn!(node = %self.me, %error, "ignoring a snapshot that does not decode");
+                return;
+            }
+        };
+        let record = SnapshotRecord { index, data };
+        let saved = self.storage.save_snapshot(&record).and_then(|()| self.storage.remove_slots_through(index));
+        if !self.persist(saved) {
+            return;
+        }
+        self.machine = machine;
+        self.applied = index;
+        self.commit = self.commit.max(index);
+        self.snapshot_index = index;
+        self.compacted = index;
+        self.slots = self.slots.split_off(&(index + 1));
+        if self.config.trace_applies {
+            self.out.applied.push(AppliedTrace {
+                slot: index,
+                proposals: Vec::new(),
+                digest: self.machine.digest(),
+                expired: Vec::new(),
+                from_snapshot: true,
+            });
+        }
+        self.advance_commit();
+        self.apply_chosen(now);
+        self.try_finish_phase1(now);
+    }
+
+    /// Moves the commit index over every contiguous chosen slot, and records it.
+    pub(super) fn advance_commit(&mut self) {
+        let before = self.commit;
+        while self.slots.get(&(self.commit + 1)).is_some_and(|s| s.chosen) {
+            self.commit += 1;
+        }
+        if self.commit > before {
+            let result = self.storage.save_commit(self.commit);
+            self.persist(result);
+        }
+    }
+
+    /// Applies chosen slots in order; answers this node's waiting clients; keeps the lease
+    /// tracker in step; marks the master ready once its barrier is applied.
+    pub(super) fn apply_chosen(&mut self, now: Instant) {
+        while self.applied < self.commit {
+            let slot = self.applied + 1;
+            let Some(accepted) = self.slots.get(&slot) else {
+                // Cannot happen: commit only covers slots present. Stop rather than skip.
+                debug_assert!(false, "chosen slot {slot} missing");
+                return;
+            };
+            let mut trace_ids = Vec::new();
+            let mut expired_trace = Vec::new();
+            for proposal in &accepted.entry.proposals {
+                let applied = self.machine.apply(&proposal.command);
+                if self.lessor.is_running() {
+                    match (&proposal.command, &applied.result) {
+                        (Command::LeaseGrant { .. }, Ok(CommandResponse::LeaseGrant(granted))) => {
+                            self.lessor.track(now, granted.id, Duration::from_secs(granted.ttl.max(0) as u64))
+                        }
+                        (Command::LeaseRevoke { id }, Ok(_)) => self.lessor.forget(*id),
+                        _ => {}
+                    }
+                }
+                if let Ok(CommandResponse::LeaseExpire { expired, .. }) = &applied.result {
+                    for id in expired {
+                        self.lessor.forget(*id);
+                    }
+                    if self.config.trace_applies {
+                        expired_trace.extend(expired.iter().copied());
+                    }
+                }
+                if let Role::Leader(leader) = &mut self.role {
+                    leader.pending_expiries.remove(&proposal.id);
+                }
+                if self.config.trace_applies {
+                    trace_ids.push(proposal.id);
+                }
+                if self.awaiting.remove(&proposal.id) {
+                    self.out.completions.push(Completion { id: proposal.id, result: Ok((slot, applied)) });
+                }
+            }
+            self.applied = slot;
+            if self.config.trace_applies {
+                self.out.applied.push(AppliedTrace {
+                    slot,
+                    proposals: trace_ids,
+                    digest: self.machine.digest(),
+                    expired: expired_trace,
+                    from_snapshot: false,
+                });
+            }
+            self.on_applied_barrier(now, slot);
+        }
+        self.maybe_snapshot();
+    }
+
+    fn on_applied_barrier(&mut self, now: Instant, slot: Slot) {
+        let Role::Leader(leader) = &mut self.role else { return };
+        if leader.ready || leader.barrier != slot {
+            return;
+        }
+        leader.ready = true;
+        let round = leader.ballot.round;
+        tracing::info!(node = %self.me, round, applied = slot, leases = self.machine.lease_count(), "master ready: log taken over");
+        let keep_stale = self.config.breakage == super::config::LogBreakage::DeposedExpiry && self.lessor.is_running();
+        if !keep_stale {
+            // Every countdown restarts at its full TTL: this node cannot know how long the
+            // previous master had already counted.
+            let leases: Vec<_> =
+                self.machine.leases().map(|l| (l.id, Duration::from_secs(l.ttl.max(0) as u64))).collect();
+            self.lessor.start(now, leases);
+        }
+    }
+
+    /// Snapshots the state machine every `snapshot_every` slots and drops the log behind it
+    /// (keeping a short tail for peers that are only slightly behind).
+    fn maybe_snapshot(&mut self) {
+        if self.applied < self.snapshot_index + self.config.snapshot_every {
+            return;
+        }
+        let record = SnapshotRecord { index: self.applied, data: self.machine.to_snapshot_bytes() };
+        let result = self.storage.save_snapshot(&record);
+        if !self.persist(result) {
+            return;
+        }
+        self.snapshot_index = self.applied;
+        let cut = self.applied.saturating_sub(self.config.retain_after_snapshot);
+        if cut > self.compacted {
+            let result = self.storage.remove_slots_through(cut);
+            if !self.persist(result) {
+                return;
+            }
+            self.slots = self.slots.split_off(&(cut + 1));
+            self.compacted = cut;
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! What replicas say to each other about the log.
+
+use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
+use serde::{Deserialize, Serialize};
+
+/// One message of the replicated-log protocol. Phase 1 (`Prepare`/`Promise`) runs once per
+/// new master; phase 2 (`Accept`/`Accepted`) once per slot; `Commit` tells learners how far
+/// the log is chosen; `Fetch`/`Entries`/`Snapshot` let a lagging replica catch up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogMessage {
+    /// Phase 1a: promise not to accept lower ballots, and report what you accepted in slots
+    /// `>= from`.
+    Prepare {
+        /// The proposer's ballot.
+        ballot: LogBallot,
+        /// The first slot the proposer does not know chosen.
+        from: Slot,
+    },
+    /// Phase 1b: the promise, sent only once it is durable.
+    Promise {
+        /// The ballot promised.
+        ballot: LogBallot,
+        /// Accepted slots `>= from` (the `chosen` flag set where this replica knows it).
+        slots: Vec<(Slot, AcceptedSlot)>,
+        /// Everything `<= commit` is chosen at this replica.
+        commit: Slot,
+        /// Slots `<= compacted` are gone from this replica's log (in its snapshot).
+        compacted: Slot,
+    },
+    /// Phase 2a: accept `entry` in `slot`.
+    Accept {
+        /// The proposer's ballot.
+        ballot: LogBallot,
+        /// The slot.
+        slot: Slot,
+        /// The value.
+        entry: Entry,
+        /// The proposer's commit index (piggybacked so learners advance without extra messages).
+        commit: Slot,
+    },
+    /// Phase 2b: accepted, sent only once durable.
+    Accepted {
+        /// The ballot accepted.
+        ballot: LogBallot,
+        /// The slot.
+        slot: Slot,
+    },
+    /// A Prepare or Accept refused because a higher ballot was promised.
+    Reject {
+        /// The refused ballot.
+        ballot: LogBallot,
+        /// The higher ballot this replica promised.
+        promised: LogBallot,
+    },
+    /// Every slot `<= commit` is chosen, with the value accepted in `ballot` where the
+    /// learner accepted that ballot.
+    Commit {
+        /// The leader's ballot.
+        ballot: LogBallot,
+        /// The leader's commit index.
+        commit: Slot,
+    },
+    /// Send me the chosen entries from `from` on (or a snapshot if they are compacted).
+    Fetch {
+        /// The first slot wanted.
+        from: Slot,
+    },
+    /// Chosen entries, in slot order, contiguous.
+    Entries {
+        /// The entries.
+        entries: Vec<(Slot, Entry)>,
+        /// The sender's commit index (the fetcher asks again if it is still behind).
+        commit: Slot,
+    },
+    /// The state machine as of `index` (every slot `<= index` applied).
+    Snapshot {
+        /// The last slot the snapshot covers.
+        index: Slot,
+        /// [`crate::StateMachine::to_snapshot_bytes`].
+        data: Vec<u8>,
+    },
+}

@@ -1,0 +1,513 @@
+//! The replica core: one node's acceptor, learner, state machine and (while master) leader
+//! and lease tracker, as a sans-IO state machine.
+//!
+//! Inputs: `(now, message)`, `(now, timeout)`, the election's verdict
+//! ([`Replica::set_mastership`]), client requests, and [`Replica::sync`] once the driver has
+//! made storage durable. Outputs ([`Replica::take_output`]): messages, completions of client
+//! requests, whether a sync is wanted, and the next instant to be woken.
+//!
+//! Durability rule: every message that promises something about stored state (Promise,
+//! Accepted) is held back until the sync that covers it, so one sync acknowledges a whole
+//! batch of accepts.
+
+use super::client::{ClientError, Completion, ReadConsistency};
+use super::config::{LogBreakage, ReplicaConfig};
+use super::leader::Role;
+use super::message::LogMessage;
+use super::types::{AcceptedSlot, LogBallot, ProposalId, Slot};
+use crate::command::{Command, RangeRequest, RangeResponse};
+use crate::lessor::Lessor;
+use crate::limits::Limits;
+use crate::state::{validate_command, validate_range, StateMachine};
+use crate::storage::{Storage, StorageError};
+use crate::types::{LeaseId, Revision};
+use crate::KvError;
+use leasekv_lease::{Instant, Mastership, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedTrace {
+    /// The slot.
+    pub slot: Slot,
+    /// The proposals it carried, in order.
+    pub proposals: Vec<ProposalId>,
+    /// The state machine's digest after it.
+    pub digest: u64,
+    /// Leases the slot deleted by expiry.
+    pub expired: Vec<LeaseId>,
+    /// True when the slot arrived inside a snapshot (not applied one command at a time).
+    pub from_snapshot: bool,
+}
+
+/// Everything the replica produced since the driver last asked.
+#[derive(Debug, Default)]
+pub struct ReplicaOutput {
+    /// Messages to send.
+    pub messages: Vec<(NodeId, LogMessage)>,
+    /// Finished client proposals of this node.
+    pub completions: Vec<Completion>,
+    /// Storage holds writes that other outputs wait for: call [`Replica::sync`] soon.
+    pub needs_sync: bool,
+    /// Applied slots (only with `trace_applies`).
+    pub applied: Vec<AppliedTrace>,
+}
+
+/// The remaining life of a lease, as the master sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStatus {
+    /// The lease.
+    pub id: LeaseId,
+    /// Its name, if any.
+    pub name: Option<String>,
+    /// Granted TTL, seconds.
+    pub granted_ttl: i64,
+    /// Time left on the master's clock.
+    pub remaining: Duration,
+    /// Attached keys.
+    pub keys: Vec<Vec<u8>>,
+}
+
+/// One node's share of the replicated store. See the module documentation.
+pub struct Replica<S: Storage> {
+    pub(super) me: NodeId,
+    pub(super) nodes: Vec<NodeId>,
+    pub(super) config: ReplicaConfig,
+    pub(super) limits: Limits,
+    pub(super) incarnation: u32,
+    pub(super) storage: S,
+    // Acceptor.
+    pub(super) promised: LogBallot,
+    pub(super) slots: BTreeMap<Slot, AcceptedSlot>,
+    pub(super) highest_seen: LogBallot,
+    // Learner.
+    pub(super) commit: Slot,
+    pub(super) applied: Slot,
+    pub(super) machine: StateMachine,
+    pub(super) snapshot_index: Slot,
+    pub(super) compacted: Slot,
+    pub(super) fetch_sent: Option<Instant>,
+    // Master side.
+    pub(super) mastership: Option<Mastership>,
+    pub(super) master_hint: Option<NodeId>,
+    pub(super) role: Role,
+    pub(super) lessor: Lessor,
+    pub(super) deposed_expiries: Vec<LeaseId>,
+    pub(super) awaiting: BTreeSet<ProposalId>,
+    pub(super) next_seq: u64,
+    pub(super) next_tick: Option<Instant>,
+    // Plumbing.
+    pub(super) out: ReplicaOutput,
+    pub(super) held: Vec<(NodeId, LogMessage)>,
+    pub(super) local: VecDeque<LogMessage>,
+    pub(super) stopped: Option<String>,
+}
+
+impl<S: Storage> Replica<S> {
+    /// Opens a replica on `storage`: restores the snapshot and replays the chosen log.
+    /// `nodes` lists every replica, this one included. `incarnation` must differ on every
+    /// start of the node (use the restart epoch).
+    pub fn open(
+        me: NodeId,
+        nodes: &[NodeId],
+        config: ReplicaConfig,
+        limits: Limits,
+        mut storage: S,
+        incarnation: u32,
+    ) -> Result<Self, StorageError> {
+        let recovered = storage.recover()?;
+        let (machine, snapshot_index) = match &recovered.snapshot {
+            Some(snap) => (
+                StateMachine::from_snapshot_bytes(&snap.data).map_err(|e| StorageError::Corrupt {
+                    what: format!("snapshot at slot {}", snap.index),
+                    detail: e.to_string(),
+                })?,
+                snap.index,
+            ),
+            None => (StateMachine::new(), 0),
+        };
+        let mut nodes = nodes.to_vec();
+        if !nodes.contains(&me) {
+            nodes.push(me);
+        }
+        nodes.sort();
+        nodes.dedup();
+        let compacted = recovered.slots.keys().next().map_or(snapshot_index, |first| first.saturating_sub(1));
+        let mut replica = Replica {
+            me,
+            nodes,
+            config,
+            limits,
+            incarnation,
+            storage,
+            promised: recovered.promised,
+            slots: recovered.slots,
+            highest_seen: recovered.promised,
+            commit: snapshot_index,
+            applied: snapshot_index,
+            machine,
+            snapshot_index,
+            compacted: compacted.min(snapshot_index),
+            fetch_sent: None,
+            mastership: None,
+            master_hint: None,
+            role: Role::Follower,
+            lessor: Lessor::new(),
+            deposed_expiries: Vec::new(),
+            awaiting: BTreeSet::new(),
+            next_seq: 0,
+            next_tick: None,
+            out: ReplicaOutput::default(),
+            held: Vec::new(),
+            local: VecDeque::new(),
+            stopped: None,
+        };
+        // A slot at or below the stored commit index is chosen; the commit index is only
+        // written after the slots it covers, so they are on disk too.
+        for (slot, accepted) in replica.slots.iter_mut() {
+            if *slot <= recovered.commit {
+                accepted.chosen = true;
+            }
+        }
+        replica.advance_commit();
+        replica.apply_chosen(Instant::from_nanos(0));
+        Ok(replica)
+    }
+
+    /// This node.
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    /// The state machine (for serializable reads and inspection).
+    pub fn state(&self) -> &StateMachine {
+        &self.machine
+    }
+
+    /// Highest slot applied to the state machine.
+    pub fn applied_index(&self) -> Slot {
+        self.applied
+    }
+
+    /// Highest slot known chosen, with every slot below it.
+    pub fn commit_index(&self) -> Slot {
+        self.commit
+    }
+
+    /// The node this one believes is master.
+    pub fn master_hint(&self) -> Option<NodeId> {
+        if self.is_master(None) {
+            Some(self.me)
+        } else {
+            self.master_hint
+        }
+    }
+
+    /// Whether this node is master, has taken over the log and may serve linearizable reads
+    /// at `now`.
+    pub fn is_ready_master(&self, now: Instant) -> bool {
+        self.is_master(Some(now)) && self.role.is_ready()
+    }
+
+    /// Gives the storage back (the simulator crashes it and opens a new replica on it).
+    pub fn into_storage(self) -> S {
+        self.storage
+    }
+
+    /// The storage, for drivers that inspect it.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The election's verdict: this node's mastership (or none) and who it thinks the
+    /// master is. Call it whenever the election reports a change.
+    pub fn set_mastership(&mut self, now: Instant, mastership: Option<Mastership>, hint: Option<NodeId>) {
+        self.master_hint = hint;
+        let previous = self.mastership;
+        self.mastership = mastership;
+        let same_term = matches!((previous, mastership), (Some(a), Some(b)) if a.term == b.term);
+        if !same_term && !matches!(self.role, Role::Follower) {
+            // A new term means another master may have written in between: take over again.
+            self.step_down();
+        }
+        self.check_mastership(now);
+        if self.is_master(Some(now)) && matches!(self.role, Role::Follower) && self.stopped.is_none() {
+            self.start_leading(now);
+        }
+        self.drain_local(now);
+    }
+
+    /// Handles a message from a peer.
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, message: LogMessage) {
+        if self.stopped.is_some() {
+            return;
+        }
+        self.check_mastership(now);
+        self.dispatch(now, from, message);
+        self.drain_local(now);
+    }
+
+    /// Handles the timeout asked for by [`Replica::poll_timeout`] (early or late calls are fine).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.stopped.is_some() {
+            return;
+        }
+        self.check_mastership(now);
+        if self.next_tick.is_some_and(|t| t <= now) {
+            self.next_tick = None;
+            self.on_tick(now);
+        }
+        self.expire_leases(now);
+        self.drain_local(now);
+    }
+
+    /// The next instant this replica wants [`Replica::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut next = self.next_tick;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Instant| n.min(t)));
+            }
+        };
+        if !matches!(self.role, Role::Follower) {
+            consider(self.mastership.map(|m| m.valid_until));
+        }
+        if self.lessor.is_running() {
+            consider(self.lessor.next_deadline());
+        }
+        next
+    }
+
+    /// Proposes a client command. It is validated first; on success the result arrives as a
+    /// [`Completion`] with the returned id.
+    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ClientError> {
+        let command = self.admit(now, command)?;
+        let id = self.next_proposal_id();
+        self.awaiting.insert(id);
+        self.role.enqueue(super::types::Proposal { id, command });
+        self.fill_pipeline(now);
+        self.drain_local(now);
+        Ok(id)
+    }
+
+    /// Reads. Linearizable reads need the ready master with a valid election lease;
+    /// serializable reads are answered from local state by any replica.
+    pub fn read(
+        &self,
+        now: Instant,
+        request: &RangeRequest,
+        consistency: ReadConsistency,
+    ) -> Result<(RangeResponse, Revision), ClientError> {
+        self.check_stopped()?;
+        validate_range(request, &self.limits)?;
+        if consistency == ReadConsistency::Linearizable && self.config.breakage != LogBreakage::FollowerReads {
+            self.require_ready(now)?;
+        }
+        let response = self.machine.range(request)?;
+        Ok((response, self.machine.revision()))
+    }
+
+    /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
+    /// (seconds); an unknown or expiring lease is [`KvError::LeaseNotFound`].
+    pub fn keep_alive(&mut self, now: Instant, id: LeaseId) -> Result<i64, ClientError> {
+        self.check_stopped()?;
+        self.check_mastership(now);
+        self.require_ready(now)?;
+        if self.machine.lease(id).is_none() {
+            return Err(KvError::LeaseNotFound(id).into());
+        }
+        match self.lessor.keep_alive(now, id) {
+            Some(ttl) => Ok(ttl.as_secs() as i64),
+            None => Err(KvError::LeaseNotFound(id).into()),
+        }
+    }
+
+    /// A lease's remaining time and keys. Master only (only it has the deadlines).
+    pub fn lease_status(&self, now: Instant, id: LeaseId) -> Result<LeaseStatus, ClientError> {
+        self.check_stopped()?;
+        self.require_ready(now)?;
+        let lease = self.machine.lease(id).ok_or(KvError::LeaseNotFound(id))?;
+        let remaining = self.lessor.remaining(now, id).unwrap_or(Duration::ZERO);
+        Ok(LeaseStatus {
+            id,
+            name: lease.name.clone(),
+            granted_ttl: lease.ttl,
+            remaining,
+            keys: lease.keys.iter().cloned().collect(),
+        })
+    }
+
+    /// Makes pending storage writes durable and releases what waited for them.
+    pub fn sync(&mut self, now: Instant) {
+        if self.stopped.is_some() {
+            return;
+        }
+        if let Err(e) = self.storage.sync() {
+            self.fail(e);
+            return;
+        }
+        for (to, message) in std::mem::take(&mut self.held) {
+            self.send(to, message);
+        }
+        self.drain_local(now);
+    }
+
+    /// Takes everything produced since the last call.
+    pub fn take_output(&mut self) -> ReplicaOutput {
+        self.announce_commit();
+        let mut out = std::mem::take(&mut self.out);
+        out.needs_sync = !self.held.is_empty();
+        out
+    }
+
+    /// Why the replica stopped, if it did (a storage failure).
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
+    // ---- internals shared by the other files of this module ----
+
+    pub(super) fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().copied()
+    }
+
+    /// Whether the election says this node is master (at `now`, when given).
+    pub(super) fn is_master(&self, now: Option<Instant>) -> bool {
+        match (self.mastership, now) {
+            (Some(m), Some(now)) => now < m.valid_until,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// Steps down the moment the election lease is no longer valid.
+    pub(super) fn check_mastership(&mut self, now: Instant) {
+        if !matches!(self.role, Role::Follower) && !self.is_master(Some(now)) {
+            self.step_down();
+        }
+    }
+
+    fn require_ready(&self, now: Instant) -> Result<(), ClientError> {
+        if !self.is_master(Some(now)) {
+            return Err(ClientError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
+        }
+        if !self.role.is_ready() {
+            return Err(ClientError::NotReady);
+        }
+        Ok(())
+    }
+
+    fn check_stopped(&self) -> Result<(), ClientError> {
+        match &self.stopped {
+            Some(why) => Err(ClientError::Stopped(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Validates a command and applies the master's policies (minimum TTL).
+    fn admit(&mut self, now: Instant, mut command: Command) -> Result<Command, ClientError> {
+        self.check_stopped()?;
+        self.check_mastership(now);
+        validate_command(&command, &self.limits)?;
+        if matches!(command, Command::LeaseExpire { .. }) {
+            // Only the master's own tracker decides expiry.
+            return Err(KvError::InvalidLeaseName("lease expiry cannot be requested by a client".into()).into());
+        }
+        if let Command::LeaseGrant { ttl, .. } = &mut command {
+            *ttl = (*ttl).max(self.config.min_ttl_secs);
+        }
+        if !self.is_master(Some(now)) || matches!(self.role, Role::Follower) {
+            return Err(ClientError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
+        }
+        Ok(command)
+    }
+
+    pub(super) fn next_proposal_id(&mut self) -> ProposalId {
+        self.next_seq += 1;
+        ProposalId { node: self.me, incarnation: self.incarnation, seq: self.next_seq }
+    }
+
+    /// Sends a message that needs no durable state behind it.
+    pub(super) fn send(&mut self, to: NodeId, message: LogMessage) {
+        if to == self.me {
+            self.local.push_back(message);
+        } else {
+            self.out.messages.push((to, message));
+        }
+    }
+
+    /// Sends a message once the writes before it are durable.
+    pub(super) fn send_durable(&mut self, to: NodeId, message: LogMessage) {
+        if self.config.breakage == LogBreakage::EarlyAck {
+            self.send(to, message);
+        } else {
+            self.held.push((to, message));
+        }
+    }
+
+    pub(super) fn broadcast(&mut self, message: LogMessage) {
+        let nodes = self.nodes.clone();
+        for to in nodes {
+            self.send(to, message.clone());
+        }
+    }
+
+    fn drain_local(&mut self, now: Instant) {
+        // Bounded: each local message is answered by at most one local message.
+        let mut budget = 1_000_000usize;
+        while let Some(message) = self.local.pop_front() {
+            self.dispatch(now, self.me, message);
+            budget -= 1;
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    fn dispatch(&mut self, now: Instant, from: NodeId, message: LogMessage) {
+        if self.stopped.is_some() {
+            return;
+        }
+        match message {
+            LogMessage::Prepare { ballot, from: first } => self.on_prepare(from, ballot, first),
+            LogMessage::Promise { ballot, slots, commit, compacted } => {
+                self.on_promise(now, from, ballot, slots, commit, compacted)
+            }
+            LogMessage::Accept { ballot, slot, entry, commit } => self.on_accept(now, from, ballot, slot, entry, commit),
+            LogMessage::Accepted { ballot, slot } => self.on_accepted(now, from, ballot, slot),
+            LogMessage::Reject { ballot, promised } => self.on_reject(now, ballot, promised),
+            LogMessage::Commit { ballot, commit } => self.on_commit(now, from, ballot, commit),
+            LogMessage::Fetch { from: first } => self.on_fetch(from, first),
+            LogMessage::Entries { entries, commit } => self.on_entries(now, from, entries, commit),
+            LogMessage::Snapshot { index, data } => self.on_snapshot(now, index, data),
+        }
+    }
+
+    /// Records a storage failure: the replica stops acknowledging anything.
+    pub(super) fn persist(&mut self, result: Result<(), StorageError>) -> bool {
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(e);
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, error: StorageError) {
+        tracing::error!(node = %self.me, %error, "storage failed; replica stops");
+        self.stopped = Some(error.to_string());
+        self.held.clear();
+        self.step_down();
+    }
+
+    pub(super) fn schedule_tick(&mut self, now: Instant) {
+        let at = now.saturating_add(self.config.retry_interval);
+        self.next_tick = Some(self.next_tick.map_or(at, |t| t.min(at)));
+    }
+}
