@@ -231,8 +231,19 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Some(done) = leader.inflight.remove(&slot) else { return };
-        // Chosen: a quorum accepted it in this ballot.
-        self.slots.insert(slot, AcceptedSlot { ballot, entry: done.entry, chosen: true });
+        // Chosen: a quorum accepted it in this ballot. If this node's own acceptor does not
+        // hold it (its accept is still unsynced, or it promised a higher ballot), store the
+        // chosen value first: the commit index written next must never cover a slot whose
+        // stored value is not the chosen one.
+        let own_matches = self.slots.get(&slot).is_some_and(|s| s.ballot == ballot);
+        let chosen = AcceptedSlot { ballot, entry: done.entry, chosen: true };
+        if !own_matches {
+            let result = self.storage.save_slot(slot, &chosen);
+            if !self.persist(result) {
+                return;
+            }
+        }
+        self.slots.insert(slot, chosen);
         self.advance_commit();
         self.apply_chosen(now);
         self.fill_pipeline(now);
