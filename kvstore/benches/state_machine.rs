@@ -1,1 +1,155 @@
-fn main() {}
+//! State machine throughput: puts applied per second, revoking a lease with 100k keys, and
+//! snapshotting 100k keys to and from bytes.
+//!
+//! Besides criterion's report, each figure is printed once as a `leasekv-bench:` line
+//! (median of a few direct timings) so that scripts and the README can pick them up.
+//!
+//! `cargo bench -p leasekv-kvstore --bench state_machine`
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use leasekv_kvstore::{Command, PutRequest, StateMachine};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Distinct keys in every scenario.
+const KEYS: usize = 100_000;
+/// Value size, bytes.
+const VALUE_BYTES: usize = 256;
+/// The lease the revoke scenario attaches every key to.
+const LEASE: i64 = 7;
+
+fn key(i: usize) -> Vec<u8> {
+    format!("/bench/key/{i:08}").into_bytes()
+}
+
+/// One put per key, each with a distinct 256-byte value.
+fn puts(lease: i64) -> Vec<Command> {
+    (0..KEYS)
+        .map(|i| {
+            let mut value = vec![b'v'; VALUE_BYTES];
+            value[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            Command::Put(PutRequest { key: key(i), value, lease, prev_kv: false })
+        })
+        .collect()
+}
+
+/// A machine holding every key of `puts(lease)`, with the lease granted first.
+fn filled(lease: i64) -> StateMachine {
+    let mut sm = StateMachine::new();
+    if lease != 0 {
+        sm.apply(&Command::LeaseGrant { id: lease, name: None, ttl: 60 }).result.expect("grant");
+    }
+    for command in puts(lease) {
+        sm.apply(&command).result.expect("put");
+    }
+    sm
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// Applies puts cycling over 100k keys (overwrites, the steady state of a busy store).
+fn bench_put(c: &mut Criterion) {
+    let commands = puts(0);
+    let mut sm = filled(0);
+    let passes: Vec<Duration> = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            for command in &commands {
+                black_box(sm.apply(command));
+            }
+            start.elapsed()
+        })
+        .collect();
+    let per_pass = median(passes);
+    println!(
+        "leasekv-bench: apply put ({VALUE_BYTES}-byte values, {KEYS} keys cycling): {:.0} puts/s ({:.2} us/put)",
+        KEYS as f64 / per_pass.as_secs_f64(),
+        per_pass.as_secs_f64() * 1e6 / KEYS as f64
+    );
+
+    let mut group = c.benchmark_group("state_machine");
+    group.throughput(Throughput::Elements(1));
+    let mut next = 0;
+    group.bench_function("apply_put_256B_100k_keys", |b| {
+        b.iter(|| {
+            next = (next + 1) % KEYS;
+            sm.apply(&commands[next])
+        })
+    });
+    group.finish();
+}
+
+/// Revokes one lease that holds 100k keys (one command, one revision).
+fn bench_revoke(c: &mut Criterion) {
+    let base = filled(LEASE);
+    let revoke = Command::LeaseRevoke { id: LEASE };
+    let runs: Vec<Duration> = (0..5)
+        .map(|_| {
+            let mut sm = base.clone();
+            let start = Instant::now();
+            black_box(sm.apply(&revoke));
+            let elapsed = start.elapsed();
+            assert_eq!(sm.key_count(), 0);
+            elapsed
+        })
+        .collect();
+    println!("leasekv-bench: revoke 1 lease with {KEYS} keys: {:.1} ms", median(runs).as_secs_f64() * 1e3);
+
+    let mut group = c.benchmark_group("state_machine");
+    group.bench_function("revoke_lease_100k_keys", |b| {
+        b.iter_batched(|| base.clone(), |mut sm| sm.apply(&revoke), BatchSize::LargeInput)
+    });
+    group.finish();
+}
+
+/// Snapshots 100k keys (half of them on a lease) to bytes and back.
+fn bench_snapshot(c: &mut Criterion) {
+    let mut sm = filled(0);
+    sm.apply(&Command::LeaseGrant { id: LEASE, name: Some("bench".into()), ttl: 60 }).result.expect("grant");
+    for command in puts(LEASE).iter().step_by(2) {
+        sm.apply(command).result.expect("put");
+    }
+    let bytes = sm.to_snapshot_bytes();
+    let to: Vec<Duration> = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(sm.to_snapshot_bytes());
+            start.elapsed()
+        })
+        .collect();
+    let from: Vec<Duration> = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let restored = StateMachine::from_snapshot_bytes(&bytes).expect("restore");
+            let elapsed = start.elapsed();
+            assert_eq!(restored.digest(), sm.digest());
+            elapsed
+        })
+        .collect();
+    println!(
+        "leasekv-bench: snapshot {KEYS} keys ({:.1} MB): to bytes {:.1} ms, from bytes {:.1} ms",
+        bytes.len() as f64 / 1e6,
+        median(to).as_secs_f64() * 1e3,
+        median(from).as_secs_f64() * 1e3
+    );
+
+    let mut group = c.benchmark_group("state_machine");
+    group.bench_function("snapshot_to_bytes_100k_keys", |b| b.iter(|| sm.to_snapshot_bytes()));
+    group.bench_function("snapshot_from_bytes_100k_keys", |b| {
+        b.iter(|| StateMachine::from_snapshot_bytes(&bytes).expect("restore"))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = bench_put, bench_revoke, bench_snapshot
+}
+criterion_main!(benches);

@@ -1,83 +1,297 @@
-//! The state machine proper.
-use crate::command::{Applied, Command, RangeRequest, RangeResponse};
+//! The state machine proper: applies commands to the key space and the lease table with
+//! etcd's revision rules.
+//!
+//! Every command is checked completely before anything is mutated, so that a refused command
+//! (or a Txn with one bad operation) leaves the state exactly as it was; after the checks,
+//! applying cannot fail.
+
+use super::compare;
+use super::digest;
+use super::keyspace::{Keyspace, Selection};
+use super::lease_table::LeaseTable;
+use super::snapshot;
+use crate::command::{
+    Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+};
 use crate::error::KvError;
-use crate::types::{KeyValue, LeaseId, Revision};
-use std::collections::BTreeSet;
+use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
 
-/// A live TTL lease as the replicated state knows it (deadlines are not replicated: only
-/// the master tracks them, see [`crate::lessor`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Lease {
-    /// The id.
-    pub id: LeaseId,
-    /// The optional unique name.
-    pub name: Option<String>,
-    /// Granted TTL, seconds.
-    pub ttl: i64,
-    /// The keys attached.
-    pub keys: BTreeSet<Vec<u8>>,
-}
-
-/// A snapshot could not be decoded.
-#[derive(Debug, thiserror::Error)]
-#[error("state machine snapshot is corrupt: {0}")]
-pub struct SnapshotError(pub String);
+pub use super::lease_table::Lease;
+pub use super::snapshot::SnapshotError;
 
 /// The key space and lease table.
-#[derive(Debug, Clone, Default)]
-pub struct StateMachine {}
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    /// etcd's store revision: the revision of the last write that changed something.
+    revision: Revision,
+    keys: Keyspace,
+    leases: LeaseTable,
+    /// See [`StateMachine::digest`].
+    digest: u64,
+}
+
+impl Default for StateMachine {
+    /// Same as [`StateMachine::new`]: there is no meaningful store at revision 0.
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One Txn operation after its checks: running it cannot fail.
+enum Planned<'a> {
+    Range(Selection<'a>, &'a RangeRequest),
+    Put(&'a PutRequest),
+    Delete(Selection<'a>, bool),
+}
 
 impl StateMachine {
     /// An empty store at revision 1 (etcd starts at 1).
     pub fn new() -> Self {
-        unimplemented!()
+        StateMachine { revision: 1, keys: Keyspace::default(), leases: LeaseTable::default(), digest: digest::EMPTY }
     }
+
     /// Applies one command. Deterministic.
-    pub fn apply(&mut self, _command: &Command) -> Applied {
-        unimplemented!()
+    pub fn apply(&mut self, command: &Command) -> Applied {
+        let result = match command {
+            Command::Put(request) => self.apply_put(request).map(CommandResponse::Put),
+            Command::DeleteRange(request) => self.apply_delete(request).map(CommandResponse::DeleteRange),
+            Command::Txn(txn) => self.apply_txn(txn).map(CommandResponse::Txn),
+            Command::LeaseGrant { id, name, ttl } => self
+                .leases
+                .grant(*id, name.as_deref(), *ttl, self.revision)
+                .map(|id| CommandResponse::LeaseGrant(LeaseGrantResponse { id, ttl: *ttl })),
+            Command::LeaseRevoke { id } => self.apply_revoke(*id),
+            Command::LeaseExpire { ids } => Ok(self.apply_expire(ids)),
+            Command::Barrier => Ok(CommandResponse::Barrier),
+        };
+        self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
+        Applied { revision: self.revision, result }
     }
+
+    /// The revision the next write gets.
+    fn next_revision(&self) -> Revision {
+        self.revision + 1
+    }
+
+    fn apply_put(&mut self, request: &PutRequest) -> Result<PutResponse, KvError> {
+        self.leases.can_attach(request.lease)?;
+        let at = self.next_revision();
+        let response = self.put_at(request, at);
+        self.revision = at;
+        Ok(response)
+    }
+
+    fn apply_delete(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
+        let selection = Selection::of(&request.range)?;
+        let response = self.delete(selection, request.prev_kv);
+        if response.deleted > 0 {
+            self.revision = self.next_revision();
+        }
+        Ok(response)
+    }
+
+    fn apply_txn(&mut self, txn: &TxnRequest) -> Result<TxnResponse, KvError> {
+        // Check every range of the request, whichever branch runs, so that whether a
+        // malformed Txn is refused does not depend on the data.
+        for op in txn.success.iter().chain(&txn.failure) {
+            plan(op)?;
+        }
+        let mut succeeded = true;
+        for c in &txn.compare {
+            // No short-circuit: a later compare's malformed range must still be reported.
+            succeeded &= compare::holds(&self.keys, c)?;
+        }
+        let branch = if succeeded { &txn.success } else { &txn.failure };
+        let planned = branch.iter().map(plan).collect::<Result<Vec<_>, _>>()?;
+        for op in &planned {
+            if let Planned::Put(put) = op {
+                self.leases.can_attach(put.lease)?;
+            }
+        }
+        // From here nothing can fail. Reads see the writes made before them in the branch,
+        // and every write gets the same revision.
+        let at = self.next_revision();
+        let mut changed = false;
+        let mut responses = Vec::with_capacity(planned.len());
+        for op in planned {
+            responses.push(match op {
+                Planned::Range(selection, request) => TxnOpResponse::Range(self.keys.read(selection, request)),
+                Planned::Put(put) => {
+                    changed = true;
+                    TxnOpResponse::Put(self.put_at(put, at))
+                }
+                Planned::Delete(selection, prev_kv) => {
+                    let response = self.delete(selection, prev_kv);
+                    changed |= response.deleted > 0;
+                    TxnOpResponse::DeleteRange(response)
+                }
+            });
+        }
+        if changed {
+            self.revision = at;
+        }
+        Ok(TxnResponse { succeeded, responses })
+    }
+
+    fn apply_revoke(&mut self, id: LeaseId) -> Result<CommandResponse, KvError> {
+        let lease = self.leases.remove(id).ok_or(KvError::LeaseNotFound(id))?;
+        let deleted = self.delete_lease_keys(lease);
+        if deleted > 0 {
+            self.revision = self.next_revision();
+        }
+        Ok(CommandResponse::LeaseRevoke { deleted })
+    }
+
+    fn apply_expire(&mut self, ids: &[LeaseId]) -> CommandResponse {
+        let mut expired = Vec::new();
+        let mut deleted = 0;
+        for &id in ids {
+            // Gone already (revoked, or listed twice): the expiry raced something else.
+            if let Some(lease) = self.leases.remove(id) {
+                expired.push(id);
+                deleted += self.delete_lease_keys(lease);
+            }
+        }
+        if deleted > 0 {
+            self.revision = self.next_revision();
+        }
+        CommandResponse::LeaseExpire { expired, deleted }
+    }
+
+    /// Writes one key at revision `at`; the lease was checked.
+    fn put_at(&mut self, request: &PutRequest, at: Revision) -> PutResponse {
+        let (create_revision, version, old_lease) = match self.keys.get(&request.key) {
+            Some(old) => (old.create_revision, old.version + 1, old.lease),
+            None => (at, 1, NO_LEASE),
+        };
+        if old_lease != request.lease {
+            self.leases.detach(old_lease, &request.key);
+            self.leases.attach(request.lease, &request.key);
+        }
+        let old = self.keys.replace(KeyValue {
+            key: request.key.clone(),
+            value: request.value.clone(),
+            create_revision,
+            mod_revision: at,
+            version,
+            lease: request.lease,
+        });
+        PutResponse { prev_kv: old.filter(|_| request.prev_kv) }
+    }
+
+    /// Deletes the selected keys. Deleting changes nothing that depends on the revision
+    /// (there is no history), so the caller only decides whether the revision moves.
+    fn delete(&mut self, selection: Selection<'_>, prev_kv: bool) -> DeleteRangeResponse {
+        let mut response = DeleteRangeResponse::default();
+        let mut remove = |this: &mut Self, key: &[u8]| {
+            if let Some(kv) = this.keys.take(key) {
+                this.leases.detach(kv.lease, &kv.key);
+                response.deleted += 1;
+                if prev_kv {
+                    response.prev_kvs.push(kv);
+                }
+            }
+        };
+        match selection {
+            Selection::Single(key) => remove(self, key),
+            Selection::Interval(_) => {
+                for key in self.keys.selected_keys(selection) {
+                    remove(self, &key);
+                }
+            }
+        }
+        response
+    }
+
+    /// Deletes every key of a lease already removed from the table; returns how many.
+    fn delete_lease_keys(&mut self, lease: Lease) -> i64 {
+        let mut deleted = 0;
+        for key in &lease.keys {
+            if self.keys.take(key).is_some() {
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
     /// Reads at the current revision.
-    pub fn range(&self, _request: &RangeRequest) -> Result<RangeResponse, KvError> {
-        unimplemented!()
+    pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
+        self.keys.range(request)
     }
+
     /// The current revision.
     pub fn revision(&self) -> Revision {
-        unimplemented!()
+        self.revision
     }
+
     /// One key.
-    pub fn get(&self, _key: &[u8]) -> Option<&KeyValue> {
-        unimplemented!()
+    pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
+        self.keys.get(key)
     }
+
     /// One lease.
-    pub fn lease(&self, _id: LeaseId) -> Option<&Lease> {
-        unimplemented!()
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
+        self.leases.get(id)
     }
+
     /// Resolves a lease name.
-    pub fn lease_id_by_name(&self, _name: &str) -> Option<LeaseId> {
-        unimplemented!()
+    pub fn lease_id_by_name(&self, name: &str) -> Option<LeaseId> {
+        self.leases.id_by_name(name)
     }
+
     /// All live leases in id order.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> + '_ {
-        std::iter::empty()
+        self.leases.iter()
     }
+
     /// Number of live leases.
     pub fn lease_count(&self) -> usize {
-        unimplemented!()
+        self.leases.len()
     }
+
     /// Number of keys.
     pub fn key_count(&self) -> usize {
-        unimplemented!()
+        self.keys.len()
     }
-    /// A running digest of everything applied so far.
+
+    /// A running digest of everything applied so far: each command, the revision it left
+    /// and whether it succeeded. Equal digests mean equal applied histories (up to hash
+    /// collisions); it survives snapshots.
     pub fn digest(&self) -> u64 {
-        unimplemented!()
+        self.digest
     }
+
     /// Serialises the whole state.
     pub fn to_snapshot_bytes(&self) -> Vec<u8> {
-        unimplemented!()
+        snapshot::encode(&snapshot::Parts {
+            revision: self.revision,
+            digest: self.digest,
+            keys: &self.keys,
+            leases: &self.leases,
+        })
     }
+
     /// Restores a state serialised by [`StateMachine::to_snapshot_bytes`].
-    pub fn from_snapshot_bytes(_bytes: &[u8]) -> Result<Self, SnapshotError> {
-        unimplemented!()
+    pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let restored = snapshot::decode(bytes)?;
+        Ok(StateMachine {
+            revision: restored.revision,
+            keys: restored.keys,
+            leases: restored.leases,
+            digest: restored.digest,
+        })
     }
 }
+
+/// Resolves a Txn operation's range, the only thing about it that can be malformed.
+fn plan(op: &TxnOp) -> Result<Planned<'_>, KvError> {
+    Ok(match op {
+        TxnOp::Range(request) => Planned::Range(Selection::of(&request.range)?, request),
+        TxnOp::Put(put) => Planned::Put(put),
+        TxnOp::DeleteRange(request) => Planned::Delete(Selection::of(&request.range)?, request.prev_kv),
+    })
+}
+
+#[cfg(test)]
+mod tests;

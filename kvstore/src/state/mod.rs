@@ -1,7 +1,12 @@
 //! The deterministic state machine: the key space with etcd's revisions and the lease table.
 //! Every replica applies the same commands in the same order and ends in the same state.
 
+mod compare;
+mod digest;
+mod keyspace;
+mod lease_table;
 mod machine;
+mod snapshot;
 mod validate;
 
 pub use machine::{Lease, SnapshotError, StateMachine};

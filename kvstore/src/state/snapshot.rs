@@ -1,0 +1,217 @@
+//! The snapshot format: the whole replicated state (keys, leases, revision, id counter,
+//! digest) as postcard bytes.
+//!
+//! Lease key sets are not stored: they are implied by each key's `lease` field and rebuilt
+//! on restore, which keeps snapshots smaller and makes a key/lease mismatch unrepresentable.
+//! Keys and values are written as byte strings (one length and a copy) rather than serde's
+//! default sequence of `u8`s, which decodes one element at a time.
+//!
+//! Decoding never trusts the input: anything malformed or inconsistent is a
+//! [`SnapshotError`], never a panic.
+
+use super::keyspace::Keyspace;
+use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
+use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
+use serde::de::{Deserializer, Visitor};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A snapshot could not be decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("state machine snapshot is corrupt: {0}")]
+pub struct SnapshotError(pub String);
+
+/// Bumped whenever the layout below changes, so that an old snapshot is refused with a
+/// clear message instead of being misread.
+const FORMAT: u32 = 1;
+
+/// Everything a snapshot holds, borrowed from the live state.
+pub(super) struct Parts<'a> {
+    /// The current revision.
+    pub(super) revision: Revision,
+    /// The running digest.
+    pub(super) digest: u64,
+    /// The key space.
+    pub(super) keys: &'a Keyspace,
+    /// The lease table.
+    pub(super) leases: &'a LeaseTable,
+}
+
+/// Everything a snapshot holds, decoded and checked.
+pub(super) struct Restored {
+    /// The revision.
+    pub(super) revision: Revision,
+    /// The digest.
+    pub(super) digest: u64,
+    /// The key space.
+    pub(super) keys: Keyspace,
+    /// The lease table, key sets included.
+    pub(super) leases: LeaseTable,
+}
+
+#[derive(Serialize)]
+struct SnapshotOut<'a> {
+    format: u32,
+    revision: Revision,
+    grant_counter: u64,
+    digest: u64,
+    leases: Vec<LeaseRecord>,
+    kvs: KvsOut<'a>,
+}
+
+#[derive(Deserialize)]
+struct SnapshotIn {
+    format: u32,
+    revision: Revision,
+    grant_counter: u64,
+    digest: u64,
+    leases: Vec<LeaseRecord>,
+    kvs: Vec<KvIn>,
+}
+
+/// A lease without its keys.
+#[derive(Serialize, Deserialize)]
+struct LeaseRecord {
+    id: LeaseId,
+    name: Option<String>,
+    ttl: i64,
+}
+
+/// The key space as a sequence, serialised straight from the B-tree without a copy.
+struct KvsOut<'a>(&'a Keyspace);
+
+impl Serialize for KvsOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(KvOut))
+    }
+}
+
+/// One key-value with its byte fields written as byte strings.
+struct KvOut<'a>(&'a KeyValue);
+
+impl Serialize for KvOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let kv = self.0;
+        let mut t = serializer.serialize_tuple(6)?;
+        t.serialize_element(&Bytes(&kv.key))?;
+        t.serialize_element(&Bytes(&kv.value))?;
+        t.serialize_element(&kv.create_revision)?;
+        t.serialize_element(&kv.mod_revision)?;
+        t.serialize_element(&kv.version)?;
+        t.serialize_element(&kv.lease)?;
+        t.end()
+    }
+}
+
+/// The decoding side of [`KvOut`] (a tuple struct is laid out as a tuple).
+#[derive(Deserialize)]
+struct KvIn(ByteBuf, ByteBuf, Revision, Revision, i64, LeaseId);
+
+struct Bytes<'a>(&'a [u8]);
+
+impl Serialize for Bytes<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+struct ByteBuf(Vec<u8>);
+
+impl<'de> Deserialize<'de> for ByteBuf {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteBuf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v.to_vec()))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v))
+            }
+        }
+        deserializer.deserialize_byte_buf(V)
+    }
+}
+
+/// Serialises the state.
+pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
+    let leases = parts.leases.iter().map(|l| LeaseRecord { id: l.id, name: l.name.clone(), ttl: l.ttl }).collect();
+    let out = SnapshotOut {
+        format: FORMAT,
+        revision: parts.revision,
+        grant_counter: parts.leases.grant_counter(),
+        digest: parts.digest,
+        leases,
+        kvs: KvsOut(parts.keys),
+    };
+    // Serialising plain integers, strings and byte strings into a Vec cannot fail; an
+    // error here would be a bug in this module.
+    postcard::to_stdvec(&out).expect("snapshot serialisation into memory cannot fail")
+}
+
+/// Decodes and checks a snapshot.
+pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
+    let (snap, rest): (SnapshotIn, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
+    if !rest.is_empty() {
+        return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len())));
+    }
+    if snap.format != FORMAT {
+        return Err(SnapshotError(format!("unsupported format {} (this build reads {FORMAT})", snap.format)));
+    }
+    if snap.revision < 1 {
+        return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
+    }
+    let mut leases = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    for l in snap.leases {
+        if l.id <= NO_LEASE || l.ttl <= 0 {
+            return Err(SnapshotError(format!("lease {} has an invalid id or ttl {}", l.id, l.ttl)));
+        }
+        if let Some(name) = &l.name {
+            if name.is_empty() || name.len() > MAX_LEASE_NAME_BYTES || !names.insert(name.clone()) {
+                return Err(SnapshotError(format!("lease {} has an invalid or duplicate name {name:?}", l.id)));
+            }
+        }
+        let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: BTreeSet::new() };
+        if leases.insert(l.id, lease).is_some() {
+            return Err(SnapshotError(format!("lease {} appears twice", l.id)));
+        }
+    }
+    let mut kvs: Vec<KeyValue> = Vec::with_capacity(snap.kvs.len());
+    for KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease) in snap.kvs {
+        if kvs.last().is_some_and(|p| p.key >= key) {
+            return Err(SnapshotError(format!("key {:?} is out of order or repeated", String::from_utf8_lossy(&key))));
+        }
+        if !(1..=mod_revision).contains(&create_revision) || mod_revision > snap.revision || version < 1 {
+            return Err(SnapshotError(format!(
+                "key {:?} has inconsistent revisions (create {create_revision}, mod {mod_revision}, version \
+                 {version}, store {})",
+                String::from_utf8_lossy(&key),
+                snap.revision
+            )));
+        }
+        if lease != NO_LEASE {
+            let Some(l) = leases.get_mut(&lease) else {
+                return Err(SnapshotError(format!(
+                    "key {:?} is attached to lease {lease}, which the snapshot does not hold",
+                    String::from_utf8_lossy(&key)
+                )));
+            };
+            l.keys.insert(key.clone());
+        }
+        kvs.push(KeyValue { key, value, create_revision, mod_revision, version, lease });
+    }
+    Ok(Restored {
+        revision: snap.revision,
+        digest: snap.digest,
+        keys: Keyspace::from_sorted(kvs),
+        leases: LeaseTable::from_parts(leases, snap.grant_counter),
+    })
+}
