@@ -1,46 +1,137 @@
 //! In-memory storage with crash semantics, for the simulator.
-use super::{Recovered, SnapshotRecord, Storage, StorageError};
+use super::{normalize, Recovered, SnapshotRecord, Storage, StorageError};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Storage in memory: a durable image plus the writes not yet synced.
+///
+/// The simulator owns one per node and models a crash with [`MemoryStorage::crash`] (all
+/// unsynced writes lost) or [`MemoryStorage::crash_keeping`] (a torn write: a prefix of them
+/// reached the disk). A node only calls [`Storage::recover`] right after such a crash (or on
+/// a blank disk), so `recover` simply returns the current view, pending writes included.
 #[derive(Debug, Clone, Default)]
-pub struct MemoryStorage {}
+pub struct MemoryStorage {
+    /// What survives any crash.
+    durable: Image,
+    /// Writes since the last sync, in order.
+    pending: Vec<Op>,
+    /// Number of [`Storage::sync`] calls.
+    syncs: u64,
+}
+
+/// The content of the disk.
+#[derive(Debug, Clone, Default)]
+struct Image {
+    promised: LogBallot,
+    slots: BTreeMap<Slot, AcceptedSlot>,
+    commit: Slot,
+    /// Behind an `Arc` so that cloning a storage (the simulator forks node states) does not
+    /// copy snapshot bytes.
+    snapshot: Option<Arc<SnapshotRecord>>,
+}
+
+/// One buffered write.
+#[derive(Debug, Clone)]
+enum Op {
+    Promise(LogBallot),
+    Slot(Slot, AcceptedSlot),
+    Commit(Slot),
+    Snapshot(Arc<SnapshotRecord>),
+    RemoveThrough(Slot),
+}
+
+impl Image {
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Promise(b) => self.promised = *b,
+            Op::Slot(s, a) => {
+                self.slots.insert(*s, a.clone());
+            }
+            Op::Commit(c) => self.commit = *c,
+            Op::Snapshot(s) => self.snapshot = Some(Arc::clone(s)),
+            Op::RemoveThrough(through) => match through.checked_add(1) {
+                Some(first_kept) => self.slots = self.slots.split_off(&first_kept),
+                None => self.slots.clear(),
+            },
+        }
+    }
+
+    fn to_recovered(&self) -> Recovered {
+        normalize(Recovered {
+            promised: self.promised,
+            slots: self.slots.clone(),
+            commit: self.commit,
+            snapshot: self.snapshot.as_deref().cloned(),
+        })
+    }
+}
 
 impl MemoryStorage {
     /// Empty storage (a blank disk).
     pub fn new() -> Self {
-        unimplemented!()
+        Self::default()
     }
     /// Simulates a crash: every write since the last sync is lost.
     pub fn crash(&mut self) {
-        unimplemented!()
+        self.pending.clear();
+    }
+    /// Simulates a torn write at a crash: the first `n` unsynced writes reached the disk (in
+    /// order, as a log-structured store recovers a prefix), the rest are lost. `n` larger than
+    /// [`MemoryStorage::pending_len`] keeps them all.
+    pub fn crash_keeping(&mut self, n: usize) {
+        let n = n.min(self.pending.len());
+        for op in self.pending.drain(..n) {
+            self.durable.apply(&op);
+        }
+        self.pending.clear();
+    }
+    /// Number of writes buffered since the last sync (what a crash would lose).
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
     /// Number of syncs so far.
     pub fn sync_count(&self) -> u64 {
-        unimplemented!()
+        self.syncs
     }
 }
 
 impl Storage for MemoryStorage {
     fn recover(&mut self) -> Result<Recovered, StorageError> {
-        unimplemented!()
+        if self.pending.is_empty() {
+            return Ok(self.durable.to_recovered());
+        }
+        let mut view = self.durable.clone();
+        for op in &self.pending {
+            view.apply(op);
+        }
+        Ok(view.to_recovered())
     }
-    fn save_promise(&mut self, _ballot: LogBallot) -> Result<(), StorageError> {
-        unimplemented!()
+    fn save_promise(&mut self, ballot: LogBallot) -> Result<(), StorageError> {
+        self.pending.push(Op::Promise(ballot));
+        Ok(())
     }
-    fn save_slot(&mut self, _slot: Slot, _accepted: &AcceptedSlot) -> Result<(), StorageError> {
-        unimplemented!()
+    fn save_slot(&mut self, slot: Slot, accepted: &AcceptedSlot) -> Result<(), StorageError> {
+        self.pending.push(Op::Slot(slot, accepted.clone()));
+        Ok(())
     }
-    fn save_commit(&mut self, _commit: Slot) -> Result<(), StorageError> {
-        unimplemented!()
+    fn save_commit(&mut self, commit: Slot) -> Result<(), StorageError> {
+        self.pending.push(Op::Commit(commit));
+        Ok(())
     }
-    fn save_snapshot(&mut self, _snapshot: &SnapshotRecord) -> Result<(), StorageError> {
-        unimplemented!()
+    fn save_snapshot(&mut self, snapshot: &SnapshotRecord) -> Result<(), StorageError> {
+        self.pending.push(Op::Snapshot(Arc::new(snapshot.clone())));
+        Ok(())
     }
-    fn remove_slots_through(&mut self, _slot: Slot) -> Result<(), StorageError> {
-        unimplemented!()
+    fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError> {
+        self.pending.push(Op::RemoveThrough(slot));
+        Ok(())
     }
     fn sync(&mut self) -> Result<(), StorageError> {
-        unimplemented!()
+        for op in std::mem::take(&mut self.pending) {
+            self.durable.apply(&op);
+        }
+        self.syncs += 1;
+        Ok(())
     }
 }

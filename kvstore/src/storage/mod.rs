@@ -7,8 +7,11 @@
 //! whose promise depends on durable state (a Promise, an Accepted) only after the sync that
 //! covers it, so that one sync makes a whole batch of accepts durable.
 
+mod codec;
 mod memory;
 mod sled_store;
+#[cfg(test)]
+mod tests;
 
 pub use memory::MemoryStorage;
 pub use sled_store::{SledEpochStore, SledStorage};
@@ -72,4 +75,21 @@ pub trait Storage: Send {
     fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError>;
     /// Makes every write so far durable.
     fn sync(&mut self) -> Result<(), StorageError>;
+}
+
+/// The invariants both implementations give [`Storage::recover`]'s answer, whatever order
+/// the writes reached the disk in:
+/// - slots at or below the snapshot are dropped: the snapshot covers them, and a crash
+///   between the snapshot's sync and the sync of `remove_slots_through` may leave them;
+/// - `commit` is at least the snapshot's index: a snapshot only ever holds chosen slots, so
+///   everything through its index is known chosen even if the commit record is older.
+fn normalize(mut recovered: Recovered) -> Recovered {
+    if let Some(snapshot) = &recovered.snapshot {
+        recovered.slots = recovered.slots.split_off(&snapshot.index.saturating_add(1));
+        if snapshot.index == Slot::MAX {
+            recovered.slots.clear();
+        }
+        recovered.commit = recovered.commit.max(snapshot.index);
+    }
+    recovered
 }

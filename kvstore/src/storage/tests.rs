@@ -1,0 +1,247 @@
+//! Tests every [`Storage`] implementation must pass, run against both, plus the crash
+//! semantics of [`MemoryStorage`].
+use super::*;
+use crate::command::{Command, PutRequest};
+use crate::log::{Entry, Proposal, ProposalId};
+use leasekv_lease::NodeId;
+
+fn ballot(round: u64) -> LogBallot {
+    LogBallot { round, node: NodeId((round % 3 + 1) as u32) }
+}
+
+fn slot_value(round: u64, seq: u64, chosen: bool) -> AcceptedSlot {
+    let put = |i: u64| Proposal {
+        id: ProposalId { node: NodeId(1), incarnation: 4, seq: seq * 10 + i },
+        command: Command::Put(PutRequest {
+            key: format!("k{seq}-{i}").into_bytes(),
+            value: vec![seq as u8; 40],
+            lease: 0,
+            prev_kv: i & 1 == 0,
+        }),
+    };
+    AcceptedSlot { ballot: ballot(round), entry: Entry { proposals: (0..seq % 4).map(put).collect() }, chosen }
+}
+
+fn snapshot(index: Slot, fill: u8) -> SnapshotRecord {
+    SnapshotRecord { index, data: vec![fill; 1000 + index as usize] }
+}
+
+/// Each storage test runs on both implementations; the sled one in a fresh tempdir.
+fn both(test: impl Fn(&mut dyn Storage)) {
+    test(&mut MemoryStorage::new());
+    let dir = tempfile::tempdir().unwrap();
+    test(&mut SledStorage::open(dir.path()).unwrap());
+}
+
+#[test]
+fn blank_storage_recovers_the_default() {
+    both(|s| assert_eq!(s.recover().unwrap(), Recovered::default()));
+}
+
+#[test]
+fn every_record_round_trips() {
+    both(|s| {
+        s.save_promise(ballot(9)).unwrap();
+        s.save_slot(1, &slot_value(9, 1, true)).unwrap();
+        s.save_slot(2, &slot_value(9, 3, false)).unwrap();
+        s.save_slot(u64::MAX, &slot_value(9, 2, false)).unwrap();
+        s.save_commit(1).unwrap();
+        s.sync().unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!(r.promised, ballot(9));
+        assert_eq!(r.commit, 1);
+        assert_eq!(r.slots.len(), 3);
+        assert_eq!(r.slots[&1], slot_value(9, 1, true));
+        assert_eq!(r.slots[&2], slot_value(9, 3, false));
+        assert_eq!(r.slots[&u64::MAX], slot_value(9, 2, false));
+        assert_eq!(r.snapshot, None);
+
+        // Overwrites replace.
+        s.save_promise(ballot(10)).unwrap();
+        s.save_slot(2, &slot_value(10, 3, true)).unwrap();
+        s.save_commit(2).unwrap();
+        s.sync().unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!((r.promised, r.commit), (ballot(10), 2));
+        assert_eq!(r.slots[&2], slot_value(10, 3, true));
+    });
+}
+
+#[test]
+fn remove_slots_through_deletes_exactly_the_prefix() {
+    both(|s| {
+        for slot in [1, 2, 255, 256, 257, 1000] {
+            s.save_slot(slot, &slot_value(1, slot, false)).unwrap();
+        }
+        s.remove_slots_through(256).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.recover().unwrap().slots.keys().copied().collect::<Vec<_>>(), vec![257, 1000]);
+        s.remove_slots_through(0).unwrap();
+        assert_eq!(s.recover().unwrap().slots.len(), 2);
+        s.remove_slots_through(u64::MAX).unwrap();
+        assert!(s.recover().unwrap().slots.is_empty());
+    });
+}
+
+#[test]
+fn snapshot_replaces_the_old_one_and_hides_the_slots_it_covers() {
+    both(|s| {
+        for slot in 1..=10 {
+            s.save_slot(slot, &slot_value(1, slot, true)).unwrap();
+        }
+        s.save_commit(3).unwrap();
+        s.save_snapshot(&snapshot(4, 1)).unwrap();
+        s.sync().unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!(r.snapshot, Some(snapshot(4, 1)));
+        // Slots 1..=4 are still stored (not removed yet) but covered by the snapshot.
+        assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), (5..=10).collect::<Vec<_>>());
+        assert_eq!(r.commit, 4, "a snapshot's slots are chosen");
+
+        s.save_snapshot(&snapshot(8, 2)).unwrap();
+        s.remove_slots_through(8).unwrap();
+        s.save_commit(9).unwrap();
+        s.sync().unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!(r.snapshot, Some(snapshot(8, 2)));
+        assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), vec![9, 10]);
+        assert_eq!(r.commit, 9);
+    });
+}
+
+/// A long pseudo-random sequence of operations gives the same `recover()` on both
+/// implementations, checked after every sync.
+#[test]
+fn both_implementations_recover_the_same_state() {
+    let mut mem = MemoryStorage::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut sled = SledStorage::open(dir.path()).unwrap();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        // xorshift64: deterministic, no dependency.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for step in 0..600u64 {
+        let r = next();
+        let stores: [&mut dyn Storage; 2] = [&mut mem, &mut sled];
+        for s in stores {
+            match r % 10 {
+                0 => s.save_promise(ballot(r % 50)).unwrap(),
+                1..=5 => s.save_slot(r % 64, &slot_value(r % 50, step, r % 3 == 0)).unwrap(),
+                6 => s.save_commit(r % 64).unwrap(),
+                7 => s.save_snapshot(&snapshot(r % 40, (r % 251) as u8)).unwrap(),
+                8 => s.remove_slots_through(r % 48).unwrap(),
+                _ => s.sync().unwrap(),
+            }
+        }
+        if r % 10 == 9 {
+            assert_eq!(mem.recover().unwrap(), sled.recover().unwrap(), "diverged at step {step}");
+        }
+    }
+    mem.sync().unwrap();
+    sled.sync().unwrap();
+    let expected = mem.recover().unwrap();
+    drop(sled);
+    assert_eq!(SledStorage::open(dir.path()).unwrap().recover().unwrap(), expected, "after reopening");
+}
+
+#[test]
+fn memory_crash_loses_unsynced_writes_and_keeps_synced_ones() {
+    let mut s = MemoryStorage::new();
+    s.save_promise(ballot(1)).unwrap();
+    s.save_slot(1, &slot_value(1, 1, false)).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.sync_count(), 1);
+    let synced = s.recover().unwrap();
+
+    s.save_promise(ballot(2)).unwrap();
+    s.save_slot(2, &slot_value(2, 2, false)).unwrap();
+    s.save_snapshot(&snapshot(1, 7)).unwrap();
+    s.remove_slots_through(1).unwrap();
+    assert_eq!(s.pending_len(), 4);
+    // Before the crash the node sees its own writes.
+    assert_eq!(s.recover().unwrap().promised, ballot(2));
+    s.crash();
+    assert_eq!(s.pending_len(), 0);
+    assert_eq!(s.recover().unwrap(), synced);
+    assert_eq!(s.sync_count(), 1);
+
+    // A clone is an independent disk.
+    let mut copy = s.clone();
+    copy.save_commit(1).unwrap();
+    copy.sync().unwrap();
+    assert_eq!(s.recover().unwrap(), synced);
+    assert_eq!(copy.recover().unwrap().commit, 1);
+}
+
+#[test]
+fn memory_crash_keeping_keeps_a_prefix() {
+    let mut s = MemoryStorage::new();
+    s.save_slot(1, &slot_value(1, 1, false)).unwrap();
+    s.save_slot(2, &slot_value(1, 2, false)).unwrap();
+    s.save_snapshot(&snapshot(1, 3)).unwrap();
+    s.remove_slots_through(1).unwrap();
+    s.crash_keeping(3);
+    let r = s.recover().unwrap();
+    // The removal was torn off, but the snapshot covers slot 1 anyway.
+    assert_eq!(r.snapshot, Some(snapshot(1, 3)));
+    assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(s.pending_len(), 0);
+
+    s.save_commit(2).unwrap();
+    s.save_promise(ballot(5)).unwrap();
+    s.crash_keeping(1);
+    let r = s.recover().unwrap();
+    assert_eq!((r.commit, r.promised), (2, LogBallot::ZERO));
+
+    s.save_commit(3).unwrap();
+    s.crash_keeping(usize::MAX);
+    assert_eq!(s.recover().unwrap().commit, 3);
+    s.save_commit(4).unwrap();
+    s.crash_keeping(0);
+    assert_eq!(s.recover().unwrap().commit, 3);
+    assert_eq!(s.sync_count(), 0, "a torn write is not a sync");
+}
+
+/// Env var that turns [`sled_abort_child`] from a no-op into the crashing child process.
+const ABORT_CHILD_DIR: &str = "LEASEKV_STORAGE_ABORT_CHILD_DIR";
+
+/// The child half of [`sled_synced_writes_survive_a_process_abort`]: syncs some writes, makes
+/// some more, and aborts without running destructors (so sled gets no chance to flush).
+#[test]
+fn sled_abort_child() {
+    let Some(dir) = std::env::var_os(ABORT_CHILD_DIR) else { return };
+    let mut s = SledStorage::open(std::path::Path::new(&dir)).unwrap();
+    s.save_promise(ballot(3)).unwrap();
+    for slot in 1..=100 {
+        s.save_slot(slot, &slot_value(3, slot, false)).unwrap();
+    }
+    s.save_commit(50).unwrap();
+    s.sync().unwrap();
+    s.save_commit(60).unwrap();
+    s.save_slot(101, &slot_value(3, 1, false)).unwrap();
+    std::process::abort();
+}
+
+/// A real crash (the process aborts) keeps everything synced before it.
+#[test]
+fn sled_synced_writes_survive_a_process_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "storage::tests::sled_abort_child", "--test-threads=1", "--nocapture"])
+        .env(ABORT_CHILD_DIR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child must have aborted");
+    let r = SledStorage::open(dir.path()).unwrap().recover().unwrap();
+    assert_eq!(r.promised, ballot(3));
+    assert!(r.commit >= 50, "synced commit lost: {}", r.commit);
+    for slot in 1..=100 {
+        assert_eq!(r.slots.get(&slot), Some(&slot_value(3, slot, false)), "synced slot {slot} lost");
+    }
+}
