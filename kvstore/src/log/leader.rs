@@ -367,11 +367,7 @@ impl<S: Storage> Replica<S> {
             let ids = std::mem::take(&mut self.deposed_expiries);
             self.enqueue_expiry(ids);
         }
-        loop {
-            let Role::Leader(leader) = &self.role else { return };
-            if leader.pending_expiries.len() >= self.config.max_expire_in_queue {
-                break;
-            }
+        while self.can_queue_expiry() {
             let ids = self.lessor.take_expired(now, self.config.max_expire_batch);
             if ids.is_empty() {
                 break;
@@ -379,6 +375,16 @@ impl<S: Storage> Replica<S> {
             self.enqueue_expiry(ids);
         }
         self.fill_pipeline(now);
+    }
+
+    /// Whether the expiry backlog has room. When it has none, the lease deadlines are not
+    /// a reason to wake up: the next applied expiry makes room and looks again.
+    pub(super) fn can_queue_expiry(&self) -> bool {
+        match &self.role {
+            Role::Leader(leader) => leader.ready && leader.pending_expiries.len() < self.config.max_expire_in_queue,
+            // A deposed tracker (only in the deposed-expiry control) collects what it finds.
+            _ => self.config.breakage == LogBreakage::DeposedExpiry,
+        }
     }
 
     fn enqueue_expiry(&mut self, ids: Vec<crate::types::LeaseId>) {

@@ -194,6 +194,10 @@ impl<S: Storage> Replica<S> {
             self.on_applied_barrier(now, slot);
         }
         self.maybe_snapshot();
+        if self.lessor.is_running() {
+            // An applied expiry may have made room in the backlog.
+            self.expire_leases(now);
+        }
     }
 
     fn on_applied_barrier(&mut self, now: Instant, slot: Slot) {

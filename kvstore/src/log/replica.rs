@@ -273,7 +273,7 @@ impl<S: Storage> Replica<S> {
         if !matches!(self.role, Role::Follower) {
             consider(self.mastership.map(|m| m.valid_until));
         }
-        if self.lessor.is_running() {
+        if self.lessor.is_running() && self.can_queue_expiry() {
             consider(self.lessor.next_deadline());
         }
         next

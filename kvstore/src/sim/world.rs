@@ -333,6 +333,10 @@ impl World {
             self.now = at;
             self.handle(event);
         }
+        if budget == 0 {
+            // Something loops without letting time pass: a liveness bug, not a pass.
+            self.oracles.violation(self.now, "event-storm", "the event budget ran out before the end".into());
+        }
         self.now = end;
     }
 
