@@ -5,6 +5,11 @@ use crate::error::KvError;
 use crate::types::{KeyRange, KeyValue, LeaseId, Revision};
 use serde::{Deserialize, Serialize};
 
+/// Which master's tenure issued a command: its log ballot as `(round, node)`, ordered the
+/// same way. The state machine uses it to recognise a lease expiry decided by a master that
+/// a newer one has since replaced (see [`Command::LeaseExpire`]).
+pub type Tenure = (u64, u32);
+
 /// Write a key (etcd `PutRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PutRequest {
@@ -128,18 +133,29 @@ pub enum Command {
     },
     /// Leases whose TTL ran out on the master: each is deleted with its keys, all in one
     /// revision. Leases already gone are skipped (a revoke may have raced the expiry).
+    ///
+    /// An expiry from an older tenure than the last applied [`Command::Barrier`] is stale
+    /// and changes nothing: a deposed master's proposal can be chosen late (a newer master
+    /// re-proposes what it finds accepted), after the newer master restarted the countdowns
+    /// and acknowledged keepalives. The newer master's own tracker expires the lease when due.
     LeaseExpire {
         /// The expired leases.
         ids: Vec<LeaseId>,
+        /// The tenure of the master that decided the expiry.
+        tenure: Tenure,
     },
-    /// Changes nothing; a new master commits one to learn that its log is complete.
-    Barrier,
+    /// A new master commits one to learn that its log is complete; it changes no key, and
+    /// starts the master's tenure in the state machine.
+    Barrier {
+        /// The new master's tenure.
+        tenure: Tenure,
+    },
 }
 
 impl Command {
     /// Whether this command can change the key space or the lease table.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Barrier)
+        !matches!(self, Command::Barrier { .. })
     }
 }
 

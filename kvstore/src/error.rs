@@ -61,6 +61,9 @@ pub enum KvError {
     /// The lease id is negative (etcd's wire ids are positive int64).
     #[error("etcdserver: lease id must be positive, got {0}")]
     InvalidLeaseId(LeaseId),
+    /// A command only the master itself may issue (lease expiry, barrier).
+    #[error("etcdserver: {0} commands are issued by the master itself, not by clients")]
+    ReservedCommand(String),
     /// A range end that is below its start.
     #[error("etcdserver: range end {end:?} is before the key {key:?}")]
     InvalidRange {

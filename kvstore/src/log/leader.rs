@@ -35,6 +35,7 @@ pub(super) struct Candidate {
 #[derive(Debug)]
 pub(super) struct PromiseInfo {
     pub(super) slots: Vec<(Slot, AcceptedSlot)>,
+    pub(super) commit: Slot,
     pub(super) compacted: Slot,
 }
 
@@ -117,7 +118,7 @@ impl<S: Storage> Replica<S> {
         if candidate.ballot != ballot {
             return;
         }
-        candidate.promises.insert(from, PromiseInfo { slots, compacted });
+        candidate.promises.insert(from, PromiseInfo { slots, commit, compacted });
         if compacted > self.commit || commit > self.commit + self.config.max_fetch_entries as u64 {
             // That acceptor has chosen slots we lack and may no longer report them.
             self.request_fetch(now, from);
@@ -177,10 +178,11 @@ impl<S: Storage> Replica<S> {
     fn propose_barrier(&mut self, now: Instant) {
         let id = self.next_proposal_id();
         let Role::Leader(leader) = &mut self.role else { return };
+        let ballot = leader.ballot;
         let slot = leader.next_slot;
         leader.next_slot += 1;
         leader.barrier = slot;
-        self.propose_slot(now, slot, Entry { proposals: vec![Proposal { id, command: Command::Barrier }] });
+        self.propose_slot(now, slot, Entry { proposals: vec![Proposal { id, command: Command::Barrier { tenure: (ballot.round, ballot.node.0) } }] });
     }
 
     fn propose_slot(&mut self, now: Instant, slot: Slot, entry: Entry) {
@@ -304,8 +306,19 @@ impl<S: Storage> Replica<S> {
             Role::Candidate(c) => {
                 let ballot = c.ballot;
                 let missing: Vec<NodeId> = self.nodes.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
+                // Phase 1 may be waiting for slots a promiser compacted away; the fetch or its
+                // answer may have been lost, so ask again (request_fetch rate-limits itself).
+                let ahead = c
+                    .promises
+                    .iter()
+                    .filter(|(_, p)| p.compacted.max(p.commit) > commit)
+                    .max_by_key(|(_, p)| p.compacted.max(p.commit))
+                    .map(|(node, _)| *node);
                 for to in missing {
                     self.send(to, LogMessage::Prepare { ballot, from: commit + 1 });
+                }
+                if let Some(peer) = ahead {
+                    self.request_fetch(now, peer);
                 }
             }
             Role::Leader(l) => {
@@ -391,9 +404,10 @@ impl<S: Storage> Replica<S> {
         let id = self.next_proposal_id();
         let Role::Leader(leader) = &mut self.role else { return };
         leader.pending_expiries.insert(id);
+        let tenure = (leader.ballot.round, leader.ballot.node.0);
         // Expiries go to the front: a lease past its deadline must not wait behind a long
         // client queue, and the batch bound keeps each one short.
-        leader.queue.push_front(Proposal { id, command: Command::LeaseExpire { ids } });
+        leader.queue.push_front(Proposal { id, command: Command::LeaseExpire { ids, tenure } });
     }
 }
 
@@ -405,7 +419,7 @@ fn command_size(command: &Command) -> usize {
         Command::Txn(t) => 64 * (t.compare.len() + t.success.len() + t.failure.len()) + 16,
         Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
         Command::LeaseRevoke { .. } => 16,
-        Command::LeaseExpire { ids } => 8 * ids.len() + 8,
-        Command::Barrier => 1,
+        Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,
+        Command::Barrier { .. } => 16,
     }
 }

@@ -414,9 +414,11 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.check_mastership(now);
         validate_command(&command, &self.limits)?;
-        if matches!(command, Command::LeaseExpire { .. }) {
-            // Only the master's own tracker decides expiry.
-            return Err(KvError::InvalidLeaseName("lease expiry cannot be requested by a client".into()).into());
+        match command {
+            // Only the master's own tracker decides expiry, and only a new master starts a tenure.
+            Command::LeaseExpire { .. } => return Err(KvError::ReservedCommand("lease expiry".into()).into()),
+            Command::Barrier { .. } => return Err(KvError::ReservedCommand("barrier".into()).into()),
+            _ => {}
         }
         if let Command::LeaseGrant { ttl, .. } = &mut command {
             *ttl = (*ttl).max(self.config.min_ttl_secs);

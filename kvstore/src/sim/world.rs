@@ -603,6 +603,10 @@ impl World {
     }
 
     fn reply(&mut self, client: usize, request_id: u64, reply: Reply) {
+        if self.config.trace {
+            let line = format!("reply to client {} request {request_id}: {reply:?}", client + 1);
+            self.trace(|| line);
+        }
         let delay = self.rng.range_u64(50, 500) * 1000;
         self.queue.push(self.now + delay, Event::ClientReply { client, request_id, reply, sent_at: self.now });
     }
@@ -611,6 +615,10 @@ impl World {
     /// proposed and answered on completion.
     fn serve(&mut self, node: usize, client: usize, request_id: u64, request: Request) {
         let now = self.local(node);
+        if self.config.trace {
+            let line = format!("client {} request {request_id} at {}: {request:?}", client + 1, self.nodes[node].id);
+            self.trace(|| line);
+        }
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
         let command = match &request {
             Request::Get { key, linearizable } => {
@@ -723,7 +731,11 @@ impl World {
                 (KvOp::Cas { key: key_name(*key).into_bytes(), expected: *expected, new: *new }, KvOutcome::Unknown)
             }
             (Request::Grant { .. }, Reply::Granted { id, ttl }) => {
-                self.oracles.on_lease_ack(sent_at, *id, *ttl);
+                // The countdown starts when the master that tracks the lease applies the
+                // grant (or takes over after it), which is after the call; the answer may come
+                // later still, from a node that applied it as a follower. So the call is the
+                // instant the oracle can hold the store to.
+                self.oracles.on_lease_ack(call, *id, *ttl);
                 self.clients[client].lease = Some(HeldLease { id: *id, keep_alive: true });
                 return;
             }

@@ -12,7 +12,7 @@ use super::lease_table::LeaseTable;
 use super::snapshot;
 use crate::command::{
     Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, Tenure, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
 };
 use crate::error::KvError;
 use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
@@ -27,6 +27,8 @@ pub struct StateMachine {
     revision: Revision,
     keys: Keyspace,
     leases: LeaseTable,
+    /// The tenure of the newest master whose barrier was applied; older expiries are stale.
+    tenure: Tenure,
     /// See [`StateMachine::digest`].
     digest: u64,
 }
@@ -48,7 +50,13 @@ enum Planned<'a> {
 impl StateMachine {
     /// An empty store at revision 1 (etcd starts at 1).
     pub fn new() -> Self {
-        StateMachine { revision: 1, keys: Keyspace::default(), leases: LeaseTable::default(), digest: digest::EMPTY }
+        StateMachine {
+            revision: 1,
+            keys: Keyspace::default(),
+            leases: LeaseTable::default(),
+            tenure: (0, 0),
+            digest: digest::EMPTY,
+        }
     }
 
     /// Applies one command. Deterministic.
@@ -62,8 +70,11 @@ impl StateMachine {
                 .grant(*id, name.as_deref(), *ttl, self.revision)
                 .map(|id| CommandResponse::LeaseGrant(LeaseGrantResponse { id, ttl: *ttl })),
             Command::LeaseRevoke { id } => self.apply_revoke(*id),
-            Command::LeaseExpire { ids } => Ok(self.apply_expire(ids)),
-            Command::Barrier => Ok(CommandResponse::Barrier),
+            Command::LeaseExpire { ids, tenure } => Ok(self.apply_expire(ids, *tenure)),
+            Command::Barrier { tenure } => {
+                self.tenure = self.tenure.max(*tenure);
+                Ok(CommandResponse::Barrier)
+            }
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         Applied { revision: self.revision, result }
@@ -143,9 +154,13 @@ impl StateMachine {
         Ok(CommandResponse::LeaseRevoke { deleted })
     }
 
-    fn apply_expire(&mut self, ids: &[LeaseId]) -> CommandResponse {
+    fn apply_expire(&mut self, ids: &[LeaseId], tenure: Tenure) -> CommandResponse {
         let mut expired = Vec::new();
         let mut deleted = 0;
+        if tenure < self.tenure {
+            // Decided by a master that a newer one has replaced: see `Command::LeaseExpire`.
+            return CommandResponse::LeaseExpire { expired, deleted };
+        }
         for &id in ids {
             // Gone already (revoked, or listed twice): the expiry raced something else.
             if let Some(lease) = self.leases.remove(id) {
@@ -266,6 +281,7 @@ impl StateMachine {
     pub fn to_snapshot_bytes(&self) -> Vec<u8> {
         snapshot::encode(&snapshot::Parts {
             revision: self.revision,
+            tenure: self.tenure,
             digest: self.digest,
             keys: &self.keys,
             leases: &self.leases,
@@ -277,6 +293,7 @@ impl StateMachine {
         let restored = snapshot::decode(bytes)?;
         Ok(StateMachine {
             revision: restored.revision,
+            tenure: restored.tenure,
             keys: restored.keys,
             leases: restored.leases,
             digest: restored.digest,

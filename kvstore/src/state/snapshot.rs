@@ -11,6 +11,7 @@
 
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
+use crate::command::Tenure;
 use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
 use serde::de::{Deserializer, Visitor};
 use serde::ser::Serializer;
@@ -25,12 +26,14 @@ pub struct SnapshotError(pub String);
 
 /// Bumped whenever the layout below changes, so that an old snapshot is refused with a
 /// clear message instead of being misread.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Everything a snapshot holds, borrowed from the live state.
 pub(super) struct Parts<'a> {
     /// The current revision.
     pub(super) revision: Revision,
+    /// The newest master tenure applied.
+    pub(super) tenure: Tenure,
     /// The running digest.
     pub(super) digest: u64,
     /// The key space.
@@ -43,6 +46,8 @@ pub(super) struct Parts<'a> {
 pub(super) struct Restored {
     /// The revision.
     pub(super) revision: Revision,
+    /// The newest master tenure applied.
+    pub(super) tenure: Tenure,
     /// The digest.
     pub(super) digest: u64,
     /// The key space.
@@ -55,6 +60,7 @@ pub(super) struct Restored {
 struct SnapshotOut<'a> {
     format: u32,
     revision: Revision,
+    tenure: Tenure,
     grant_counter: u64,
     digest: u64,
     leases: Vec<LeaseRecord>,
@@ -65,6 +71,7 @@ struct SnapshotOut<'a> {
 struct SnapshotIn {
     format: u32,
     revision: Revision,
+    tenure: Tenure,
     grant_counter: u64,
     digest: u64,
     leases: Vec<LeaseRecord>,
@@ -145,6 +152,7 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
     let out = SnapshotOut {
         format: FORMAT,
         revision: parts.revision,
+        tenure: parts.tenure,
         grant_counter: parts.leases.grant_counter(),
         digest: parts.digest,
         leases,
@@ -210,6 +218,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     }
     Ok(Restored {
         revision: snap.revision,
+        tenure: snap.tenure,
         digest: snap.digest,
         keys: Keyspace::from_sorted(kvs),
         leases: LeaseTable::from_parts(leases, snap.grant_counter),

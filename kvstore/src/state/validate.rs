@@ -31,7 +31,7 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
                 None => Ok(()),
             }
         }
-        Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } | Command::Barrier => Ok(()),
+        Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } | Command::Barrier { .. } => Ok(()),
     }
 }
 
@@ -155,7 +155,7 @@ mod tests {
     fn good_commands_pass() {
         let l = limits();
         assert_eq!(validate_command(&Command::Put(put("k", "v")), &l), Ok(()));
-        assert_eq!(validate_command(&Command::Barrier, &l), Ok(()));
+        assert_eq!(validate_command(&Command::Barrier { tenure: (1, 1) }, &l), Ok(()));
         assert_eq!(validate_command(&Command::LeaseGrant { id: 0, name: Some("abcd".into()), ttl: 1 }, &l), Ok(()));
         let deletes_overlap =
             txn(vec![del(KeyRange::prefix("a")), del(KeyRange::single("ab")), TxnOp::Put(put("b", ""))]);

@@ -99,12 +99,12 @@ fn commands_that_change_nothing_keep_the_revision() {
     let before = sm.revision();
     let CommandResponse::DeleteRange(r) = ok(&mut sm, &del_cmd(KeyRange::prefix("zz"))) else { panic!() };
     assert_eq!(r.deleted, 0);
-    ok(&mut sm, &Command::Barrier);
+    ok(&mut sm, &Command::Barrier { tenure: (1, 1) });
     ok(&mut sm, &grant(7, None));
     ok(&mut sm, &txn(vec![], vec![t_get(KeyRange::single("a"))], vec![]));
     ok(&mut sm, &txn(vec![], vec![t_del(KeyRange::single("nope"))], vec![]));
     ok(&mut sm, &Command::LeaseRevoke { id: 7 });
-    ok(&mut sm, &Command::LeaseExpire { ids: vec![1, 2] });
+    ok(&mut sm, &Command::LeaseExpire { ids: vec![1, 2], tenure: (1, 1) });
     assert_eq!(sm.revision(), before);
 }
 
@@ -269,7 +269,7 @@ fn expire_deletes_live_leases_in_one_revision_and_skips_gone_ones() {
     }
     ok(&mut sm, &Command::LeaseRevoke { id: 2 });
     let before = sm.revision();
-    let r = ok(&mut sm, &Command::LeaseExpire { ids: vec![3, 2, 1, 3, 77] });
+    let r = ok(&mut sm, &Command::LeaseExpire { ids: vec![3, 2, 1, 3, 77], tenure: (0, 0) });
     assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![3, 1], deleted: 4 });
     assert_eq!((sm.revision(), sm.key_count(), sm.lease_count()), (before + 1, 0, 0));
 }
@@ -439,8 +439,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
         2 => (prop::sample::select(vec![0i64, 1, 2, 3]), prop::option::of(prop::sample::select(vec!["m", "n"])), -1i64..5)
             .prop_map(|(id, name, ttl)| Command::LeaseGrant { id, name: name.map(str::to_string), ttl }),
         1 => (0i64..4).prop_map(|id| Command::LeaseRevoke { id }),
-        1 => prop::collection::vec(0i64..4, 0..3).prop_map(|ids| Command::LeaseExpire { ids }),
-        1 => Just(Command::Barrier),
+        1 => (prop::collection::vec(0i64..4, 0..3), 0u64..3).prop_map(|(ids, round)| Command::LeaseExpire { ids, tenure: (round, 1) }),
+        1 => (0u64..3).prop_map(|round| Command::Barrier { tenure: (round, 1) }),
     ]
 }
 
@@ -486,4 +486,23 @@ proptest! {
         prop_assert_eq!(all(&straight), all(&restored));
         prop_assert_eq!(observable(&straight), observable(&restored));
     }
+}
+
+#[test]
+fn an_expiry_from_a_replaced_master_is_stale_and_changes_nothing() {
+    let mut sm = StateMachine::new();
+    ok(&mut sm, &Command::Barrier { tenure: (1, 1) });
+    ok(&mut sm, &Command::LeaseGrant { id: 5, name: None, ttl: 10 });
+    // Master (2, 3) took over; an expiry decided under (1, 1) arrives late.
+    ok(&mut sm, &Command::Barrier { tenure: (2, 3) });
+    let r = ok(&mut sm, &Command::LeaseExpire { ids: vec![5], tenure: (1, 1) });
+    assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![], deleted: 0 });
+    assert!(sm.lease(5).is_some());
+    let r = ok(&mut sm, &Command::LeaseExpire { ids: vec![5], tenure: (2, 3) });
+    assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![5], deleted: 0 });
+    // The tenure survives a snapshot.
+    let mut restored = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
+    ok(&mut restored, &Command::LeaseGrant { id: 6, name: None, ttl: 10 });
+    let r = ok(&mut restored, &Command::LeaseExpire { ids: vec![6], tenure: (1, 9) });
+    assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![], deleted: 0 });
 }
