@@ -105,8 +105,13 @@ impl Tracker {
         let mut grant = Grant { holder: from, request, term, expires_at: now.saturating_add(duration) };
         if let Some(g) = live.filter(|g| g.holder == from) {
             // A delayed, older request must not replace the record of a newer grant: a
-            // release naming the older request would then cancel the newer lease.
-            grant.request = grant.request.max(g.request);
+            // release naming the older request would then cancel the newer lease. "Older"
+            // is by incarnation first: request counters restart with every epoch, and a
+            // record stuck on the previous incarnation's request would hand out a new term
+            // on every renewal.
+            if (g.request.epoch, g.request.counter) > (request.epoch, request.counter) {
+                grant.request = g.request;
+            }
             grant.expires_at = grant.expires_at.max(g.expires_at);
         }
         self.grant = Some(grant);
@@ -353,5 +358,71 @@ impl ElectionCore for LeaseTrackerElection {
 
     fn shut_down(&mut self, now: Instant) {
         self.release(now, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ElectionCore;
+
+    /// Delivers every message between the cores at `now` until none is left (bounded).
+    fn exchange(cores: &mut [LeaseTrackerElection], now: Instant) -> Vec<(NodeId, LeadershipChange)> {
+        let mut changes = Vec::new();
+        for _ in 0..100 {
+            let mut moved = false;
+            for i in 0..cores.len() {
+                let out = cores[i].take_output();
+                let from = cores[i].id();
+                changes.extend(out.changes.into_iter().map(|c| (from, c)));
+                for env in out.messages {
+                    moved = true;
+                    if let Some(to) = cores.iter_mut().find(|c| c.id() == env.to) {
+                        to.handle_message(now, from, env.msg);
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        changes
+    }
+
+    #[test]
+    fn renewals_after_a_restart_keep_one_term() {
+        let config = LeaseConfig::with_lease_time(Duration::from_secs(1));
+        let ids = [NodeId(1), NodeId(2)];
+        let first = RestartEpoch { value: 1, first_start: true };
+        let mut now = Instant::from_nanos(1_000_000_000);
+        let tracker = LeaseTrackerElection::new(NodeId(1), &ids, NodeId(1), config.clone(), first, now, 1).unwrap();
+        let node2 = LeaseTrackerElection::new(NodeId(2), &ids, NodeId(1), config.clone(), first, now, 2).unwrap();
+        let mut cores = vec![tracker, node2];
+        let step = Duration::from_millis(50);
+        // The tracker node must not win itself: it only tracks in this test.
+        cores[0].wanted = false;
+        for _ in 0..200 {
+            now = now.saturating_add(step);
+            for c in cores.iter_mut() {
+                c.handle_timeout(now);
+            }
+            exchange(&mut cores, now);
+        }
+        assert!(cores[1].mastership(now).is_some(), "node 2 holds the master lease");
+        // Node 2 restarts (a new epoch, request counters start again) while its old grant
+        // is still live at the tracker.
+        let second = RestartEpoch { value: 2, first_start: false };
+        cores[1] = LeaseTrackerElection::new(NodeId(2), &ids, NodeId(1), config, second, now, 3).unwrap();
+        let mut elected = 0;
+        for _ in 0..200 {
+            now = now.saturating_add(step);
+            for c in cores.iter_mut() {
+                c.handle_timeout(now);
+            }
+            let changes = exchange(&mut cores, now);
+            elected += changes.iter().filter(|(_, c)| matches!(c, LeadershipChange::Elected { .. })).count();
+        }
+        assert!(cores[1].mastership(now).is_some());
+        assert_eq!(elected, 1, "every renewal after the restart must keep the new tenure");
     }
 }
