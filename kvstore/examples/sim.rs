@@ -94,10 +94,16 @@ fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     if let Some(first) = summary.failing_seeds.first() {
-        println!("failing seeds: {} (first {first}; replay with --seed-base {first} --seeds 1 --trace)", summary.failing_seeds.len());
+        println!(
+            "failing seeds: {} (first {first}; replay with --seed-base {first} --seeds 1 --trace)",
+            summary.failing_seeds.len()
+        );
     }
     println!("{}", summary.line());
-    if summary.violations > 0 {
+    if summary.inconclusive > 0 {
+        eprintln!("the linearizability checker ran out of budget on {} key(s): not a pass", summary.inconclusive);
+    }
+    if summary.violations > 0 || summary.inconclusive > 0 {
         std::process::exit(1);
     }
     Ok(())

@@ -32,7 +32,9 @@ impl Cluster {
     fn new(n: u32, config: ReplicaConfig) -> Self {
         let replicas = ids(n)
             .into_iter()
-            .map(|id| Some(Replica::open(id, &ids(n), config.clone(), Limits::default(), MemoryStorage::new(), 1).unwrap()))
+            .map(|id| {
+                Some(Replica::open(id, &ids(n), config.clone(), Limits::default(), MemoryStorage::new(), 1).unwrap())
+            })
             .collect();
         Cluster {
             replicas,

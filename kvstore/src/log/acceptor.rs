@@ -49,7 +49,15 @@ impl<S: Storage> Replica<S> {
         self.send_durable(from, reply);
     }
 
-    pub(super) fn on_accept(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot, entry: Entry, commit: Slot) {
+    pub(super) fn on_accept(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        ballot: LogBallot,
+        slot: Slot,
+        entry: Entry,
+        commit: Slot,
+    ) {
         if !self.promise(ballot) {
             self.send(from, LogMessage::Reject { ballot, promised: self.promised });
             return;

@@ -56,6 +56,47 @@ impl ReplicaConfig {
     }
 }
 
+/// A [`ReplicaConfig`] that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid replica config: {field} must be {rule}, got {value}")]
+pub struct ReplicaConfigError {
+    /// The offending setting.
+    pub field: &'static str,
+    /// What it must be.
+    pub rule: &'static str,
+    /// What it was.
+    pub value: String,
+}
+
+impl ReplicaConfig {
+    /// Checks that every setting lets the replica make progress.
+    pub fn validate(&self) -> Result<(), ReplicaConfigError> {
+        let positive = [
+            ("max_batch_commands", self.max_batch_commands as u64),
+            ("max_batch_bytes", self.max_batch_bytes as u64),
+            ("max_inflight_slots", self.max_inflight_slots as u64),
+            ("snapshot_every", self.snapshot_every),
+            ("max_fetch_entries", self.max_fetch_entries as u64),
+            ("max_expire_batch", self.max_expire_batch as u64),
+            ("max_expire_in_queue", self.max_expire_in_queue as u64),
+            ("retry_interval (ns)", self.retry_interval.as_nanos() as u64),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ReplicaConfigError { field, rule: "at least 1", value: "0".into() });
+            }
+        }
+        if self.min_ttl_secs < 1 {
+            return Err(ReplicaConfigError {
+                field: "min_ttl_secs",
+                rule: "at least 1",
+                value: self.min_ttl_secs.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Deliberately broken variants of the replica, each of which one simulator oracle must
 /// catch. Never used outside the simulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -67,6 +67,16 @@ impl Role {
         matches!(self, Role::Leader(l) if l.ready)
     }
 
+    /// Proposals waiting in the queue (not yet in any slot).
+    pub(super) fn queued_ids(&self) -> BTreeSet<ProposalId> {
+        let queue = match self {
+            Role::Candidate(c) => &c.queue,
+            Role::Leader(l) => &l.queue,
+            Role::Follower => return BTreeSet::new(),
+        };
+        queue.iter().map(|p| p.id).collect()
+    }
+
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
         match self {
             Role::Candidate(c) => c.queue.push_back(proposal),
@@ -182,7 +192,13 @@ impl<S: Storage> Replica<S> {
         let slot = leader.next_slot;
         leader.next_slot += 1;
         leader.barrier = slot;
-        self.propose_slot(now, slot, Entry { proposals: vec![Proposal { id, command: Command::Barrier { tenure: (ballot.round, ballot.node.0) } }] });
+        self.propose_slot(
+            now,
+            slot,
+            Entry {
+                proposals: vec![Proposal { id, command: Command::Barrier { tenure: (ballot.round, ballot.node.0) } }],
+            },
+        );
     }
 
     fn propose_slot(&mut self, now: Instant, slot: Slot, entry: Entry) {
@@ -413,10 +429,20 @@ impl<S: Storage> Replica<S> {
 
 /// Approximate encoded size of a command, for batch limits.
 fn command_size(command: &Command) -> usize {
+    fn op_size(op: &crate::command::TxnOp) -> usize {
+        match op {
+            crate::command::TxnOp::Range(r) => r.range.key.len() + r.range.range_end.len() + 16,
+            crate::command::TxnOp::Put(p) => p.key.len() + p.value.len() + 16,
+            crate::command::TxnOp::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
+        }
+    }
     match command {
         Command::Put(p) => p.key.len() + p.value.len() + 16,
         Command::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
-        Command::Txn(t) => 64 * (t.compare.len() + t.success.len() + t.failure.len()) + 16,
+        Command::Txn(t) => {
+            let compares: usize = t.compare.iter().map(|c| c.range.key.len() + c.range.range_end.len() + 32).sum();
+            compares + t.success.iter().chain(&t.failure).map(op_size).sum::<usize>() + 16
+        }
         Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
         Command::LeaseRevoke { .. } => 16,
         Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,

@@ -10,6 +10,7 @@ use crate::command::{Command, CommandResponse};
 use crate::state::StateMachine;
 use crate::storage::{SnapshotRecord, Storage};
 use leasekv_lease::{Instant, NodeId};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 impl<S: Storage> Replica<S> {
@@ -109,6 +110,18 @@ impl<S: Storage> Replica<S> {
             return;
         }
         self.machine = machine;
+        // Proposals of this node still waiting for their slot may be inside the snapshot;
+        // their outcome can no longer be told apart.
+        let hint = self.master_hint.filter(|h| *h != self.me);
+        let queued = self.role.queued_ids();
+        let (keep, lost): (BTreeSet<_>, BTreeSet<_>) =
+            std::mem::take(&mut self.awaiting).into_iter().partition(|id| queued.contains(id));
+        self.awaiting = keep;
+        for id in lost {
+            self.out
+                .completions
+                .push(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
+        }
         self.applied = index;
         self.commit = self.commit.max(index);
         self.snapshot_index = index;

@@ -20,7 +20,7 @@ mod replica;
 mod types;
 
 pub use client::{ClientError, Completion, ReadConsistency};
-pub use config::{LogBreakage, ReplicaConfig};
+pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
-pub use replica::{AppliedTrace, LeaseStatus, Replica, ReplicaOutput};
+pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaOutput};
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

@@ -11,7 +11,7 @@
 //! batch of accepts.
 
 use super::client::{ClientError, Completion, ReadConsistency};
-use super::config::{LogBreakage, ReplicaConfig};
+use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
 use super::message::LogMessage;
 use super::types::{AcceptedSlot, LogBallot, ProposalId, Slot};
@@ -69,6 +69,17 @@ pub struct LeaseStatus {
     pub keys: Vec<Vec<u8>>,
 }
 
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ReplicaConfigError),
+    /// The stored state could not be read.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
 /// One node's share of the replicated store. See the module documentation.
 pub struct Replica<S: Storage> {
     pub(super) me: NodeId,
@@ -115,7 +126,8 @@ impl<S: Storage> Replica<S> {
         limits: Limits,
         mut storage: S,
         incarnation: u32,
-    ) -> Result<Self, StorageError> {
+    ) -> Result<Self, OpenError> {
+        config.validate()?;
         let recovered = storage.recover()?;
         let (machine, snapshot_index) = match &recovered.snapshot {
             Some(snap) => (
@@ -338,6 +350,23 @@ impl<S: Storage> Replica<S> {
         })
     }
 
+    /// Every live lease with its name and remaining time. Master only.
+    pub fn lease_list(&self, now: Instant) -> Result<Vec<LeaseStatus>, ClientError> {
+        self.check_stopped()?;
+        self.require_ready(now)?;
+        Ok(self
+            .machine
+            .leases()
+            .map(|lease| LeaseStatus {
+                id: lease.id,
+                name: lease.name.clone(),
+                granted_ttl: lease.ttl,
+                remaining: self.lessor.remaining(now, lease.id).unwrap_or(Duration::ZERO),
+                keys: Vec::new(),
+            })
+            .collect())
+    }
+
     /// Makes pending storage writes durable and releases what waited for them.
     pub fn sync(&mut self, now: Instant) {
         if self.stopped.is_some() {
@@ -480,7 +509,9 @@ impl<S: Storage> Replica<S> {
             LogMessage::Promise { ballot, slots, commit, compacted } => {
                 self.on_promise(now, from, ballot, slots, commit, compacted)
             }
-            LogMessage::Accept { ballot, slot, entry, commit } => self.on_accept(now, from, ballot, slot, entry, commit),
+            LogMessage::Accept { ballot, slot, entry, commit } => {
+                self.on_accept(now, from, ballot, slot, entry, commit)
+            }
             LogMessage::Accepted { ballot, slot } => self.on_accepted(now, from, ballot, slot),
             LogMessage::Reject { ballot, promised } => self.on_reject(now, ballot, promised),
             LogMessage::Commit { ballot, commit } => self.on_commit(now, from, ballot, commit),

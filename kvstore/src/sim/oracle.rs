@@ -71,7 +71,10 @@ impl Oracles {
                 self.violation(
                     now,
                     "replicas-diverge",
-                    format!("{node} has digest {:x} after slot {}, another replica had {digest:x}", trace.digest, trace.slot),
+                    format!(
+                        "{node} has digest {:x} after slot {}, another replica had {digest:x}",
+                        trace.digest, trace.slot
+                    ),
                 );
             }
             Some(_) => {}
@@ -102,7 +105,11 @@ impl Oracles {
         if let Some(applied) = self.first_applied.get(&slot) {
             if !applied.contains(&id) {
                 self.acked_lost += 1;
-                self.violation(now, "acked-write-lost", format!("{id:?} acknowledged in slot {slot}, which holds others"));
+                self.violation(
+                    now,
+                    "acked-write-lost",
+                    format!("{id:?} acknowledged in slot {slot}, which holds others"),
+                );
             }
         }
         self.acked.entry(slot).or_default().push(id);

@@ -96,7 +96,9 @@ impl KvSimConfig {
     pub fn quiet_length(&self) -> Duration {
         let election = self.lease.max_lease_time + self.lease.lease_time + Duration::from_millis(1500);
         let longest_ttl = Duration::from_secs(4.max(self.replica.min_ttl_secs as u64));
-        election + longest_ttl.mul_f64((1.0 + self.lease.drift_bound) / (1.0 - self.lease.drift_bound)) + Duration::from_secs(2)
+        election
+            + longest_ttl.mul_f64((1.0 + self.lease.drift_bound) / (1.0 - self.lease.drift_bound))
+            + Duration::from_secs(2)
     }
 
     fn end(&self) -> u64 {
@@ -285,8 +287,9 @@ impl World {
         let mut faults = config.faults.clone();
         faults.loss = 0.0;
         faults.stall = 0.0;
-        let clients =
-            (0..config.clients).map(|c| Client::new(c as u32 + 1, rng.range_u64(0, config.nodes as u64 - 1) as usize)).collect();
+        let clients = (0..config.clients)
+            .map(|c| Client::new(c as u32 + 1, rng.range_u64(0, config.nodes as u64 - 1) as usize))
+            .collect();
         let mut world = World {
             network: Network::new(faults),
             oracles: Oracles::new(seed, drift),
@@ -426,7 +429,9 @@ impl World {
                     self.serve(node, client, request_id, request);
                 }
             }
-            Event::ClientReply { client, request_id, reply, sent_at } => self.on_reply(client, request_id, reply, sent_at),
+            Event::ClientReply { client, request_id, reply, sent_at } => {
+                self.on_reply(client, request_id, reply, sent_at)
+            }
             Event::ClientTimeout { client, request_id } => {
                 let matches = self.clients[client].in_flight.as_ref().is_some_and(|(id, _, _)| *id == request_id);
                 if matches {
@@ -464,10 +469,11 @@ impl World {
         let id = self.nodes[node].id;
         self.trace(|| format!("start {id} epoch {}", epoch.value));
         let seed = self.rng.next_u64();
-        let core = match self.config.backend.build_core(id, &self.ids, None, self.config.lease.clone(), epoch, now, seed) {
-            Ok(core) => core,
-            Err(e) => panic!("simulator built an invalid lease config: {e}"),
-        };
+        let core =
+            match self.config.backend.build_core(id, &self.ids, None, self.config.lease.clone(), epoch, now, seed) {
+                Ok(core) => core,
+                Err(e) => panic!("simulator built an invalid lease config: {e}"),
+            };
         let replica =
             match Replica::open(id, &self.ids, self.config.replica.clone(), Limits::default(), disk, epoch.value) {
                 Ok(replica) => replica,
@@ -642,10 +648,9 @@ impl World {
                 return;
             }
             Request::Put { key, value } => put(key_name(*key), value.to_le_bytes().to_vec(), NO_LEASE),
-            Request::Delete { key } => Command::DeleteRange(DeleteRangeRequest {
-                range: KeyRange::single(key_name(*key)),
-                prev_kv: false,
-            }),
+            Request::Delete { key } => {
+                Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key_name(*key)), prev_kv: false })
+            }
             Request::Cas { key, expected, new } => {
                 let range = KeyRange::single(key_name(*key));
                 let compare = match expected {
@@ -705,7 +710,9 @@ impl World {
         let cid = self.clients[client].id;
         let unknown = matches!(reply, Reply::Indeterminate);
         let (op, outcome) = match (request, reply) {
-            (Request::Put { key, value }, Reply::Done) => (KvOp::Put { key: key_name(*key).into_bytes(), value: *value }, KvOutcome::Put),
+            (Request::Put { key, value }, Reply::Done) => {
+                (KvOp::Put { key: key_name(*key).into_bytes(), value: *value }, KvOutcome::Put)
+            }
             (Request::Put { key, value }, _) if unknown => {
                 (KvOp::Put { key: key_name(*key).into_bytes(), value: *value }, KvOutcome::Unknown)
             }
@@ -720,12 +727,17 @@ impl World {
             (Request::Delete { key }, Reply::Deleted(d)) => {
                 (KvOp::Delete { key: key_name(*key).into_bytes() }, KvOutcome::Delete { deleted: *d })
             }
-            (Request::Delete { key }, _) if unknown => (KvOp::Delete { key: key_name(*key).into_bytes() }, KvOutcome::Unknown),
+            (Request::Delete { key }, _) if unknown => {
+                (KvOp::Delete { key: key_name(*key).into_bytes() }, KvOutcome::Unknown)
+            }
             (Request::Cas { key, expected, new }, Reply::Swapped(s)) => {
                 if *s {
                     self.clients[client].seen[*key] = Some(*new);
                 }
-                (KvOp::Cas { key: key_name(*key).into_bytes(), expected: *expected, new: *new }, KvOutcome::Cas { succeeded: *s })
+                (
+                    KvOp::Cas { key: key_name(*key).into_bytes(), expected: *expected, new: *new },
+                    KvOutcome::Cas { succeeded: *s },
+                )
             }
             (Request::Cas { key, expected, new }, _) if unknown => {
                 (KvOp::Cas { key: key_name(*key).into_bytes(), expected: *expected, new: *new }, KvOutcome::Unknown)
