@@ -15,7 +15,7 @@ impl<S: Storage> Replica<S> {
     }
 
     /// Raises the promise to `ballot` (durably) if it is at least the current one.
-    fn promise(&mut self, ballot: LogBallot) -> bool {
+    pub(super) fn promise(&mut self, ballot: LogBallot) -> bool {
         self.note_ballot(ballot);
         if ballot < self.promised {
             return false;
@@ -30,7 +30,8 @@ impl<S: Storage> Replica<S> {
         true
     }
 
-    pub(super) fn on_prepare(&mut self, from: NodeId, ballot: LogBallot, first: Slot) {
+    pub(super) fn on_prepare(&mut self, now: Instant, from: NodeId, ballot: LogBallot, first: Slot) {
+        self.yield_to_higher_ballot(now, ballot);
         if !self.promise(ballot) {
             self.send(from, LogMessage::Reject { ballot, promised: self.promised });
             return;
@@ -58,6 +59,7 @@ impl<S: Storage> Replica<S> {
         entry: Entry,
         commit: Slot,
     ) {
+        self.yield_to_higher_ballot(now, ballot);
         if !self.promise(ballot) {
             self.send(from, LogMessage::Reject { ballot, promised: self.promised });
             return;

@@ -25,6 +25,12 @@ pub enum ClientError {
     /// This node is master but has not finished taking over the log yet; retry shortly.
     #[error("master is still catching up with the log; retry shortly")]
     NotReady,
+    /// The master has too many commands waiting; retry after a short back-off.
+    #[error("too many requests in flight on the master ({pending}); retry shortly")]
+    Busy {
+        /// Commands waiting.
+        pending: usize,
+    },
     /// The request itself is wrong; retrying will not help.
     #[error(transparent)]
     Invalid(#[from] KvError),

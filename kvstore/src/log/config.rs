@@ -9,6 +9,9 @@ pub struct ReplicaConfig {
     pub max_batch_commands: usize,
     /// Most bytes of commands in one log slot (a single bigger command still gets a slot).
     pub max_batch_bytes: usize,
+    /// Most client commands waiting on the master (queued or in flight); more are refused
+    /// with [`super::ClientError::Busy`] rather than growing memory without bound.
+    pub max_pending_commands: usize,
     /// Most slots proposed and not yet chosen at once (the pipeline depth).
     pub max_inflight_slots: usize,
     /// How often unanswered Prepare/Accept/Fetch messages are sent again, and idle learners
@@ -42,12 +45,13 @@ impl ReplicaConfig {
         ReplicaConfig {
             max_batch_commands: 256,
             max_batch_bytes: 1 << 20,
+            max_pending_commands: 100_000,
             max_inflight_slots: 8,
             retry_interval: lease_time / 10,
             snapshot_every: 10_000,
             retain_after_snapshot: 1_000,
             max_fetch_entries: 256,
-            max_expire_batch: 1_000,
+            max_expire_batch: 500,
             max_expire_in_queue: 2,
             min_ttl_secs: min_ttl_secs.max(1),
             trace_applies: false,
@@ -75,6 +79,7 @@ impl ReplicaConfig {
             ("max_batch_commands", self.max_batch_commands as u64),
             ("max_batch_bytes", self.max_batch_bytes as u64),
             ("max_inflight_slots", self.max_inflight_slots as u64),
+            ("max_pending_commands", self.max_pending_commands as u64),
             ("snapshot_every", self.snapshot_every),
             ("max_fetch_entries", self.max_fetch_entries as u64),
             ("max_expire_batch", self.max_expire_batch as u64),

@@ -91,10 +91,44 @@ impl<S: Storage> Replica<S> {
         LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: self.me }
     }
 
+    /// This node's ballot while it takes over or leads.
+    fn own_ballot(&self) -> Option<LogBallot> {
+        match &self.role {
+            Role::Candidate(c) => Some(c.ballot),
+            Role::Leader(l) => Some(l.ballot),
+            Role::Follower => None,
+        }
+    }
+
+    /// Another proposer got further: stop leading with the lower ballot at once (so that
+    /// this node never announces, under its own ballot, commits it learned from a higher
+    /// one), and take over again at the next tick if the election still says so.
+    pub(super) fn yield_to_higher_ballot(&mut self, now: Instant, ballot: LogBallot) {
+        self.note_ballot(ballot);
+        if self.own_ballot().is_some_and(|mine| ballot > mine) {
+            tracing::debug!(node = %self.me, "higher log ballot seen; taking over again");
+            self.step_down();
+            self.schedule_tick(now);
+        }
+    }
+
+    /// A leader learned chosen slots it did not propose: another proposer is active.
+    pub(super) fn yield_if_leading(&mut self, now: Instant) {
+        if matches!(self.role, Role::Leader(_)) {
+            self.step_down();
+            self.schedule_tick(now);
+        }
+    }
+
     /// The election made this node master: take over the log.
     pub(super) fn start_leading(&mut self, now: Instant) {
         let ballot = self.next_ballot();
-        self.note_ballot(ballot);
+        // Promise our own ballot durably before anyone hears of it: a node that crashed
+        // before this sync would otherwise compute the same ballot after restarting and
+        // could propose two values in one ballot.
+        if !self.promise(ballot) {
+            return;
+        }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
         if self.config.breakage == LogBreakage::SkipPhase1 {
             self.role = Role::Leader(Leader {
@@ -110,7 +144,10 @@ impl<S: Storage> Replica<S> {
             self.propose_barrier(now);
         } else {
             self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
-            self.broadcast(LogMessage::Prepare { ballot, from: self.commit + 1 });
+            let nodes = self.nodes.clone();
+            for to in nodes {
+                self.send_durable(to, LogMessage::Prepare { ballot, from: self.commit + 1 });
+            }
         }
         self.schedule_tick(now);
     }
@@ -144,8 +181,11 @@ impl<S: Storage> Replica<S> {
         if candidate.promises.len() < quorum {
             return;
         }
-        let needed = candidate.promises.values().map(|p| p.compacted).max().unwrap_or(0);
-        if self.commit < needed {
+        // Promisers that compacted slots we lack cannot report them. Any quorum of promisers
+        // that still hold every slot above our commit index is enough (each chosen slot has
+        // an acceptor in it); otherwise we must first catch up.
+        let complete = candidate.promises.values().filter(|p| p.compacted <= self.commit).count();
+        if complete < quorum {
             return;
         }
         let ballot = candidate.ballot;
@@ -249,6 +289,9 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Some(done) = leader.inflight.remove(&slot) else { return };
+        if slot <= self.compacted {
+            return;
+        }
         // Chosen: a quorum accepted it in this ballot. If this node's own acceptor does not
         // hold it (its accept is still unsynced, or it promised a higher ballot), store the
         // chosen value first: the commit index written next must never cover a slot whose
@@ -324,14 +367,16 @@ impl<S: Storage> Replica<S> {
                 let missing: Vec<NodeId> = self.nodes.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
                 // Phase 1 may be waiting for slots a promiser compacted away; the fetch or its
                 // answer may have been lost, so ask again (request_fetch rate-limits itself).
-                let ahead = c
+                // Rotate over the promisers that are ahead, so one that died does not stall us.
+                let ahead: Vec<NodeId> = c
                     .promises
                     .iter()
                     .filter(|(_, p)| p.compacted.max(p.commit) > commit)
-                    .max_by_key(|(_, p)| p.compacted.max(p.commit))
-                    .map(|(node, _)| *node);
+                    .map(|(node, _)| *node)
+                    .collect();
+                let ahead = (!ahead.is_empty()).then(|| ahead[(now.as_nanos() / 1_000_000) as usize % ahead.len()]);
                 for to in missing {
-                    self.send(to, LogMessage::Prepare { ballot, from: commit + 1 });
+                    self.send_durable(to, LogMessage::Prepare { ballot, from: commit + 1 });
                 }
                 if let Some(peer) = ahead {
                     self.request_fetch(now, peer);

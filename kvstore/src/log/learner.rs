@@ -34,7 +34,7 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
-        self.note_ballot(ballot);
+        self.yield_to_higher_ballot(now, ballot);
         self.master_hint = Some(from);
         self.learn_commit(now, from, ballot, commit);
     }
@@ -84,8 +84,12 @@ impl<S: Storage> Replica<S> {
             }
             self.slots.insert(slot, accepted);
         }
+        let before = self.commit;
         self.advance_commit();
         self.apply_chosen(now);
+        if self.commit > before {
+            self.yield_if_leading(now);
+        }
         if self.commit < commit {
             self.request_fetch(now, from);
         }
@@ -109,6 +113,7 @@ impl<S: Storage> Replica<S> {
         if !self.persist(saved) {
             return;
         }
+        self.yield_if_leading(now);
         self.machine = machine;
         // Proposals of this node still waiting for their slot may be inside the snapshot;
         // their outcome can no longer be told apart.

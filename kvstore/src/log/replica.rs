@@ -276,6 +276,9 @@ impl<S: Storage> Replica<S> {
 
     /// The next instant this replica wants [`Replica::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped.is_some() {
+            return None;
+        }
         let mut next = self.next_tick;
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
@@ -295,6 +298,9 @@ impl<S: Storage> Replica<S> {
     /// [`Completion`] with the returned id.
     pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ClientError> {
         let command = self.admit(now, command)?;
+        if self.awaiting.len() >= self.config.max_pending_commands {
+            return Err(ClientError::Busy { pending: self.awaiting.len() });
+        }
         let id = self.next_proposal_id();
         self.awaiting.insert(id);
         self.role.enqueue(super::types::Proposal { id, command });
@@ -505,7 +511,7 @@ impl<S: Storage> Replica<S> {
             return;
         }
         match message {
-            LogMessage::Prepare { ballot, from: first } => self.on_prepare(from, ballot, first),
+            LogMessage::Prepare { ballot, from: first } => self.on_prepare(now, from, ballot, first),
             LogMessage::Promise { ballot, slots, commit, compacted } => {
                 self.on_promise(now, from, ballot, slots, commit, compacted)
             }

@@ -494,7 +494,13 @@ impl World {
         let id = self.nodes[node].id;
         self.trace(|| format!("crash {id}"));
         let mut disk = replica.into_storage();
-        disk.crash();
+        if self.rng.chance(0.3) {
+            // A torn write: some prefix of the unsynced writes made it to disk.
+            let keep = self.rng.range_u64(0, disk.pending_len() as u64) as usize;
+            disk.crash_keeping(keep);
+        } else {
+            disk.crash();
+        }
         let n = &mut self.nodes[node];
         n.disk = Some(disk);
         n.election = None;
