@@ -4,10 +4,15 @@
 //! own `key` field (through [`Entry`]'s `Borrow<[u8]>`), so there is no second copy of the
 //! key as a map key. Reads by key or by range are B-tree lookups, never scans of the whole
 //! set.
+//!
+//! The set may also hold *dead* keys: keys of a revoked or expired lease that the
+//! [`Graveyard`] has not swept yet. Every method except the ones named "stored" hides them, so
+//! that callers see exactly the key space etcd would have after the lease's revocation.
 
+use super::graveyard::{Death, Graveyard};
 use crate::command::{RangeRequest, RangeResponse};
 use crate::error::KvError;
-use crate::types::{KeyRange, KeyValue};
+use crate::types::{KeyRange, KeyValue, LeaseId, Revision};
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
@@ -89,57 +94,121 @@ pub(super) fn invalid_range(range: &KeyRange) -> KvError {
     }
 }
 
-/// Every live key, in key order.
+/// Every live key in key order, plus the dead keys still to be swept.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Keyspace {
+    /// Live and dead keys alike: a dead key stays here until swept, overwritten or deleted.
     entries: BTreeSet<Entry>,
+    /// Which of `entries` are dead.
+    graveyard: Graveyard,
 }
 
 impl Keyspace {
     /// A key space holding `kvs`, which are in strictly increasing key order (the B-tree is
-    /// then bulk-built instead of inserted into key by key).
-    pub(super) fn from_sorted(kvs: Vec<KeyValue>) -> Self {
-        Keyspace { entries: kvs.into_iter().map(Entry).collect() }
+    /// then bulk-built instead of inserted into key by key), of which the ones in `graveyard`
+    /// are dead (the caller checked that they agree).
+    pub(super) fn from_sorted(kvs: Vec<KeyValue>, graveyard: Graveyard) -> Self {
+        Keyspace { entries: kvs.into_iter().map(Entry).collect(), graveyard }
     }
 
     /// Number of live keys.
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.graveyard.pending()
     }
 
-    /// One key.
+    /// Number of dead keys still stored.
+    pub(super) fn pending(&self) -> usize {
+        self.graveyard.pending()
+    }
+
+    /// One live key. O(log n): one B-tree lookup plus, only while something is buried, one
+    /// lookup among the deaths.
     pub(super) fn get(&self, key: &[u8]) -> Option<&KeyValue> {
-        self.entries.get(key).map(|e| &e.0)
+        self.entries.get(key).map(|e| &e.0).filter(|kv| !self.graveyard.is_dead(kv))
     }
 
-    /// Removes one key and hands it back.
+    /// Removes one key and hands it back if it was live. A dead key is removed too (it is
+    /// there anyway) but reported as absent, as it is for readers.
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
-        self.entries.take(key).map(|e| e.0)
+        let kv = self.entries.take(key)?.0;
+        if self.graveyard.is_dead(&kv) {
+            self.graveyard.forget(&kv);
+            return None;
+        }
+        Some(kv)
     }
 
-    /// Stores `kv`, replacing and returning any key-value with the same key.
+    /// Stores `kv` (a live key: written now), replacing and returning any live key-value
+    /// with the same key; a dead one it replaces is dropped silently.
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
-        self.entries.replace(Entry(kv)).map(|e| e.0)
+        let old = self.entries.replace(Entry(kv))?.0;
+        if self.graveyard.is_dead(&old) {
+            self.graveyard.forget(&old);
+            return None;
+        }
+        Some(old)
     }
 
-    /// Every key-value in key order.
-    pub(super) fn iter(&self) -> impl ExactSizeIterator<Item = &KeyValue> + '_ {
+    /// Every stored key-value in key order, dead ones included (for snapshots, which keep
+    /// the sweep's work list).
+    pub(super) fn stored(&self) -> impl ExactSizeIterator<Item = &KeyValue> + '_ {
         self.entries.iter().map(|e| &e.0)
     }
 
-    /// The selected key-values, in key order.
+    /// Every death whose keys are still being swept, in order (for snapshots).
+    pub(super) fn deaths(&self) -> impl Iterator<Item = Death> + '_ {
+        self.graveyard.deaths()
+    }
+
+    /// Makes `keys`, the keys of lease `id` that died at `revision`, invisible at once;
+    /// they are removed later by [`Self::sweep`]. O(1) in the number of keys.
+    pub(super) fn bury(&mut self, id: LeaseId, revision: Revision, keys: BTreeSet<Vec<u8>>) {
+        self.graveyard.bury(id, revision, keys);
+    }
+
+    /// Physically removes up to `budget` dead keys; returns how many work-list entries it
+    /// took (at most `budget`).
+    pub(super) fn sweep(&mut self, budget: usize) -> usize {
+        let entries = &mut self.entries;
+        self.graveyard.sweep(budget, |key, (id, revision)| {
+            // The graveyard's invariant says the stored key is still the dead one; checking
+            // costs one comparison and guarantees a live key is never swept.
+            if entries.get(key).is_some_and(|e| e.0.lease == id && e.0.mod_revision < revision) {
+                entries.remove(key);
+            }
+        })
+    }
+
+    /// Checks that the graveyard's work list is exactly the dead stored keys (tests only).
+    #[cfg(test)]
+    pub(super) fn check_graveyard(&self) {
+        self.graveyard.check();
+        let mut dead = 0;
+        for kv in self.stored() {
+            if let Some(death) = self.graveyard.death_of(kv) {
+                assert!(self.graveyard.holds(death, &kv.key), "dead key {kv:?} is not on {death:?}'s list");
+                dead += 1;
+            }
+        }
+        // Every dead key is listed once and the lists hold nothing else.
+        assert_eq!(dead, self.graveyard.pending());
+    }
+
+    /// The selected live key-values, in key order.
     pub(super) fn select<'s>(&'s self, selection: Selection<'s>) -> Box<dyn Iterator<Item = &'s KeyValue> + 's> {
         match selection {
             Selection::Single(key) => Box::new(self.get(key).into_iter()),
-            Selection::Interval(bounds) => Box::new(self.entries.range::<[u8], _>(bounds).map(|e| &e.0)),
+            Selection::Interval(bounds) => {
+                Box::new(self.entries.range::<[u8], _>(bounds).map(|e| &e.0).filter(|kv| !self.graveyard.is_dead(kv)))
+            }
         }
     }
 
-    /// How many keys the selection matches; O(1) for "every key", else proportional to the
-    /// matches (a B-tree has no order statistics).
+    /// How many live keys the selection matches; O(1) for "every key", else proportional to
+    /// the stored keys in the interval (a B-tree has no order statistics).
     pub(super) fn count(&self, selection: Selection<'_>) -> usize {
         match selection {
-            Selection::Interval((Bound::Unbounded, Bound::Unbounded)) => self.entries.len(),
+            Selection::Interval((Bound::Unbounded, Bound::Unbounded)) => self.len(),
             other => self.select(other).count(),
         }
     }
@@ -168,7 +237,7 @@ impl Keyspace {
                 kvs.push(if request.keys_only { without_value(kv) } else { kv.clone() });
             } else if let Selection::Interval((Bound::Unbounded, Bound::Unbounded)) = selection {
                 // Everything matches: the total is known without walking the rest.
-                count = self.entries.len();
+                count = self.len();
                 break;
             }
             count += 1;

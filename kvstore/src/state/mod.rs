@@ -3,6 +3,7 @@
 
 mod compare;
 mod digest;
+mod graveyard;
 mod keyspace;
 mod lease_table;
 mod machine;

@@ -3,12 +3,19 @@
 //!
 //! Lease key sets are not stored: they are implied by each key's `lease` field and rebuilt
 //! on restore, which keeps snapshots smaller and makes a key/lease mismatch unrepresentable.
+//!
+//! Keys of revoked or expired leases that are not swept yet are stored like live keys, plus
+//! the list of lease deaths (id, revision); the sweep's work lists are rebuilt from them with
+//! the same rule that hides dead keys from readers. Keeping them (rather than leaving dead
+//! keys out) means a restored replica has the very same pending cleanup as one that applied
+//! the commands itself, so the two stay identical apply by apply, memory included.
 //! Keys and values are written as byte strings (one length and a copy) rather than serde's
 //! default sequence of `u8`s, which decodes one element at a time.
 //!
 //! Decoding never trusts the input: anything malformed or inconsistent is a
 //! [`SnapshotError`], never a panic.
 
+use super::graveyard::{Death, Graveyard};
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
 use crate::command::Tenure;
@@ -26,7 +33,8 @@ pub struct SnapshotError(pub String);
 
 /// Bumped whenever the layout below changes, so that an old snapshot is refused with a
 /// clear message instead of being misread.
-const FORMAT: u32 = 2;
+/// 3: lease deaths still being swept, with their dead keys.
+const FORMAT: u32 = 3;
 
 /// Everything a snapshot holds, borrowed from the live state.
 pub(super) struct Parts<'a> {
@@ -64,6 +72,7 @@ struct SnapshotOut<'a> {
     grant_counter: u64,
     digest: u64,
     leases: Vec<LeaseRecord>,
+    deaths: Vec<Death>,
     kvs: KvsOut<'a>,
 }
 
@@ -75,6 +84,7 @@ struct SnapshotIn {
     grant_counter: u64,
     digest: u64,
     leases: Vec<LeaseRecord>,
+    deaths: Vec<Death>,
     kvs: Vec<KvIn>,
 }
 
@@ -86,12 +96,13 @@ struct LeaseRecord {
     ttl: i64,
 }
 
-/// The key space as a sequence, serialised straight from the B-tree without a copy.
+/// The stored keys (dead ones included) as a sequence, serialised straight from the B-tree
+/// without a copy.
 struct KvsOut<'a>(&'a Keyspace);
 
 impl Serialize for KvsOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(KvOut))
+        serializer.collect_seq(self.0.stored().map(KvOut))
     }
 }
 
@@ -156,6 +167,7 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
         grant_counter: parts.leases.grant_counter(),
         digest: parts.digest,
         leases,
+        deaths: parts.keys.deaths().collect(),
         kvs: KvsOut(parts.keys),
     };
     // Serialising plain integers, strings and byte strings into a Vec cannot fail; an
@@ -192,6 +204,16 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
             return Err(SnapshotError(format!("lease {} appears twice", l.id)));
         }
     }
+    let mut buried: BTreeMap<Death, BTreeSet<Vec<u8>>> = BTreeMap::new();
+    for (id, revision) in snap.deaths {
+        // A death with keys moved the revision to `revision`, so it lies in 2..=store.
+        if id <= NO_LEASE || !(2..=snap.revision).contains(&revision) {
+            return Err(SnapshotError(format!("lease death ({id}, {revision}) has an invalid id or revision")));
+        }
+        if buried.insert((id, revision), BTreeSet::new()).is_some() {
+            return Err(SnapshotError(format!("lease death ({id}, {revision}) appears twice")));
+        }
+    }
     let mut kvs: Vec<KeyValue> = Vec::with_capacity(snap.kvs.len());
     for KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease) in snap.kvs {
         if kvs.last().is_some_and(|p| p.key >= key) {
@@ -206,21 +228,32 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
             )));
         }
         if lease != NO_LEASE {
-            let Some(l) = leases.get_mut(&lease) else {
-                return Err(SnapshotError(format!(
-                    "key {:?} is attached to lease {lease}, which the snapshot does not hold",
-                    String::from_utf8_lossy(&key)
-                )));
-            };
-            l.keys.insert(key.clone());
+            // Dead iff its lease died after the key was written (the rule `Graveyard` hides
+            // keys by); it then belongs to the earliest such death. Otherwise its lease is live.
+            let after_write = (lease, mod_revision.saturating_add(1))..=(lease, Revision::MAX);
+            if let Some((_, dead)) = buried.range_mut(after_write).next() {
+                dead.insert(key.clone());
+            } else {
+                let Some(l) = leases.get_mut(&lease) else {
+                    return Err(SnapshotError(format!(
+                        "key {:?} is attached to lease {lease}, which the snapshot does not hold",
+                        String::from_utf8_lossy(&key)
+                    )));
+                };
+                l.keys.insert(key.clone());
+            }
         }
         kvs.push(KeyValue { key, value, create_revision, mod_revision, version, lease });
+    }
+    if let Some(((id, revision), _)) = buried.iter().find(|(_, keys)| keys.is_empty()) {
+        // The sweep drops a death with its last key; an empty one is not a state we produce.
+        return Err(SnapshotError(format!("lease death ({id}, {revision}) has no keys left")));
     }
     Ok(Restored {
         revision: snap.revision,
         tenure: snap.tenure,
         digest: snap.digest,
-        keys: Keyspace::from_sorted(kvs),
+        keys: Keyspace::from_sorted(kvs, Graveyard::from_parts(buried)),
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
     })
 }

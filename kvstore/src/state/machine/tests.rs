@@ -396,8 +396,8 @@ fn range_reads_are_checked() {
 
 /// Random commands over a small key and lease space, so that they collide often.
 fn arb_command() -> impl Strategy<Value = Command> {
-    let key = prop::sample::select(vec!["a", "b", "c", "d", "e"]).prop_map(str::to_string);
-    let lease = prop::sample::select(vec![0i64, 0, 1, 2, 3]);
+    let key = prop::sample::select(vec!["a", "b", "c", "d", "e", "f", "g"]).prop_map(str::to_string);
+    let lease = prop::sample::select(vec![0i64, 1, 1, 2, 3]);
     let range = prop_oneof![
         key.clone().prop_map(KeyRange::single),
         (key.clone(), key.clone()).prop_map(|(a, b)| if a <= b {
@@ -438,15 +438,19 @@ fn arb_command() -> impl Strategy<Value = Command> {
             .prop_map(|(compare, success, failure)| Command::Txn(TxnRequest { compare, success, failure })),
         2 => (prop::sample::select(vec![0i64, 1, 2, 3]), prop::option::of(prop::sample::select(vec!["m", "n"])), -1i64..5)
             .prop_map(|(id, name, ttl)| Command::LeaseGrant { id, name: name.map(str::to_string), ttl }),
-        1 => (0i64..4).prop_map(|id| Command::LeaseRevoke { id }),
-        1 => (prop::collection::vec(0i64..4, 0..3), 0u64..3).prop_map(|(ids, round)| Command::LeaseExpire { ids, tenure: (round, 1) }),
+        2 => (0i64..4).prop_map(|id| Command::LeaseRevoke { id }),
+        2 => (prop::collection::vec(0i64..4, 0..3), 0u64..3).prop_map(|(ids, round)| Command::LeaseExpire { ids, tenure: (round, 1) }),
         1 => (0u64..3).prop_map(|round| Command::Barrier { tenure: (round, 1) }),
     ]
 }
 
-/// Invariants that must hold after every command: keys and lease key sets agree.
+/// Invariants that must hold after every command: keys and lease key sets agree, and the
+/// sweep's work list is exactly the dead keys still stored.
 fn check_invariants(sm: &StateMachine) {
-    for kv in &all(sm).kvs {
+    sm.keys.check_graveyard();
+    let everything = all(sm);
+    assert_eq!(everything.kvs.len(), sm.key_count());
+    for kv in &everything.kvs {
         assert!(kv.version >= 1 && kv.create_revision <= kv.mod_revision && kv.mod_revision <= sm.revision());
         if kv.lease != NO_LEASE {
             assert!(sm.lease(kv.lease).expect("key on a dead lease").keys.contains(&kv.key));
@@ -459,32 +463,61 @@ fn check_invariants(sm: &StateMachine) {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+/// A machine that sweeps `budget` dead keys per apply.
+fn with_budget(budget: usize) -> StateMachine {
+    let mut sm = StateMachine::new();
+    sm.set_cleanup_budget(budget);
+    sm
+}
 
+/// `sm` through a snapshot, keeping its cleanup budget.
+fn through_snapshot(sm: &StateMachine) -> StateMachine {
+    let mut restored = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
+    restored.set_cleanup_budget(sm.cleanup_budget);
+    restored
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Three machines apply the same commands: one removing dead keys at once (as if
+    /// deletion were eager), one sweeping at most `budget` (0 to 2) dead keys per apply, and
+    /// the same restored from a snapshot midway. Every result, digest and read must agree:
+    /// lazy deletion and snapshots are invisible.
     #[test]
     fn snapshot_restore_midway_gives_the_same_history(
-        commands in prop::collection::vec(arb_command(), 0..60),
-        cut in 0usize..60,
+        commands in prop::collection::vec(arb_command(), 0..80),
+        cut in 0usize..80,
+        budget in 0usize..3,
     ) {
         let cut = cut.min(commands.len());
-        let mut straight = StateMachine::new();
-        let mut restored = StateMachine::new();
+        let mut eager = with_budget(usize::MAX);
+        let mut straight = with_budget(budget);
+        let mut restored = with_budget(budget);
         for (i, command) in commands.iter().enumerate() {
             if i == cut {
-                restored = StateMachine::from_snapshot_bytes(&restored.to_snapshot_bytes()).unwrap();
+                restored = through_snapshot(&restored);
+                prop_assert_eq!(restored.pending_cleanup(), straight.pending_cleanup());
             }
+            let reference = eager.apply(command);
             let a = straight.apply(command);
             let b = restored.apply(command);
+            prop_assert_eq!(&a, &reference);
             prop_assert_eq!(&a, &b);
+            prop_assert_eq!(eager.pending_cleanup(), 0);
+            prop_assert_eq!(straight.pending_cleanup(), restored.pending_cleanup());
             check_invariants(&straight);
+            check_invariants(&restored);
+            prop_assert_eq!(observable(&straight), observable(&eager));
         }
         if cut == commands.len() {
-            restored = StateMachine::from_snapshot_bytes(&restored.to_snapshot_bytes()).unwrap();
+            restored = through_snapshot(&restored);
         }
         prop_assert_eq!(straight.digest(), restored.digest());
+        prop_assert_eq!(straight.digest(), eager.digest());
         prop_assert_eq!(all(&straight), all(&restored));
         prop_assert_eq!(observable(&straight), observable(&restored));
+        prop_assert_eq!(straight.pending_cleanup(), restored.pending_cleanup());
     }
 }
 
@@ -505,4 +538,277 @@ fn an_expiry_from_a_replaced_master_is_stale_and_changes_nothing() {
     ok(&mut restored, &Command::LeaseGrant { id: 6, name: None, ttl: 10 });
     let r = ok(&mut restored, &Command::LeaseExpire { ids: vec![6], tenure: (1, 9) });
     assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![], deleted: 0 });
+}
+
+/// The revoke scenario of the lazy-deletion tests: lease 5 holds `k0000`..`k4999`; `a` and
+/// `z` have no lease; `k2500x`, in the middle of the dead keys, is on lease 6.
+fn five_thousand_on_a_lease() -> StateMachine {
+    let mut sm = StateMachine::new();
+    ok(&mut sm, &grant(5, Some("big")));
+    ok(&mut sm, &grant(6, None));
+    ok(&mut sm, &put_cmd("a", "1", 0));
+    ok(&mut sm, &put_cmd("z", "1", 0));
+    ok(&mut sm, &put_cmd("k2500x", "other", 6));
+    for i in 0..5000 {
+        ok(&mut sm, &put_cmd(&format!("k{i:04}"), "v", 5));
+    }
+    sm
+}
+
+fn keys_of(r: &RangeResponse) -> Vec<&[u8]> {
+    r.kvs.iter().map(|kv| kv.key.as_slice()).collect()
+}
+
+fn read(sm: &StateMachine, range: KeyRange, limit: i64, count_only: bool, keys_only: bool) -> RangeResponse {
+    sm.range(&RangeRequest { range, limit, count_only, keys_only }).unwrap()
+}
+
+fn cmp(range: KeyRange, target: CompareTarget, result: CompareResult) -> Compare {
+    Compare { range, target, result }
+}
+
+fn txn_succeeds(sm: &mut StateMachine, compare: Compare) -> bool {
+    match ok(sm, &txn(vec![compare], vec![], vec![])) {
+        CommandResponse::Txn(r) => r.succeeded,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn revoked_keys_are_gone_at_once_for_every_read_compare_and_write() {
+    let mut sm = five_thousand_on_a_lease();
+    let mut eager = sm.clone();
+    eager.set_cleanup_budget(usize::MAX);
+    let before = sm.revision();
+    let revoke = Command::LeaseRevoke { id: 5 };
+    assert_eq!(ok(&mut sm, &revoke), CommandResponse::LeaseRevoke { deleted: 5000 });
+    assert_eq!(eager.apply(&revoke), Applied { revision: before + 1, result: Ok(sm_revoked()) });
+    assert_eq!(sm.revision(), before + 1, "one revision for the lease and all its keys");
+    // The revoking apply swept one budget; the rest is still in memory but gone.
+    assert_eq!(sm.pending_cleanup(), 5000 - StateMachine::CLEANUP_PER_APPLY);
+    assert_eq!((sm.key_count(), sm.lease_count(), sm.lease(5), sm.lease_id_by_name("big")), (3, 1, None, None));
+    assert_eq!(observable(&sm), observable(&eager));
+
+    // Reads: single keys, ranges with limits, counts and keys_only skip the dead keys.
+    assert_eq!(sm.get(b"k4000"), None);
+    assert_eq!(sm.get(b"k2500x").unwrap().lease, 6);
+    let r = read(&sm, KeyRange::prefix("k"), 1, false, false);
+    assert_eq!((keys_of(&r), r.count, r.more), (vec![&b"k2500x"[..]], 1, false));
+    let r = read(&sm, KeyRange::between(vec![0], vec![0]), 2, false, true);
+    assert_eq!((keys_of(&r), r.count, r.more), (vec![&b"a"[..], b"k2500x"], 3, true));
+    assert!(r.kvs.iter().all(|kv| kv.value.is_empty()));
+    assert_eq!(read(&sm, KeyRange::between(vec![0], vec![0]), 0, true, false).count, 3);
+    assert_eq!(read(&sm, KeyRange::prefix("k3"), 0, true, false).count, 0);
+    assert_eq!(read(&sm, KeyRange::single("k4999"), 0, false, false), RangeResponse::default());
+    for (range, limit) in [(KeyRange::prefix("k"), 0), (KeyRange::between("k1", "k5"), 3), (KeyRange::prefix(""), 2)] {
+        assert_eq!(read(&sm, range.clone(), limit, false, false), read(&eager, range, limit, false, false));
+    }
+
+    // Compares: a dead key is a missing key (version, revisions and lease 0, no value); a
+    // range of dead keys is an empty range.
+    use CompareResult::*;
+    let mut probe = sm.clone();
+    let dead = || KeyRange::single("k4000");
+    assert!(txn_succeeds(&mut probe, cmp(dead(), CompareTarget::Version(0), Equal)));
+    assert!(txn_succeeds(&mut probe, cmp(dead(), CompareTarget::CreateRevision(0), Equal)));
+    assert!(txn_succeeds(&mut probe, cmp(dead(), CompareTarget::ModRevision(0), Equal)));
+    assert!(txn_succeeds(&mut probe, cmp(dead(), CompareTarget::Lease(0), Equal)));
+    assert!(!txn_succeeds(&mut probe, cmp(dead(), CompareTarget::Value(b"v".to_vec()), Equal)));
+    assert!(txn_succeeds(&mut probe, cmp(KeyRange::prefix("k4"), CompareTarget::Version(0), Equal)));
+    // Over "k", only the live k2500x counts: every key in the range has lease 6.
+    let mut probe = sm.clone();
+    assert!(txn_succeeds(&mut probe, cmp(KeyRange::prefix("k"), CompareTarget::Lease(6), Equal)));
+
+    // Put: a fresh key (new create revision, version 1, no previous value).
+    let mut probe = sm.clone();
+    let CommandResponse::Put(r) = ok(&mut probe, &put_cmd("k4000", "new", 0)) else { panic!() };
+    assert_eq!(r.prev_kv, None);
+    let kv = probe.get(b"k4000").unwrap();
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (before + 2, before + 2, 1));
+
+    // Delete: dead keys are neither counted nor returned, and do not move the revision.
+    let mut probe = sm.clone();
+    let r = ok(&mut probe, &del_cmd(KeyRange::prefix("k3")));
+    assert_eq!((r, probe.revision()), (CommandResponse::DeleteRange(DeleteRangeResponse::default()), before + 1));
+    let r = ok(&mut probe, &del_cmd(KeyRange::single("k4999")));
+    assert_eq!((r, probe.revision()), (CommandResponse::DeleteRange(DeleteRangeResponse::default()), before + 1));
+    let CommandResponse::DeleteRange(r) = ok(&mut probe, &del_cmd(KeyRange::prefix("k"))) else { panic!() };
+    assert_eq!(
+        (r.deleted, keys_of(&RangeResponse { kvs: r.prev_kvs, ..Default::default() })),
+        (1, vec![&b"k2500x"[..]])
+    );
+    assert_eq!(probe.revision(), before + 2);
+    probe.keys.check_graveyard();
+
+    // A Txn mixing all of it gives what the eager machine gives.
+    let mixed = txn(
+        vec![cmp(KeyRange::single("k4321"), CompareTarget::Version(0), Equal)],
+        vec![
+            t_get(KeyRange::prefix("k4")),
+            t_put("k4321", "x", 6),
+            t_del(KeyRange::between("k0", "k43")),
+            t_get(KeyRange::prefix("k")),
+        ],
+        vec![],
+    );
+    assert_eq!(sm.clone().apply(&mixed), eager.clone().apply(&mixed));
+}
+
+/// What revoking lease 5 of [`five_thousand_on_a_lease`] answers.
+fn sm_revoked() -> CommandResponse {
+    CommandResponse::LeaseRevoke { deleted: 5000 }
+}
+
+#[test]
+fn dead_keys_are_swept_in_bounded_chunks_by_every_command() {
+    let mut sm = five_thousand_on_a_lease();
+    ok(&mut sm, &Command::LeaseRevoke { id: 5 });
+    let view = observable(&sm);
+    let mut pending = sm.pending_cleanup();
+    let mut applies = 0;
+    // Any command sweeps, a refused one included.
+    let commands = [Command::Barrier { tenure: (0, 0) }, Command::LeaseRevoke { id: 99 }, grant(0, Some("big"))];
+    while pending > 0 {
+        sm.apply(&commands[applies % commands.len()]);
+        applies += 1;
+        let now = sm.pending_cleanup();
+        assert!(now < pending && pending - now <= StateMachine::CLEANUP_PER_APPLY, "{pending} -> {now}");
+        pending = now;
+        sm.keys.check_graveyard();
+        assert_eq!(all(&sm), view.1);
+    }
+    assert_eq!(applies, 4);
+    assert_eq!(sm.key_count(), 3);
+    assert_eq!(sm.keys.stored().len(), 3, "every dead key left memory");
+}
+
+#[test]
+fn keys_written_again_before_the_sweep_survive_it() {
+    let mut sm = five_thousand_on_a_lease();
+    sm.set_cleanup_budget(100);
+    ok(&mut sm, &Command::LeaseRevoke { id: 5 });
+    let revoked_at = sm.revision();
+    // The id can be granted again at once, as in etcd: its old keys stay dead.
+    ok(&mut sm, &grant(5, Some("big")));
+    assert_eq!(sm.get(b"k4997"), None);
+    ok(&mut sm, &put_cmd("k4997", "new5", 5));
+    ok(&mut sm, &put_cmd("k4998", "none", 0));
+    ok(&mut sm, &put_cmd("k4999", "six", 6));
+    assert_eq!(lease_keys(&sm, 5), vec![b"k4997"]);
+    // Overwriting a dead key takes it off the work list (besides the budget swept).
+    assert_eq!(sm.pending_cleanup(), 5000 - 5 * 100 - 3);
+    ok(&mut sm, &del_cmd(KeyRange::single("k4996")));
+    assert_eq!(sm.pending_cleanup(), 5000 - 6 * 100 - 4);
+    while sm.pending_cleanup() > 0 {
+        ok(&mut sm, &Command::Barrier { tenure: (0, 0) });
+        sm.keys.check_graveyard();
+    }
+    for (key, value, lease) in [("k4997", "new5", 5), ("k4998", "none", 0), ("k4999", "six", 6)] {
+        let kv = sm.get(key.as_bytes()).unwrap_or_else(|| panic!("{key} was swept"));
+        assert_eq!((kv.value.as_slice(), kv.lease, kv.version), (value.as_bytes(), lease, 1));
+        assert!(kv.create_revision > revoked_at);
+    }
+    assert_eq!(sm.key_count(), 6);
+    check_invariants(&sm);
+    // The new incarnation dies too: its key goes, the others stay.
+    ok(&mut sm, &Command::LeaseRevoke { id: 5 });
+    assert_eq!((sm.get(b"k4997"), sm.key_count(), sm.pending_cleanup()), (None, 5, 0));
+}
+
+#[test]
+fn an_id_that_dies_twice_before_its_first_sweep_ends() {
+    let mut sm = StateMachine::new();
+    sm.set_cleanup_budget(2);
+    ok(&mut sm, &grant(5, None));
+    for i in 0..20 {
+        ok(&mut sm, &put_cmd(&format!("k{i:02}"), "first", 5));
+    }
+    ok(&mut sm, &Command::LeaseRevoke { id: 5 });
+    ok(&mut sm, &grant(5, None));
+    // Half on top of first-life keys still stored, half on new keys.
+    for i in 10..30 {
+        ok(&mut sm, &put_cmd(&format!("k{i:02}"), "second", 5));
+    }
+    assert_eq!((sm.key_count(), lease_keys(&sm, 5).len()), (20, 20));
+    let CommandResponse::LeaseRevoke { deleted } = ok(&mut sm, &Command::LeaseRevoke { id: 5 }) else { panic!() };
+    assert_eq!((deleted, sm.key_count()), (20, 0));
+    assert!(sm.pending_cleanup() > 0);
+    let mid = through_snapshot(&sm);
+    let mut both = [sm, mid];
+    while both[0].pending_cleanup() > 0 {
+        for m in &mut both {
+            ok(m, &put_cmd("other", "x", 0));
+            check_invariants(m);
+        }
+        assert_eq!(both[0].pending_cleanup(), both[1].pending_cleanup());
+        assert_eq!(observable(&both[0]), observable(&both[1]));
+    }
+    assert_eq!((both[0].keys.stored().len(), both[1].keys.stored().len()), (1, 1));
+}
+
+#[test]
+fn expiry_of_several_large_leases_is_one_revision_and_swept_lazily() {
+    let mut sm = StateMachine::new();
+    for id in [1, 2] {
+        ok(&mut sm, &grant(id, None));
+        for i in 0..3000 {
+            ok(&mut sm, &put_cmd(&format!("l{id}/{i:04}"), "v", id));
+        }
+    }
+    let before = sm.revision();
+    let r = ok(&mut sm, &Command::LeaseExpire { ids: vec![2, 1], tenure: (0, 0) });
+    assert_eq!(r, CommandResponse::LeaseExpire { expired: vec![2, 1], deleted: 6000 });
+    assert_eq!((sm.revision(), sm.key_count(), sm.lease_count()), (before + 1, 0, 0));
+    assert_eq!(sm.pending_cleanup(), 6000 - StateMachine::CLEANUP_PER_APPLY);
+    assert_eq!(read(&sm, KeyRange::prefix("l"), 0, true, false).count, 0);
+    let mut n = 0;
+    while sm.pending_cleanup() > 0 {
+        ok(&mut sm, &Command::Barrier { tenure: (0, 0) });
+        n += 1;
+    }
+    assert_eq!((n, sm.keys.stored().len()), (5, 0));
+}
+
+#[test]
+fn snapshot_in_the_middle_of_a_cleanup_continues_it_identically() {
+    let mut sm = five_thousand_on_a_lease();
+    ok(&mut sm, &Command::LeaseRevoke { id: 5 });
+    ok(&mut sm, &Command::Barrier { tenure: (0, 0) });
+    assert_eq!(sm.pending_cleanup(), 3000);
+    let mut restored = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
+    assert_eq!(restored.digest(), sm.digest());
+    assert_eq!(restored.pending_cleanup(), 3000);
+    assert_eq!(observable(&restored), observable(&sm));
+    assert_eq!(restored.get(b"k4500"), None);
+    restored.keys.check_graveyard();
+    let mut eager = sm.clone();
+    eager.set_cleanup_budget(usize::MAX);
+    let commands = [
+        put_cmd("k4500", "back", 6),
+        grant(5, None),
+        put_cmd("k4600", "again", 5),
+        del_cmd(KeyRange::prefix("k45")),
+        txn(
+            vec![cmp(KeyRange::single("k4700"), CompareTarget::CreateRevision(0), CompareResult::Equal)],
+            vec![t_put("k4700", "x", 0), t_get(KeyRange::prefix("k4"))],
+            vec![],
+        ),
+        Command::Barrier { tenure: (0, 0) },
+        Command::LeaseRevoke { id: 5 },
+        put_cmd("k4800", "y", 0),
+        Command::Barrier { tenure: (0, 0) },
+    ];
+    for command in &commands {
+        let a = sm.apply(command);
+        assert_eq!(a, restored.apply(command));
+        assert_eq!(a, eager.apply(command));
+        assert_eq!((sm.digest(), sm.pending_cleanup()), (restored.digest(), restored.pending_cleanup()));
+        assert_eq!(observable(&sm), observable(&restored));
+        assert_eq!(observable(&sm), observable(&eager));
+        check_invariants(&sm);
+        check_invariants(&restored);
+    }
+    assert_eq!(sm.pending_cleanup(), 0);
+    assert_eq!(sm.digest(), eager.digest());
+    assert_eq!(sm.keys.stored().len(), sm.key_count());
 }
