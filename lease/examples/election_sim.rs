@@ -3,7 +3,7 @@
 //! found.
 //!
 //! ```text
-//! cargo run --release -p leasekv-lease --example sim -- --backend paxoslease --nodes 5 \
+//! cargo run --release -p leasekv-lease --example election_sim -- --backend paxoslease --nodes 5 \
 //!     --seeds 2000 --loss 0.2 --drift 0.01 [--seed-base N] [--break NAME] [--trace]
 //! ```
 

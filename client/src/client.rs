@@ -1,0 +1,611 @@
+//! A small etcd-v3 client with endpoint failover, plus leasekv's extension calls.
+//!
+//! Every unary call runs through [`Client::call`]: it sends to the current endpoint and, when
+//! the endpoint is unreachable or answers `UNAVAILABLE` (a leasekv node that is not master and
+//! cannot forward answers that way too), moves to the next endpoint after a back-off, for a
+//! bounded number of attempts. Other errors are returned at once: they are answers, not outages.
+//!
+//! Retrying after `UNAVAILABLE` can apply a write twice when the connection broke after the
+//! server applied it; etcd's own clients accept the same trade-off for puts and deletes.
+
+use crate::endpoint::{parse_endpoint_list, EndpointError};
+use crate::proto::etcdserverpb::{
+    cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+};
+use crate::proto::leasekv::{
+    lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
+    GrantNamedResponse, LeaseInfo, ListLeasesRequest, ResolveNameRequest, StepDownRequest,
+};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+/// A closure for [`Client::call`]: builds the request (cloning it, since each attempt needs
+/// its own) and calls `$method` on a fresh `$stub` over the channel it is given. Generated stubs
+/// borrow themselves mutably, so the stub must live inside the returned future.
+macro_rules! unary {
+    ($stub:ident, $method:ident, $request:expr) => {
+        |channel| {
+            let request = $request;
+            async move { $stub::new(channel).$method(request).await }
+        }
+    };
+}
+
+/// Why a client operation failed. Messages name the endpoint and the call.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// `Client::connect` was given an empty list.
+    #[error("no endpoints given")]
+    NoEndpoints,
+    /// An endpoint string is malformed.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// No endpoint accepted a connection.
+    #[error("could not connect to any endpoint after {attempts} attempts: {failures}")]
+    Connect {
+        /// Connection attempts made (each tries one endpoint).
+        attempts: u32,
+        /// `endpoint: cause` for each failed attempt, `; `-separated.
+        failures: String,
+    },
+    /// The server answered the call with an error.
+    #[error("{method} on {endpoint} failed ({code:?}): {message}", code = status.code(), message = status.message())]
+    Rpc {
+        /// The endpoint that answered.
+        endpoint: String,
+        /// The gRPC method, e.g. `Put`.
+        method: &'static str,
+        /// The error as received.
+        status: Box<Status>,
+    },
+    /// Every attempt found its endpoint unreachable or unavailable.
+    #[error("{method} failed: no endpoint available after {attempts} attempts: {failures}")]
+    Unavailable {
+        /// The gRPC method.
+        method: &'static str,
+        /// Attempts made.
+        attempts: u32,
+        /// `endpoint: cause` for each failed attempt, `; `-separated.
+        failures: String,
+    },
+    /// The endpoint did not answer in time; not retried, because the call may have been applied.
+    #[error("{method} on {endpoint} timed out after {after:?}")]
+    Timeout {
+        /// The endpoint that was asked.
+        endpoint: String,
+        /// The gRPC method.
+        method: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// A response stream ended although an answer was expected.
+    #[error("{method} stream on {endpoint} was closed by the server")]
+    StreamClosed {
+        /// The endpoint that closed the stream.
+        endpoint: String,
+        /// The gRPC method.
+        method: &'static str,
+    },
+}
+
+impl ClientError {
+    /// The gRPC status code, when the server answered with an error.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Rpc { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the server said the thing asked for does not exist (`NOT_FOUND`).
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(Code::NotFound)
+    }
+}
+
+/// How hard the client tries before giving up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts per call (and per `connect`), across endpoints.
+    pub attempts: u32,
+    /// Pause after the first failed attempt; doubled after each further one.
+    pub initial_backoff: Duration,
+    /// Upper bound of a pause.
+    pub max_backoff: Duration,
+    /// How long one TCP/HTTP2 connection attempt may take.
+    pub connect_timeout: Duration,
+    /// Deadline of one unary call (and of one keepalive answer).
+    pub request_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 5 attempts with pauses of 0.1, 0.2, 0.4 and 0.8 s: about 1.5 s of waiting plus up to
+    /// 1 s per unreachable endpoint, so a dead cluster is reported within a few seconds.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1600),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The pause after failed attempt number `failed` (1-based).
+    pub fn backoff(&self, failed: u32) -> Duration {
+        let factor = 1u32.checked_shl(failed.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+}
+
+/// Options of [`Client::get`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GetOptions {
+    /// Every key starting with the given key.
+    pub prefix: bool,
+    /// Leave the values out.
+    pub keys_only: bool,
+    /// Member-local read, possibly stale, instead of linearizable.
+    pub serializable: bool,
+    /// At most this many keys; 0 for no limit.
+    pub limit: i64,
+    /// Only count the keys.
+    pub count_only: bool,
+}
+
+/// The `range_end` that makes a range cover every key starting with `prefix`.
+///
+/// etcd's rule: increment the last byte that is not 0xff and cut after it; when there is none
+/// (empty prefix or all 0xff), `"\0"`, which means "to the end of the key space".
+pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A connection to a leasekv (or etcd) cluster. Cheap to clone; clones share connections.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Normalised endpoint URLs, in the caller's order.
+    endpoints: Vec<String>,
+    /// One channel per endpoint; tonic channels reconnect by themselves after a failure.
+    channels: Vec<Channel>,
+    /// Index of the endpoint calls go to first.
+    current: AtomicUsize,
+    policy: RetryPolicy,
+}
+
+impl Client {
+    /// Connects with the default [`RetryPolicy`]. Endpoints may be `host:port` or URLs; they
+    /// are tried in order until one accepts a connection.
+    pub async fn connect(endpoints: &[String]) -> Result<Client, ClientError> {
+        Client::connect_with(endpoints, RetryPolicy::default()).await
+    }
+
+    /// Connects with an explicit retry policy.
+    pub async fn connect_with(endpoints: &[String], policy: RetryPolicy) -> Result<Client, ClientError> {
+        let urls = endpoints.iter().map(|e| parse_endpoint_list(e)).collect::<Result<Vec<_>, _>>()?;
+        let urls: Vec<String> = urls.into_iter().flatten().collect();
+        if urls.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let mut builders = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let builder = Endpoint::from_shared(url.clone())
+                .map_err(|e| EndpointError::Invalid(url.clone(), error_chain(&e)))?
+                .connect_timeout(policy.connect_timeout)
+                .tcp_nodelay(true)
+                // Detects a silently dead peer on idle connections (e.g. a long keepalive stream).
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5));
+            builders.push(builder);
+        }
+        let mut failures = Vec::new();
+        let attempts = policy.attempts.max(1);
+        for attempt in 0..attempts {
+            let index = attempt as usize % builders.len();
+            match builders[index].connect().await {
+                Ok(connected) => {
+                    // The others connect on first use, so failing over costs nothing up front.
+                    let channels = builders
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| if i == index { connected.clone() } else { b.connect_lazy() })
+                        .collect();
+                    let inner = Inner { endpoints: urls, channels, current: AtomicUsize::new(index), policy };
+                    return Ok(Client { inner: Arc::new(inner) });
+                }
+                Err(e) => failures.push(format!("{}: {}", urls[index], error_chain(&e))),
+            }
+            // Pause only after a full round: another endpoint may well be up right now.
+            let round_done = (attempt as usize + 1).is_multiple_of(builders.len());
+            if round_done && attempt + 1 < attempts {
+                tokio::time::sleep(policy.backoff(attempt / builders.len() as u32 + 1)).await;
+            }
+        }
+        Err(ClientError::Connect { attempts, failures: failures.join("; ") })
+    }
+
+    /// The normalised endpoint URLs.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// The endpoint calls currently go to first.
+    pub fn current_endpoint(&self) -> &str {
+        &self.inner.endpoints[self.current_index()]
+    }
+
+    /// The retry policy in force.
+    pub fn policy(&self) -> RetryPolicy {
+        self.inner.policy
+    }
+
+    fn current_index(&self) -> usize {
+        self.inner.current.load(Ordering::Relaxed) % self.inner.endpoints.len()
+    }
+
+    /// Moves to the endpoint after `failed`, unless another task already moved on.
+    fn fail_over_from(&self, failed: usize) {
+        let next = (failed + 1) % self.inner.endpoints.len();
+        let _ = self.inner.current.compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Runs one unary call with failover: `f` is invoked with the channel of the endpoint to try.
+    async fn call<T, F, Fut>(&self, method: &'static str, mut f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let policy = self.inner.policy;
+        let attempts = policy.attempts.max(1);
+        let mut failures = Vec::new();
+        for attempt in 1..=attempts {
+            let index = self.current_index();
+            let endpoint = &self.inner.endpoints[index];
+            match tokio::time::timeout(policy.request_timeout, f(self.inner.channels[index].clone())).await {
+                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Err(status)) if is_retryable(&status) => {
+                    failures.push(format!("{endpoint}: {}", status_summary(&status)));
+                    self.fail_over_from(index);
+                }
+                Ok(Err(status)) => {
+                    return Err(ClientError::Rpc { endpoint: endpoint.clone(), method, status: Box::new(status) })
+                }
+                Err(_) => {
+                    return Err(ClientError::Timeout {
+                        endpoint: endpoint.clone(),
+                        method,
+                        after: policy.request_timeout,
+                    })
+                }
+            }
+            if attempt < attempts {
+                tokio::time::sleep(policy.backoff(attempt)).await;
+            }
+        }
+        Err(ClientError::Unavailable { method, attempts, failures: failures.join("; ") })
+    }
+
+    // ----- KV -----
+
+    /// Writes `key = value`, attached to `lease_id` (0 for none); `prev_kv` asks for the old pair.
+    pub async fn put(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+        lease_id: i64,
+        prev_kv: bool,
+    ) -> Result<PutResponse, ClientError> {
+        let request =
+            PutRequest { key: key.into(), value: value.into(), lease: lease_id, prev_kv, ..Default::default() };
+        self.call("Put", unary!(KvClient, put, request.clone())).await
+    }
+
+    /// Reads one key or, with `options.prefix`, every key starting with `key`.
+    pub async fn get(&self, key: impl Into<Vec<u8>>, options: GetOptions) -> Result<RangeResponse, ClientError> {
+        let key = key.into();
+        let range_end = if options.prefix { prefix_range_end(&key) } else { Vec::new() };
+        let request = RangeRequest {
+            key,
+            range_end,
+            limit: options.limit,
+            serializable: options.serializable,
+            keys_only: options.keys_only,
+            count_only: options.count_only,
+            ..Default::default()
+        };
+        self.range(request).await
+    }
+
+    /// A raw Range call, for options [`Client::get`] does not offer.
+    pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse, ClientError> {
+        self.call("Range", unary!(KvClient, range, request.clone())).await
+    }
+
+    /// Deletes one key or, with `prefix`, every key starting with `key`.
+    pub async fn delete(
+        &self,
+        key: impl Into<Vec<u8>>,
+        prefix: bool,
+        prev_kv: bool,
+    ) -> Result<DeleteRangeResponse, ClientError> {
+        let key = key.into();
+        let range_end = if prefix { prefix_range_end(&key) } else { Vec::new() };
+        let request = DeleteRangeRequest { key, range_end, prev_kv };
+        self.call("DeleteRange", unary!(KvClient, delete_range, request.clone())).await
+    }
+
+    /// A transaction, passed through as given.
+    pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, ClientError> {
+        self.call("Txn", unary!(KvClient, txn, request.clone())).await
+    }
+
+    /// Discards history before `revision`.
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactionResponse, ClientError> {
+        let request = CompactionRequest { revision, physical };
+        self.call("Compact", unary!(KvClient, compact, request)).await
+    }
+
+    // ----- Lease -----
+
+    /// Grants a lease of `ttl` seconds; `id` 0 lets the server choose the id.
+    pub async fn lease_grant(&self, ttl: i64, id: i64) -> Result<LeaseGrantResponse, ClientError> {
+        let request = LeaseGrantRequest { ttl, id };
+        self.call("LeaseGrant", unary!(LeaseClient, lease_grant, request)).await
+    }
+
+    /// Revokes a lease, deleting its keys.
+    pub async fn lease_revoke(&self, id: i64) -> Result<LeaseRevokeResponse, ClientError> {
+        let request = LeaseRevokeRequest { id };
+        self.call("LeaseRevoke", unary!(LeaseClient, lease_revoke, request)).await
+    }
+
+    /// Sends one keepalive on a short-lived stream; TTL 0 in the answer means the lease is gone.
+    pub async fn lease_keep_alive_once(&self, id: i64) -> Result<LeaseKeepAliveResponse, ClientError> {
+        self.lease_keep_alive(id).await?.keep_alive().await
+    }
+
+    /// Opens a keepalive stream for lease `id`; see [`KeepAliveStream::keep_alive`].
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<KeepAliveStream, ClientError> {
+        let (endpoint, sender, responses) = self.open_keep_alive(id).await?;
+        Ok(KeepAliveStream { client: self.clone(), id, endpoint, sender, responses, request_in_flight: true })
+    }
+
+    /// Opens the bidirectional stream with the first request already queued: etcd sends its
+    /// response headers only with the first answer, so the call would not complete otherwise.
+    async fn open_keep_alive(
+        &self,
+        id: i64,
+    ) -> Result<(String, mpsc::Sender<LeaseKeepAliveRequest>, Streaming<LeaseKeepAliveResponse>), ClientError> {
+        let (sender, responses) = self
+            .call("LeaseKeepAlive", |ch| async move {
+                let (sender, receiver) = mpsc::channel(4);
+                // Cannot fail: the receiver is alive until the call below consumes it.
+                let _ = sender.send(LeaseKeepAliveRequest { id }).await;
+                let response = LeaseClient::new(ch).lease_keep_alive(ReceiverStream::new(receiver)).await?;
+                Ok(response.map(|stream| (sender, stream)))
+            })
+            .await?;
+        Ok((self.current_endpoint().to_string(), sender, responses))
+    }
+
+    /// Remaining and granted TTL of a lease; with `keys`, also its attached keys.
+    pub async fn lease_time_to_live(&self, id: i64, keys: bool) -> Result<LeaseTimeToLiveResponse, ClientError> {
+        let request = LeaseTimeToLiveRequest { id, keys };
+        self.call("LeaseTimeToLive", unary!(LeaseClient, lease_time_to_live, request)).await
+    }
+
+    /// The ids of every live lease (etcd's call; see [`Client::list_leases`] for names and TTLs).
+    pub async fn lease_leases(&self) -> Result<LeaseLeasesResponse, ClientError> {
+        self.call("LeaseLeases", unary!(LeaseClient, lease_leases, LeaseLeasesRequest {})).await
+    }
+
+    // ----- Cluster and maintenance -----
+
+    /// The cluster's members.
+    pub async fn member_list(&self) -> Result<MemberListResponse, ClientError> {
+        self.call("MemberList", unary!(ClusterClient, member_list, MemberListRequest { linearizable: false })).await
+    }
+
+    /// Status of the member that answers (the current endpoint).
+    pub async fn status(&self) -> Result<StatusResponse, ClientError> {
+        self.call("Status", unary!(MaintenanceClient, status, StatusRequest {})).await
+    }
+
+    // ----- leasekv extension -----
+
+    /// Grants a lease under a unique `name`.
+    pub async fn grant_named(&self, name: &str, ttl: i64) -> Result<GrantNamedResponse, ClientError> {
+        let request = GrantNamedRequest { name: name.to_string(), ttl };
+        self.call("GrantNamed", unary!(LeaseKvClient, grant_named, request.clone())).await
+    }
+
+    /// The id of the live lease called `name`; [`ClientError::is_not_found`] when there is none.
+    pub async fn resolve_name(&self, name: &str) -> Result<i64, ClientError> {
+        let request = ResolveNameRequest { name: name.to_string() };
+        let response = self.call("ResolveName", unary!(LeaseKvClient, resolve_name, request.clone())).await?;
+        Ok(response.id)
+    }
+
+    /// Every live lease with its name, granted TTL and remaining time.
+    pub async fn list_leases(&self) -> Result<Vec<LeaseInfo>, ClientError> {
+        let response = self.call("ListLeases", unary!(LeaseKvClient, list_leases, ListLeasesRequest {})).await?;
+        Ok(response.leases)
+    }
+
+    /// The answering node's view of the master election.
+    pub async fn election_status(&self) -> Result<ElectionStatusResponse, ClientError> {
+        self.call("ElectionStatus", unary!(LeaseKvClient, election_status, ElectionStatusRequest {})).await
+    }
+
+    /// Asks the answering node to give up mastership.
+    pub async fn step_down(&self) -> Result<(), ClientError> {
+        self.call("StepDown", unary!(LeaseKvClient, step_down, StepDownRequest {})).await?;
+        Ok(())
+    }
+}
+
+/// An open keepalive stream for one lease. Reopens itself once, through the client's failover,
+/// when the stream breaks.
+#[derive(Debug)]
+pub struct KeepAliveStream {
+    client: Client,
+    id: i64,
+    endpoint: String,
+    sender: mpsc::Sender<LeaseKeepAliveRequest>,
+    responses: Streaming<LeaseKeepAliveResponse>,
+    /// A request was sent whose answer has not been read (opening the stream sends one).
+    request_in_flight: bool,
+}
+
+impl KeepAliveStream {
+    /// The lease this stream keeps alive.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// Sends one keepalive and waits for its answer. `ttl` 0 in the answer means the lease is
+    /// unknown or expired; callers should stop then. Send about every TTL/3.
+    pub async fn keep_alive(&mut self) -> Result<LeaseKeepAliveResponse, ClientError> {
+        if !std::mem::take(&mut self.request_in_flight)
+            && self.sender.send(LeaseKeepAliveRequest { id: self.id }).await.is_err()
+        {
+            // The request side is closed only when the call ended; a fresh stream sends its own.
+            return self.reopen_and_read().await;
+        }
+        match self.read_one().await {
+            Err(ClientError::StreamClosed { .. }) => self.reopen_and_read().await,
+            Err(ClientError::Rpc { status, .. }) if is_retryable(&status) => self.reopen_and_read().await,
+            other => other,
+        }
+    }
+
+    async fn reopen_and_read(&mut self) -> Result<LeaseKeepAliveResponse, ClientError> {
+        let (endpoint, sender, responses) = self.client.open_keep_alive(self.id).await?;
+        self.endpoint = endpoint;
+        self.sender = sender;
+        self.responses = responses;
+        self.read_one().await
+    }
+
+    async fn read_one(&mut self) -> Result<LeaseKeepAliveResponse, ClientError> {
+        let method = "LeaseKeepAlive";
+        let after = self.client.inner.policy.request_timeout;
+        match tokio::time::timeout(after, self.responses.message()).await {
+            Ok(Ok(Some(response))) => Ok(response),
+            Ok(Ok(None)) => Err(ClientError::StreamClosed { endpoint: self.endpoint.clone(), method }),
+            Ok(Err(status)) => {
+                Err(ClientError::Rpc { endpoint: self.endpoint.clone(), method, status: Box::new(status) })
+            }
+            Err(_) => Err(ClientError::Timeout { endpoint: self.endpoint.clone(), method, after }),
+        }
+    }
+}
+
+/// Whether another endpoint (or the same one later) may succeed where this one failed.
+fn is_retryable(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+}
+
+/// The status message with its cause chain, which for connection failures holds the reason
+/// (e.g. "Connection refused").
+fn status_summary(status: &Status) -> String {
+    let mut text = status.message().to_string();
+    if text.is_empty() {
+        text = format!("{:?}", status.code());
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// An error with its causes, `: `-joined; tonic's transport errors say little at the top level.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_the_last_byte() {
+        assert_eq!(prefix_range_end(b"/servers/"), b"/servers0".to_vec());
+        assert_eq!(prefix_range_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_range_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_range_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let policy = RetryPolicy::default();
+        let pauses: Vec<u128> = (1..=7).map(|n| policy.backoff(n).as_millis()).collect();
+        assert_eq!(pauses, vec![100, 200, 400, 800, 1600, 1600, 1600]);
+        assert_eq!(policy.backoff(200), policy.max_backoff);
+    }
+
+    #[test]
+    fn only_unavailable_is_retried() {
+        assert!(is_retryable(&Status::unavailable("down")));
+        assert!(!is_retryable(&Status::not_found("lease")));
+        assert!(!is_retryable(&Status::deadline_exceeded("slow")));
+    }
+
+    #[tokio::test]
+    async fn connect_reports_every_failed_endpoint() {
+        // Port 1 on loopback: nothing listens there, so connecting fails at once.
+        let policy = RetryPolicy { attempts: 2, initial_backoff: Duration::from_millis(1), ..RetryPolicy::default() };
+        let err = Client::connect_with(&["127.0.0.1:1".to_string()], policy).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("after 2 attempts"), "{text}");
+        assert!(text.contains("http://127.0.0.1:1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn connect_rejects_bad_input() {
+        assert!(matches!(Client::connect(&[]).await, Err(ClientError::NoEndpoints)));
+        assert!(matches!(Client::connect(&["nohost".to_string()]).await, Err(ClientError::Endpoint(_))));
+    }
+}

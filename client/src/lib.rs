@@ -1,0 +1,42 @@
+//! leasekv's client side: the gRPC API definitions and a small failover client.
+//!
+//! - [`proto`]: code generated from `client/proto/`: etcd's v3 API subset (`etcdserverpb`,
+//!   `mvccpb`), leasekv's extension service (`leasekv`) and the node-to-node service (`peer`).
+//!   Both client stubs and server traits are generated; the server crate implements the traits.
+//! - [`Client`]: an ergonomic wrapper that tries endpoints in order and fails over on
+//!   connection errors and `UNAVAILABLE`.
+
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod endpoint;
+
+pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
+pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
+
+/// Generated protobuf messages, gRPC clients and server traits.
+pub mod proto {
+    /// etcd's key-value records and events (wire-compatible with etcd's `mvccpb`).
+    pub mod mvccpb {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("mvccpb");
+    }
+
+    /// etcd's v3 API subset: KV, Watch, Lease, Cluster, Maintenance.
+    pub mod etcdserverpb {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("etcdserverpb");
+    }
+
+    /// leasekv's extension service (`leasekv.v1.LeaseKv`): named leases, election status.
+    pub mod leasekv {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("leasekv.v1");
+    }
+
+    /// Node-to-node transport (`leasekv.peer.v1.Peer`): opaque postcard payloads, snapshots.
+    pub mod peer {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("leasekv.peer.v1");
+    }
+}

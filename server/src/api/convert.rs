@@ -1,0 +1,182 @@
+//! Conversions between etcd's wire types and the store's commands, and the mapping of the
+//! store's errors to the gRPC status codes and messages etcd clients expect.
+
+use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::proto::mvccpb;
+use leasekv_kvstore::log::ClientError;
+use leasekv_kvstore::{
+    Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, KvError,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+};
+use tonic::{Code, Status};
+
+/// etcd's KeyValue.
+pub fn kv_out(kv: KeyValue) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: kv.key,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    }
+}
+
+/// A range request, refusing what we do not serve (history, sorting, revision filters).
+pub fn range_in(r: pb::RangeRequest) -> Result<(RangeRequest, bool), Status> {
+    if r.revision > 0 {
+        return Err(Status::unimplemented("reading at a past revision is not served by leasekv (no MVCC history)"));
+    }
+    if r.sort_order != 0 || r.sort_target != 0 {
+        return Err(Status::unimplemented("sorted range results are not served by leasekv; results come in key order"));
+    }
+    if r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0 {
+        return Err(Status::unimplemented("revision filters on range are not served by leasekv"));
+    }
+    let request = RangeRequest {
+        range: KeyRange { key: r.key, range_end: r.range_end },
+        limit: r.limit,
+        count_only: r.count_only,
+        keys_only: r.keys_only,
+    };
+    Ok((request, r.serializable))
+}
+
+/// A range answer.
+pub fn range_out(r: RangeResponse, header: pb::ResponseHeader) -> pb::RangeResponse {
+    pb::RangeResponse {
+        header: Some(header),
+        kvs: r.kvs.into_iter().map(kv_out).collect(),
+        more: r.more,
+        count: r.count,
+    }
+}
+
+/// A put request.
+pub fn put_in(p: pb::PutRequest) -> Result<PutRequest, Status> {
+    if p.ignore_value || p.ignore_lease {
+        return Err(Status::unimplemented("put with ignore_value or ignore_lease is not served by leasekv"));
+    }
+    Ok(PutRequest { key: p.key, value: p.value, lease: p.lease, prev_kv: p.prev_kv })
+}
+
+/// A put answer.
+pub fn put_out(p: PutResponse, header: pb::ResponseHeader) -> pb::PutResponse {
+    pb::PutResponse { header: Some(header), prev_kv: p.prev_kv.map(kv_out) }
+}
+
+/// A delete request.
+pub fn delete_in(d: pb::DeleteRangeRequest) -> DeleteRangeRequest {
+    DeleteRangeRequest { range: KeyRange { key: d.key, range_end: d.range_end }, prev_kv: d.prev_kv }
+}
+
+/// A delete answer.
+pub fn delete_out(d: DeleteRangeResponse, header: pb::ResponseHeader) -> pb::DeleteRangeResponse {
+    pb::DeleteRangeResponse {
+        header: Some(header),
+        deleted: d.deleted,
+        prev_kvs: d.prev_kvs.into_iter().map(kv_out).collect(),
+    }
+}
+
+fn compare_in(c: pb::Compare) -> Result<Compare, Status> {
+    use pb::compare::TargetUnion;
+    let result = match c.result {
+        0 => CompareResult::Equal,
+        1 => CompareResult::Greater,
+        2 => CompareResult::Less,
+        3 => CompareResult::NotEqual,
+        other => return Err(Status::invalid_argument(format!("etcdserver: unknown compare result {other}"))),
+    };
+    // A missing union value compares against the zero value, as etcd does.
+    let union = c.target_union;
+    let target = match c.target {
+        0 => CompareTarget::Version(match union {
+            Some(TargetUnion::Version(v)) => v,
+            _ => 0,
+        }),
+        1 => CompareTarget::CreateRevision(match union {
+            Some(TargetUnion::CreateRevision(v)) => v,
+            _ => 0,
+        }),
+        2 => CompareTarget::ModRevision(match union {
+            Some(TargetUnion::ModRevision(v)) => v,
+            _ => 0,
+        }),
+        3 => CompareTarget::Value(match union {
+            Some(TargetUnion::Value(v)) => v,
+            _ => Vec::new(),
+        }),
+        4 => CompareTarget::Lease(match union {
+            Some(TargetUnion::Lease(v)) => v,
+            _ => 0,
+        }),
+        other => return Err(Status::invalid_argument(format!("etcdserver: unknown compare target {other}"))),
+    };
+    Ok(Compare { range: KeyRange { key: c.key, range_end: c.range_end }, target, result })
+}
+
+fn op_in(op: pb::RequestOp) -> Result<TxnOp, Status> {
+    use pb::request_op::Request;
+    match op.request {
+        Some(Request::RequestRange(r)) => Ok(TxnOp::Range(range_in(r)?.0)),
+        Some(Request::RequestPut(p)) => Ok(TxnOp::Put(put_in(p)?)),
+        Some(Request::RequestDeleteRange(d)) => Ok(TxnOp::DeleteRange(delete_in(d))),
+        Some(Request::RequestTxn(_)) => Err(Status::unimplemented("nested transactions are not served by leasekv")),
+        None => Err(Status::invalid_argument("etcdserver: empty operation in txn request")),
+    }
+}
+
+/// A transaction.
+pub fn txn_in(t: pb::TxnRequest) -> Result<TxnRequest, Status> {
+    Ok(TxnRequest {
+        compare: t.compare.into_iter().map(compare_in).collect::<Result<_, _>>()?,
+        success: t.success.into_iter().map(op_in).collect::<Result<_, _>>()?,
+        failure: t.failure.into_iter().map(op_in).collect::<Result<_, _>>()?,
+    })
+}
+
+/// A transaction's answer.
+pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader) -> pb::TxnResponse {
+    use pb::response_op::Response;
+    let responses = t
+        .responses
+        .into_iter()
+        .map(|r| pb::ResponseOp {
+            response: Some(match r {
+                TxnOpResponse::Range(r) => Response::ResponseRange(range_out(r, header)),
+                TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, header)),
+                TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, header)),
+            }),
+        })
+        .collect();
+    pb::TxnResponse { header: Some(header), succeeded: t.succeeded, responses }
+}
+
+/// The status etcd clients expect for a store error.
+pub fn kv_error(error: &KvError) -> Status {
+    let message = error.to_string();
+    let code = match error {
+        KvError::LeaseNotFound(_) => Code::NotFound,
+        KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
+        _ => Code::InvalidArgument,
+    };
+    Status::new(code, message)
+}
+
+/// The status for a replica error. "Not master" and friends are UNAVAILABLE with etcd's
+/// messages, which etcd clients retry.
+pub fn client_error(error: ClientError) -> Status {
+    match error {
+        ClientError::Invalid(e) => kv_error(&e),
+        ClientError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
+        ClientError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
+        ClientError::Indeterminate { .. } => {
+            Status::unavailable("etcdserver: leader changed; the request may or may not have been applied")
+        }
+        ClientError::Busy { pending } => {
+            Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
+        }
+        ClientError::Stopped(why) => Status::internal(format!("leasekv node stopped: {why}")),
+    }
+}

@@ -1,0 +1,112 @@
+//! The `leasekv.v1.LeaseKv` extension: named leases, election status, step-down.
+
+use super::convert::kv_error;
+use super::{forwarded, is_forwarded, Route, Shared};
+use leasekv_client::proto::leasekv as ext;
+use leasekv_client::proto::leasekv::lease_kv_client::LeaseKvClient;
+use leasekv_kvstore::{Command, CommandResponse};
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The extension service.
+pub struct ExtService(pub Arc<Shared>);
+
+#[tonic::async_trait]
+impl ext::lease_kv_server::LeaseKv for ExtService {
+    async fn grant_named(
+        &self,
+        request: Request<ext::GrantNamedRequest>,
+    ) -> Result<Response<ext::GrantNamedResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let command = Command::LeaseGrant { id: 0, name: Some(original.name.clone()), ttl: original.ttl };
+        let node = &self.0.node;
+        match self.0.route(hop, || node.propose(command.clone())).await? {
+            Route::Here(applied) => match applied.result {
+                Ok(CommandResponse::LeaseGrant(g)) => {
+                    Ok(Response::new(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }))
+                }
+                Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
+                Err(e) => Err(kv_error(&e)),
+            },
+            Route::Forward(channel) => LeaseKvClient::new(channel).grant_named(forwarded(original)).await,
+        }
+    }
+
+    async fn resolve_name(
+        &self,
+        request: Request<ext::ResolveNameRequest>,
+    ) -> Result<Response<ext::ResolveNameResponse>, Status> {
+        let name = request.into_inner().name;
+        match self.0.node.resolve_name(name.clone()).await.map_err(super::convert::client_error)? {
+            Some(id) => Ok(Response::new(ext::ResolveNameResponse { id })),
+            None => Err(Status::not_found(format!(
+                "etcdserver: requested lease not found: no live lease is named {name:?} (grant it with: kvcli lease grant {name} --ttl SECONDS)"
+            ))),
+        }
+    }
+
+    async fn list_leases(
+        &self,
+        request: Request<ext::ListLeasesRequest>,
+    ) -> Result<Response<ext::ListLeasesResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let node = &self.0.node;
+        match self.0.route(hop, || node.lease_list()).await? {
+            Route::Here(list) => Ok(Response::new(ext::ListLeasesResponse {
+                leases: list
+                    .into_iter()
+                    .map(|l| ext::LeaseInfo {
+                        id: l.id,
+                        name: l.name.unwrap_or_default(),
+                        granted_ttl: l.granted_ttl,
+                        remaining_ttl_ms: l.remaining.as_millis() as i64,
+                    })
+                    .collect(),
+            })),
+            Route::Forward(channel) => LeaseKvClient::new(channel).list_leases(forwarded(original)).await,
+        }
+    }
+
+    async fn election_status(
+        &self,
+        _request: Request<ext::ElectionStatusRequest>,
+    ) -> Result<Response<ext::ElectionStatusResponse>, Status> {
+        let election = &self.0.node.election;
+        let status = election.status();
+        let now = election.now();
+        let remaining = status.master.map_or(0, |m| m.valid_until.saturating_since(now).as_millis() as i64);
+        let master = if status.master.is_some() { Some(self.0.me) } else { status.hint };
+        Ok(Response::new(ext::ElectionStatusResponse {
+            backend: election.name().to_string(),
+            master_id: master.map(|m| m.0),
+            term: status.term().map(|t| ext::ElectionTerm { counter: t.counter, epoch: t.epoch, node: t.node.0 }),
+            this_node_id: self.0.me.0,
+            is_master: status.is_master_at(now),
+            lease_remaining_ms: remaining,
+        }))
+    }
+
+    async fn step_down(
+        &self,
+        request: Request<ext::StepDownRequest>,
+    ) -> Result<Response<ext::StepDownResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let election = &self.0.node.election;
+        let status = election.status();
+        if status.is_master_at(election.now()) {
+            election.step_down().await.map_err(|e| Status::unavailable(e.to_string()))?;
+            return Ok(Response::new(ext::StepDownResponse {}));
+        }
+        match status.hint.filter(|h| *h != self.0.me) {
+            Some(master) if !hop => {
+                let Some(channel) = self.0.channel(master) else {
+                    return Err(Status::unavailable("etcdserver: no leader"));
+                };
+                LeaseKvClient::new(channel).step_down(forwarded(ext::StepDownRequest {})).await
+            }
+            _ => Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now")),
+        }
+    }
+}

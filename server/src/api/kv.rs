@@ -1,0 +1,89 @@
+//! etcd's KV service.
+
+use super::convert::{delete_in, delete_out, put_in, put_out, range_in, range_out, txn_in, txn_out};
+use super::{forwarded, is_forwarded, Route, Shared};
+use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::proto::etcdserverpb::kv_client::KvClient;
+use leasekv_kvstore::log::ReadConsistency;
+use leasekv_kvstore::{Command, CommandResponse};
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// KV: Range, Put, DeleteRange, Txn.
+pub struct KvService(pub Arc<Shared>);
+
+fn unexpected() -> Status {
+    Status::internal("leasekv: the store answered with a response of the wrong kind")
+}
+
+#[tonic::async_trait]
+impl pb::kv_server::Kv for KvService {
+    async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let (range, serializable) = range_in(original.clone())?;
+        let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
+        let node = &self.0.node;
+        match self.0.route(hop, || node.read(range.clone(), consistency)).await? {
+            Route::Here((answer, revision)) => Ok(Response::new(range_out(answer, self.0.header(revision)))),
+            Route::Forward(channel) => KvClient::new(channel).range(forwarded(original)).await,
+        }
+    }
+
+    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let command = Command::Put(put_in(original.clone())?);
+        let node = &self.0.node;
+        match self.0.route(hop, || node.propose(command.clone())).await? {
+            Route::Here(applied) => match applied.result {
+                Ok(CommandResponse::Put(p)) => Ok(Response::new(put_out(p, self.0.header(applied.revision)))),
+                Ok(_) => Err(unexpected()),
+                Err(e) => Err(super::convert::kv_error(&e)),
+            },
+            Route::Forward(channel) => KvClient::new(channel).put(forwarded(original)).await,
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let command = Command::DeleteRange(delete_in(original.clone()));
+        let node = &self.0.node;
+        match self.0.route(hop, || node.propose(command.clone())).await? {
+            Route::Here(applied) => match applied.result {
+                Ok(CommandResponse::DeleteRange(d)) => {
+                    Ok(Response::new(delete_out(d, self.0.header(applied.revision))))
+                }
+                Ok(_) => Err(unexpected()),
+                Err(e) => Err(super::convert::kv_error(&e)),
+            },
+            Route::Forward(channel) => KvClient::new(channel).delete_range(forwarded(original)).await,
+        }
+    }
+
+    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let hop = is_forwarded(&request);
+        let original = request.into_inner();
+        let command = Command::Txn(txn_in(original.clone())?);
+        let node = &self.0.node;
+        match self.0.route(hop, || node.propose(command.clone())).await? {
+            Route::Here(applied) => match applied.result {
+                Ok(CommandResponse::Txn(t)) => Ok(Response::new(txn_out(t, self.0.header(applied.revision)))),
+                Ok(_) => Err(unexpected()),
+                Err(e) => Err(super::convert::kv_error(&e)),
+            },
+            Route::Forward(channel) => KvClient::new(channel).txn(forwarded(original)).await,
+        }
+    }
+
+    async fn compact(
+        &self,
+        _request: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        Err(Status::unimplemented("compaction is not served by leasekv: it keeps no MVCC history to compact"))
+    }
+}

@@ -1,0 +1,71 @@
+//! etcd's Cluster (MemberList) and Maintenance (Status) services, and Watch, which is not
+//! served yet and says so.
+
+use super::Shared;
+use leasekv_client::proto::etcdserverpb as pb;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Cluster: the member list from the configuration.
+pub struct ClusterService(pub Arc<Shared>);
+
+#[tonic::async_trait]
+impl pb::cluster_server::Cluster for ClusterService {
+    async fn member_list(
+        &self,
+        _request: Request<pb::MemberListRequest>,
+    ) -> Result<Response<pb::MemberListResponse>, Status> {
+        let members = self
+            .0
+            .members
+            .iter()
+            .map(|(id, client, peer)| pb::Member {
+                id: id.0 as u64,
+                name: format!("n{}", id.0),
+                peer_urls: vec![format!("http://{peer}")],
+                client_urls: vec![format!("http://{client}")],
+                is_learner: false,
+            })
+            .collect();
+        let revision = self.0.node.status().await.map(|s| s.revision).unwrap_or(0);
+        Ok(Response::new(pb::MemberListResponse { header: Some(self.0.header(revision)), members }))
+    }
+}
+
+/// Maintenance: Status (leader = the master's member id, raft_term = the election term).
+pub struct MaintenanceService(pub Arc<Shared>);
+
+#[tonic::async_trait]
+impl pb::maintenance_server::Maintenance for MaintenanceService {
+    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let node = self.0.node.status().await.map_err(super::convert::client_error)?;
+        let election = self.0.node.election.status();
+        let leader = if election.master.is_some() { Some(self.0.me) } else { election.hint };
+        Ok(Response::new(pb::StatusResponse {
+            header: Some(self.0.header(node.revision)),
+            version: concat!("leasekv ", env!("CARGO_PKG_VERSION")).to_string(),
+            leader: leader.map_or(0, |l| l.0 as u64),
+            raft_index: node.commit,
+            raft_term: election.term().map_or(0, |t| t.counter),
+            raft_applied_index: node.applied,
+            ..Default::default()
+        }))
+    }
+}
+
+/// Watch: not served yet.
+pub struct WatchService;
+
+/// The (never produced) watch answer stream.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::watch_server::Watch for WatchService {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, _request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        Err(Status::unimplemented("watch is not served by leasekv yet"))
+    }
+}

@@ -1,0 +1,133 @@
+//! The client-facing gRPC services: etcd's KV, Lease, Cluster and Maintenance (the subset
+//! leasekv serves) and the `leasekv.v1` extension. Any node answers any request: a follower
+//! forwards what only the master can do (writes, linearizable reads, keepalives) one hop to
+//! the master; while there is no master it waits a bounded time, then answers UNAVAILABLE.
+
+pub mod convert;
+mod ext;
+mod kv;
+mod lease;
+mod maintenance;
+
+pub use ext::ExtService;
+pub use kv::KvService;
+pub use lease::LeaseService;
+pub use maintenance::{ClusterService, MaintenanceService, WatchService};
+
+use crate::node::NodeHandle;
+use convert::client_error;
+use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_kvstore::log::ClientError;
+use leasekv_lease::NodeId;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+/// Metadata key marking a request a follower forwarded, so it is never forwarded twice.
+pub const FORWARDED: &str = "leasekv-forwarded";
+
+/// How long a request waits for a master before it fails with UNAVAILABLE.
+const WAIT_FOR_MASTER: Duration = Duration::from_secs(3);
+
+/// What every service shares.
+pub struct Shared {
+    /// The node loop.
+    pub node: NodeHandle,
+    /// This node.
+    pub me: NodeId,
+    /// The cluster id in response headers.
+    pub cluster_id: u64,
+    /// Every member: id, client address, peer address.
+    pub members: Vec<(NodeId, SocketAddr, SocketAddr)>,
+    channels: HashMap<NodeId, Channel>,
+}
+
+/// Where a request was served.
+pub enum Route<T> {
+    /// Here, with this result.
+    Here(T),
+    /// At the master: forward it there.
+    Forward(Channel),
+}
+
+impl Shared {
+    /// Builds the shared state with a lazily connected channel to every other member.
+    pub fn new(
+        node: NodeHandle,
+        me: NodeId,
+        cluster_id: u64,
+        members: Vec<(NodeId, SocketAddr, SocketAddr)>,
+    ) -> Arc<Self> {
+        let mut channels = HashMap::new();
+        for &(id, client_addr, _) in &members {
+            if id == me {
+                continue;
+            }
+            if let Ok(endpoint) = Endpoint::from_shared(format!("http://{client_addr}")) {
+                channels.insert(id, endpoint.connect_timeout(Duration::from_millis(500)).connect_lazy());
+            }
+        }
+        Arc::new(Shared { node, me, cluster_id, members, channels })
+    }
+
+    /// The channel to another member's client port.
+    pub fn channel(&self, id: NodeId) -> Option<Channel> {
+        self.channels.get(&id).cloned()
+    }
+
+    /// A response header at `revision`.
+    pub fn header(&self, revision: i64) -> pb::ResponseHeader {
+        let term = self.node.election.status().term().map_or(0, |t| t.counter);
+        pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.me.0 as u64, revision, raft_term: term }
+    }
+
+    /// Runs `attempt` here; on "not master" forwards to the master (once), and while there
+    /// is none retries for a bounded time.
+    pub async fn route<T, F, Fut>(&self, forwarded: bool, mut attempt: F) -> Result<Route<T>, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let started = tokio::time::Instant::now();
+        loop {
+            let error = match attempt().await {
+                Ok(value) => return Ok(Route::Here(value)),
+                Err(error) => error,
+            };
+            let hint = match &error {
+                ClientError::NotMaster { hint } => *hint,
+                ClientError::NotReady => None,
+                _ => return Err(client_error(error)),
+            };
+            if let Some(master) = hint.filter(|m| *m != self.me) {
+                if forwarded {
+                    // The node that sent it here believed this one was master: no second hop.
+                    return Err(client_error(error));
+                }
+                if let Some(channel) = self.channels.get(&master) {
+                    return Ok(Route::Forward(channel.clone()));
+                }
+            }
+            if started.elapsed() >= WAIT_FOR_MASTER {
+                return Err(client_error(error));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Whether a request was forwarded by another node.
+pub fn is_forwarded<T>(request: &Request<T>) -> bool {
+    request.metadata().contains_key(FORWARDED)
+}
+
+/// Marks a request as forwarded.
+pub fn forwarded<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    request
+}

@@ -1,0 +1,249 @@
+//! A node's configuration: one TOML file per node, command-line overrides, defaults, and the
+//! checks that make a bad configuration fail at start with one clear line.
+//!
+//! ```toml
+//! id = 1
+//! client_addr = "127.0.0.1:12379"   # etcd v3 API for clients
+//! peer_addr = "127.0.0.1:12380"     # election and log replication between members
+//! data_dir = "./leasekv-data/n1"
+//!
+//! [[peers]]                         # every member, this node included
+//! id = 1
+//! client_addr = "127.0.0.1:12379"
+//! peer_addr = "127.0.0.1:12380"
+//! # ... one entry per member
+//!
+//! [election]
+//! backend = "paxoslease"            # or "lease-tracker"
+//! lease_time_ms = 800               # failover takes about one lease time
+//! # max_lease_time_ms = 1000        # default 1.25 × lease time; same on every node
+//! # drift_bound = 0.01              # clock rate error bound ε, 0 to 0.1
+//! # tracker = 1                     # lease-tracker only; default: the lowest id
+//!
+//! [limits]                          # defaults: leasekv_kvstore::Limits::default()
+//! # max_key_bytes = 1536
+//! # max_value_bytes = 1572864
+//! # max_txn_ops = 128
+//! # max_lease_name_bytes = 256
+//!
+//! [log]                             # defaults: ReplicaConfig::for_lease_time
+//! # snapshot_every = 10000
+//! # max_batch_commands = 256
+//! # max_inflight_slots = 8
+//! ```
+//!
+//! [`NodeConfig::load`] reads the file (or the built-in default, [`DEFAULT_CONFIG_TOML`]),
+//! applies the [`Overrides`] from the command line, fills in defaults and validates.
+//! [`NodeConfig::check_environment`] then checks what only the host can tell: that the data
+//! directory is writable and the ports are free.
+
+mod error;
+mod file;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use error::{ConfigError, ConfigErrorKind, Origin, Position};
+pub use validate::{MAX_KEY_BYTES, MAX_LEASE_NAME_BYTES, MAX_TXN_OPS, MAX_VALUE_BYTES};
+
+use leasekv_kvstore::log::ReplicaConfig;
+use leasekv_kvstore::Limits;
+use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The configuration used when no file is given: a single-node store on 127.0.0.1:2379 with
+/// its data in `./leasekv-data`. Embedded as text so that it can be printed as a starting
+/// point for a file.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("config/default.toml");
+
+/// Default client (etcd v3 API) listen address: etcd's well-known port, on loopback so that
+/// a node started without configuration is not reachable from other hosts.
+pub const DEFAULT_CLIENT_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 2379);
+
+/// Default peer listen address: etcd's peer port, on loopback.
+pub const DEFAULT_PEER_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 2380);
+
+/// Default data directory, relative to the working directory (as etcd's `--data-dir`).
+pub const DEFAULT_DATA_DIR: &str = "./leasekv-data";
+
+/// Default lease time T: the lease crate's default, about the failover time after a master
+/// crash.
+pub const DEFAULT_LEASE_TIME: Duration = Duration::from_millis(1000);
+
+/// Everything one node needs to know to start: who it is, where it listens, who the other
+/// members are, where its data lives, and how the election, the log and request limits are
+/// tuned. Built by [`NodeConfig::load`]; every field is resolved (no defaults left to apply).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// This node's id (≥ 1), unique in the cluster and stable across restarts.
+    pub id: NodeId,
+    /// Where this node serves clients (etcd v3 API). May be `0.0.0.0:PORT` or `[::]:PORT` when
+    /// this node's [`PeerConfig`] gives a specific IP with the same port.
+    pub client_addr: SocketAddr,
+    /// Where this node accepts connections from other members (election, log replication).
+    /// Same rule for unspecified IPs as `client_addr`.
+    pub peer_addr: SocketAddr,
+    /// The directory holding this node's durable state (log, snapshots, restart epoch).
+    /// Relative paths are relative to the working directory.
+    pub data_dir: PathBuf,
+    /// Identifies the cluster on peer connections, so that nodes of different clusters never
+    /// talk to each other. Defaults to a hash of the members' ids and peer addresses.
+    pub cluster_id: u64,
+    /// Every member of the cluster, this node included, as listed in the file (in file
+    /// order; [`NodeConfig::validate`] rejects duplicates).
+    pub peers: Vec<PeerConfig>,
+    /// `[election]`: backend and lease timing.
+    pub election: ElectionConfig,
+    /// `[limits]`: request size limits.
+    pub limits: Limits,
+    /// `[log]`: tuning of the replicated log.
+    pub log: LogConfig,
+    /// Where the configuration came from, so later errors (e.g. from
+    /// [`NodeConfig::check_environment`]) can name the file.
+    pub origin: Origin,
+}
+
+/// One member of the cluster as every node sees it: the addresses the others reach it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// The member's id.
+    pub id: NodeId,
+    /// Where clients reach it (used to redirect clients to the master).
+    pub client_addr: SocketAddr,
+    /// Where members reach it.
+    pub peer_addr: SocketAddr,
+}
+
+/// `[election]`: which backend elects the master, and its lease timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionConfig {
+    /// `paxoslease` (default) or `lease-tracker`.
+    pub backend: BackendKind,
+    /// T: how long one lease lasts. A master crash is noticed after about T.
+    pub lease_time: Duration,
+    /// M: the maximum lease time, strictly greater than T and the same on every node; a
+    /// restarted node stays silent for M. Default 1.25 × T.
+    pub max_lease_time: Duration,
+    /// ε: the bound on every clock's rate error, 0 to 0.1. Default 0.01.
+    pub drift_bound: f64,
+    /// The node granting leases with the `lease-tracker` backend (ignored by `paxoslease`).
+    /// `None`: the member with the lowest id.
+    pub tracker: Option<NodeId>,
+}
+
+/// `[log]`: the tunable part of the replicated log; the rest of [`ReplicaConfig`] follows
+/// from the lease time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Take a snapshot after this many applied slots.
+    pub snapshot_every: u64,
+    /// Most client commands in one log slot.
+    pub max_batch_commands: usize,
+    /// Most slots proposed and not yet chosen at once.
+    pub max_inflight_slots: usize,
+}
+
+/// Command-line values that replace the file's. Plain fields so that a clap `Parser` can
+/// fill them directly; `None` keeps the file's value (or the default). An overridden address
+/// or id must still agree with the file's `[[peers]]`, since the other members read theirs
+/// from their own files; without `[[peers]]` the single member follows the overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--id`: this node's id.
+    pub id: Option<u32>,
+    /// `--client-addr`: the client listen address.
+    pub client_addr: Option<SocketAddr>,
+    /// `--peer-addr`: the peer listen address.
+    pub peer_addr: Option<SocketAddr>,
+    /// `--data-dir`: the data directory.
+    pub data_dir: Option<PathBuf>,
+    /// `--backend`: the election backend's name, checked like the file's.
+    pub backend: Option<String>,
+    /// `--lease-time-ms`: the lease time; the default max lease time follows it.
+    pub lease_time_ms: Option<u64>,
+}
+
+impl NodeConfig {
+    /// Reads the configuration from `path` (or the built-in single-node default when `None`),
+    /// applies `overrides`, fills in defaults and validates. Does not touch the data directory
+    /// or the network: call [`NodeConfig::check_environment`] for that.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<NodeConfig, ConfigError> {
+        match path {
+            None => NodeConfig::from_toml_str(DEFAULT_CONFIG_TOML, Origin::Builtin, overrides),
+            Some(path) => {
+                let origin = Origin::File(path.to_path_buf());
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::new(origin.clone(), ConfigErrorKind::Read(e)))?;
+                NodeConfig::from_toml_str(&text, origin, overrides)
+            }
+        }
+    }
+
+    /// Like [`NodeConfig::load`], from TOML text; `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: Origin, overrides: &Overrides) -> Result<NodeConfig, ConfigError> {
+        let parsed = file::parse(text, &origin)?;
+        let config = file::resolve(parsed, text, &origin, overrides)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The built-in default: node 1 alone, clients on 127.0.0.1:2379, peers on
+    /// 127.0.0.1:2380, data in `./leasekv-data`, PaxosLease with 1 s leases. A starting point
+    /// for configurations built in code (tests); validate after changing it.
+    pub fn builtin() -> NodeConfig {
+        // The embedded text is part of the program, not input; a test proves it valid.
+        NodeConfig::load(None, &Overrides::default()).expect("the built-in default configuration is valid")
+    }
+
+    /// The election timing for the lease crate: T, M and ε from `[election]`, everything else
+    /// (renewal, round timeout, back-off) derived from T as `LeaseConfig::with_lease_time`
+    /// does.
+    pub fn lease_config(&self) -> LeaseConfig {
+        LeaseConfig {
+            max_lease_time: self.election.max_lease_time,
+            drift_bound: self.election.drift_bound,
+            ..LeaseConfig::with_lease_time(self.election.lease_time)
+        }
+    }
+
+    /// The replicated log's tuning: `ReplicaConfig::for_lease_time` with `[log]` applied.
+    pub fn replica_config(&self) -> ReplicaConfig {
+        ReplicaConfig {
+            snapshot_every: self.log.snapshot_every,
+            max_batch_commands: self.log.max_batch_commands,
+            max_inflight_slots: self.log.max_inflight_slots,
+            ..ReplicaConfig::for_lease_time(self.election.lease_time)
+        }
+    }
+
+    /// The request size limits (a copy of [`NodeConfig::limits`](field@NodeConfig::limits)).
+    pub fn limits(&self) -> Limits {
+        self.limits.clone()
+    }
+
+    /// The ids of every member, this node included, in ascending order.
+    pub fn members(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self.peers.iter().map(|p| p.id).collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// The member with id `id`, if there is one.
+    pub fn member(&self, id: NodeId) -> Option<&PeerConfig> {
+        self.peers.iter().find(|p| p.id == id)
+    }
+
+    /// The members other than this node: the ones it connects to.
+    pub fn other_members(&self) -> impl Iterator<Item = &PeerConfig> + '_ {
+        self.peers.iter().filter(move |p| p.id != self.id)
+    }
+
+    /// The node granting leases under the `lease-tracker` backend: `[election] tracker`, or
+    /// the member with the lowest id (as the lease crate's default, so every node agrees).
+    pub fn tracker_node(&self) -> NodeId {
+        self.election.tracker.or_else(|| self.members().first().copied()).unwrap_or(self.id)
+    }
+}

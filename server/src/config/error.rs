@@ -1,0 +1,278 @@
+//! [`ConfigError`]: why a node's configuration cannot be used, as one line an operator can act
+//! on.
+
+use leasekv_kvstore::log::ReplicaConfigError;
+use leasekv_lease::NodeId;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// A configuration that cannot be used, with where it came from.
+///
+/// `Display` is a single line: `<file>:<line>:<column>: <what is wrong>; <what is allowed>`,
+/// the position only when it is known (syntax errors, unknown backend names) and the file only
+/// when the configuration was read from one. A value given on the command line is named by its
+/// flag instead (`--backend: unknown election backend ...`).
+#[derive(Debug)]
+pub struct ConfigError {
+    origin: Origin,
+    position: Option<Position>,
+    // Boxed so that `Result<NodeConfig, ConfigError>` stays small on the success path.
+    kind: Box<ConfigErrorKind>,
+}
+
+/// Where the offending value came from, for the prefix of the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The built-in default (no file was given) or a configuration built in code.
+    Builtin,
+    /// A configuration file.
+    File(PathBuf),
+    /// A command-line flag, e.g. `--backend`.
+    Flag(&'static str),
+}
+
+/// A line and column in a configuration file, both counted from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The line, from 1.
+    pub line: usize,
+    /// The column in characters, from 1.
+    pub column: usize,
+}
+
+impl Position {
+    /// The position of byte offset `offset` in `text` (clamped to the end of the text).
+    pub fn of_offset(text: &str, offset: usize) -> Position {
+        let mut offset = offset.min(text.len());
+        // A span may point inside a multi-byte character only if the text is not what the
+        // span was computed on; step back rather than panic on slicing.
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        Position { line, column }
+    }
+}
+
+/// What is wrong with a configuration. Each message says what was wrong and what is allowed.
+#[derive(Debug, Error)]
+pub enum ConfigErrorKind {
+    /// The configuration file could not be read.
+    #[error("cannot read the configuration file: {0}")]
+    Read(#[source] io::Error),
+    /// The file is not valid TOML, or a value has the wrong type, or a field is unknown.
+    #[error("{0}")]
+    Syntax(String),
+    /// A required setting is absent.
+    #[error("{field} is missing; {hint}")]
+    Missing {
+        /// The setting, as written in the file.
+        field: &'static str,
+        /// How to provide it.
+        hint: &'static str,
+    },
+    /// `[election] backend` names no known backend.
+    #[error("unknown election backend \"{name}\"; expected one of: {valid}")]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+        /// The valid names, comma separated.
+        valid: String,
+    },
+    /// A node id of 0.
+    #[error("{what} is 0; node ids must be at least 1")]
+    ZeroId {
+        /// Which id (`id`, or `[[peers]] id`).
+        what: &'static str,
+    },
+    /// Two `[[peers]]` entries with the same id.
+    #[error("node id {0} appears more than once in [[peers]]; every member needs its own id")]
+    DuplicateId(u32),
+    /// Two listen addresses of the cluster are the same.
+    #[error("address {addr} is used twice ({first} and {second}); every client and peer address must be distinct")]
+    DuplicateAddress {
+        /// The address.
+        addr: SocketAddr,
+        /// The first user, e.g. `node 1 peer_addr`.
+        first: String,
+        /// The second user.
+        second: String,
+    },
+    /// This node's id is not among `[[peers]]`.
+    #[error(
+        "node {0} is not in its own peer list; [[peers]] must list every member of the cluster, this node included"
+    )]
+    SelfNotInPeers(u32),
+    /// This node's own entry in `[[peers]]` gives other addresses than it listens on.
+    #[error(
+        "node {id} listens on {field} = {listen} but its [[peers]] entry says {listed}; they must match \
+         (or listen on 0.0.0.0 / [::] with the same port)"
+    )]
+    SelfAddressMismatch {
+        /// This node's id.
+        id: u32,
+        /// `client_addr` or `peer_addr`.
+        field: &'static str,
+        /// What this node listens on.
+        listen: SocketAddr,
+        /// What the peer list tells the other members.
+        listed: SocketAddr,
+    },
+    /// A member's address cannot be dialled by the others.
+    #[error(
+        "node {id} {field} = {addr} cannot be reached by other members; in a cluster of more than one \
+         node, [[peers]] addresses need a specific IP and a non-zero port"
+    )]
+    UndialableAddress {
+        /// The member.
+        id: u32,
+        /// `client_addr` or `peer_addr`.
+        field: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The election timing is unsafe or unworkable (from `LeaseConfig::validate`).
+    #[error("[election] {0}")]
+    Lease(#[source] leasekv_lease::ConfigError),
+    /// `[election] tracker` is not a member.
+    #[error("[election] tracker = {tracker} is not a member; expected one of the [[peers]] ids: {members}")]
+    TrackerNotMember {
+        /// The configured tracker.
+        tracker: u32,
+        /// The member ids, comma separated.
+        members: String,
+    },
+    /// A size limit out of range.
+    #[error("[limits] {field} = {value} is out of range; allowed is {min} to {max}")]
+    Limit {
+        /// The limit.
+        field: &'static str,
+        /// The configured value.
+        value: usize,
+        /// Smallest allowed.
+        min: usize,
+        /// Largest allowed.
+        max: usize,
+    },
+    /// The replicated log's tuning cannot work (from `ReplicaConfig::validate`).
+    #[error("[log] {0}")]
+    Replica(#[source] ReplicaConfigError),
+    /// `data_dir` is the empty path.
+    #[error("data_dir is empty; give a directory path such as \"./leasekv-data\"")]
+    EmptyDataDir,
+    /// The data directory cannot be created or written.
+    #[error("data_dir \"{path}\" is not usable: cannot {action}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// What failed: `create it`, `write a file in it`, ...
+        action: &'static str,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+    /// Client and peer listen addresses of this node are the same.
+    #[error("client_addr and peer_addr are both {0}; the client and peer listeners need different ports")]
+    SameListenAddress(SocketAddr),
+    /// A listen address is taken by another process.
+    #[error("{which} address {addr} is already in use ({source}); stop the other process or choose another port")]
+    AddressInUse {
+        /// `client` or `peer`.
+        which: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+    /// A listen address cannot be bound for another reason (not a local IP, no permission).
+    #[error(
+        "cannot listen on {which} address {addr} ({source}); use an IP address of this host and a port you may bind"
+    )]
+    AddressUnusable {
+        /// `client` or `peer`.
+        which: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ConfigError {
+    /// An error of `kind` about the configuration from `origin`.
+    pub fn new(origin: Origin, kind: ConfigErrorKind) -> Self {
+        ConfigError { origin, position: None, kind: Box::new(kind) }
+    }
+
+    /// The same error, located at `position` in the file.
+    pub fn at(mut self, position: Position) -> Self {
+        self.position = Some(position);
+        self
+    }
+
+    /// What is wrong, for matching in code.
+    pub fn kind(&self) -> &ConfigErrorKind {
+        &self.kind
+    }
+
+    /// Where the configuration came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The file the error is in, if the configuration came from one.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.origin {
+            Origin::File(path) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The line and column in the file, when known.
+    pub fn position(&self) -> Option<Position> {
+        self.position
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.origin, self.position) {
+            (Origin::File(path), Some(p)) => write!(f, "{}:{}:{}: ", path.display(), p.line, p.column)?,
+            (Origin::File(path), None) => write!(f, "{}: ", path.display())?,
+            (Origin::Flag(flag), _) => write!(f, "{flag}: ")?,
+            (Origin::Builtin, Some(p)) => write!(f, "line {}, column {}: ", p.line, p.column)?,
+            (Origin::Builtin, None) => {}
+        }
+        // The promise is one line: collapse any newline a wrapped message (a TOML error, an OS
+        // error) might carry, so log lines and terminal output stay greppable.
+        let message = self.kind.to_string();
+        let mut first = true;
+        for part in message.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !first {
+                f.write_str(" ")?;
+            }
+            f.write_str(part)?;
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.kind)
+    }
+}
+
+/// Formats member ids as `1, 2, 3`, for messages that list what is allowed.
+pub(crate) fn id_list(ids: impl IntoIterator<Item = NodeId>) -> String {
+    ids.into_iter().map(|id| id.0.to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,196 @@
+//! The TOML file format, as written by operators, and its resolution into a [`NodeConfig`]:
+//! command-line overrides first, then defaults for whatever is still unset.
+//!
+//! The file structs keep every setting optional so that an override can supply what the file
+//! leaves out, and so that defaults that depend on other settings (the max lease time on the
+//! lease time, the log tuning on the lease time) are derived from the final values.
+
+use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
+use super::{ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig};
+use leasekv_kvstore::log::ReplicaConfig;
+use leasekv_kvstore::Limits;
+use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+/// One node's configuration file. Unknown fields are errors, so a typo is reported with its
+/// name and position instead of silently leaving a default in place.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    id: Option<u32>,
+    client_addr: Option<SocketAddr>,
+    peer_addr: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    cluster_id: Option<u64>,
+    #[serde(default)]
+    peers: Vec<FilePeer>,
+    #[serde(default)]
+    election: FileElection,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    log: FileLog,
+}
+
+/// One `[[peers]]` entry: a member and the addresses the others reach it at.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePeer {
+    id: u32,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+}
+
+/// `[election]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileElection {
+    /// Spanned so that an unknown name is reported at its line and column.
+    backend: Option<Spanned<String>>,
+    lease_time_ms: Option<u64>,
+    max_lease_time_ms: Option<u64>,
+    drift_bound: Option<f64>,
+    tracker: Option<u32>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_key_bytes: Option<usize>,
+    max_value_bytes: Option<usize>,
+    max_txn_ops: Option<usize>,
+    max_lease_name_bytes: Option<usize>,
+}
+
+/// `[log]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLog {
+    snapshot_every: Option<u64>,
+    max_batch_commands: Option<usize>,
+    max_inflight_slots: Option<usize>,
+}
+
+/// Parses `text`; syntax, type and unknown-field errors carry their line and column.
+pub(super) fn parse(text: &str, origin: &Origin) -> Result<FileConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let error = ConfigError::new(origin.clone(), ConfigErrorKind::Syntax(e.message().trim().to_string()));
+        match e.span() {
+            Some(span) => error.at(Position::of_offset(text, span.start)),
+            None => error,
+        }
+    })
+}
+
+/// Applies `overrides` to `file`, fills in defaults, and returns the configuration (not yet
+/// validated). `text` is the file's text, for positions in errors.
+pub(super) fn resolve(
+    file: FileConfig,
+    text: &str,
+    origin: &Origin,
+    overrides: &Overrides,
+) -> Result<NodeConfig, ConfigError> {
+    let err = |kind| ConfigError::new(origin.clone(), kind);
+
+    let id = overrides.id.or(file.id).ok_or_else(|| {
+        err(ConfigErrorKind::Missing { field: "id", hint: "set `id = N` (N ≥ 1) in the file or pass --id" })
+    })?;
+    let client_addr = overrides.client_addr.or(file.client_addr).unwrap_or(super::DEFAULT_CLIENT_ADDR);
+    let peer_addr = overrides.peer_addr.or(file.peer_addr).unwrap_or(super::DEFAULT_PEER_ADDR);
+    let data_dir =
+        overrides.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(super::DEFAULT_DATA_DIR));
+
+    // Without [[peers]] the node is a cluster of one: itself, at the addresses it listens on.
+    let peers = if file.peers.is_empty() {
+        vec![PeerConfig { id: NodeId(id), client_addr, peer_addr }]
+    } else {
+        file.peers
+            .into_iter()
+            .map(|p| PeerConfig { id: NodeId(p.id), client_addr: p.client_addr, peer_addr: p.peer_addr })
+            .collect()
+    };
+
+    let backend = match (&overrides.backend, &file.election.backend) {
+        (Some(name), _) => parse_backend(name).map_err(|kind| ConfigError::new(Origin::Flag("--backend"), kind))?,
+        (None, Some(name)) => {
+            parse_backend(name.get_ref()).map_err(|kind| err(kind).at(Position::of_offset(text, name.span().start)))?
+        }
+        (None, None) => BackendKind::PaxosLease,
+    };
+    let lease_time = overrides
+        .lease_time_ms
+        .or(file.election.lease_time_ms)
+        .map_or(super::DEFAULT_LEASE_TIME, Duration::from_millis);
+    // Derived from the final lease time, so `--lease-time-ms` alone keeps T < M.
+    let timing = LeaseConfig::with_lease_time(lease_time);
+    let election = ElectionConfig {
+        backend,
+        lease_time,
+        max_lease_time: file.election.max_lease_time_ms.map_or(timing.max_lease_time, Duration::from_millis),
+        drift_bound: file.election.drift_bound.unwrap_or(timing.drift_bound),
+        tracker: file.election.tracker.map(NodeId),
+    };
+
+    let default_limits = Limits::default();
+    let limits = Limits {
+        max_key_bytes: file.limits.max_key_bytes.unwrap_or(default_limits.max_key_bytes),
+        max_value_bytes: file.limits.max_value_bytes.unwrap_or(default_limits.max_value_bytes),
+        max_txn_ops: file.limits.max_txn_ops.unwrap_or(default_limits.max_txn_ops),
+        max_lease_name_bytes: file.limits.max_lease_name_bytes.unwrap_or(default_limits.max_lease_name_bytes),
+    };
+
+    let default_log = ReplicaConfig::for_lease_time(lease_time);
+    let log = LogConfig {
+        snapshot_every: file.log.snapshot_every.unwrap_or(default_log.snapshot_every),
+        max_batch_commands: file.log.max_batch_commands.unwrap_or(default_log.max_batch_commands),
+        max_inflight_slots: file.log.max_inflight_slots.unwrap_or(default_log.max_inflight_slots),
+    };
+
+    let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers));
+
+    Ok(NodeConfig {
+        id: NodeId(id),
+        client_addr,
+        peer_addr,
+        data_dir,
+        cluster_id,
+        peers,
+        election,
+        limits,
+        log,
+        origin: origin.clone(),
+    })
+}
+
+/// Parses a backend name with the lease crate's parser, so the list of valid names has one
+/// source.
+fn parse_backend(name: &str) -> Result<BackendKind, ConfigErrorKind> {
+    name.parse::<BackendKind>()
+        .map_err(|e| ConfigErrorKind::UnknownBackend { name: e.name, valid: e.valid.to_string() })
+}
+
+/// The default cluster id: a 64-bit FNV-1a hash of the members' ids and peer addresses in id
+/// order. Every node of a cluster lists the same members, so every node derives the same id
+/// without any coordination, and two clusters with different members get different ids (so a
+/// misdirected peer connection is refused rather than mixing two logs).
+pub(super) fn derive_cluster_id(peers: &[PeerConfig]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut members: Vec<(u32, String)> = peers.iter().map(|p| (p.id.0, p.peer_addr.to_string())).collect();
+    members.sort();
+    let mut hash = OFFSET_BASIS;
+    for (id, addr) in &members {
+        // A fixed-width id and a terminator per entry keep different member lists from
+        // producing the same byte stream.
+        for byte in id.to_le_bytes().iter().chain(addr.as_bytes()).chain(b"\n") {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
+    hash
+}

@@ -1,0 +1,398 @@
+//! Tests of loading, defaults, overrides and every error message.
+
+use super::*;
+use std::net::TcpListener;
+
+/// A valid 3-node configuration for node 1; tests break one thing in it.
+const THREE_NODES: &str = r#"
+id = 1
+client_addr = "127.0.0.1:12379"
+peer_addr = "127.0.0.1:12380"
+data_dir = "./data/n1"
+
+[[peers]]
+id = 1
+client_addr = "127.0.0.1:12379"
+peer_addr = "127.0.0.1:12380"
+
+[[peers]]
+id = 2
+client_addr = "127.0.0.1:22379"
+peer_addr = "127.0.0.1:22380"
+
+[[peers]]
+id = 3
+client_addr = "127.0.0.1:32379"
+peer_addr = "127.0.0.1:32380"
+
+[election]
+backend = "paxoslease"
+lease_time_ms = 800
+"#;
+
+fn origin() -> Origin {
+    Origin::File(PathBuf::from("cluster/n1.toml"))
+}
+
+fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+    NodeConfig::from_toml_str(text, origin(), &Overrides::default())
+}
+
+/// The error message for `text`, which must be rejected; asserts that it is one line naming
+/// the file.
+fn error_of(text: &str) -> String {
+    error_with(text, &Overrides::default())
+}
+
+fn error_with(text: &str, overrides: &Overrides) -> String {
+    let message = match NodeConfig::from_toml_str(text, origin(), overrides) {
+        Ok(config) => panic!("expected an error, got {config:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!message.contains('\n'), "not one line: {message:?}");
+    message
+}
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
+}
+
+#[test]
+fn no_file_gives_a_single_node_on_2379_with_data_in_leasekv_data() {
+    let config = NodeConfig::load(None, &Overrides::default()).expect("built-in default");
+    assert_eq!(config.id, NodeId(1));
+    assert_eq!(config.client_addr.to_string(), "127.0.0.1:2379");
+    assert_eq!(config.peer_addr.to_string(), "127.0.0.1:2380");
+    assert_eq!(config.data_dir, PathBuf::from("./leasekv-data"));
+    assert_eq!(config.members(), vec![NodeId(1)]);
+    assert_eq!(config.election.backend, BackendKind::PaxosLease);
+    assert_eq!(config.election.lease_time, DEFAULT_LEASE_TIME);
+    assert_eq!(config.origin, Origin::Builtin);
+    assert_eq!(config.limits(), Limits::default());
+    assert_eq!(config.replica_config(), ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME));
+    assert_eq!(config.lease_config(), LeaseConfig::with_lease_time(DEFAULT_LEASE_TIME));
+    assert_eq!(config, NodeConfig::builtin());
+}
+
+#[test]
+fn a_file_with_only_an_id_takes_the_same_defaults_as_the_builtin() {
+    let minimal = parse("id = 1").expect("minimal file");
+    assert_eq!(NodeConfig { origin: Origin::Builtin, ..minimal }, NodeConfig::builtin());
+}
+
+#[test]
+fn every_example_file_parses_validates_and_agrees_with_the_others() {
+    let mut cluster_ids = Vec::new();
+    for n in 1..=3u32 {
+        let path = examples_dir().join(format!("n{n}.toml"));
+        let config = NodeConfig::load(Some(&path), &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.id, NodeId(n));
+        assert_eq!(config.members(), vec![NodeId(1), NodeId(2), NodeId(3)]);
+        assert_eq!(config.client_addr.to_string(), format!("127.0.0.1:{n}2379"));
+        assert_eq!(config.peer_addr.to_string(), format!("127.0.0.1:{n}2380"));
+        assert_eq!(config.data_dir, PathBuf::from(format!("./leasekv-data/n{n}")));
+        assert_eq!(config.election.backend, BackendKind::PaxosLease);
+        assert_eq!(config.election.lease_time, Duration::from_millis(800));
+        assert_eq!(config.election.max_lease_time, Duration::from_millis(1000));
+        assert_eq!(config.other_members().count(), 2);
+        cluster_ids.push(config.cluster_id);
+    }
+    // Derived independently on each node, so it must come out the same.
+    assert!(cluster_ids.windows(2).all(|w| w[0] == w[1]), "{cluster_ids:?}");
+}
+
+#[test]
+fn the_commented_lease_tracker_line_of_the_examples_is_a_valid_switch() {
+    let path = examples_dir().join("n2.toml");
+    let text = std::fs::read_to_string(&path).expect("example file");
+    let switched = text
+        .replace("backend = \"paxoslease\"", "")
+        .replace("# backend = \"lease-tracker\"", "backend = \"lease-tracker\"");
+    let config = NodeConfig::from_toml_str(&switched, Origin::File(path), &Overrides::default()).expect("switched");
+    assert_eq!(config.election.backend, BackendKind::LeaseTracker);
+    assert_eq!(config.tracker_node(), NodeId(1), "the tracker defaults to the lowest id");
+}
+
+#[test]
+fn unknown_backend_lists_the_valid_ones_with_file_and_position() {
+    let message = error_of(&THREE_NODES.replace("\"paxoslease\"", "\"paxos\""));
+    assert!(message.starts_with("cluster/n1.toml:"), "{message}");
+    assert!(message.contains("unknown election backend \"paxos\""), "{message}");
+    assert!(message.contains("expected one of: paxoslease, lease-tracker"), "{message}");
+    let line = THREE_NODES.lines().position(|l| l.starts_with("backend")).expect("backend line") + 1;
+    assert!(message.starts_with(&format!("cluster/n1.toml:{line}:11: ")), "{message}");
+}
+
+#[test]
+fn unknown_backend_from_the_command_line_names_the_flag() {
+    let overrides = Overrides { backend: Some("raft".into()), ..Overrides::default() };
+    let message = error_with(THREE_NODES, &overrides);
+    assert!(message.starts_with("--backend: unknown election backend \"raft\""), "{message}");
+    assert!(message.contains("paxoslease, lease-tracker"), "{message}");
+}
+
+#[test]
+fn duplicate_ids_are_rejected() {
+    let text = THREE_NODES.replacen("id = 3", "id = 2", 1);
+    let message = error_of(&text);
+    assert!(message.contains("node id 2 appears more than once in [[peers]]"), "{message}");
+}
+
+#[test]
+fn duplicate_addresses_are_rejected_naming_both_users() {
+    let text = THREE_NODES.replace("127.0.0.1:32380", "127.0.0.1:22380");
+    let message = error_of(&text);
+    assert!(message.contains("address 127.0.0.1:22380 is used twice"), "{message}");
+    assert!(message.contains("node 2 peer_addr") && message.contains("node 3 peer_addr"), "{message}");
+
+    let same = "id = 1\nclient_addr = \"127.0.0.1:5000\"\npeer_addr = \"127.0.0.1:5000\"";
+    let message = error_of(same);
+    assert!(message.contains("client_addr and peer_addr are both 127.0.0.1:5000"), "{message}");
+}
+
+#[test]
+fn lease_time_not_below_max_lease_time_is_rejected() {
+    for max in [800, 500] {
+        let text = format!("{THREE_NODES}max_lease_time_ms = {max}\n");
+        let message = error_of(&text);
+        assert!(message.starts_with("cluster/n1.toml: [election] lease time (800ms)"), "{message}");
+        assert!(message.contains("must be strictly less than max lease time"), "{message}");
+    }
+}
+
+#[test]
+fn drift_bound_out_of_range_is_rejected() {
+    for drift in ["0.5", "-0.01", "nan"] {
+        let message = error_of(&format!("{THREE_NODES}drift_bound = {drift}\n"));
+        assert!(message.contains("drift bound") && message.contains("allowed is 0 to 0.1"), "{message}");
+    }
+}
+
+#[test]
+fn self_missing_from_peers_is_rejected() {
+    let overrides = Overrides { id: Some(4), ..Overrides::default() };
+    let message = error_with(THREE_NODES, &overrides);
+    assert!(message.contains("node 4 is not in its own peer list"), "{message}");
+}
+
+#[test]
+fn self_listed_with_other_addresses_is_rejected_saying_which() {
+    let text = THREE_NODES.replacen("peer_addr = \"127.0.0.1:12380\"", "peer_addr = \"127.0.0.1:12381\"", 1);
+    let message = error_of(&text);
+    assert!(message.contains("node 1 listens on peer_addr = 127.0.0.1:12381"), "{message}");
+    assert!(message.contains("[[peers]] entry says 127.0.0.1:12380"), "{message}");
+}
+
+#[test]
+fn listening_on_all_interfaces_with_the_advertised_port_is_allowed() {
+    let text = THREE_NODES.replacen("client_addr = \"127.0.0.1:12379\"", "client_addr = \"0.0.0.0:12379\"", 1);
+    let config = parse(&text).expect("wildcard listen address");
+    assert_eq!(config.client_addr.to_string(), "0.0.0.0:12379");
+
+    let text = THREE_NODES.replace("127.0.0.1:32379", "0.0.0.0:32379");
+    let message = error_of(&text);
+    assert!(message.contains("node 3 client_addr = 0.0.0.0:32379 cannot be reached"), "{message}");
+}
+
+#[test]
+fn tracker_must_be_a_member() {
+    let text = format!("{THREE_NODES}tracker = 7\n");
+    let message = error_of(&text);
+    assert!(message.contains("[election] tracker = 7 is not a member"), "{message}");
+    assert!(message.contains("expected one of the [[peers]] ids: 1, 2, 3"), "{message}");
+
+    let config = parse(&format!("{THREE_NODES}tracker = 3\n")).expect("member tracker");
+    assert_eq!(config.tracker_node(), NodeId(3));
+}
+
+#[test]
+fn unknown_fields_are_reported_by_name_and_line() {
+    let text = THREE_NODES.replace("lease_time_ms = 800", "lease_tim_ms = 800");
+    let message = error_of(&text);
+    assert!(message.contains("unknown field `lease_tim_ms`"), "{message}");
+    assert!(message.contains("lease_time_ms"), "lists the valid fields: {message}");
+    let line = text.lines().position(|l| l.starts_with("lease_tim_ms")).expect("line") + 1;
+    assert!(message.starts_with(&format!("cluster/n1.toml:{line}:")), "{message}");
+}
+
+#[test]
+fn malformed_toml_is_one_line_with_its_position() {
+    let message = error_of("id = 1\nclient_addr = \"127.0.0.1:2379\n");
+    assert!(message.starts_with("cluster/n1.toml:2:"), "{message}");
+
+    let message = error_of("id = 1\npeer_addr = \"localhost\"\n");
+    assert!(message.starts_with("cluster/n1.toml:2:13: "), "{message}");
+    assert!(message.contains("socket address"), "{message}");
+
+    let message = error_of("id = \"one\"\n");
+    assert!(message.starts_with("cluster/n1.toml:1:6: "), "{message}");
+}
+
+#[test]
+fn missing_and_zero_ids_are_rejected() {
+    let message = error_of("data_dir = \"./x\"");
+    assert!(message.contains("id is missing") && message.contains("--id"), "{message}");
+    let message = error_of("id = 0");
+    assert!(message.contains("id is 0; node ids must be at least 1"), "{message}");
+    let message = error_of(&THREE_NODES.replace("id = 3", "id = 0"));
+    assert!(message.contains("a [[peers]] id is 0"), "{message}");
+}
+
+#[test]
+fn limits_and_log_settings_out_of_range_are_rejected() {
+    let message = error_of("id = 1\n[limits]\nmax_value_bytes = 100000000\n");
+    assert!(message.contains("[limits] max_value_bytes = 100000000 is out of range; allowed is 1 to 67108864"));
+    let message = error_of("id = 1\n[limits]\nmax_txn_ops = 0\n");
+    assert!(message.contains("[limits] max_txn_ops = 0 is out of range"), "{message}");
+    let message = error_of("id = 1\n[log]\nsnapshot_every = 0\n");
+    assert!(message.contains("[log]") && message.contains("snapshot_every must be at least 1"), "{message}");
+}
+
+#[test]
+fn limits_and_log_settings_reach_the_store_configs() {
+    let text = "id = 1\n[limits]\nmax_key_bytes = 100\nmax_txn_ops = 5\n[log]\nmax_inflight_slots = 3\n";
+    let config = parse(text).expect("valid");
+    let limits = config.limits();
+    assert_eq!((limits.max_key_bytes, limits.max_txn_ops), (100, 5));
+    assert_eq!(limits.max_value_bytes, Limits::default().max_value_bytes);
+    let replica = config.replica_config();
+    assert_eq!(replica.max_inflight_slots, 3);
+    assert_eq!(replica.retry_interval, ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME).retry_interval);
+}
+
+#[test]
+fn overrides_win_over_the_file() {
+    let text = "id = 1\nclient_addr = \"127.0.0.1:1000\"\npeer_addr = \"127.0.0.1:1001\"\ndata_dir = \"./a\"\n\
+                [election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n";
+    let overrides = Overrides {
+        id: Some(5),
+        client_addr: Some("127.0.0.1:2000".parse().expect("addr")),
+        peer_addr: Some("127.0.0.1:2001".parse().expect("addr")),
+        data_dir: Some(PathBuf::from("./b")),
+        backend: Some("lease-tracker".into()),
+        lease_time_ms: Some(2000),
+    };
+    let config = NodeConfig::from_toml_str(text, origin(), &overrides).expect("valid");
+    assert_eq!(config.id, NodeId(5));
+    assert_eq!(config.client_addr.to_string(), "127.0.0.1:2000");
+    assert_eq!(config.peer_addr.to_string(), "127.0.0.1:2001");
+    assert_eq!(config.data_dir, PathBuf::from("./b"));
+    assert_eq!(config.election.backend, BackendKind::LeaseTracker);
+    assert_eq!(config.election.lease_time, Duration::from_secs(2));
+    // The default max lease time follows the overridden lease time, keeping T < M.
+    assert_eq!(config.election.max_lease_time, Duration::from_millis(2500));
+    // Without [[peers]] the single member follows the overridden identity and addresses.
+    assert_eq!(config.member(NodeId(5)).map(|p| p.client_addr), Some(config.client_addr));
+    assert_eq!(config.tracker_node(), NodeId(5));
+}
+
+#[test]
+fn overrides_apply_to_the_builtin_default() {
+    let overrides = Overrides { client_addr: Some("127.0.0.1:4379".parse().expect("addr")), ..Overrides::default() };
+    let config = NodeConfig::load(None, &overrides).expect("valid");
+    assert_eq!(config.client_addr.to_string(), "127.0.0.1:4379");
+    assert_eq!(config.peers[0].client_addr, config.client_addr);
+}
+
+/// [`THREE_NODES`] with its `[[peers]]` entries in the given order.
+fn three_nodes_in_order(order: [u32; 3]) -> String {
+    let (head, rest) = THREE_NODES.split_once("[[peers]]").expect("peers");
+    let (_, election) = rest.split_once("[election]").expect("election");
+    let peers: String = order
+        .iter()
+        .map(|n| {
+            format!("[[peers]]\nid = {n}\nclient_addr = \"127.0.0.1:{n}2379\"\npeer_addr = \"127.0.0.1:{n}2380\"\n\n")
+        })
+        .collect();
+    format!("{head}{peers}[election]{election}")
+}
+
+#[test]
+fn cluster_id_is_derived_from_the_members_or_set_explicitly() {
+    let a = parse(&three_nodes_in_order([1, 2, 3])).expect("valid");
+    assert_eq!(a, parse(THREE_NODES).expect("valid"));
+    // The order of [[peers]] does not matter: every node derives the same id.
+    let b = parse(&three_nodes_in_order([3, 1, 2])).expect("reordered peers");
+    assert_eq!(b.peers[0].id, NodeId(3));
+    assert_eq!(a.cluster_id, b.cluster_id);
+
+    let other = parse(&THREE_NODES.replace("127.0.0.1:32380", "127.0.0.1:42380")).expect("valid");
+    assert_ne!(a.cluster_id, other.cluster_id);
+
+    let explicit = parse(&THREE_NODES.replacen("data_dir", "cluster_id = 42\ndata_dir", 1)).expect("valid");
+    assert_eq!(explicit.cluster_id, 42);
+}
+
+#[test]
+fn a_missing_file_is_reported_with_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("absent.toml");
+    let message = NodeConfig::load(Some(&path), &Overrides::default()).expect_err("missing").to_string();
+    assert!(message.starts_with(&format!("{}: cannot read the configuration file", path.display())), "{message}");
+}
+
+/// A valid single-node configuration whose data lives in `dir`, on two ports that were free
+/// a moment ago.
+fn local_node(dir: &Path) -> NodeConfig {
+    // Both listeners are held together so that the two ports differ.
+    let client = TcpListener::bind("127.0.0.1:0").expect("client port");
+    let peer = TcpListener::bind("127.0.0.1:0").expect("peer port");
+    let overrides = Overrides {
+        data_dir: Some(dir.to_path_buf()),
+        client_addr: Some(client.local_addr().expect("addr")),
+        peer_addr: Some(peer.local_addr().expect("addr")),
+        ..Overrides::default()
+    };
+    NodeConfig::load(None, &overrides).expect("valid")
+}
+
+#[test]
+fn environment_check_creates_the_data_dir_and_leaves_it_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("nested/data");
+    let config = local_node(&data);
+    config.check_environment().expect("usable environment");
+    assert!(data.is_dir());
+    assert_eq!(std::fs::read_dir(&data).expect("read dir").count(), 0, "the probe file is removed");
+}
+
+#[test]
+fn a_port_in_use_is_detected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let taken = TcpListener::bind("127.0.0.1:0").expect("listener");
+    let addr = taken.local_addr().expect("addr");
+    let mut config = local_node(dir.path());
+    config.client_addr = addr;
+    config.peers[0].client_addr = addr;
+    config.origin = origin();
+    let message = config.check_environment().expect_err("port taken").to_string();
+    assert!(message.starts_with(&format!("cluster/n1.toml: client address {addr} is already in use (")), "{message}");
+    assert!(!message.contains('\n'));
+}
+
+#[test]
+fn an_unwritable_data_dir_is_reported_with_its_path() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let under_a_file = file.path().join("sub");
+    let config = local_node(&under_a_file);
+    let error = config.check_environment().expect_err("not a directory");
+    assert!(matches!(error.kind(), ConfigErrorKind::DataDir { .. }));
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!("data_dir \"{}\" is not usable: cannot", under_a_file.display())),
+        "{message}"
+    );
+
+    let config = local_node(file.path());
+    let message = config.check_environment().expect_err("a file, not a directory").to_string();
+    assert!(message.contains("is not usable"), "{message}");
+}
+
+#[test]
+fn positions_count_lines_and_characters_from_one() {
+    let text = "a\nbé = x\n";
+    assert_eq!(Position::of_offset(text, 0), Position { line: 1, column: 1 });
+    assert_eq!(Position::of_offset(text, text.find('=').expect("=")), Position { line: 2, column: 4 });
+    assert_eq!(Position::of_offset(text, 4), Position { line: 2, column: 2 }, "inside é steps back");
+    assert_eq!(Position::of_offset(text, 1000), Position { line: 3, column: 1 });
+}

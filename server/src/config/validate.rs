@@ -1,0 +1,153 @@
+//! The checks on a [`NodeConfig`]: [`NodeConfig::validate`] (the configuration alone) and
+//! [`NodeConfig::check_environment`] (the configuration against this host).
+
+use super::error::{id_list, ConfigError, ConfigErrorKind};
+use super::NodeConfig;
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+
+/// Largest `max_key_bytes`: keys live in the in-memory index of every replica.
+pub const MAX_KEY_BYTES: usize = 64 * 1024;
+/// Largest `max_value_bytes`: a value travels in one gRPC message and one log slot.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024 * 1024;
+/// Largest `max_txn_ops`: a Txn is applied in one step of the state machine, which holds up
+/// every other write while it runs.
+pub const MAX_TXN_OPS: usize = 10_000;
+/// Largest `max_lease_name_bytes`.
+pub const MAX_LEASE_NAME_BYTES: usize = 4096;
+
+impl NodeConfig {
+    /// Checks that the configuration is consistent and safe: ids, the peer list (this node in
+    /// it with its own addresses, no duplicates), the election timing (T < M, ε in range),
+    /// the tracker, the limits and the log tuning. The first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |kind| ConfigError::new(self.origin.clone(), kind);
+
+        if self.id.0 == 0 {
+            return Err(err(ConfigErrorKind::ZeroId { what: "id" }));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(err(ConfigErrorKind::EmptyDataDir));
+        }
+        if self.client_addr == self.peer_addr {
+            return Err(err(ConfigErrorKind::SameListenAddress(self.client_addr)));
+        }
+        self.validate_peers().map_err(err)?;
+
+        self.lease_config().validate().map_err(|e| err(ConfigErrorKind::Lease(e)))?;
+        let members = self.members();
+        if let Some(tracker) = self.election.tracker {
+            if !members.contains(&tracker) {
+                return Err(err(ConfigErrorKind::TrackerNotMember { tracker: tracker.0, members: id_list(members) }));
+            }
+        }
+
+        let limits = [
+            ("max_key_bytes", self.limits.max_key_bytes, MAX_KEY_BYTES),
+            ("max_value_bytes", self.limits.max_value_bytes, MAX_VALUE_BYTES),
+            ("max_txn_ops", self.limits.max_txn_ops, MAX_TXN_OPS),
+            ("max_lease_name_bytes", self.limits.max_lease_name_bytes, MAX_LEASE_NAME_BYTES),
+        ];
+        for (field, value, max) in limits {
+            if !(1..=max).contains(&value) {
+                return Err(err(ConfigErrorKind::Limit { field, value, min: 1, max }));
+            }
+        }
+
+        self.replica_config().validate().map_err(|e| err(ConfigErrorKind::Replica(e)))?;
+        Ok(())
+    }
+
+    /// The peer-list rules, in the order an operator would fix them.
+    fn validate_peers(&self) -> Result<(), ConfigErrorKind> {
+        let mut ids = HashSet::new();
+        for peer in &self.peers {
+            if peer.id.0 == 0 {
+                return Err(ConfigErrorKind::ZeroId { what: "a [[peers]] id" });
+            }
+            if !ids.insert(peer.id) {
+                return Err(ConfigErrorKind::DuplicateId(peer.id.0));
+            }
+        }
+
+        let me = self.member(self.id).ok_or(ConfigErrorKind::SelfNotInPeers(self.id.0))?;
+        for (field, listen, listed) in
+            [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, me.peer_addr)]
+        {
+            // Listening on every interface is fine as long as the port is the advertised one:
+            // the advertised IP is then one of the addresses the listener covers.
+            let covers = listen == listed || (listen.ip().is_unspecified() && listen.port() == listed.port());
+            if !covers {
+                return Err(ConfigErrorKind::SelfAddressMismatch { id: self.id.0, field, listen, listed });
+            }
+        }
+
+        let mut users: HashMap<SocketAddr, String> = HashMap::new();
+        for peer in &self.peers {
+            for (field, addr) in [("client_addr", peer.client_addr), ("peer_addr", peer.peer_addr)] {
+                let user = format!("node {} {field}", peer.id.0);
+                if let Some(first) = users.get(&addr) {
+                    return Err(ConfigErrorKind::DuplicateAddress { addr, first: first.clone(), second: user });
+                }
+                users.insert(addr, user);
+            }
+        }
+
+        // A lone node is never dialled, so an ephemeral port or a wildcard IP is fine there
+        // (handy for tests); in a real cluster the others must be able to connect.
+        if self.peers.len() > 1 {
+            for peer in &self.peers {
+                for (field, addr) in [("client_addr", peer.client_addr), ("peer_addr", peer.peer_addr)] {
+                    if addr.ip().is_unspecified() || addr.port() == 0 {
+                        return Err(ConfigErrorKind::UndialableAddress { id: peer.id.0, field, addr });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the configuration against this host, so that a node that cannot run fails at
+    /// start with a clear line rather than later with a bare OS error: the data directory is
+    /// created if missing and must accept a file, and the client and peer ports must be free.
+    ///
+    /// The port check binds and releases each address, so another process can still take a
+    /// port before the server binds it; the server reports that case itself.
+    pub fn check_environment(&self) -> Result<(), ConfigError> {
+        let err = |kind| ConfigError::new(self.origin.clone(), kind);
+        check_data_dir(&self.data_dir).map_err(err)?;
+        check_port_free("client", self.client_addr).map_err(err)?;
+        check_port_free("peer", self.peer_addr).map_err(err)?;
+        Ok(())
+    }
+}
+
+/// Creates `dir` if needed and proves it writable by writing and removing a probe file (a
+/// read-only mount or a permission problem shows here, not at the first write).
+fn check_data_dir(dir: &Path) -> Result<(), ConfigErrorKind> {
+    let fail = |action, source| ConfigErrorKind::DataDir { path: dir.to_path_buf(), action, source };
+    std::fs::create_dir_all(dir).map_err(|e| fail("create it", e))?;
+    if !dir.is_dir() {
+        return Err(fail("use it", io::Error::other("it exists and is not a directory")));
+    }
+    let probe = dir.join(format!(".leasekv-write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe").map_err(|e| fail("write a file in it", e))?;
+    std::fs::remove_file(&probe).map_err(|e| fail("remove a file from it", e))?;
+    Ok(())
+}
+
+/// Binds `addr` and releases it at once.
+fn check_port_free(which: &'static str, addr: SocketAddr) -> Result<(), ConfigErrorKind> {
+    match TcpListener::bind(addr) {
+        Ok(listener) => {
+            drop(listener);
+            Ok(())
+        }
+        Err(source) if source.kind() == io::ErrorKind::AddrInUse => {
+            Err(ConfigErrorKind::AddressInUse { which, addr, source })
+        }
+        Err(source) => Err(ConfigErrorKind::AddressUnusable { which, addr, source }),
+    }
+}

@@ -1,0 +1,18 @@
+//! leasekv's node, `kvserver`.
+//!
+//! - [`config`]: one TOML file per node, command-line overrides, defaults, and the checks
+//!   that make a bad configuration fail at start with one clear line.
+//! - [`run`]: starting and stopping a node.
+//! - [`node`]: the node loop that owns the replica (log, state machine, sled).
+//! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
+//! - [`peers`], [`peer_service`], [`wire`]: node-to-node messages over gRPC.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod config;
+pub mod node;
+pub mod peer_service;
+pub mod peers;
+pub mod run;
+pub mod wire;

@@ -1,0 +1,163 @@
+//! Starting a node: storage, election, replica, node loop, the peer and client gRPC servers;
+//! and stopping it: the master releases its lease first so another node takes over at once.
+
+use crate::api::{ClusterService, ExtService, KvService, LeaseService, MaintenanceService, Shared, WatchService};
+use crate::config::NodeConfig;
+use crate::node;
+use crate::peer_service::PeerService;
+use crate::peers::PeerNetwork;
+use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
+use leasekv_client::proto::peer::peer_server::PeerServer;
+use leasekv_kvstore::log::{OpenError, Replica};
+use leasekv_kvstore::storage::{SledStorage, StorageError};
+use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
+use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, EpochStore};
+use std::future::Future;
+use std::sync::Arc;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Largest peer message (a snapshot travels as one message for now).
+const PEER_MESSAGE_LIMIT: usize = 512 << 20;
+/// Largest client request: etcd's request limit plus room for the envelope.
+const CLIENT_MESSAGE_LIMIT: usize = 2 << 20;
+
+/// Why a node could not start or stopped with an error. One line each.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    /// The configuration or environment is wrong.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The data directory could not be opened.
+    #[error("data dir {dir}: {source}")]
+    Storage {
+        /// The directory.
+        dir: String,
+        /// What failed.
+        source: StorageError,
+    },
+    /// The stored state could not be loaded.
+    #[error("data dir {dir}: {source}")]
+    Open {
+        /// The directory.
+        dir: String,
+        /// What failed.
+        source: OpenError,
+    },
+    /// The restart epoch could not be stored.
+    #[error("data dir {dir}: {source}")]
+    Epoch {
+        /// The directory.
+        dir: String,
+        /// What failed.
+        source: leasekv_lease::epoch::EpochError,
+    },
+    /// The election could not be configured.
+    #[error("election: {0}")]
+    Election(#[from] LeaseConfigError),
+    /// A listen address could not be bound.
+    #[error("{what} address {addr} cannot be used: {source}")]
+    Bind {
+        /// Client or peer.
+        what: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A gRPC server failed.
+    #[error("{what} server failed: {source}")]
+    Serve {
+        /// Client or peer.
+        what: &'static str,
+        /// The transport error.
+        source: tonic::transport::Error,
+    },
+}
+
+/// Runs a node until `shutdown` completes, then stops it gracefully.
+pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    config.check_environment()?;
+    let dir = config.data_dir.display().to_string();
+    let storage =
+        SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
+    let epoch =
+        storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
+    let me = config.id;
+    let members = config.members();
+    let clock = MonotonicClock::new();
+    let peer_addrs: Vec<_> = config.peers.iter().map(|p| (p.id, p.peer_addr)).collect();
+    let peers = PeerNetwork::start(me, &peer_addrs);
+
+    let client_listener = TcpListener::bind(config.client_addr).await.map_err(|source| ServerError::Bind {
+        what: "client",
+        addr: config.client_addr,
+        source,
+    })?;
+    let peer_listener = TcpListener::bind(config.peer_addr).await.map_err(|source| ServerError::Bind {
+        what: "peer",
+        addr: config.peer_addr,
+        source,
+    })?;
+
+    let backend = config.election.backend;
+    let seed = u64::from(me.0) ^ (u64::from(epoch.value) << 32) ^ std::process::id() as u64;
+    let core = backend.build_core(
+        me,
+        &members,
+        Some(config.tracker_node()),
+        config.lease_config(),
+        epoch,
+        clock.now(),
+        seed,
+    )?;
+    let (election_tx, election_rx) = tokio::sync::mpsc::channel(4096);
+    let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
+    let election_dyn: Arc<dyn ElectionBackend> = election.clone();
+
+    let replica = Replica::open(me, &members, config.replica_config(), config.limits(), storage, epoch.value)
+        .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
+    let node = node::start(replica, election_dyn.clone(), clock, peers);
+
+    let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
+    let shared = Shared::new(node.clone(), me, config.cluster_id, member_addrs);
+    tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, "kvserver started");
+
+    let peer_server = tonic::transport::Server::builder()
+        .add_service(
+            PeerServer::new(PeerService::new(node.clone(), election_tx, members.clone()))
+                .max_decoding_message_size(PEER_MESSAGE_LIMIT),
+        )
+        .serve_with_incoming(TcpListenerStream::new(peer_listener));
+    let peer_task = tokio::spawn(peer_server);
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let client_server = tonic::transport::Server::builder()
+        .add_service(
+            pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
+        )
+        .add_service(pb::lease_server::LeaseServer::new(LeaseService(shared.clone())))
+        .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
+        .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
+        .add_service(pb::watch_server::WatchServer::new(WatchService))
+        .add_service(LeaseKvServer::new(ExtService(shared.clone())))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), async {
+            let _ = stop_rx.await;
+        });
+    let client_task = tokio::spawn(client_server);
+
+    shutdown.await;
+    tracing::info!(node = %me, "shutting down: releasing mastership");
+    // The master releases its lease first (PaxosLease release), so another node takes over
+    // at once instead of after a lease time; then in-flight client requests finish.
+    let _ = election_dyn.stop().await;
+    let _ = stop_tx.send(());
+    if let Ok(Err(source)) = client_task.await {
+        return Err(ServerError::Serve { what: "client", source });
+    }
+    peer_task.abort();
+    tracing::info!(node = %me, "stopped");
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! What travels between nodes inside a `PeerEnvelope`: an election or a log message,
+//! postcard-encoded. Anything that does not decode is dropped with a log line: a peer port
+//! receiving garbage must not take the node down.
+
+use leasekv_kvstore::log::LogMessage;
+use leasekv_lease::ElectionMessage;
+use serde::{Deserialize, Serialize};
+
+/// One node-to-node message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Wire {
+    /// For the election backend.
+    Election(ElectionMessage),
+    /// For the replicated log.
+    Log(LogMessage),
+}
+
+impl Wire {
+    /// Encodes for a `PeerEnvelope` payload.
+    pub fn encode(&self) -> Vec<u8> {
+        // Encoding plain enums of integers and byte strings into a Vec cannot fail.
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// Decodes a `PeerEnvelope` payload.
+    pub fn decode(bytes: &[u8]) -> Result<Wire, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
