@@ -462,6 +462,7 @@ impl<S: Storage> Replica<S> {
     }
 
     fn enqueue_expiry(&mut self, ids: Vec<crate::types::LeaseId>) {
+        tracing::info!(node = %self.me, leases = ids.len(), "expiring a batch of leases");
         let id = self.next_proposal_id();
         let Role::Leader(leader) = &mut self.role else { return };
         leader.pending_expiries.insert(id);
