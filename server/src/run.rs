@@ -21,6 +21,8 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 /// Largest peer message (a snapshot travels as one message for now).
 const PEER_MESSAGE_LIMIT: usize = 512 << 20;
+/// How long a stopping node lets its lease release reach the peers.
+const RELEASE_GRACE: std::time::Duration = std::time::Duration::from_millis(150);
 /// Largest client request: etcd's request limit plus room for the envelope.
 const CLIENT_MESSAGE_LIMIT: usize = 2 << 20;
 
@@ -153,6 +155,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // The master releases its lease first (PaxosLease release), so another node takes over
     // at once instead of after a lease time; then in-flight client requests finish.
     let _ = election_dyn.stop().await;
+    // The release goes out through the peer senders' queues; exiting at once would drop it
+    // and the others would wait a whole lease time instead of taking over now.
+    tokio::time::sleep(RELEASE_GRACE).await;
     let _ = stop_tx.send(());
     if let Ok(Err(source)) = client_task.await {
         return Err(ServerError::Serve { what: "client", source });
