@@ -20,17 +20,23 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseGrant { id: 0, name: Some(original.name.clone()), ttl: original.ttl };
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(CommandResponse::LeaseGrant(g)) => {
-                    Ok(Response::new(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }))
-                }
-                Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
-                Err(e) => Err(kv_error(&e)),
-            },
-            Route::Forward(channel) => LeaseKvClient::new(channel).grant_named(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(CommandResponse::LeaseGrant(g)) => Ok(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }),
+                    Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
+                    Err(e) => Err(kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original.clone());
+                    async move { LeaseKvClient::new(channel).grant_named(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn resolve_name(

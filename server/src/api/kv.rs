@@ -1,7 +1,7 @@
 //! etcd's KV service.
 
 use super::convert::{delete_in, delete_out, put_in, put_out, range_in, range_out, txn_in, txn_out};
-use super::{forwarded, is_forwarded, Route, Shared};
+use super::{forwarded, is_forwarded, Shared};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::kv_client::KvClient;
 use leasekv_kvstore::log::ReadConsistency;
@@ -23,26 +23,42 @@ impl pb::kv_server::Kv for KvService {
         let original = request.into_inner();
         let (range, serializable) = range_in(original.clone())?;
         let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
-        let node = &self.0.node;
-        match self.0.route(hop, || node.read(range.clone(), consistency)).await? {
-            Route::Here((answer, revision)) => Ok(Response::new(range_out(answer, self.0.header(revision)))),
-            Route::Forward(channel) => KvClient::new(channel).range(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.read(range.clone(), consistency),
+                |(answer, revision)| Ok(range_out(answer, shared.header(revision))),
+                |channel| {
+                    let request = forwarded(original.clone());
+                    async move { KvClient::new(channel).range(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::Put(put_in(original.clone())?);
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(CommandResponse::Put(p)) => Ok(Response::new(put_out(p, self.0.header(applied.revision)))),
-                Ok(_) => Err(unexpected()),
-                Err(e) => Err(super::convert::kv_error(&e)),
-            },
-            Route::Forward(channel) => KvClient::new(channel).put(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(CommandResponse::Put(p)) => Ok(put_out(p, shared.header(applied.revision))),
+                    Ok(_) => Err(unexpected()),
+                    Err(e) => Err(super::convert::kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original.clone());
+                    async move { KvClient::new(channel).put(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn delete_range(
@@ -52,32 +68,46 @@ impl pb::kv_server::Kv for KvService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::DeleteRange(delete_in(original.clone()));
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(CommandResponse::DeleteRange(d)) => {
-                    Ok(Response::new(delete_out(d, self.0.header(applied.revision))))
-                }
-                Ok(_) => Err(unexpected()),
-                Err(e) => Err(super::convert::kv_error(&e)),
-            },
-            Route::Forward(channel) => KvClient::new(channel).delete_range(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(CommandResponse::DeleteRange(d)) => Ok(delete_out(d, shared.header(applied.revision))),
+                    Ok(_) => Err(unexpected()),
+                    Err(e) => Err(super::convert::kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original.clone());
+                    async move { KvClient::new(channel).delete_range(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::Txn(txn_in(original.clone())?);
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(CommandResponse::Txn(t)) => Ok(Response::new(txn_out(t, self.0.header(applied.revision)))),
-                Ok(_) => Err(unexpected()),
-                Err(e) => Err(super::convert::kv_error(&e)),
-            },
-            Route::Forward(channel) => KvClient::new(channel).txn(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(CommandResponse::Txn(t)) => Ok(txn_out(t, shared.header(applied.revision))),
+                    Ok(_) => Err(unexpected()),
+                    Err(e) => Err(super::convert::kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original.clone());
+                    async move { KvClient::new(channel).txn(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn compact(

@@ -27,20 +27,28 @@ impl pb::lease_server::Lease for LeaseService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseGrant { id: original.id, name: None, ttl: original.ttl };
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(CommandResponse::LeaseGrant(g)) => Ok(Response::new(pb::LeaseGrantResponse {
-                    header: Some(self.0.header(applied.revision)),
-                    id: g.id,
-                    ttl: g.ttl,
-                    error: String::new(),
-                })),
-                Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
-                Err(e) => Err(kv_error(&e)),
-            },
-            Route::Forward(channel) => LeaseClient::new(channel).lease_grant(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(CommandResponse::LeaseGrant(g)) => Ok(pb::LeaseGrantResponse {
+                        header: Some(shared.header(applied.revision)),
+                        id: g.id,
+                        ttl: g.ttl,
+                        error: String::new(),
+                    }),
+                    Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
+                    Err(e) => Err(kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original);
+                    async move { LeaseClient::new(channel).lease_grant(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     async fn lease_revoke(
@@ -50,14 +58,22 @@ impl pb::lease_server::Lease for LeaseService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseRevoke { id: original.id };
-        let node = &self.0.node;
-        match self.0.route(hop, || node.propose(command.clone())).await? {
-            Route::Here(applied) => match applied.result {
-                Ok(_) => Ok(Response::new(pb::LeaseRevokeResponse { header: Some(self.0.header(applied.revision)) })),
-                Err(e) => Err(kv_error(&e)),
-            },
-            Route::Forward(channel) => LeaseClient::new(channel).lease_revoke(forwarded(original)).await,
-        }
+        let (node, shared) = (&self.0.node, &self.0);
+        shared
+            .serve(
+                hop,
+                || node.propose(command.clone()),
+                |applied| match applied.result {
+                    Ok(_) => Ok(pb::LeaseRevokeResponse { header: Some(shared.header(applied.revision)) }),
+                    Err(e) => Err(kv_error(&e)),
+                },
+                |channel| {
+                    let request = forwarded(original);
+                    async move { LeaseClient::new(channel).lease_revoke(request).await }
+                },
+            )
+            .await
+            .map(Response::new)
     }
 
     type LeaseKeepAliveStream = KeepAliveStream;

@@ -120,6 +120,46 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Serves a request that only the master can answer: here when this node is the ready
+    /// master, else forwarded one hop to the master. A forward that cannot reach the hinted
+    /// master (a stale hint: it just died) is tried again, through a fresh look at who is
+    /// master, until the bounded wait runs out. Answers from a leasekv node are final: a
+    /// write that may have been applied is never sent twice.
+    pub async fn serve<T, R, L, LFut, H, F, FFut>(
+        &self,
+        hop: bool,
+        mut local: L,
+        here: H,
+        mut remote: F,
+    ) -> Result<R, Status>
+    where
+        L: FnMut() -> LFut,
+        LFut: Future<Output = Result<T, ClientError>>,
+        H: FnOnce(T) -> Result<R, Status>,
+        F: FnMut(Channel) -> FFut,
+        FFut: Future<Output = Result<tonic::Response<R>, Status>>,
+    {
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.route(hop, &mut local).await? {
+                Route::Here(value) => return here(value),
+                Route::Forward(channel) => match remote(channel).await {
+                    Ok(response) => return Ok(response.into_inner()),
+                    Err(status)
+                        if status.code() == tonic::Code::Unavailable
+                            && !status.message().starts_with("etcdserver:")
+                            && started.elapsed() < WAIT_FOR_MASTER =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(status) => return Err(status),
+                },
+            }
+        }
+    }
+}
+
 /// Whether a request was forwarded by another node.
 pub fn is_forwarded<T>(request: &Request<T>) -> bool {
     request.metadata().contains_key(FORWARDED)
