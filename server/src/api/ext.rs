@@ -1,6 +1,5 @@
 //! The `leasekv.v1.LeaseKv` extension: named leases, election status, step-down.
 
-use super::convert::kv_error;
 use super::{forwarded, is_forwarded, Route, Shared};
 use leasekv_client::proto::leasekv as ext;
 use leasekv_client::proto::leasekv::lease_kv_client::LeaseKvClient;
@@ -20,15 +19,13 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseGrant { id: 0, name: Some(original.name.clone()), ttl: original.ttl };
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(CommandResponse::LeaseGrant(g)) => Ok(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }),
-                    Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
-                    Err(e) => Err(kv_error(&e)),
+                command,
+                |response, _header| match response {
+                    CommandResponse::LeaseGrant(g) => Some(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }),
+                    _ => None,
                 },
                 |channel| {
                     let request = forwarded(original.clone());

@@ -12,10 +12,6 @@ use tonic::{Request, Response, Status};
 /// KV: Range, Put, DeleteRange, Txn.
 pub struct KvService(pub Arc<Shared>);
 
-fn unexpected() -> Status {
-    Status::internal("leasekv: the store answered with a response of the wrong kind")
-}
-
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
@@ -42,15 +38,13 @@ impl pb::kv_server::Kv for KvService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::Put(put_in(original.clone())?);
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(CommandResponse::Put(p)) => Ok(put_out(p, shared.header(applied.revision))),
-                    Ok(_) => Err(unexpected()),
-                    Err(e) => Err(super::convert::kv_error(&e)),
+                command,
+                |response, header| match response {
+                    CommandResponse::Put(p) => Some(put_out(p, header)),
+                    _ => None,
                 },
                 |channel| {
                     let request = forwarded(original.clone());
@@ -68,15 +62,13 @@ impl pb::kv_server::Kv for KvService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::DeleteRange(delete_in(original.clone()));
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(CommandResponse::DeleteRange(d)) => Ok(delete_out(d, shared.header(applied.revision))),
-                    Ok(_) => Err(unexpected()),
-                    Err(e) => Err(super::convert::kv_error(&e)),
+                command,
+                |response, header| match response {
+                    CommandResponse::DeleteRange(d) => Some(delete_out(d, header)),
+                    _ => None,
                 },
                 |channel| {
                     let request = forwarded(original.clone());
@@ -91,15 +83,13 @@ impl pb::kv_server::Kv for KvService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::Txn(txn_in(original.clone())?);
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(CommandResponse::Txn(t)) => Ok(txn_out(t, shared.header(applied.revision))),
-                    Ok(_) => Err(unexpected()),
-                    Err(e) => Err(super::convert::kv_error(&e)),
+                command,
+                |response, header| match response {
+                    CommandResponse::Txn(t) => Some(txn_out(t, header)),
+                    _ => None,
                 },
                 |channel| {
                     let request = forwarded(original.clone());

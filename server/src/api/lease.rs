@@ -1,6 +1,5 @@
 //! etcd's Lease service, keepalive stream included.
 
-use super::convert::kv_error;
 use super::{forwarded, is_forwarded, Route, Shared};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::lease_client::LeaseClient;
@@ -27,20 +26,18 @@ impl pb::lease_server::Lease for LeaseService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseGrant { id: original.id, name: None, ttl: original.ttl };
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(CommandResponse::LeaseGrant(g)) => Ok(pb::LeaseGrantResponse {
-                        header: Some(shared.header(applied.revision)),
+                command,
+                |response, header| match response {
+                    CommandResponse::LeaseGrant(g) => Some(pb::LeaseGrantResponse {
+                        header: Some(header),
                         id: g.id,
                         ttl: g.ttl,
                         error: String::new(),
                     }),
-                    Ok(_) => Err(Status::internal("leasekv: unexpected answer to a lease grant")),
-                    Err(e) => Err(kv_error(&e)),
+                    _ => None,
                 },
                 |channel| {
                     let request = forwarded(original);
@@ -58,15 +55,11 @@ impl pb::lease_server::Lease for LeaseService {
         let hop = is_forwarded(&request);
         let original = request.into_inner();
         let command = Command::LeaseRevoke { id: original.id };
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
+        self.0
+            .serve_command(
                 hop,
-                || node.propose(command.clone()),
-                |applied| match applied.result {
-                    Ok(_) => Ok(pb::LeaseRevokeResponse { header: Some(shared.header(applied.revision)) }),
-                    Err(e) => Err(kv_error(&e)),
-                },
+                command,
+                |_, header| Some(pb::LeaseRevokeResponse { header: Some(header) }),
                 |channel| {
                     let request = forwarded(original);
                     async move { LeaseClient::new(channel).lease_revoke(request).await }

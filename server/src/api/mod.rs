@@ -18,6 +18,7 @@ use crate::node::NodeHandle;
 use convert::client_error;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ClientError;
+use leasekv_kvstore::{Command, CommandResponse};
 use leasekv_lease::NodeId;
 use std::collections::HashMap;
 use std::future::Future;
@@ -157,6 +158,32 @@ impl Shared {
                 },
             }
         }
+    }
+}
+
+impl Shared {
+    /// [`Shared::serve`] for a command through the log: `here` turns the command's answer
+    /// (with the response header at its revision) into the reply, or `None` when the store
+    /// answered with the wrong kind; store errors get etcd's status.
+    pub async fn serve_command<R, H, F, FFut>(
+        &self,
+        hop: bool,
+        command: Command,
+        here: H,
+        remote: F,
+    ) -> Result<R, Status>
+    where
+        H: FnOnce(CommandResponse, pb::ResponseHeader) -> Option<R>,
+        F: FnMut(Channel) -> FFut,
+        FFut: Future<Output = Result<tonic::Response<R>, Status>>,
+    {
+        let local = || self.node.propose(command.clone());
+        let answer = |applied: leasekv_kvstore::Applied| match applied.result {
+            Ok(response) => here(response, self.header(applied.revision))
+                .ok_or_else(|| Status::internal("leasekv: the store answered with a response of the wrong kind")),
+            Err(error) => Err(convert::kv_error(&error)),
+        };
+        self.serve(hop, local, answer, remote).await
     }
 }
 
