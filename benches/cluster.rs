@@ -10,6 +10,10 @@
 //! serializable get with 64 clients; lease grant + put; kill -9 of the master → first
 //! successful put (failover); SIGTERM of the master → first successful put (hand-over).
 //! Prints progress, a table and writes `target/leasekv-bench-cluster.json`.
+//!
+//! To profile one path, narrow the run with substrings (comma separated):
+//! `BENCH_TARGETS=paxoslease,etcd BENCH_WORKLOADS="put, 1" cargo bench --bench cluster`;
+//! `BENCH_SECONDS` sets the length of each run (default 3).
 
 use leasekv_client::{Client, GetOptions};
 use std::collections::BTreeMap;
@@ -19,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const VALUE: [u8; 256] = [b'v'; 256];
-const RUN: Duration = Duration::from_secs(3);
+const DEFAULT_RUN_SECONDS: u64 = 3;
 const REPEATS: usize = 3;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -208,7 +212,8 @@ async fn load(endpoints: &[String], clients: usize, op: Op) -> Figures {
     for i in 0..clients.clamp(1, 8) {
         conns.push(connect(endpoints[i % endpoints.len()].clone()).await);
     }
-    let deadline = Instant::now() + RUN;
+    let run = run_length();
+    let deadline = Instant::now() + run;
     let mut tasks = Vec::new();
     for c in 0..clients {
         let client = conns[c % conns.len()].clone();
@@ -245,7 +250,7 @@ async fn load(endpoints: &[String], clients: usize, op: Op) -> Figures {
     all.sort();
     let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
     Figures {
-        ops_per_sec: all.len() as f64 / RUN.as_secs_f64(),
+        ops_per_sec: all.len() as f64 / run.as_secs_f64(),
         p50_ms: pct(0.5).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
         p99_ms: pct(0.99).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
     }
@@ -282,6 +287,19 @@ async fn takeover(cluster: &mut Cluster, sigterm: bool) -> f64 {
     elapsed
 }
 
+/// Whether `name` is selected by the comma-separated substrings in `var` (all when unset).
+fn selected(var: &str, name: &str) -> bool {
+    match std::env::var(var) {
+        Ok(filter) if !filter.trim().is_empty() => filter.split(',').any(|f| name.contains(f.trim())),
+        _ => true,
+    }
+}
+
+fn run_length() -> Duration {
+    let seconds = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_RUN_SECONDS);
+    Duration::from_secs(seconds.max(1))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -301,6 +319,9 @@ fn main() {
     let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
     for target in targets {
         let name = target.name();
+        if !selected("BENCH_TARGETS", &name) {
+            continue;
+        }
         eprintln!("[{name}] starting a 3-node cluster");
         let mut cluster = Cluster::start(target);
         runtime.block_on(async {
@@ -309,6 +330,9 @@ fn main() {
                 connect(e.clone()).await;
             }
             for (label, clients, op) in workloads {
+                if !selected("BENCH_WORKLOADS", label) {
+                    continue;
+                }
                 eprintln!("[{name}] {label} …");
                 let mut runs = Vec::new();
                 for _ in 0..REPEATS {
@@ -326,6 +350,9 @@ fn main() {
             for (label, sigterm) in
                 [("failover (kill -9 of the leader)", false), ("hand-over (SIGTERM of the leader)", true)]
             {
+                if !selected("BENCH_WORKLOADS", label) {
+                    continue;
+                }
                 eprintln!("[{name}] {label} …");
                 let mut times = Vec::new();
                 for _ in 0..REPEATS {

@@ -4,6 +4,7 @@
 //!   that make a bad configuration fail at start with one clear line.
 //! - [`run`]: starting and stopping a node.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
+//! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peers`], [`peer_service`], [`wire`]: node-to-node messages over gRPC.
 
@@ -11,6 +12,7 @@
 
 pub mod api;
 pub mod config;
+pub mod forward;
 pub mod node;
 pub mod peer_service;
 pub mod peers;

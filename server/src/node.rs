@@ -1,9 +1,13 @@
 //! The node loop: one tokio task owns the replica (log + state machine + sled) and feeds it
 //! peer messages, client requests, the election's status and timeouts; after every batch of
 //! inputs it syncs storage if asked, sends what the replica produced and answers clients.
-//! Everything else talks to it through a [`NodeHandle`].
+//! A request only the master can answer is served here on the master and forwarded to it
+//! from anywhere else ([`crate::forward`]). Everything else talks to the loop through a
+//! [`NodeHandle`].
 
+use crate::forward::{ForwardId, Forwards, MasterAnswer, MasterRequest, Waiter};
 use crate::peers::PeerNetwork;
+use crate::wire::Wire;
 use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica};
 use leasekv_kvstore::storage::SledStorage;
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
@@ -16,22 +20,20 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// Requests the node loop serves.
 pub enum Request {
-    /// Propose a command through the log.
-    Propose(Command, oneshot::Sender<Result<Applied, ClientError>>),
-    /// Read.
-    Read(RangeRequest, ReadConsistency, oneshot::Sender<Result<(RangeResponse, Revision), ClientError>>),
-    /// Keep a lease alive.
-    KeepAlive(LeaseId, oneshot::Sender<Result<i64, ClientError>>),
-    /// One lease's status.
-    LeaseStatus(LeaseId, oneshot::Sender<Result<LeaseStatus, ClientError>>),
-    /// Every lease.
-    LeaseList(oneshot::Sender<Result<Vec<LeaseStatus>, ClientError>>),
+    /// Something only the master can answer.
+    Master(MasterRequest, Waiter),
+    /// A serializable read of this node's state.
+    LocalRead(RangeRequest, oneshot::Sender<Result<(RangeResponse, Revision), ClientError>>),
     /// Resolve a lease name from local state.
     ResolveName(String, oneshot::Sender<Option<LeaseId>>),
     /// Local figures.
     Status(oneshot::Sender<NodeStatus>),
     /// A log message from a peer.
-    Peer(NodeId, LogMessage),
+    Log(NodeId, LogMessage),
+    /// A request a follower forwarded to this node as master.
+    Forwarded(NodeId, ForwardId, MasterRequest),
+    /// The master's answer to one of this node's forwards.
+    Answered(NodeId, ForwardId, MasterAnswer),
 }
 
 /// What a node reports about itself.
@@ -49,6 +51,8 @@ pub struct NodeStatus {
     pub master_hint: Option<NodeId>,
     /// Stored keys.
     pub keys: usize,
+    /// Requests forwarded to the master and not answered yet.
+    pub forwards: usize,
 }
 
 /// A cheap handle to the node loop.
@@ -59,16 +63,28 @@ pub struct NodeHandle {
     pub election: Arc<dyn ElectionBackend>,
 }
 
+fn stopping() -> ClientError {
+    ClientError::Stopped("node is shutting down".into())
+}
+
 impl NodeHandle {
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, ClientError> {
         let (reply, answer) = oneshot::channel();
-        self.tx.send(make(reply)).await.map_err(|_| ClientError::Stopped("node is shutting down".into()))?;
-        answer.await.map_err(|_| ClientError::Stopped("node is shutting down".into()))
+        self.tx.send(make(reply)).await.map_err(|_| stopping())?;
+        answer.await.map_err(|_| stopping())
+    }
+
+    async fn ask_master<T>(
+        &self,
+        request: MasterRequest,
+        waiter: impl FnOnce(oneshot::Sender<Result<T, ClientError>>) -> Waiter,
+    ) -> Result<T, ClientError> {
+        self.ask(|reply| Request::Master(request, waiter(reply))).await?
     }
 
     /// Proposes a command.
     pub async fn propose(&self, command: Command) -> Result<Applied, ClientError> {
-        self.ask(|r| Request::Propose(command, r)).await?
+        self.ask_master(MasterRequest::Propose(command), Waiter::Propose).await
     }
 
     /// Reads.
@@ -77,22 +93,25 @@ impl NodeHandle {
         request: RangeRequest,
         consistency: ReadConsistency,
     ) -> Result<(RangeResponse, Revision), ClientError> {
-        self.ask(|r| Request::Read(request, consistency, r)).await?
+        match consistency {
+            ReadConsistency::Linearizable => self.ask_master(MasterRequest::Read(request), Waiter::Read).await,
+            ReadConsistency::Serializable => self.ask(|r| Request::LocalRead(request, r)).await?,
+        }
     }
 
     /// Keeps a lease alive.
     pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, ClientError> {
-        self.ask(|r| Request::KeepAlive(id, r)).await?
+        self.ask_master(MasterRequest::KeepAlive(id), Waiter::KeepAlive).await
     }
 
     /// One lease's status.
     pub async fn lease_status(&self, id: LeaseId) -> Result<LeaseStatus, ClientError> {
-        self.ask(|r| Request::LeaseStatus(id, r)).await?
+        self.ask_master(MasterRequest::LeaseStatus(id), Waiter::LeaseStatus).await
     }
 
     /// Every lease.
     pub async fn lease_list(&self) -> Result<Vec<LeaseStatus>, ClientError> {
-        self.ask(Request::LeaseList).await?
+        self.ask_master(MasterRequest::LeaseList, Waiter::LeaseList).await
     }
 
     /// Resolves a lease name from this node's state.
@@ -105,9 +124,10 @@ impl NodeHandle {
         self.ask(Request::Status).await
     }
 
-    /// Hands a peer's log message to the loop (dropped when the loop is gone or full).
-    pub fn deliver(&self, from: NodeId, message: LogMessage) {
-        let _ = self.tx.try_send(Request::Peer(from, message));
+    /// Hands a peer's message to the loop (dropped when the loop is gone or full: the
+    /// protocols recover from loss, and a forward's sender gives up after its timeout).
+    pub fn deliver(&self, request: Request) {
+        let _ = self.tx.try_send(request);
     }
 }
 
@@ -120,33 +140,61 @@ pub fn start(
 ) -> NodeHandle {
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
-    let node = NodeLoop { replica, clock, peers, pending: HashMap::new() };
+    let node = NodeLoop {
+        replica,
+        clock,
+        peers,
+        proposals: HashMap::new(),
+        forwards: Forwards::default(),
+        known_master: None,
+    };
     tokio::spawn(node.run(rx, status));
     NodeHandle { tx, election }
+}
+
+/// Who waits for a proposal this node made as master.
+enum Proposer {
+    /// A client of this node.
+    Local(Waiter),
+    /// A follower that forwarded it.
+    Remote(NodeId, ForwardId),
+}
+
+/// How a master request was served here.
+enum Served {
+    /// Answered at once.
+    Now(MasterAnswer),
+    /// Proposed: the answer comes with the proposal's completion.
+    Later(ProposalId),
 }
 
 struct NodeLoop {
     replica: Replica<SledStorage>,
     clock: MonotonicClock,
     peers: PeerNetwork,
-    pending: HashMap<ProposalId, oneshot::Sender<Result<Applied, ClientError>>>,
+    proposals: HashMap<ProposalId, Proposer>,
+    forwards: Forwards,
+    /// The master as last seen, so forwards to a deposed one are given up at once.
+    known_master: Option<NodeId>,
 }
 
 /// Most requests handled before the replica's output is flushed (one sync covers them all).
 const BATCH: usize = 4096;
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 impl NodeLoop {
     async fn run(mut self, mut rx: mpsc::Receiver<Request>, mut status: watch::Receiver<ElectionStatus>) {
         let initial = *status.borrow_and_update();
         self.apply_status(&initial);
         loop {
-            let deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
-            let sleep = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let replica_deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
+            let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
                 changed = status.changed() => {
                     if changed.is_err() {
@@ -165,12 +213,17 @@ impl NodeLoop {
                         }
                     }
                 }
-                _ = sleep => {
+                _ = sleep_until(replica_deadline) => {
                     let now = self.clock.now();
                     self.replica.handle_timeout(now);
                 }
+                _ = sleep_until(forward_deadline) => {
+                    let hint = self.replica.master_hint();
+                    self.forwards.expire(std::time::Instant::now(), hint);
+                }
             }
             self.flush();
+            self.notice_master_change();
         }
         tracing::info!("node loop stopped");
     }
@@ -180,28 +233,46 @@ impl NodeLoop {
         self.replica.set_mastership(now, status.master, status.hint);
     }
 
+    /// Forwards to a master that is no longer the master will not be answered.
+    fn notice_master_change(&mut self) {
+        let master = self.replica.master_hint();
+        if master != self.known_master {
+            self.known_master = master;
+            if !self.forwards.is_empty() {
+                self.forwards.master_changed(master);
+            }
+        }
+    }
+
     fn handle(&mut self, request: Request) {
         let now = self.clock.now();
         match request {
-            Request::Propose(command, reply) => match self.replica.propose(now, command) {
-                Ok(id) => {
-                    self.pending.insert(id, reply);
+            Request::Master(request, waiter) => {
+                let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
+                match master {
+                    Some(master) if !self.replica.is_master_at(now) => {
+                        let id = self.forwards.start(waiter, master, std::time::Instant::now());
+                        self.peers.send(master, &Wire::Forward(id, request));
+                    }
+                    _ => match self.serve_here(request) {
+                        Served::Now(answer) => waiter.answer(answer),
+                        Served::Later(id) => {
+                            self.proposals.insert(id, Proposer::Local(waiter));
+                        }
+                    },
                 }
-                Err(error) => {
-                    let _ = reply.send(Err(error));
+            }
+            Request::Forwarded(from, id, request) => match self.serve_here(request) {
+                // Served here whether or not this node is master: a request is forwarded at
+                // most once, so a stale hint costs one "not master" answer, never a loop.
+                Served::Now(answer) => self.peers.send(from, &Wire::Answer(id, answer)),
+                Served::Later(proposal) => {
+                    self.proposals.insert(proposal, Proposer::Remote(from, id));
                 }
             },
-            Request::Read(request, consistency, reply) => {
-                let _ = reply.send(self.replica.read(now, &request, consistency));
-            }
-            Request::KeepAlive(id, reply) => {
-                let _ = reply.send(self.replica.keep_alive(now, id));
-            }
-            Request::LeaseStatus(id, reply) => {
-                let _ = reply.send(self.replica.lease_status(now, id));
-            }
-            Request::LeaseList(reply) => {
-                let _ = reply.send(self.replica.lease_list(now));
+            Request::Answered(from, id, answer) => self.forwards.answer(from, id, answer),
+            Request::LocalRead(request, reply) => {
+                let _ = reply.send(self.replica.read(now, &request, ReadConsistency::Serializable));
             }
             Request::ResolveName(name, reply) => {
                 let _ = reply.send(self.replica.state().lease_id_by_name(&name));
@@ -215,10 +286,30 @@ impl NodeLoop {
                     ready_master: self.replica.is_ready_master(now),
                     master_hint: self.replica.master_hint(),
                     keys: state.key_count(),
+                    forwards: self.forwards.len(),
                 });
             }
-            Request::Peer(from, message) => self.replica.handle_message(now, from, message),
+            Request::Log(from, message) => self.replica.handle_message(now, from, message),
         }
+    }
+
+    /// Serves a master request on this node; the replica refuses what it cannot serve
+    /// (not master, not ready yet) with an error the client side retries.
+    fn serve_here(&mut self, request: MasterRequest) -> Served {
+        let now = self.clock.now();
+        let answer = match request {
+            MasterRequest::Propose(command) => match self.replica.propose(now, command) {
+                Ok(id) => return Served::Later(id),
+                Err(error) => MasterAnswer::Propose(Err(error)),
+            },
+            MasterRequest::Read(request) => {
+                MasterAnswer::Read(self.replica.read(now, &request, ReadConsistency::Linearizable))
+            }
+            MasterRequest::KeepAlive(id) => MasterAnswer::KeepAlive(self.replica.keep_alive(now, id)),
+            MasterRequest::LeaseStatus(id) => MasterAnswer::LeaseStatus(self.replica.lease_status(now, id)),
+            MasterRequest::LeaseList => MasterAnswer::LeaseList(self.replica.lease_list(now)),
+        };
+        Served::Now(answer)
     }
 
     /// Sends, syncs and answers until the replica has nothing more to say (bounded).
@@ -229,8 +320,11 @@ impl NodeLoop {
                 self.peers.send_log(to, message);
             }
             for completion in output.completions {
-                if let Some(reply) = self.pending.remove(&completion.id) {
-                    let _ = reply.send(completion.result.map(|(_, applied)| applied));
+                let answer = MasterAnswer::Propose(completion.result.map(|(_, applied)| applied));
+                match self.proposals.remove(&completion.id) {
+                    Some(Proposer::Local(waiter)) => waiter.answer(answer),
+                    Some(Proposer::Remote(node, id)) => self.peers.send(node, &Wire::Answer(id, answer)),
+                    None => {}
                 }
             }
             if !output.needs_sync {

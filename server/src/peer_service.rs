@@ -2,7 +2,7 @@
 //! log. A payload that does not decode (garbage, another version) is dropped and logged at
 //! most once per interval; the peer port never takes the node down.
 
-use crate::node::NodeHandle;
+use crate::node::{NodeHandle, Request as NodeRequest};
 use crate::wire::Wire;
 use leasekv_client::proto::peer as pb;
 use leasekv_lease::{ElectionMessage, NodeId};
@@ -39,7 +39,15 @@ impl PeerService {
                 Ok(())
             }
             Ok(Wire::Log(message)) => {
-                self.node.deliver(from, message);
+                self.node.deliver(NodeRequest::Log(from, message));
+                Ok(())
+            }
+            Ok(Wire::Forward(id, request)) => {
+                self.node.deliver(NodeRequest::Forwarded(from, id, request));
+                Ok(())
+            }
+            Ok(Wire::Answer(id, answer)) => {
+                self.node.deliver(NodeRequest::Answered(from, id, answer));
                 Ok(())
             }
             Err(error) => {
@@ -57,7 +65,12 @@ impl pb::peer_server::Peer for PeerService {
     async fn send(&self, request: Request<Streaming<pb::PeerEnvelope>>) -> Result<Response<pb::Empty>, Status> {
         let mut stream = request.into_inner();
         while let Some(envelope) = stream.next().await {
-            self.accept(envelope?)?;
+            match self.accept(envelope?) {
+                // A stranger's stream is cut; one bad message from a member is dropped
+                // (and counted) without costing the messages behind it.
+                Err(status) if status.code() == tonic::Code::PermissionDenied => return Err(status),
+                _ => {}
+            }
         }
         Ok(Response::new(pb::Empty {}))
     }

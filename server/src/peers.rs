@@ -1,6 +1,11 @@
-//! Outgoing node-to-node traffic: one lazily connected gRPC channel per peer (tonic
-//! reconnects by itself), messages sent concurrently and dropped on failure (both protocols
-//! recover from loss), and at most one log line per peer per interval while it is down.
+//! Outgoing node-to-node traffic. Each peer gets two long-lived client streams (`Peer/Send`)
+//! over one lazily connected HTTP/2 channel: one lane for the election, one for the log and
+//! forwarded client requests, so a large catch-up batch never delays a lease renewal. A
+//! message is one frame on an open stream: no per-message call, headers or answer, which
+//! keeps a replication round trip close to the loopback's. Messages are dropped, never retried, when a peer is unreachable:
+//! both protocols recover from loss, and a stale retry would only get in their way.
+//! A broken stream is reopened with back-off; a peer that stays down costs at most one log
+//! line per lane per interval.
 
 use crate::wire::Wire;
 use async_trait::async_trait;
@@ -10,55 +15,96 @@ use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId, Transport};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
 
-/// How many messages may wait for one peer before new ones are dropped.
+/// How many messages may wait for one lane of one peer before new ones are dropped.
 const QUEUE: usize = 8192;
-/// How many deliveries to one peer may be in flight at once.
-const IN_FLIGHT: usize = 256;
-/// At most one "peer unreachable" line per peer per this interval.
+/// First wait before reopening a broken stream; doubled on every failure up to the maximum.
+const MIN_BACKOFF: Duration = Duration::from_millis(20);
+/// Longest wait between attempts to reach a peer that is down.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// A stream that stayed open this long was healthy: the next failure starts the back-off over.
+const HEALTHY: Duration = Duration::from_secs(1);
+/// At most one "peer unreachable" line per peer and lane per this interval.
 const LOG_EVERY: Duration = Duration::from_secs(5);
+/// How often an idle connection is probed, and how long a probe may go unanswered before
+/// the connection counts as dead (a peer behind a partition sends no reset).
+const KEEPALIVE: Duration = Duration::from_secs(1);
+
+/// The two kinds of traffic, each on its own stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    Election,
+    Log,
+}
+
+impl Lane {
+    fn name(self) -> &'static str {
+        match self {
+            Lane::Election => "election",
+            Lane::Log => "log",
+        }
+    }
+}
 
 /// Senders to every other node.
 #[derive(Clone)]
 pub struct PeerNetwork {
     me: NodeId,
-    queues: Arc<HashMap<NodeId, mpsc::Sender<Vec<u8>>>>,
+    queues: Arc<HashMap<(NodeId, Lane), LaneQueue>>,
 }
 
+/// Encoded messages waiting for one lane of one peer.
+type LaneQueue = mpsc::Sender<Vec<u8>>;
+
 impl PeerNetwork {
-    /// Starts one sender task per peer.
+    /// Starts the sender tasks for every peer (no connection is made before the first message).
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
         let mut queues = HashMap::new();
         for &(id, addr) in peers {
             if id == me {
                 continue;
             }
-            let (tx, rx) = mpsc::channel(QUEUE);
-            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                .map(|e| e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true));
-            match endpoint {
-                Ok(endpoint) => {
-                    let channel = endpoint.connect_lazy();
-                    tokio::spawn(run_sender(me, id, addr, PeerClient::new(channel), rx));
-                    queues.insert(id, tx);
+            let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
+                e.connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(KEEPALIVE)
+                    .keep_alive_timeout(KEEPALIVE)
+                    .keep_alive_while_idle(true)
+            });
+            let channel = match endpoint {
+                Ok(endpoint) => endpoint.connect_lazy(),
+                Err(error) => {
+                    tracing::error!(peer = %id, %addr, %error, "peer address is not usable");
+                    continue;
                 }
-                Err(error) => tracing::error!(peer = %id, %addr, %error, "peer address is not usable"),
+            };
+            for lane in [Lane::Election, Lane::Log] {
+                let (tx, rx) = mpsc::channel(QUEUE);
+                let sender = LaneSender { me, peer: id, addr, lane, client: PeerClient::new(channel.clone()) };
+                tokio::spawn(sender.run(rx));
+                queues.insert((id, lane), tx);
             }
         }
         PeerNetwork { me, queues: Arc::new(queues) }
     }
 
-    /// Queues a message for `to`; drops it when the queue is full.
+    /// Queues a message for `to`; drops it when that peer's queue is full.
     pub fn send(&self, to: NodeId, wire: &Wire) {
         if to == self.me {
             return;
         }
-        if let Some(queue) = self.queues.get(&to) {
+        let lane = match wire {
+            Wire::Election(_) => Lane::Election,
+            Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) => Lane::Log,
+        };
+        if let Some(queue) = self.queues.get(&(to, lane)) {
             let _ = queue.try_send(wire.encode());
         }
     }
@@ -76,31 +122,62 @@ impl Transport for PeerNetwork {
     }
 }
 
-async fn run_sender(
+/// Keeps one stream to one peer open for one lane.
+struct LaneSender {
     me: NodeId,
     peer: NodeId,
     addr: SocketAddr,
+    lane: Lane,
     client: PeerClient<Channel>,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-) {
-    let limit = Arc::new(Semaphore::new(IN_FLIGHT));
-    let last_logged = Arc::new(AtomicU64::new(0));
-    let started = std::time::Instant::now();
-    while let Some(payload) = queue.recv().await {
-        let Ok(permit) = limit.clone().acquire_owned().await else { return };
-        let mut client = client.clone();
-        let last_logged = last_logged.clone();
-        tokio::spawn(async move {
-            let envelope = PeerEnvelope { from: me.0, payload };
-            if let Err(status) = client.deliver(envelope).await {
-                let now = started.elapsed().as_secs();
-                let last = last_logged.load(Ordering::Relaxed);
-                if last == 0 || now >= last + LOG_EVERY.as_secs() {
-                    last_logged.store(now.max(1), Ordering::Relaxed);
-                    tracing::warn!(%peer, %addr, error = %status.message(), "peer unreachable; messages to it are dropped");
-                }
+}
+
+impl LaneSender {
+    async fn run(mut self, queue: mpsc::Receiver<Vec<u8>>) {
+        let queue = Arc::new(Mutex::new(queue));
+        let mut backoff = MIN_BACKOFF;
+        let mut last_warning: Option<Instant> = None;
+        loop {
+            let opened = Instant::now();
+            let stream = LentQueue { me: self.me, queue: queue.clone() };
+            let error = match self.client.send(stream).await {
+                // The stream ends only when the queue closes: the node is shutting down.
+                Ok(_) => return,
+                Err(status) => status,
+            };
+            if queue.lock().unwrap_or_else(PoisonError::into_inner).is_closed() {
+                return;
             }
-            drop(permit);
-        });
+            if opened.elapsed() >= HEALTHY {
+                backoff = MIN_BACKOFF;
+            }
+            if last_warning.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+                last_warning = Some(Instant::now());
+                tracing::warn!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
+                    "peer unreachable; messages to it are dropped until it is back");
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            // What queued up meanwhile is stale; the protocols resend what still matters.
+            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+            while queue.try_recv().is_ok() {}
+        }
+    }
+}
+
+/// A lane's queue lent to the current stream: when a stream breaks, the next one goes on
+/// from the same queue.
+struct LentQueue {
+    me: NodeId,
+    queue: Arc<Mutex<mpsc::Receiver<Vec<u8>>>>,
+}
+
+impl Stream for LentQueue {
+    type Item = PeerEnvelope;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<PeerEnvelope>> {
+        let from = self.me.0;
+        // Only one stream holds the queue at a time, so the lock is never contended.
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.poll_recv(cx).map(|next| next.map(|payload| PeerEnvelope { from, payload }))
     }
 }

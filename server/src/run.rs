@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 /// Largest peer message (a snapshot travels as one message for now).
 const PEER_MESSAGE_LIMIT: usize = 512 << 20;
@@ -132,7 +132,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             PeerServer::new(PeerService::new(node.clone(), election_tx, members.clone()))
                 .max_decoding_message_size(PEER_MESSAGE_LIMIT),
         )
-        .serve_with_incoming(TcpListenerStream::new(peer_listener));
+        .serve_with_incoming(no_delay(peer_listener));
     let peer_task = tokio::spawn(peer_server);
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -145,7 +145,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
         .add_service(pb::watch_server::WatchServer::new(WatchService))
         .add_service(LeaseKvServer::new(ExtService(shared.clone())))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(client_listener), async {
+        .serve_with_incoming_shutdown(no_delay(client_listener), async {
             let _ = stop_rx.await;
         });
     let client_task = tokio::spawn(client_server);
@@ -165,4 +165,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     peer_task.abort();
     tracing::info!(node = %me, "stopped");
     Ok(())
+}
+
+/// Accepted connections with Nagle's algorithm off. Every answer here is one small write
+/// the other side waits for; with Nagle on, a reply behind an unacknowledged segment waits
+/// for the peer's delayed ACK (40 ms on Linux).
+fn no_delay(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }

@@ -1,7 +1,8 @@
-//! What travels between nodes inside a `PeerEnvelope`: an election or a log message,
-//! postcard-encoded. Anything that does not decode is dropped with a log line: a peer port
+//! What travels between nodes inside a `PeerEnvelope`: an election or a log message, or a
+//! request forwarded to the master and its answer, postcard-encoded. Anything that does not decode is dropped with a log line: a peer port
 //! receiving garbage must not take the node down.
 
+use crate::forward::{ForwardId, MasterAnswer, MasterRequest};
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::ElectionMessage;
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,10 @@ pub enum Wire {
     Election(ElectionMessage),
     /// For the replicated log.
     Log(LogMessage),
+    /// A client request a follower hands to the master.
+    Forward(ForwardId, MasterRequest),
+    /// The master's answer to a forward.
+    Answer(ForwardId, MasterAnswer),
 }
 
 impl Wire {

@@ -4,10 +4,12 @@ use super::types::{ProposalId, Slot};
 use crate::command::Applied;
 use crate::error::KvError;
 use leasekv_lease::NodeId;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Why a client request was not served. All but `Invalid` are retryable elsewhere or later.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+/// Serializable: a master answers requests a follower forwarded with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum ClientError {
     /// This node is not the master; nothing was proposed. Retry at the hinted master.
     #[error("not master (master hint: {hint:?}); retry at the master")]
@@ -56,7 +58,7 @@ pub struct Completion {
 }
 
 /// How a read must relate to writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReadConsistency {
     /// Sees every write acknowledged before the read started: served by the ready master
     /// while its election lease is valid.

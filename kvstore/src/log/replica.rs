@@ -55,7 +55,7 @@ pub struct ReplicaOutput {
 }
 
 /// The remaining life of a lease, as the master sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseStatus {
     /// The lease.
     pub id: LeaseId,
@@ -220,6 +220,13 @@ impl<S: Storage> Replica<S> {
     /// at `now`.
     pub fn is_ready_master(&self, now: Instant) -> bool {
         self.is_master(Some(now)) && self.role.is_ready()
+    }
+
+    /// Whether the election says this node is master at `now` (its lease is valid), whether
+    /// or not it has taken over the log yet: requests for the master are served here, not
+    /// forwarded.
+    pub fn is_master_at(&self, now: Instant) -> bool {
+        self.is_master(Some(now))
     }
 
     /// Gives the storage back (the simulator crashes it and opens a new replica on it).

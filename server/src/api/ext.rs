@@ -1,6 +1,6 @@
 //! The `leasekv.v1.LeaseKv` extension: named leases, election status, step-down.
 
-use super::{forwarded, is_forwarded, Route, Shared};
+use super::{forwarded, is_forwarded, Shared};
 use leasekv_client::proto::leasekv as ext;
 use leasekv_client::proto::leasekv::lease_kv_client::LeaseKvClient;
 use leasekv_kvstore::{Command, CommandResponse};
@@ -16,24 +16,13 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         &self,
         request: Request<ext::GrantNamedRequest>,
     ) -> Result<Response<ext::GrantNamedResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let command = Command::LeaseGrant { id: 0, name: Some(original.name.clone()), ttl: original.ttl };
-        self.0
-            .serve_command(
-                hop,
-                command,
-                |response, _header| match response {
-                    CommandResponse::LeaseGrant(g) => Some(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }),
-                    _ => None,
-                },
-                |channel| {
-                    let request = forwarded(original.clone());
-                    async move { LeaseKvClient::new(channel).grant_named(request).await }
-                },
-            )
-            .await
-            .map(Response::new)
+        let request = request.into_inner();
+        let command = Command::LeaseGrant { id: 0, name: Some(request.name), ttl: request.ttl };
+        let reply = self.0.serve_command(command, |response, _header| match response {
+            CommandResponse::LeaseGrant(g) => Some(ext::GrantNamedResponse { id: g.id, ttl: g.ttl }),
+            _ => None,
+        });
+        reply.await.map(Response::new)
     }
 
     async fn resolve_name(
@@ -51,25 +40,21 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
 
     async fn list_leases(
         &self,
-        request: Request<ext::ListLeasesRequest>,
+        _request: Request<ext::ListLeasesRequest>,
     ) -> Result<Response<ext::ListLeasesResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let node = &self.0.node;
-        match self.0.route(hop, || node.lease_list()).await? {
-            Route::Here(list) => Ok(Response::new(ext::ListLeasesResponse {
-                leases: list
-                    .into_iter()
-                    .map(|l| ext::LeaseInfo {
-                        id: l.id,
-                        name: l.name.unwrap_or_default(),
-                        granted_ttl: l.granted_ttl,
-                        remaining_ttl_ms: l.remaining.as_millis() as i64,
-                    })
-                    .collect(),
-            })),
-            Route::Forward(channel) => LeaseKvClient::new(channel).list_leases(forwarded(original)).await,
-        }
+        let shared = &self.0;
+        let list = shared.serve(|| shared.node.lease_list()).await?;
+        Ok(Response::new(ext::ListLeasesResponse {
+            leases: list
+                .into_iter()
+                .map(|l| ext::LeaseInfo {
+                    id: l.id,
+                    name: l.name.unwrap_or_default(),
+                    granted_ttl: l.granted_ttl,
+                    remaining_ttl_ms: l.remaining.as_millis() as i64,
+                })
+                .collect(),
+        }))
     }
 
     async fn election_status(

@@ -1,9 +1,8 @@
 //! etcd's KV service.
 
 use super::convert::{delete_in, delete_out, put_in, put_out, range_in, range_out, txn_in, txn_out};
-use super::{forwarded, is_forwarded, Shared};
+use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
-use leasekv_client::proto::etcdserverpb::kv_client::KvClient;
 use leasekv_kvstore::log::ReadConsistency;
 use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
@@ -15,89 +14,41 @@ pub struct KvService(pub Arc<Shared>);
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let (range, serializable) = range_in(original.clone())?;
+        let (range, serializable) = range_in(request.into_inner())?;
         let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
-        let (node, shared) = (&self.0.node, &self.0);
-        shared
-            .serve(
-                hop,
-                || node.read(range.clone(), consistency),
-                |(answer, revision)| Ok(range_out(answer, shared.header(revision))),
-                |channel| {
-                    let request = forwarded(original.clone());
-                    async move { KvClient::new(channel).range(request).await }
-                },
-            )
-            .await
-            .map(Response::new)
+        let shared = &self.0;
+        let (answer, revision) = shared.serve(|| shared.node.read(range.clone(), consistency)).await?;
+        Ok(Response::new(range_out(answer, shared.header(revision))))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let command = Command::Put(put_in(original.clone())?);
-        self.0
-            .serve_command(
-                hop,
-                command,
-                |response, header| match response {
-                    CommandResponse::Put(p) => Some(put_out(p, header)),
-                    _ => None,
-                },
-                |channel| {
-                    let request = forwarded(original.clone());
-                    async move { KvClient::new(channel).put(request).await }
-                },
-            )
-            .await
-            .map(Response::new)
+        let command = Command::Put(put_in(request.into_inner())?);
+        let reply = self.0.serve_command(command, |response, header| match response {
+            CommandResponse::Put(p) => Some(put_out(p, header)),
+            _ => None,
+        });
+        reply.await.map(Response::new)
     }
 
     async fn delete_range(
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let command = Command::DeleteRange(delete_in(original.clone()));
-        self.0
-            .serve_command(
-                hop,
-                command,
-                |response, header| match response {
-                    CommandResponse::DeleteRange(d) => Some(delete_out(d, header)),
-                    _ => None,
-                },
-                |channel| {
-                    let request = forwarded(original.clone());
-                    async move { KvClient::new(channel).delete_range(request).await }
-                },
-            )
-            .await
-            .map(Response::new)
+        let command = Command::DeleteRange(delete_in(request.into_inner()));
+        let reply = self.0.serve_command(command, |response, header| match response {
+            CommandResponse::DeleteRange(d) => Some(delete_out(d, header)),
+            _ => None,
+        });
+        reply.await.map(Response::new)
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let original = request.into_inner();
-        let command = Command::Txn(txn_in(original.clone())?);
-        self.0
-            .serve_command(
-                hop,
-                command,
-                |response, header| match response {
-                    CommandResponse::Txn(t) => Some(txn_out(t, header)),
-                    _ => None,
-                },
-                |channel| {
-                    let request = forwarded(original.clone());
-                    async move { KvClient::new(channel).txn(request).await }
-                },
-            )
-            .await
-            .map(Response::new)
+        let command = Command::Txn(txn_in(request.into_inner())?);
+        let reply = self.0.serve_command(command, |response, header| match response {
+            CommandResponse::Txn(t) => Some(txn_out(t, header)),
+            _ => None,
+        });
+        reply.await.map(Response::new)
     }
 
     async fn compact(

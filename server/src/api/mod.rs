@@ -1,7 +1,8 @@
 //! The client-facing gRPC services: etcd's KV, Lease, Cluster and Maintenance (the subset
-//! leasekv serves) and the `leasekv.v1` extension. Any node answers any request: a follower
-//! forwards what only the master can do (writes, linearizable reads, keepalives) one hop to
-//! the master; while there is no master it waits a bounded time, then answers UNAVAILABLE.
+//! leasekv serves) and the `leasekv.v1` extension. Any node answers any request: what only
+//! the master can do (writes, linearizable reads, lease keepalive and status) the node loop
+//! forwards one hop to the master; while there is no master a request waits a bounded
+//! time, then fails with UNAVAILABLE.
 
 pub mod convert;
 mod ext;
@@ -28,11 +29,14 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
-/// Metadata key marking a request a follower forwarded, so it is never forwarded twice.
+/// Metadata key marking a step-down a follower passed on to the master, so it is never
+/// passed on twice. (Everything else reaches the master through the node loop.)
 pub const FORWARDED: &str = "leasekv-forwarded";
 
 /// How long a request waits for a master before it fails with UNAVAILABLE.
 const WAIT_FOR_MASTER: Duration = Duration::from_secs(3);
+/// How often a request waiting for a master tries again.
+const RETRY_EVERY: Duration = Duration::from_millis(50);
 
 /// What every service shares.
 pub struct Shared {
@@ -44,15 +48,8 @@ pub struct Shared {
     pub cluster_id: u64,
     /// Every member: id, client address, peer address.
     pub members: Vec<(NodeId, SocketAddr, SocketAddr)>,
+    /// Client-port channels to the other members, for passing a step-down on to the master.
     channels: HashMap<NodeId, Channel>,
-}
-
-/// Where a request was served.
-pub enum Route<T> {
-    /// Here, with this result.
-    Here(T),
-    /// At the master: forward it there.
-    Forward(Channel),
 }
 
 impl Shared {
@@ -69,7 +66,8 @@ impl Shared {
                 continue;
             }
             if let Ok(endpoint) = Endpoint::from_shared(format!("http://{client_addr}")) {
-                channels.insert(id, endpoint.connect_timeout(Duration::from_millis(500)).connect_lazy());
+                channels
+                    .insert(id, endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
             }
         }
         Arc::new(Shared { node, me, cluster_id, members, channels })
@@ -86,104 +84,42 @@ impl Shared {
         pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.me.0 as u64, revision, raft_term: term }
     }
 
-    /// Runs `attempt` here; on "not master" forwards to the master (once), and while there
-    /// is none retries for a bounded time.
-    pub async fn route<T, F, Fut>(&self, forwarded: bool, mut attempt: F) -> Result<Route<T>, Status>
+    /// Serves a request through the node loop, which answers it here or has the master
+    /// answer it (one hop over the peer stream). While there is no master, or the master
+    /// is still taking over the log, it is tried again for a bounded time; then it fails
+    /// with etcd's retryable UNAVAILABLE. An answer that a write may have been applied
+    /// ("indeterminate") is final: a write is never sent twice.
+    pub async fn serve<T, F, Fut>(&self, mut attempt: F) -> Result<T, Status>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
         let started = tokio::time::Instant::now();
         loop {
-            let error = match attempt().await {
-                Ok(value) => return Ok(Route::Here(value)),
-                Err(error) => error,
-            };
-            let hint = match &error {
-                ClientError::NotMaster { hint } => *hint,
-                ClientError::NotReady => None,
-                _ => return Err(client_error(error)),
-            };
-            if let Some(master) = hint.filter(|m| *m != self.me) {
-                if forwarded {
-                    // The node that sent it here believed this one was master: no second hop.
-                    return Err(client_error(error));
+            match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(ClientError::NotMaster { .. } | ClientError::NotReady) if started.elapsed() < WAIT_FOR_MASTER => {
+                    tokio::time::sleep(RETRY_EVERY).await;
                 }
-                if let Some(channel) = self.channels.get(&master) {
-                    return Ok(Route::Forward(channel.clone()));
-                }
-            }
-            if started.elapsed() >= WAIT_FOR_MASTER {
-                return Err(client_error(error));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Shared {
-    /// Serves a request that only the master can answer: here when this node is the ready
-    /// master, else forwarded one hop to the master. A forward that cannot reach the hinted
-    /// master (a stale hint: it just died) is tried again, through a fresh look at who is
-    /// master, until the bounded wait runs out. Answers from a leasekv node are final: a
-    /// write that may have been applied is never sent twice.
-    pub async fn serve<T, R, L, LFut, H, F, FFut>(
-        &self,
-        hop: bool,
-        mut local: L,
-        here: H,
-        mut remote: F,
-    ) -> Result<R, Status>
-    where
-        L: FnMut() -> LFut,
-        LFut: Future<Output = Result<T, ClientError>>,
-        H: FnOnce(T) -> Result<R, Status>,
-        F: FnMut(Channel) -> FFut,
-        FFut: Future<Output = Result<tonic::Response<R>, Status>>,
-    {
-        let started = tokio::time::Instant::now();
-        loop {
-            match self.route(hop, &mut local).await? {
-                Route::Here(value) => return here(value),
-                Route::Forward(channel) => match remote(channel).await {
-                    Ok(response) => return Ok(response.into_inner()),
-                    Err(status)
-                        if status.code() == tonic::Code::Unavailable
-                            && !status.message().starts_with("etcdserver:")
-                            && started.elapsed() < WAIT_FOR_MASTER =>
-                    {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    Err(status) => return Err(status),
-                },
+                Err(error) => return Err(client_error(error)),
             }
         }
     }
-}
 
-impl Shared {
     /// [`Shared::serve`] for a command through the log: `here` turns the command's answer
     /// (with the response header at its revision) into the reply, or `None` when the store
     /// answered with the wrong kind; store errors get etcd's status.
-    pub async fn serve_command<R, H, F, FFut>(
+    pub async fn serve_command<R>(
         &self,
-        hop: bool,
         command: Command,
-        here: H,
-        remote: F,
-    ) -> Result<R, Status>
-    where
-        H: FnOnce(CommandResponse, pb::ResponseHeader) -> Option<R>,
-        F: FnMut(Channel) -> FFut,
-        FFut: Future<Output = Result<tonic::Response<R>, Status>>,
-    {
-        let local = || self.node.propose(command.clone());
-        let answer = |applied: leasekv_kvstore::Applied| match applied.result {
+        here: impl FnOnce(CommandResponse, pb::ResponseHeader) -> Option<R>,
+    ) -> Result<R, Status> {
+        let applied = self.serve(|| self.node.propose(command.clone())).await?;
+        match applied.result {
             Ok(response) => here(response, self.header(applied.revision))
                 .ok_or_else(|| Status::internal("leasekv: the store answered with a response of the wrong kind")),
             Err(error) => Err(convert::kv_error(&error)),
-        };
-        self.serve(hop, local, answer, remote).await
+        }
     }
 }
 
