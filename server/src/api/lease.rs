@@ -87,11 +87,12 @@ impl pb::lease_server::Lease for LeaseService {
                 let node = &shared.node;
                 let answer = match shared.route(hop, || node.keep_alive(req.id)).await {
                     Ok(Route::Here(ttl)) => {
-                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.header(0)), id: req.id, ttl })
+                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header().await), id: req.id, ttl })
                     }
                     Err(status) if status.code() == tonic::Code::NotFound => {
                         // etcd answers an unknown or expired lease with TTL 0.
-                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.header(0)), id: req.id, ttl: 0 })
+                        let header = Some(shared.current_header().await);
+                        Ok(pb::LeaseKeepAliveResponse { header, id: req.id, ttl: 0 })
                     }
                     Err(status) => Err(status),
                     Ok(Route::Forward(channel)) => relay(&mut upstream, channel, req).await,
@@ -114,7 +115,7 @@ impl pb::lease_server::Lease for LeaseService {
         let node = &self.0.node;
         match self.0.route(hop, || node.lease_status(original.id)).await {
             Ok(Route::Here(status)) => Ok(Response::new(pb::LeaseTimeToLiveResponse {
-                header: Some(self.0.header(0)),
+                header: Some(self.0.current_header().await),
                 id: original.id,
                 ttl: status.remaining.as_secs() as i64,
                 granted_ttl: status.granted_ttl,
@@ -122,7 +123,7 @@ impl pb::lease_server::Lease for LeaseService {
             })),
             // etcd answers an unknown lease with TTL -1.
             Err(status) if status.code() == tonic::Code::NotFound => Ok(Response::new(pb::LeaseTimeToLiveResponse {
-                header: Some(self.0.header(0)),
+                header: Some(self.0.current_header().await),
                 id: original.id,
                 ttl: -1,
                 granted_ttl: 0,
@@ -142,7 +143,7 @@ impl pb::lease_server::Lease for LeaseService {
         let node = &self.0.node;
         match self.0.route(hop, || node.lease_list()).await? {
             Route::Here(list) => Ok(Response::new(pb::LeaseLeasesResponse {
-                header: Some(self.0.header(0)),
+                header: Some(self.0.current_header().await),
                 leases: list.into_iter().map(|l| pb::LeaseStatus { id: l.id }).collect(),
             })),
             Route::Forward(channel) => LeaseClient::new(channel).lease_leases(forwarded(original)).await,

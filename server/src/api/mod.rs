@@ -86,6 +86,14 @@ impl Shared {
         pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.me.0 as u64, revision, raft_term: term }
     }
 
+    /// A response header at the store's current revision on this node, as etcd's Lease
+    /// answers (keepalive, time-to-live, list) carry: they change nothing, so there is no
+    /// revision of their own to report.
+    pub async fn current_header(&self) -> pb::ResponseHeader {
+        let revision = self.node.status().await.map_or(0, |s| s.revision);
+        self.header(revision)
+    }
+
     /// Runs `attempt` here; on "not master" forwards to the master (once), and while there
     /// is none retries for a bounded time.
     pub async fn route<T, F, Fut>(&self, forwarded: bool, mut attempt: F) -> Result<Route<T>, Status>
