@@ -1,10 +1,11 @@
 //! Real `kvserver` processes on 127.0.0.1: a three-node cluster per backend, driven through
-//! the client library (and etcdctl, an etcd client we did not write). Every wait is bounded;
-//! every process is started by the test and killed by it (by pid, on drop).
+//! the client library. Every wait is bounded; every process is started by the test and killed
+//! by it (by pid, on drop). etcdctl against the cluster, compared with a real etcd, is in
+//! `etcdctl_conformance.rs`.
 
 use leasekv_client::{Client, GetOptions};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -246,86 +247,6 @@ fn keys_on_a_lease_vanish_after_its_ttl_and_sigterm_hands_over() {
         eventually(Duration::from_secs(10), || c.put("/handover", "ok", 0, false)).await;
         eprintln!("first put after SIGTERM of the master took {:?}", started.elapsed());
     });
-}
-
-fn etcdctl() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|p| p.join("etcdctl")).find(|p: &PathBuf| Path::new(p).is_file())
-    });
-    if found.is_none() && std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("etcdctl is required under CI=true (Debian package etcd-client; .ci/run installs it)");
-    }
-    found
-}
-
-fn run_etcdctl(bin: &Path, endpoints: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(bin)
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoints}"))
-        .arg("--command-timeout=10s")
-        .args(args)
-        .output()
-        .expect("etcdctl runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
-}
-
-#[test]
-fn etcdctl_works_against_the_cluster() {
-    let Some(bin) = etcdctl() else {
-        eprintln!("etcdctl not installed; skipping (it is required under CI=true)");
-        return;
-    };
-    let cluster = Cluster::start("paxoslease");
-    let rt = runtime();
-    rt.block_on(master_index(&cluster));
-    let all = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
-    let one = cluster.endpoint(1);
-    let ok = |args: &[&str]| {
-        let (success, text) = run_etcdctl(&bin, &one, args);
-        assert!(success, "etcdctl {args:?} failed: {text}");
-        text
-    };
-    assert_eq!(ok(&["put", "/a", "1"]).trim(), "OK");
-    assert_eq!(ok(&["get", "/a"]).trim(), "/a\n1");
-    ok(&["put", "/p/x", "2"]);
-    ok(&["put", "/p/y", "3"]);
-    assert_eq!(ok(&["get", "/p/", "--prefix", "--keys-only"]).split_whitespace().collect::<Vec<_>>(), ["/p/x", "/p/y"]);
-    assert_eq!(ok(&["del", "/p/", "--prefix"]).trim(), "2");
-    let txn = Command::new(&bin)
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={one}"))
-        .args(["txn"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            if let Some(stdin) = child.stdin.as_mut() {
-                stdin.write_all(b"value(\"/a\") = \"1\"\n\nput /a 2\n\nput /a 3\n\n")?;
-            }
-            child.wait_with_output()
-        })
-        .expect("etcdctl txn runs");
-    let txn_out = String::from_utf8_lossy(&txn.stdout).to_string();
-    assert!(txn_out.starts_with("SUCCESS"), "txn: {txn_out}");
-    assert_eq!(ok(&["get", "/a", "--print-value-only"]).trim(), "2");
-    let granted = ok(&["lease", "grant", "30"]);
-    let id = granted.split_whitespace().nth(1).expect("lease id").to_string();
-    ok(&["put", "/leased", "v", "--lease", &id]);
-    assert!(ok(&["lease", "keep-alive", "--once", &id]).contains("TTL(30)"));
-    assert!(ok(&["lease", "timetolive", &id, "--keys"]).contains("/leased"));
-    assert!(ok(&["lease", "list"]).contains(&id));
-    assert_eq!(ok(&["member", "list"]).lines().count(), 3);
-    let (success, status) = run_etcdctl(&bin, &all, &["endpoint", "status"]);
-    assert!(success, "{status}");
-    assert_eq!(status.matches("true").count(), 1, "exactly one endpoint is the leader: {status}");
-    // Bad input gets etcd's messages, and the node stays up.
-    let (success, text) = run_etcdctl(&bin, &one, &["put", "", "v"]);
-    assert!(!success && text.contains("key is not provided"), "{text}");
-    let (success, text) = run_etcdctl(&bin, &one, &["put", "/x", "v", "--lease", "1234abcd"]);
-    assert!(!success && text.contains("requested lease not found"), "{text}");
-    assert_eq!(ok(&["get", "/a", "--print-value-only"]).trim(), "2");
 }
 
 #[test]

@@ -136,26 +136,49 @@ pub fn txn_in(t: pb::TxnRequest) -> Result<TxnRequest, Status> {
     })
 }
 
-/// A transaction's answer.
+/// A transaction's answer. As in etcd, each operation's answer has a header holding only the
+/// revision that operation saw: the revision before the transaction until the transaction's
+/// first write, the transaction's own revision (`header.revision`) from that write on.
 pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader) -> pb::TxnResponse {
     use pb::response_op::Response;
+    let writes = |r: &TxnOpResponse| match r {
+        TxnOpResponse::Put(_) => true,
+        TxnOpResponse::DeleteRange(d) => d.deleted > 0,
+        TxnOpResponse::Range(_) => false,
+    };
+    let before = if t.responses.iter().any(writes) { header.revision - 1 } else { header.revision };
+    let mut written = false;
     let responses = t
         .responses
         .into_iter()
-        .map(|r| pb::ResponseOp {
-            response: Some(match r {
-                TxnOpResponse::Range(r) => Response::ResponseRange(range_out(r, header)),
-                TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, header)),
-                TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, header)),
-            }),
+        .map(|r| {
+            written |= writes(&r);
+            let op_header =
+                pb::ResponseHeader { revision: if written { header.revision } else { before }, ..Default::default() };
+            pb::ResponseOp {
+                response: Some(match r {
+                    TxnOpResponse::Range(r) => Response::ResponseRange(range_out(r, op_header)),
+                    TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, op_header)),
+                    TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, op_header)),
+                }),
+            }
         })
         .collect();
     pb::TxnResponse { header: Some(header), succeeded: t.succeeded, responses }
 }
 
 /// The status etcd clients expect for a store error.
+///
+/// Where etcd has the error, the message is exactly etcd's: etcd's Go client (and so etcdctl)
+/// recognises errors by their exact message (`rpctypes.ErrRequestTooLarge`, ...) and shows an
+/// unknown one as a raw `rpc error: code = ... desc = ...`. The store's own message names the
+/// sizes too; that detail stays in the store's error (and the server's logs) but not on the wire.
 pub fn kv_error(error: &KvError) -> Status {
-    let message = error.to_string();
+    let message = match error {
+        KvError::KeyTooLarge { .. } | KvError::ValueTooLarge { .. } => "etcdserver: request is too large".to_string(),
+        KvError::TooManyTxnOps { .. } => "etcdserver: too many operations in txn request".to_string(),
+        other => other.to_string(),
+    };
     let code = match error {
         KvError::LeaseNotFound(_) => Code::NotFound,
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
@@ -178,5 +201,67 @@ pub fn client_error(error: ClientError) -> Status {
             Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
         }
         ClientError::Stopped(why) => Status::internal(format!("leasekv node stopped: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasekv_kvstore::{RangeResponse, TxnOpResponse};
+
+    fn header(revision: i64) -> pb::ResponseHeader {
+        pb::ResponseHeader { cluster_id: 7, member_id: 2, revision, raft_term: 3 }
+    }
+
+    fn op_revisions(t: &pb::TxnResponse) -> Vec<i64> {
+        use pb::response_op::Response;
+        t.responses
+            .iter()
+            .map(|r| {
+                let h = match r.response.as_ref().expect("a response") {
+                    Response::ResponseRange(r) => r.header,
+                    Response::ResponsePut(p) => p.header,
+                    Response::ResponseDeleteRange(d) => d.header,
+                    Response::ResponseTxn(t) => t.header,
+                }
+                .expect("a header");
+                assert_eq!((h.cluster_id, h.member_id, h.raft_term), (0, 0, 0), "only the revision, as etcd");
+                h.revision
+            })
+            .collect()
+    }
+
+    #[test]
+    fn txn_operation_headers_carry_the_revision_each_operation_saw() {
+        let range = || TxnOpResponse::Range(RangeResponse::default());
+        let put = || TxnOpResponse::Put(PutResponse { prev_kv: None });
+        let delete = |deleted| TxnOpResponse::DeleteRange(DeleteRangeResponse { deleted, prev_kvs: Vec::new() });
+        // Read, write, read, delete nothing, write: the transaction wrote revision 19.
+        let t = TxnResponse { succeeded: true, responses: vec![range(), put(), range(), delete(0), put()] };
+        let out = txn_out(t, header(19));
+        assert_eq!(out.header, Some(header(19)));
+        assert_eq!(op_revisions(&out), [18, 19, 19, 19, 19]);
+        // Reads and a delete of nothing write nothing: every header is the current revision.
+        let t = TxnResponse { succeeded: false, responses: vec![range(), delete(0), range()] };
+        assert_eq!(op_revisions(&txn_out(t, header(20))), [20, 20, 20]);
+        // A delete that deletes is a write.
+        let t = TxnResponse { succeeded: true, responses: vec![range(), delete(2), range()] };
+        assert_eq!(op_revisions(&txn_out(t, header(21))), [20, 21, 21]);
+    }
+
+    #[test]
+    fn size_errors_carry_etcds_exact_message() {
+        for (error, message) in [
+            (KvError::ValueTooLarge { len: 2_000_000, max: 1_572_864 }, "etcdserver: request is too large"),
+            (KvError::KeyTooLarge { len: 2000, max: 1536 }, "etcdserver: request is too large"),
+            (KvError::TooManyTxnOps { count: 129, max: 128 }, "etcdserver: too many operations in txn request"),
+            (KvError::EmptyKey, "etcdserver: key is not provided"),
+            (KvError::DuplicateKeyInTxn, "etcdserver: duplicate key given in txn request"),
+        ] {
+            let status = kv_error(&error);
+            assert_eq!((status.code(), status.message()), (Code::InvalidArgument, message), "{error:?}");
+        }
+        let status = kv_error(&KvError::LeaseNotFound(5));
+        assert_eq!((status.code(), status.message()), (Code::NotFound, "etcdserver: requested lease not found"));
     }
 }

@@ -29,8 +29,8 @@ impl pb::cluster_server::Cluster for ClusterService {
                 is_learner: false,
             })
             .collect();
-        let revision = self.0.node.status().await.map(|s| s.revision).unwrap_or(0);
-        Ok(Response::new(pb::MemberListResponse { header: Some(self.0.header(revision)), members }))
+        // etcd's MemberList header carries no revision (only cluster, member and term).
+        Ok(Response::new(pb::MemberListResponse { header: Some(self.0.header(0)), members }))
     }
 }
 

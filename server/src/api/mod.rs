@@ -84,6 +84,14 @@ impl Shared {
         pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.me.0 as u64, revision, raft_term: term }
     }
 
+    /// A response header at the store's current revision on this node, as etcd's Lease
+    /// answers (keepalive, time-to-live, list) carry: they change nothing, so there is no
+    /// revision of their own to report.
+    pub async fn current_header(&self) -> pb::ResponseHeader {
+        let revision = self.node.status().await.map_or(0, |s| s.revision);
+        self.header(revision)
+    }
+
     /// Serves a request through the node loop, which answers it here or has the master
     /// answer it (one hop over the peer stream). While there is no master, or the master
     /// is still taking over the log, it is tried again for a bounded time; then it fails

@@ -1,0 +1,843 @@
+//! etcdctl (Debian package `etcd-client`, API v3) gets the same answers from leasekv as from a
+//! real etcd (Debian package `etcd-server`).
+//!
+//! The test starts a three-node leasekv cluster and a three-node etcd cluster side by side on
+//! 127.0.0.1, runs one fixed sequence of etcdctl commands against each (through the same member,
+//! the second one, so on leasekv most commands are forwarded to the master), and compares the
+//! two transcripts line by line: exit code, standard output and the error lines etcdctl prints.
+//! The sequence covers `put` (plain, `--prev-kv`, `--lease`), `get` (plain, `--prefix`,
+//! `--keys-only`, `--print-value-only`, `--limit`, a range, `--from-key`, a missing key), `del`
+//! (one key, `--prefix`, `--prev-kv`, a missing key), `txn` (success and failure branch, reads
+//! and writes mixed), `lease grant`, `lease keep-alive --once`, `lease timetolive` (with and
+//! without `--keys`, and of a revoked lease), `lease list`, `lease revoke` (and its keys going),
+//! `member list`, `endpoint status` over all three endpoints, and the errors for an empty key,
+//! an unknown lease, a value over the 1.5 MiB request limit, a txn writing one key twice and
+//! revoking a revoked lease. Most commands run both in the default simple format and with
+//! `-w json`, which shows every field of etcd's answer (revisions, versions, prev_kv, count,
+//! more, lease, nested txn headers).
+//!
+//! Only what legitimately differs between two clusters is replaced by placeholders before the
+//! comparison: lease ids (chosen by the server), cluster and member ids, raft terms and indexes,
+//! versions and database sizes, the ports in URLs, and a lease's remaining seconds when it is
+//! within 3 s of its TTL (the two clusters run the commands at slightly different times), and
+//! the order of a lease's keys (etcd keeps them in a Go map). One known difference of leasekv is
+//! normalised away too, and reported rather than fixed here: a follower does not know the
+//! election term, so the headers it fills itself (member list) carry raft_term 0, which etcdctl
+//! leaves out; a missing raft_term counts as present. Revisions are compared exactly: both stores start at revision 1 and must count the same
+//! writes. `member list` and `endpoint status` are compared by shape (rows, which columns say
+//! what, exactly one leader that every member agrees on), since their order depends on ids.
+//!
+//! What leasekv does not serve (reads at a past revision, compaction, watch) is checked on
+//! leasekv alone: etcdctl must fail with an error naming the feature.
+//!
+//! Without etcd or etcdctl on PATH the test skips, except under `CI=true`, where it fails.
+//! `SHOW_ETCDCTL_TRANSCRIPT=1` prints leasekv's normalised transcript (run with `--nocapture`).
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const KVSERVER: &str = env!("CARGO_BIN_EXE_kvserver");
+
+/// The longest one etcdctl run may take before it is killed (its own timeout is 10 s).
+const RUN_LIMIT: Duration = Duration::from_secs(15);
+
+/// How long a cluster may take to elect a leader and answer a linearizable read.
+const READY_LIMIT: Duration = Duration::from_secs(15);
+
+/// etcd's default request size limit (`--max-request-bytes`) and leasekv's value limit.
+const REQUEST_LIMIT: usize = 1536 * 1024;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A program on PATH. Missing under `CI=true` is a failure naming the Debian package.
+fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
+    if found.is_none() && in_ci() {
+        panic!("{name} is required under CI=true: install the Debian package {package} (.ci/run does)");
+    }
+    found
+}
+
+/// `n` distinct free ports (all held open until every one is chosen).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
+}
+
+/// Three server processes, killed (by pid) when dropped.
+struct Cluster {
+    name: &'static str,
+    dir: tempfile::TempDir,
+    children: Vec<Child>,
+    client_ports: Vec<u16>,
+}
+
+impl Cluster {
+    fn leasekv(ports: &[u16]) -> Cluster {
+        let dir = tempfile::tempdir().expect("a temporary directory for leasekv");
+        let (client_ports, peer_ports) = ports.split_at(3);
+        let mut peers = String::new();
+        for i in 0..3 {
+            peers.push_str(&format!(
+                "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
+                i + 1,
+                client_ports[i],
+                peer_ports[i]
+            ));
+        }
+        let mut children = Vec::new();
+        for i in 0..3 {
+            let config = format!(
+                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n",
+                i + 1,
+                client_ports[i],
+                peer_ports[i],
+                dir.path().join(format!("data{}", i + 1)).display()
+            );
+            let path = dir.path().join(format!("n{}.toml", i + 1));
+            std::fs::write(&path, config).expect("leasekv config written");
+            let log = std::fs::File::create(dir.path().join(format!("log{i}"))).expect("leasekv log file");
+            let child = Command::new(KVSERVER)
+                .arg("--config")
+                .arg(&path)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("kvserver starts");
+            children.push(child);
+        }
+        Cluster { name: "leasekv", dir, children, client_ports: client_ports.to_vec() }
+    }
+
+    fn etcd(bin: &Path, ports: &[u16]) -> Cluster {
+        let dir = tempfile::tempdir().expect("a temporary directory for etcd");
+        let (client_ports, peer_ports) = ports.split_at(3);
+        let initial: Vec<String> = (0..3).map(|j| format!("e{j}=http://127.0.0.1:{}", peer_ports[j])).collect();
+        let mut children = Vec::new();
+        for i in 0..3 {
+            let log = std::fs::File::create(dir.path().join(format!("log{i}"))).expect("etcd log file");
+            let child = Command::new(bin)
+                .arg(format!("--name=e{i}"))
+                .arg(format!("--data-dir={}", dir.path().join(format!("data{i}")).display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{}", client_ports[i]))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", client_ports[i]))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", peer_ports[i]))
+                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", peer_ports[i]))
+                .arg(format!("--initial-cluster={}", initial.join(",")))
+                .arg("--initial-cluster-state=new")
+                .arg("--log-level=error")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("etcd starts");
+            children.push(child);
+        }
+        Cluster { name: "etcd", dir, children, client_ports: client_ports.to_vec() }
+    }
+
+    fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.client_ports[i])
+    }
+
+    fn all(&self) -> String {
+        (0..3).map(|i| self.endpoint(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// The end of every node's log, for failure messages.
+    fn logs(&self) -> String {
+        (0..3)
+            .map(|i| {
+                let text = std::fs::read_to_string(self.dir.path().join(format!("log{i}"))).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {} node {i} log (end) ---\n{}\n", self.name, tail.join("\n"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What one etcdctl run produced.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs etcdctl (API v3) with a hard deadline: killed by pid after [`RUN_LIMIT`].
+fn etcdctl(bin: &Path, endpoints: &str, timeout: &str, args: &[String], stdin: Option<&[u8]>) -> Run {
+    let mut child = Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .arg(format!("--command-timeout={timeout}"))
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl starts");
+    let pid = child.id();
+    let writer = child.stdin.take().map(|mut pipe| {
+        let input = stdin.unwrap_or_default().to_vec();
+        std::thread::spawn(move || {
+            // etcdctl may exit before reading everything (e.g. a usage error): ignore EPIPE.
+            let _ = pipe.write_all(&input);
+        })
+    });
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(RUN_LIMIT) {
+        Ok(output) => output.expect("etcdctl's output is readable"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+            panic!("etcdctl {args:?} against {endpoints} did not finish within {RUN_LIMIT:?}");
+        }
+    };
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Waits until every member answers `endpoint status` naming the same leader and a
+/// linearizable read succeeds. Nothing is written: both stores stay at revision 1.
+fn wait_ready(bin: &Path, cluster: &Cluster) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < READY_LIMIT {
+        let status = etcdctl(bin, &cluster.all(), "2s", &strings(&["endpoint", "status", "-w", "json"]), None);
+        let leaders: Option<BTreeSet<u64>> = serde_json::from_str::<Value>(&status.stdout).ok().and_then(|v| {
+            let rows = v.as_array()?.clone();
+            (rows.len() == 3).then(|| rows.iter().map(|r| r["Status"]["leader"].as_u64().unwrap_or(0)).collect())
+        });
+        match leaders {
+            Some(set) if set.len() == 1 && !set.contains(&0) => {
+                let read = etcdctl(bin, &cluster.endpoint(1), "3s", &strings(&["get", "/ready"]), None);
+                if read.code == Some(0) {
+                    return Ok(started.elapsed());
+                }
+                last = format!("read: {read:?}");
+            }
+            _ => last = format!("status: {status:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("{} not ready within {READY_LIMIT:?}; last: {last}\n{}", cluster.name, cluster.logs()))
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// How a step's standard output is normalised and compared.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// Text, compared line by line.
+    Simple,
+    /// Text whose lines after the first are sorted (lease list: the order follows the ids).
+    SortedTail,
+    /// One JSON document, compared field by field (pretty-printed, keys sorted).
+    Json,
+    /// `member list` in the simple format.
+    Members,
+    /// `member list -w json`.
+    MembersJson,
+    /// `endpoint status` over every endpoint, simple format.
+    Status,
+    /// `endpoint status -w json` over every endpoint.
+    StatusJson,
+}
+
+/// One etcdctl command of the sequence. `{L1}`, `{L2}` in the arguments stand for the lease
+/// ids captured (from `lease grant`) under those names.
+struct Step {
+    args: Vec<&'static str>,
+    stdin: Option<Vec<u8>>,
+    all_endpoints: bool,
+    shape: Shape,
+    capture: Option<&'static str>,
+}
+
+fn step(args: &[&'static str]) -> Step {
+    Step { args: args.to_vec(), stdin: None, all_endpoints: false, shape: Shape::Simple, capture: None }
+}
+
+impl Step {
+    /// The same command with `-w json`.
+    fn json(mut self) -> Step {
+        self.args.extend(["-w", "json"]);
+        self.shape = match self.shape {
+            Shape::Members => Shape::MembersJson,
+            Shape::Status => Shape::StatusJson,
+            _ => Shape::Json,
+        };
+        self
+    }
+
+    fn stdin(mut self, input: impl Into<Vec<u8>>) -> Step {
+        self.stdin = Some(input.into());
+        self
+    }
+
+    fn shape(mut self, shape: Shape) -> Step {
+        self.shape = shape;
+        self
+    }
+
+    fn all_endpoints(mut self) -> Step {
+        self.all_endpoints = true;
+        self
+    }
+
+    fn capture(mut self, name: &'static str) -> Step {
+        self.capture = Some(name);
+        self
+    }
+}
+
+/// A txn whose compare holds: reads before and after a write, a delete of nothing, a second write.
+const TXN_SUCCESS: &str = "value(\"/t\") = \"1\"\n\nget /t\nput /t 2\nget /t\ndel /nothing\nput /u 1\n\nput /t 3\n\n";
+/// A txn whose compare fails: the failure branch runs.
+const TXN_FAILURE: &str = "value(\"/t\") = \"1\"\n\nput /t 4\n\nput /t 5\nget /t --prefix --keys-only\n\n";
+/// A txn whose compare is on the mod revision, failure branch with a read only.
+const TXN_READ_ONLY: &str = "mod(\"/t\") > \"1000\"\n\nput /t 6\n\nget /u\n\n";
+/// A txn writing the same key twice in one branch: refused whichever branch would run.
+const TXN_DUPLICATE: &str = "value(\"/t\") = \"1\"\n\nput /t 7\n\nput /u 8\ndel /u\n\n";
+
+/// The sequence. Order matters: later steps see the effects (and revisions) of earlier ones.
+fn sequence() -> Vec<Step> {
+    let oversized = vec![b'x'; REQUEST_LIMIT + 30 * 1024];
+    vec![
+        // put / get
+        step(&["put", "/a", "1"]),
+        step(&["put", "/a", "1"]).json(),
+        step(&["get", "/a"]),
+        step(&["get", "/a"]).json(),
+        step(&["put", "/a", "2", "--prev-kv"]),
+        step(&["put", "/a", "3", "--prev-kv"]).json(),
+        step(&["put", "/p/x", "10"]),
+        step(&["put", "/p/y", "20"]),
+        step(&["put", "/p/z", "30"]).json(),
+        step(&["get", "/p/", "--prefix"]),
+        step(&["get", "/p/", "--prefix"]).json(),
+        step(&["get", "/p/", "--prefix", "--keys-only"]),
+        step(&["get", "/p/", "--prefix", "--keys-only"]).json(),
+        step(&["get", "/p/", "--prefix", "--print-value-only"]),
+        step(&["get", "/p/", "--prefix", "--limit=2"]),
+        step(&["get", "/p/", "--prefix", "--limit=2"]).json(),
+        step(&["get", "/p/x", "/p/z"]).json(),
+        step(&["get", "/p/y", "--from-key"]).json(),
+        step(&["get", "/nope"]),
+        step(&["get", "/nope"]).json(),
+        // del
+        step(&["del", "/p/z", "--prev-kv"]),
+        step(&["del", "/nothing"]),
+        step(&["del", "/nothing"]).json(),
+        step(&["del", "/p/", "--prefix"]).json(),
+        step(&["put", "/d", "x"]),
+        step(&["del", "/d", "--prev-kv"]).json(),
+        // txn
+        step(&["put", "/t", "1"]),
+        step(&["txn"]).stdin(TXN_SUCCESS),
+        step(&["put", "/t", "1"]),
+        step(&["txn"]).stdin(TXN_SUCCESS).json(),
+        step(&["txn"]).stdin(TXN_FAILURE),
+        step(&["txn"]).stdin(TXN_FAILURE).json(),
+        step(&["txn"]).stdin(TXN_READ_ONLY).json(),
+        step(&["get", "/t"]).json(),
+        // leases
+        step(&["lease", "grant", "30"]).capture("L1"),
+        step(&["lease", "grant", "60"]).json().capture("L2"),
+        step(&["put", "/leased", "v", "--lease={L1}"]),
+        step(&["put", "/leased2", "w", "--lease={L1}"]).json(),
+        step(&["get", "/leased"]).json(),
+        step(&["lease", "keep-alive", "--once", "{L1}"]),
+        step(&["lease", "keep-alive", "--once", "{L1}"]).json(),
+        step(&["lease", "timetolive", "{L1}"]),
+        step(&["lease", "timetolive", "{L1}", "--keys"]),
+        step(&["lease", "timetolive", "{L1}", "--keys"]).json(),
+        step(&["lease", "timetolive", "{L2}"]).json(),
+        step(&["lease", "list"]).shape(Shape::SortedTail),
+        step(&["lease", "list"]).json(),
+        step(&["lease", "revoke", "{L1}"]),
+        step(&["get", "/leased", "--prefix"]).json(),
+        step(&["lease", "timetolive", "{L1}"]),
+        step(&["lease", "timetolive", "{L1}", "--keys"]).json(),
+        step(&["lease", "keep-alive", "--once", "{L1}"]),
+        step(&["lease", "revoke", "{L1}"]),
+        step(&["lease", "revoke", "{L2}"]).json(),
+        step(&["lease", "list"]),
+        // the cluster
+        step(&["member", "list"]).shape(Shape::Members),
+        step(&["member", "list"]).shape(Shape::Members).json(),
+        step(&["endpoint", "status"]).shape(Shape::Status).all_endpoints(),
+        step(&["endpoint", "status"]).shape(Shape::Status).all_endpoints().json(),
+        // errors
+        step(&["put", "", "v"]),
+        step(&["get", ""]),
+        step(&["put", "/x", "v", "--lease=1234abcd"]),
+        step(&["put", "/big"]).stdin(oversized),
+        step(&["txn"]).stdin(TXN_DUPLICATE),
+        // nothing above changed what is stored
+        step(&["get", "", "--from-key"]).json(),
+    ]
+}
+
+/// Lease ids captured from `lease grant`, by name.
+#[derive(Default)]
+struct Leases(Vec<(&'static str, u64)>);
+
+impl Leases {
+    fn placeholder(&self, id: u64) -> Option<String> {
+        self.0.iter().find(|(_, known)| *known == id).map(|(name, _)| format!("<lease {name}>"))
+    }
+
+    fn substitute(&self, arg: &str) -> String {
+        let mut arg = arg.to_string();
+        for (name, id) in &self.0 {
+            arg = arg.replace(&format!("{{{name}}}"), &format!("{id:x}"));
+        }
+        arg
+    }
+
+    /// Replaces every whole word that is a known lease id in hex (plain or zero-padded).
+    fn in_text(&self, text: &str) -> String {
+        let mut out = String::new();
+        let mut word = String::new();
+        let flush = |word: &mut String, out: &mut String| {
+            let id = u64::from_str_radix(word, 16).ok().filter(|_| word.len() >= 8);
+            match id.and_then(|id| self.placeholder(id)) {
+                Some(p) => out.push_str(&p),
+                None => out.push_str(word),
+            }
+            word.clear();
+        };
+        for c in text.chars() {
+            if c.is_ascii_alphanumeric() {
+                word.push(c);
+            } else {
+                flush(&mut word, &mut out);
+                out.push(c);
+            }
+        }
+        flush(&mut word, &mut out);
+        out
+    }
+}
+
+/// "attached keys([/b /a])" → "attached keys([/a /b])": etcd keeps a lease's keys in a Go map.
+fn sorted_lease_keys(line: &str) -> String {
+    let tag = "attached keys([";
+    let Some(start) = line.find(tag).map(|i| i + tag.len()) else { return line.to_string() };
+    let Some(end) = line[start..].find("])").map(|i| start + i) else { return line.to_string() };
+    let mut keys: Vec<&str> = line[start..end].split(' ').collect();
+    keys.sort();
+    format!("{}{}{}", &line[..start], keys.join(" "), &line[end..])
+}
+
+/// "granted with TTL(30s), remaining(29s)" → "remaining(TTL-ish)" when within 3 s of the TTL.
+fn remaining_in_text(line: &str) -> String {
+    let number_after = |tag: &str| -> Option<(usize, usize, i64)> {
+        let start = line.find(tag)? + tag.len();
+        let end = start + line[start..].find("s)")?;
+        Some((start, end, line[start..end].parse().ok()?))
+    };
+    match (number_after("TTL("), number_after("remaining(")) {
+        (Some((_, _, ttl)), Some((start, end, left))) if ttl - 3 <= left && left <= ttl => {
+            format!("{}<within 3 s of the TTL>{}", &line[..start], &line[end..])
+        }
+        _ => line.to_string(),
+    }
+}
+
+/// etcdctl's JSON puts keys and values in base64: decode the printable ones for readable diffs.
+fn unbase64(text: &str) -> Option<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut bytes = Vec::new();
+    for c in text.bytes().filter(|&c| c != b'=') {
+        bits = (bits << 6) | ALPHABET.iter().position(|&a| a == c)? as u32;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            bytes.push((bits >> count) as u8);
+        }
+    }
+    String::from_utf8(bytes).ok().filter(|s| s.chars().all(|c| !c.is_control()))
+}
+
+/// Replaces what differs legitimately between two clusters inside a JSON answer.
+fn normalise_json(value: &mut Value, leases: &Leases) {
+    match value {
+        Value::Object(map) => {
+            let granted = map.get("granted-ttl").and_then(Value::as_i64);
+            for (key, field) in map.iter_mut() {
+                match key.as_str() {
+                    "cluster_id" | "member_id" | "raft_term" | "raftTerm" | "raftIndex" | "raftAppliedIndex"
+                    | "dbSize" | "dbSizeInUse" | "version" => {
+                        // "version" is also a key's version, an integer: compared as is.
+                        if !(key == "version" && field.is_i64()) {
+                            *field = Value::String(format!("<{key}>"));
+                        }
+                    }
+                    "ID" | "id" | "lease" => {
+                        if let Some(p) = field.as_u64().and_then(|id| leases.placeholder(id)) {
+                            *field = Value::String(p);
+                        }
+                    }
+                    "ttl" => {
+                        if let (Some(ttl), Some(granted)) = (field.as_i64(), granted) {
+                            if ttl > 0 && granted - 3 <= ttl && ttl <= granted {
+                                *field = Value::String("<within 3 s of granted-ttl>".to_string());
+                            }
+                        }
+                    }
+                    "key" | "value" => {
+                        if let Some(text) = field.as_str().and_then(unbase64) {
+                            *field = Value::String(format!("base64 of {text:?}"));
+                        }
+                    }
+                    "keys" => {
+                        if let Value::Array(keys) = field {
+                            for k in keys.iter_mut() {
+                                if let Some(text) = k.as_str().and_then(unbase64) {
+                                    *k = Value::String(format!("base64 of {text:?}"));
+                                }
+                            }
+                            // etcd keeps a lease's keys in a Go map: any order.
+                            keys.sort_by_key(|k| k.to_string());
+                        }
+                    }
+                    _ => normalise_json(field, leases),
+                }
+            }
+            // The lease list's order follows the ids.
+            if let Some(Value::Array(list)) = map.get_mut("leases") {
+                list.sort_by_key(|v| v.to_string());
+            }
+            // A known difference, left as it is: a leasekv follower does not know the election
+            // term, so the headers it fills itself carry raft_term 0, which etcdctl leaves out.
+            if map.contains_key("cluster_id") && !map.contains_key("raft_term") {
+                map.insert("raft_term".to_string(), Value::String("<raft_term>".to_string()));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| normalise_json(v, leases)),
+        _ => {}
+    }
+}
+
+/// `member list` rows: "id, started, name, peer url, client url, is learner".
+fn normalise_members(stdout: &str, client_endpoints: &[String]) -> Vec<String> {
+    let mut ids = BTreeSet::new();
+    let mut rows: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            let cols: Vec<&str> = line.split(", ").collect();
+            if cols.len() != 6 {
+                return format!("unexpected row: {line}");
+            }
+            ids.insert(cols[0].to_string());
+            let client = client_url(cols[4], client_endpoints);
+            let peer = if cols[3].starts_with("http://127.0.0.1:") { "<peer url>" } else { cols[3] };
+            format!("<member id>, {}, <name>, {peer}, {client}, {}", cols[1], cols[5])
+        })
+        .collect();
+    rows.sort();
+    rows.push(format!("distinct member ids: {}", ids.len()));
+    rows
+}
+
+fn client_url(url: &str, client_endpoints: &[String]) -> String {
+    match client_endpoints.iter().position(|e| url == format!("http://{e}")) {
+        Some(i) => format!("http://<client endpoint {i}>"),
+        None => url.to_string(),
+    }
+}
+
+fn normalise_members_json(value: &mut Value, client_endpoints: &[String], leases: &Leases) -> Vec<String> {
+    let mut ids = BTreeSet::new();
+    if let Some(Value::Array(members)) = value.get_mut("members") {
+        for m in members.iter_mut() {
+            if let Some(id) = m.get("ID").and_then(Value::as_u64) {
+                ids.insert(id);
+            }
+            m["ID"] = Value::String("<member id>".to_string());
+            m["name"] = Value::String("<name>".to_string());
+            if let Some(Value::Array(urls)) = m.get_mut("peerURLs") {
+                urls.iter_mut().for_each(|u| *u = Value::String("<peer url>".to_string()));
+            }
+            if let Some(Value::Array(urls)) = m.get_mut("clientURLs") {
+                urls.iter_mut()
+                    .for_each(|u| *u = Value::String(client_url(u.as_str().unwrap_or(""), client_endpoints)));
+            }
+        }
+        members.sort_by_key(|m| m["clientURLs"].to_string());
+    }
+    let answering = value["header"]["member_id"].as_u64().is_some_and(|id| ids.contains(&id));
+    normalise_json(value, leases);
+    let mut lines = pretty(value);
+    lines.push(format!("distinct member ids: {}", ids.len()));
+    lines.push(format!("the answering member is listed: {answering}"));
+    lines
+}
+
+/// `endpoint status` rows: "endpoint, id, version, db size, is leader, is learner, raft term,
+/// raft index, raft applied index, errors" → their shape.
+fn normalise_status(stdout: &str, client_endpoints: &[String]) -> Vec<String> {
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split(", ").collect()).collect();
+    let col = |i: usize, what: &str| rows.iter().filter(|r| r.get(i).is_some_and(|c| c.trim() == what)).count();
+    let mut endpoints: Vec<String> = rows
+        .iter()
+        .map(|r| match client_endpoints.iter().position(|e| Some(&e.as_str()) == r.first()) {
+            Some(i) => format!("<client endpoint {i}>"),
+            None => format!("unexpected row: {}", r.join(", ")),
+        })
+        .collect();
+    endpoints.sort();
+    vec![
+        format!("rows: {}", rows.len()),
+        format!("columns per row: {:?}", rows.iter().map(Vec::len).collect::<BTreeSet<_>>()),
+        format!("endpoints: {}", endpoints.join(" ")),
+        format!("rows saying leader: {}", col(4, "true")),
+        format!("rows saying learner: {}", col(5, "true")),
+        format!(
+            "rows with an error: {}",
+            rows.iter().filter(|r| r.get(9).is_some_and(|c| !c.trim().is_empty())).count()
+        ),
+    ]
+}
+
+fn normalise_status_json(value: &Value, client_endpoints: &[String]) -> Vec<String> {
+    let rows = value.as_array().cloned().unwrap_or_default();
+    let leaders: BTreeSet<u64> = rows.iter().filter_map(|r| r["Status"]["leader"].as_u64()).collect();
+    let leader_rows = rows
+        .iter()
+        .filter(|r| r["Status"]["header"]["member_id"].as_u64().is_some_and(|id| leaders.contains(&id)))
+        .count();
+    let terms: BTreeSet<u64> = rows.iter().filter_map(|r| r["Status"]["raftTerm"].as_u64()).collect();
+    let mut endpoints: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let e = r["Endpoint"].as_str().unwrap_or("");
+            match client_endpoints.iter().position(|c| c == e) {
+                Some(i) => format!("<client endpoint {i}>"),
+                None => format!("unexpected endpoint {e}"),
+            }
+        })
+        .collect();
+    endpoints.sort();
+    vec![
+        format!("rows: {}", rows.len()),
+        format!("endpoints: {}", endpoints.join(" ")),
+        format!("distinct leaders named: {}", leaders.len()),
+        format!("rows answered by the leader: {leader_rows}"),
+        format!("distinct raft terms: {}", terms.len()),
+        format!("rows with a version: {}", rows.iter().filter(|r| r["Status"]["version"].as_str().is_some()).count()),
+    ]
+}
+
+fn pretty(value: &Value) -> Vec<String> {
+    serde_json::to_string_pretty(value).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+/// One step's transcript with what differs legitimately replaced.
+fn normalise(run: &Run, shape: Shape, leases: &Leases, client_endpoints: &[String]) -> Vec<String> {
+    let mut lines = vec![format!("exit code: {:?}", run.code)];
+    let text = |s: &str| -> Vec<String> {
+        s.lines().map(|l| sorted_lease_keys(&remaining_in_text(&leases.in_text(l)))).collect()
+    };
+    let json = || serde_json::from_str::<Value>(run.stdout.trim()).ok();
+    let out = match (shape, json()) {
+        (Shape::Simple, _) => text(&run.stdout),
+        (Shape::SortedTail, _) => {
+            let mut all = text(&run.stdout);
+            if all.len() > 1 {
+                all[1..].sort();
+            }
+            all
+        }
+        (Shape::Json, Some(mut v)) => {
+            normalise_json(&mut v, leases);
+            pretty(&v)
+        }
+        (Shape::Members, _) => normalise_members(&run.stdout, client_endpoints),
+        (Shape::MembersJson, Some(mut v)) => normalise_members_json(&mut v, client_endpoints, leases),
+        (Shape::Status, _) => normalise_status(&run.stdout, client_endpoints),
+        (Shape::StatusJson, Some(v)) => normalise_status_json(&v, client_endpoints),
+        (_, None) => text(&run.stdout),
+    };
+    lines.extend(out.into_iter().map(|l| format!("out: {l}")));
+    for line in run.stderr.lines() {
+        // clientv3's retry logger: keep the gRPC error, drop the timestamp and the target.
+        let log = serde_json::from_str::<Value>(line).ok().filter(|v| v.get("msg").is_some());
+        let line = match log {
+            Some(v) => format!("log: {}: {}", v["msg"].as_str().unwrap_or(""), v["error"].as_str().unwrap_or("")),
+            None => line.to_string(),
+        };
+        lines.push(format!("err: {}", leases.in_text(&line)));
+    }
+    lines
+}
+
+/// The id a `lease grant` printed ("lease 694d77aa9e38260f granted with TTL(30s)" or JSON "ID").
+fn granted_id(run: &Run) -> Option<u64> {
+    if let Ok(v) = serde_json::from_str::<Value>(run.stdout.trim()) {
+        return v["ID"].as_u64();
+    }
+    let hex = run.stdout.split_whitespace().nth(1)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Runs the sequence against one cluster: the command line shown and the normalised
+/// transcript of every step.
+fn transcript(bin: &Path, cluster: &Cluster) -> Vec<(String, Vec<String>)> {
+    let mut leases = Leases::default();
+    let client_endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+    let mut out = Vec::new();
+    for step in sequence() {
+        let args: Vec<String> = step.args.iter().map(|a| leases.substitute(a)).collect();
+        let endpoints = if step.all_endpoints { cluster.all() } else { cluster.endpoint(1) };
+        let run = etcdctl(bin, &endpoints, "10s", &args, step.stdin.as_deref());
+        if let Some(name) = step.capture {
+            let id = granted_id(&run)
+                .unwrap_or_else(|| panic!("{}: no lease id in the answer to {args:?}: {run:?}", cluster.name));
+            leases.0.push((name, id));
+        }
+        let shown_args: Vec<String> =
+            step.args.iter().map(|a| if a.is_empty() { "''".to_string() } else { a.to_string() }).collect();
+        let mut shown = format!("etcdctl {}", shown_args.join(" "));
+        if let Some(input) = &step.stdin {
+            if input.len() <= 200 {
+                shown.push_str(&format!(" <<< {:?}", String::from_utf8_lossy(input)));
+            } else {
+                shown.push_str(&format!(" <<< ({} bytes)", input.len()));
+            }
+        }
+        out.push((shown, normalise(&run, step.shape, &leases, &client_endpoints)));
+    }
+    out
+}
+
+/// Where two normalised transcripts differ, step by step: a line diff (longest common
+/// subsequence; the outputs are a few dozen lines) with `-` for etcd's lines and `+` for ours.
+fn differences(etcd: &[(String, Vec<String>)], ours: &[(String, Vec<String>)]) -> String {
+    let mut report = String::new();
+    for (n, ((command, a), (_, b))) in etcd.iter().zip(ours).enumerate() {
+        if a != b {
+            report.push_str(&format!("\nstep {}: {command}\n{}", n + 1, line_diff(a, b)));
+        }
+    }
+    report
+}
+
+fn line_diff(a: &[String], b: &[String]) -> String {
+    // common[i][j]: the longest common subsequence of a[i..] and b[j..].
+    let mut common = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            common[i][j] = if a[i] == b[j] { common[i + 1][j + 1] + 1 } else { common[i + 1][j].max(common[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            out.push_str(&format!("    {}\n", a[i]));
+            (i, j) = (i + 1, j + 1);
+        } else if j < b.len() && (i == a.len() || common[i][j + 1] >= common[i + 1][j]) {
+            out.push_str(&format!("  + {}\n", b[j]));
+            j += 1;
+        } else {
+            out.push_str(&format!("  - {}\n", a[i]));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What leasekv does not serve fails with an error naming it (checked on leasekv only).
+fn unserved_features_are_named(bin: &Path, cluster: &Cluster) {
+    let one = cluster.endpoint(1);
+    let cases: [(&[&str], &str); 3] = [
+        (&["get", "/a", "--rev=1"], "reading at a past revision is not served by leasekv"),
+        (&["compaction", "1"], "compaction is not served by leasekv"),
+        (&["watch", "/a"], "watch is not served by leasekv"),
+    ];
+    for (args, expected) in cases {
+        let run = etcdctl(bin, &one, "5s", &strings(args), None);
+        assert!(
+            run.code != Some(0) && run.stderr.contains(expected),
+            "etcdctl {args:?} on leasekv should fail naming the feature ({expected:?}); got {run:?}"
+        );
+    }
+}
+
+#[test]
+fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
+    let (Some(etcd_bin), Some(bin)) = (tool("etcd", "etcd-server"), tool("etcdctl", "etcd-client")) else {
+        eprintln!(
+            "etcd or etcdctl not installed (Debian: etcd-server, etcd-client); skipping (required under CI=true)"
+        );
+        return;
+    };
+    let started = Instant::now();
+    let ports = free_ports(12);
+    // Both clusters start at once; each waits for its own leader.
+    let ours = Cluster::leasekv(&ports[..6]);
+    let etcd = Cluster::etcd(&etcd_bin, &ports[6..]);
+    let (ours_ready, etcd_ready) = std::thread::scope(|s| {
+        let a = s.spawn(|| wait_ready(&bin, &ours));
+        let b = s.spawn(|| wait_ready(&bin, &etcd));
+        (a.join().expect("leasekv readiness check"), b.join().expect("etcd readiness check"))
+    });
+    let ours_ready = ours_ready.unwrap_or_else(|e| panic!("{e}"));
+    let etcd_ready = etcd_ready.unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("ready: leasekv after {ours_ready:?}, etcd after {etcd_ready:?}");
+
+    let (expected, actual) = std::thread::scope(|s| {
+        let a = s.spawn(|| transcript(&bin, &etcd));
+        let b = s.spawn(|| transcript(&bin, &ours));
+        (a.join().expect("the etcd transcript"), b.join().expect("the leasekv transcript"))
+    });
+    eprintln!("{} steps on both clusters after {:?}", expected.len(), started.elapsed());
+    if std::env::var_os("SHOW_ETCDCTL_TRANSCRIPT").is_some() {
+        for (n, (command, lines)) in actual.iter().enumerate() {
+            eprintln!("step {}: {command}\n    {}", n + 1, lines.join("\n    "));
+        }
+    }
+    let diff = differences(&expected, &actual);
+    assert!(
+        diff.is_empty(),
+        "etcdctl's answers from leasekv differ from a real etcd's (normalised; '-' lines are etcd's, \
+         '+' lines leasekv's):\n{diff}"
+    );
+
+    unserved_features_are_named(&bin, &ours);
+    eprintln!("done after {:?}", started.elapsed());
+}
