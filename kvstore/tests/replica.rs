@@ -3,7 +3,7 @@
 //! who believes it is master.
 
 use leasekv_kvstore::log::{ClientError, Completion, LogMessage, ReadConsistency, Replica, ReplicaConfig};
-use leasekv_kvstore::storage::MemoryStorage;
+use leasekv_kvstore::storage::{MemoryStorage, StorageError};
 use leasekv_kvstore::{Command, CommandResponse, KeyRange, Limits, PutRequest, RangeRequest, NO_LEASE};
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::{Ballot, Instant, Mastership, NodeId};
@@ -408,4 +408,79 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
     assert_eq!(last.to_string(), "etcdserver: requested lease not found");
     assert_eq!(c.replica(1).keep_alive(now, 77).unwrap_err().to_string(), "etcdserver: requested lease not found");
     assert_eq!(c.replica(1).state().key_count(), 0);
+}
+
+/// The accepts a follower has acknowledged, by slot.
+fn accepted_slots(messages: &[(NodeId, LogMessage)]) -> Vec<u64> {
+    messages
+        .iter()
+        .filter_map(|(_, m)| if let LogMessage::Accepted { slot, .. } = m { Some(*slot) } else { None })
+        .collect()
+}
+
+/// Takes the master's Accept messages for `to` out of its output.
+fn accepts_for(c: &mut Cluster, master: u32, to: u32) -> Vec<LogMessage> {
+    let out = c.replica(master).take_output();
+    out.messages
+        .into_iter()
+        .filter(|(dest, m)| dest.0 == to && matches!(m, LogMessage::Accept { .. }))
+        .map(|(_, m)| m)
+        .collect()
+}
+
+#[test]
+fn a_sync_run_elsewhere_releases_exactly_the_acks_it_covers() {
+    let mut c = Cluster::new(3, config());
+    c.make_master(1, 1);
+    c.settle();
+    let now = c.now;
+    c.put(1, "a", "1").unwrap();
+    let first = accepts_for(&mut c, 1, 2);
+    assert_eq!(first.len(), 1);
+    for m in first {
+        c.replica(2).handle_message(now, NodeId(1), m);
+    }
+    let out = c.replica(2).take_output();
+    assert!(out.needs_sync && accepted_slots(&out.messages).is_empty(), "nothing is acknowledged before its sync");
+    let ticket = c.replica(2).begin_sync().expect("a sync is needed");
+    assert!(c.replica(2).begin_sync().is_none(), "one sync at a time");
+    // While the disk works, the next accept arrives: the sync in flight does not cover it.
+    c.put(1, "b", "2").unwrap();
+    for m in accepts_for(&mut c, 1, 2) {
+        c.replica(2).handle_message(now, NodeId(1), m);
+    }
+    let out = c.replica(2).take_output();
+    assert!(!out.needs_sync, "no second sync while one is in flight");
+    assert!(accepted_slots(&out.messages).is_empty());
+    c.replica(2).finish_sync(now, ticket, Ok(()));
+    let out = c.replica(2).take_output();
+    let released = accepted_slots(&out.messages);
+    assert_eq!(released.len(), 1, "only the covered accept is acknowledged: {released:?}");
+    assert!(out.needs_sync, "the second accept now needs its own sync");
+    // A ticket that is not in flight changes nothing.
+    c.replica(2).finish_sync(now, ticket, Ok(()));
+    assert!(accepted_slots(&c.replica(2).take_output().messages).is_empty());
+    let second = c.replica(2).begin_sync().expect("second sync");
+    c.replica(2).finish_sync(now, second, Ok(()));
+    let later = accepted_slots(&c.replica(2).take_output().messages);
+    assert_eq!(later.len(), 1);
+    assert!(later[0] > released[0]);
+}
+
+#[test]
+fn a_failed_sync_releases_nothing_and_stops_the_replica() {
+    let mut c = Cluster::new(3, config());
+    c.make_master(1, 1);
+    c.settle();
+    let now = c.now;
+    c.put(1, "a", "1").unwrap();
+    for m in accepts_for(&mut c, 1, 2) {
+        c.replica(2).handle_message(now, NodeId(1), m);
+    }
+    let _ = c.replica(2).take_output();
+    let ticket = c.replica(2).begin_sync().expect("a sync is needed");
+    c.replica(2).finish_sync(now, ticket, Err(StorageError::Io("disk gone".into())));
+    assert!(accepted_slots(&c.replica(2).take_output().messages).is_empty());
+    assert!(c.replica(2).stopped().is_some());
+    assert!(c.replica(2).begin_sync().is_none());
 }

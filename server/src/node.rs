@@ -8,8 +8,8 @@
 use crate::forward::{ForwardId, Forwards, MasterAnswer, MasterRequest, Waiter};
 use crate::peers::PeerNetwork;
 use crate::wire::Wire;
-use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica};
-use leasekv_kvstore::storage::SledStorage;
+use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, SyncTicket};
+use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
 use leasekv_lease::backend::MonotonicClock;
@@ -140,6 +140,13 @@ pub fn start(
 ) -> NodeHandle {
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
+    let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
+        Ok((disk, synced)) => (Some(disk), Some(synced)),
+        Err(error) => {
+            tracing::warn!(%error, "cannot start the sync thread; syncing on the node loop instead");
+            (None, None)
+        }
+    };
     let node = NodeLoop {
         replica,
         clock,
@@ -147,8 +154,10 @@ pub fn start(
         proposals: HashMap::new(),
         forwards: Forwards::default(),
         known_master: None,
+        disk,
+        sync_in_flight: None,
     };
-    tokio::spawn(node.run(rx, status));
+    tokio::spawn(node.run(rx, status, synced));
     NodeHandle { tx, election }
 }
 
@@ -176,10 +185,43 @@ struct NodeLoop {
     forwards: Forwards,
     /// The master as last seen, so forwards to a deposed one are given up at once.
     known_master: Option<NodeId>,
+    /// The sync thread's queue (`None`: sync on this task).
+    disk: Option<std::sync::mpsc::Sender<SyncTicket>>,
+    /// The sync the disk thread is working on.
+    sync_in_flight: Option<SyncTicket>,
+}
+
+/// A finished sync: its ticket and outcome.
+type Synced = (SyncTicket, Result<(), StorageError>);
+
+/// Starts the thread that runs the replica's syncs, so the node loop goes on accepting,
+/// answering and applying while the disk works; whatever arrives meanwhile is covered by
+/// the next sync (group commit). One sync at a time: the replica begins the next only when
+/// this one is done.
+fn start_sync_thread(
+    handle: SledSyncHandle,
+) -> std::io::Result<(std::sync::mpsc::Sender<SyncTicket>, mpsc::UnboundedReceiver<Synced>)> {
+    let (requests, incoming) = std::sync::mpsc::channel::<SyncTicket>();
+    let (done, synced) = mpsc::unbounded_channel();
+    std::thread::Builder::new().name("kvserver-sync".into()).spawn(move || {
+        while let Ok(ticket) = incoming.recv() {
+            if done.send((ticket, handle.sync())).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok((requests, synced))
 }
 
 /// Most requests handled before the replica's output is flushed (one sync covers them all).
 const BATCH: usize = 4096;
+
+async fn next_sync(synced: &mut Option<mpsc::UnboundedReceiver<Synced>>) -> Option<Synced> {
+    match synced {
+        Some(synced) => synced.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -189,7 +231,12 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 impl NodeLoop {
-    async fn run(mut self, mut rx: mpsc::Receiver<Request>, mut status: watch::Receiver<ElectionStatus>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Request>,
+        mut status: watch::Receiver<ElectionStatus>,
+        mut synced: Option<mpsc::UnboundedReceiver<Synced>>,
+    ) {
         let initial = *status.borrow_and_update();
         self.apply_status(&initial);
         loop {
@@ -216,6 +263,13 @@ impl NodeLoop {
                 _ = sleep_until(replica_deadline) => {
                     let now = self.clock.now();
                     self.replica.handle_timeout(now);
+                }
+                done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
+                    if let Some(ticket) = self.sync_in_flight.take() {
+                        let result = done.map_or_else(|| Err(StorageError::Io("the sync thread stopped".into())), |(_, r)| r);
+                        let now = self.clock.now();
+                        self.replica.finish_sync(now, ticket, result);
+                    }
                 }
                 _ = sleep_until(forward_deadline) => {
                     let hint = self.replica.master_hint();
@@ -330,10 +384,20 @@ impl NodeLoop {
             if !output.needs_sync {
                 return;
             }
-            // One sync makes every accept of this batch durable; the held messages are
-            // released by it and go out on the next turn of this loop.
             let now = self.clock.now();
-            self.replica.sync(now);
+            let Some(disk) = &self.disk else {
+                // No sync thread: sync here; the messages it releases go out next turn.
+                self.replica.sync(now);
+                continue;
+            };
+            if let Some(ticket) = self.replica.begin_sync() {
+                if disk.send(ticket).is_ok() {
+                    self.sync_in_flight = Some(ticket);
+                } else {
+                    self.replica.finish_sync(now, ticket, Err(StorageError::Io("the sync thread stopped".into())));
+                }
+            }
+            return;
         }
     }
 }

@@ -22,5 +22,5 @@ mod types;
 pub use client::{ClientError, Completion, ReadConsistency};
 pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
-pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaOutput};
+pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaOutput, SyncTicket};
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

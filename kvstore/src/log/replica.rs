@@ -54,6 +54,10 @@ pub struct ReplicaOutput {
     pub applied: Vec<AppliedTrace>,
 }
 
+/// Names one sync begun with [`Replica::begin_sync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncTicket(u64);
+
 /// The remaining life of a lease, as the master sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseStatus {
@@ -111,6 +115,9 @@ pub struct Replica<S: Storage> {
     // Plumbing.
     pub(super) out: ReplicaOutput,
     pub(super) held: Vec<(NodeId, LogMessage)>,
+    /// Messages a sync in flight (begun with [`Replica::begin_sync`]) will release.
+    pub(super) syncing: Option<(SyncTicket, Vec<(NodeId, LogMessage)>)>,
+    pub(super) next_ticket: u64,
     pub(super) local: VecDeque<LogMessage>,
     pub(super) stopped: Option<String>,
 }
@@ -172,6 +179,8 @@ impl<S: Storage> Replica<S> {
             next_tick: None,
             out: ReplicaOutput::default(),
             held: Vec::new(),
+            syncing: None,
+            next_ticket: 0,
             local: VecDeque::new(),
             stopped: None,
         };
@@ -380,16 +389,51 @@ impl<S: Storage> Replica<S> {
             .collect())
     }
 
-    /// Makes pending storage writes durable and releases what waited for them.
+    /// Makes pending storage writes durable and releases what waited for them: the
+    /// driver's sync in one step, for drivers that may block (the simulator).
     pub fn sync(&mut self, now: Instant) {
+        let Some(ticket) = self.begin_sync() else { return };
+        let result = self.storage.sync();
+        self.finish_sync(now, ticket, result);
+    }
+
+    /// Starts a sync that the driver runs off the replica's thread (group commit: the
+    /// replica goes on accepting while the disk works, and the next sync covers everything
+    /// that arrived meanwhile). Every write made before this call must be durable before
+    /// the driver calls [`Replica::finish_sync`] with the ticket; the messages held for
+    /// those writes are released then. Returns `None` when nothing waits for a sync, a sync
+    /// is already in flight (one at a time), or the replica stopped.
+    pub fn begin_sync(&mut self) -> Option<SyncTicket> {
+        if self.stopped.is_some() || self.syncing.is_some() || self.held.is_empty() {
+            return None;
+        }
+        self.next_ticket += 1;
+        let ticket = SyncTicket(self.next_ticket);
+        self.syncing = Some((ticket, std::mem::take(&mut self.held)));
+        Some(ticket)
+    }
+
+    /// Syncs the storage in place, for a driver that begins a sync and later finishes it on
+    /// the replica's own thread (the simulator's disk, which takes time but not a thread).
+    pub fn sync_storage(&mut self) -> Result<(), StorageError> {
+        self.storage.sync()
+    }
+
+    /// Ends the sync `ticket` with its outcome: releases what it covered, or stops the
+    /// replica if the storage failed. A ticket that is not the one in flight is ignored.
+    pub fn finish_sync(&mut self, now: Instant, ticket: SyncTicket, result: Result<(), StorageError>) {
+        if !self.syncing.as_ref().is_some_and(|(current, _)| *current == ticket) {
+            return;
+        }
+        let Some((_, released)) = self.syncing.take() else { return };
         if self.stopped.is_some() {
             return;
         }
-        if let Err(e) = self.storage.sync() {
+        if let Err(e) = result {
             self.fail(e);
             return;
         }
-        for (to, message) in std::mem::take(&mut self.held) {
+        for (to, message) in released {
             self.send(to, message);
         }
         self.drain_local(now);
@@ -399,7 +443,7 @@ impl<S: Storage> Replica<S> {
     pub fn take_output(&mut self) -> ReplicaOutput {
         self.announce_commit();
         let mut out = std::mem::take(&mut self.out);
-        out.needs_sync = !self.held.is_empty();
+        out.needs_sync = !self.held.is_empty() && self.syncing.is_none();
         out
     }
 
@@ -549,6 +593,7 @@ impl<S: Storage> Replica<S> {
         tracing::error!(node = %self.me, %error, "storage failed; replica stops");
         self.stopped = Some(error.to_string());
         self.held.clear();
+        self.syncing = None;
         self.step_down();
     }
 

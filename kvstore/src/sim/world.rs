@@ -8,7 +8,9 @@ use crate::command::{
     RangeRequest, TxnOp, TxnRequest,
 };
 use crate::limits::Limits;
-use crate::log::{ClientError, LogBreakage, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, Slot};
+use crate::log::{
+    ClientError, LogBreakage, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, Slot, SyncTicket,
+};
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use leasekv_lease::rng::SplitMix64;
@@ -235,7 +237,8 @@ struct Node {
     replica: Option<Replica<MemoryStorage>>,
     disk: Option<MemoryStorage>,
     epochs: MemoryEpochStore,
-    sync_in_flight: bool,
+    /// The sync the replica began and the simulated disk is working on.
+    sync_in_flight: Option<SyncTicket>,
     election_generation: u64,
     replica_generation: u64,
     paused_until: u64,
@@ -276,7 +279,7 @@ impl World {
                     replica: None,
                     disk: Some(MemoryStorage::new()),
                     epochs: MemoryEpochStore::default(),
-                    sync_in_flight: false,
+                    sync_in_flight: None,
                     election_generation: 0,
                     replica_generation: 0,
                     paused_until: 0,
@@ -417,10 +420,13 @@ impl World {
                 if incarnation != self.nodes[node].incarnation {
                     return;
                 }
-                self.nodes[node].sync_in_flight = false;
+                let Some(ticket) = self.nodes[node].sync_in_flight.take() else { return };
                 let now = self.local(node);
                 if let Some(replica) = self.nodes[node].replica.as_mut() {
-                    replica.sync(now);
+                    // The disk finishes now, covering every write up to now: more than the
+                    // ticket covers, as with a real fsync; only the ticket's messages go out.
+                    let result = replica.sync_storage();
+                    replica.finish_sync(now, ticket, result);
                     self.after_replica(node);
                 }
             }
@@ -507,7 +513,7 @@ impl World {
         n.incarnation += 1;
         n.election_generation += 1;
         n.replica_generation += 1;
-        n.sync_in_flight = false;
+        n.sync_in_flight = None;
         n.paused_until = 0;
         n.pending.clear();
     }
@@ -581,8 +587,13 @@ impl World {
             };
             self.reply(client, request_id, reply);
         }
-        if output.needs_sync && !self.nodes[node].sync_in_flight {
-            self.nodes[node].sync_in_flight = true;
+        let n = &mut self.nodes[node];
+        let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.replica.as_mut()) {
+            (true, Some(replica)) => replica.begin_sync(),
+            _ => None,
+        };
+        if let Some(ticket) = ticket {
+            self.nodes[node].sync_in_flight = Some(ticket);
             let latency = self.rng.range_u64(100, 3000) * 1000;
             let incarnation = self.nodes[node].incarnation;
             self.queue.push(self.now + latency, Event::SyncDone { node, incarnation });

@@ -14,7 +14,7 @@ mod sled_store;
 mod tests;
 
 pub use memory::MemoryStorage;
-pub use sled_store::{SledEpochStore, SledStorage};
+pub use sled_store::{SledEpochStore, SledStorage, SledSyncHandle};
 
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;

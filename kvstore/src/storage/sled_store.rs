@@ -127,6 +127,12 @@ impl SledStorage {
         SledEpochStore { durable: self.durable.clone() }
     }
 
+    /// A handle that syncs this database from another thread, so the replica's thread goes
+    /// on while the disk works (see [`crate::log::Replica::begin_sync`]).
+    pub fn sync_handle(&self) -> SledSyncHandle {
+        SledSyncHandle { durable: self.durable.clone() }
+    }
+
     fn io(&self, what: &str, e: sled::Error) -> StorageError {
         io_err(&self.durable.dir, what, e)
     }
@@ -195,6 +201,20 @@ impl Storage for SledStorage {
     }
 
     fn sync(&mut self) -> Result<(), StorageError> {
+        self.durable.sync()
+    }
+}
+
+/// Syncs a [`SledStorage`]'s database from any thread: every write made to it before
+/// [`SledSyncHandle::sync`] is called is durable when it returns.
+#[derive(Clone)]
+pub struct SledSyncHandle {
+    durable: Durable,
+}
+
+impl SledSyncHandle {
+    /// Makes every earlier write durable (the same flush and `fdatasync` as [`Storage::sync`]).
+    pub fn sync(&self) -> Result<(), StorageError> {
         self.durable.sync()
     }
 }
