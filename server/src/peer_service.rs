@@ -28,35 +28,38 @@ impl PeerService {
         PeerService { node, election, members, rejected: AtomicU64::new(0) }
     }
 
+    /// Hands every message of an envelope on, in order. Messages that do not decode are
+    /// dropped (and counted) without costing the others; the answer reports the first.
     fn accept(&self, envelope: pb::PeerEnvelope) -> Result<(), Status> {
         let from = NodeId(envelope.from);
         if !self.members.contains(&from) {
             return Err(Status::permission_denied(format!("node {} is not a member of this cluster", envelope.from)));
         }
-        match Wire::decode(&envelope.payload) {
+        let mut outcome = Ok(());
+        for payload in std::iter::once(&envelope.payload).chain(&envelope.more) {
+            if let Err(status) = self.deliver_one(from, payload) {
+                outcome = outcome.and(Err(status));
+            }
+        }
+        outcome
+    }
+
+    fn deliver_one(&self, from: NodeId, payload: &[u8]) -> Result<(), Status> {
+        match Wire::decode(payload) {
             Ok(Wire::Election(message)) => {
                 let _ = self.election.try_send((from, message));
-                Ok(())
             }
-            Ok(Wire::Log(message)) => {
-                self.node.deliver(NodeRequest::Log(from, message));
-                Ok(())
-            }
-            Ok(Wire::Forward(id, request)) => {
-                self.node.deliver(NodeRequest::Forwarded(from, id, request));
-                Ok(())
-            }
-            Ok(Wire::Answer(id, answer)) => {
-                self.node.deliver(NodeRequest::Answered(from, id, answer));
-                Ok(())
-            }
+            Ok(Wire::Log(message)) => self.node.deliver(NodeRequest::Log(from, message)),
+            Ok(Wire::Forward(id, request)) => self.node.deliver(NodeRequest::Forwarded(from, id, request)),
+            Ok(Wire::Answer(id, answer)) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
             Err(error) => {
                 if self.rejected.fetch_add(1, Ordering::Relaxed).is_multiple_of(1000) {
                     tracing::warn!(%from, %error, "dropping a peer message that does not decode");
                 }
-                Err(Status::invalid_argument(format!("peer message does not decode: {error}")))
+                return Err(Status::invalid_argument(format!("peer message does not decode: {error}")));
             }
         }
+        Ok(())
     }
 }
 

@@ -25,6 +25,11 @@ use tonic::transport::{Channel, Endpoint};
 
 /// How many messages may wait for one lane of one peer before new ones are dropped.
 const QUEUE: usize = 8192;
+/// Most messages packed into one envelope (beyond the first).
+const BATCH_MESSAGES: usize = 256;
+/// An envelope takes no more messages than fit in this many bytes (a single message may be
+/// larger; the peer service's limit bounds that).
+const BATCH_BYTES: usize = 1 << 20;
 /// First wait before reopening a broken stream; doubled on every failure up to the maximum.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 /// Longest wait between attempts to reach a peer that is down.
@@ -133,18 +138,18 @@ struct LaneSender {
 
 impl LaneSender {
     async fn run(mut self, queue: mpsc::Receiver<Vec<u8>>) {
-        let queue = Arc::new(Mutex::new(queue));
+        let backlog = Arc::new(Mutex::new(Backlog { queue, carry: None }));
         let mut backoff = MIN_BACKOFF;
         let mut last_warning: Option<Instant> = None;
         loop {
             let opened = Instant::now();
-            let stream = LentQueue { me: self.me, queue: queue.clone() };
+            let stream = LentQueue { me: self.me, backlog: backlog.clone() };
             let error = match self.client.send(stream).await {
                 // The stream ends only when the queue closes: the node is shutting down.
                 Ok(_) => return,
                 Err(status) => status,
             };
-            if queue.lock().unwrap_or_else(PoisonError::into_inner).is_closed() {
+            if backlog.lock().unwrap_or_else(PoisonError::into_inner).queue.is_closed() {
                 return;
             }
             if opened.elapsed() >= HEALTHY {
@@ -158,17 +163,25 @@ impl LaneSender {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
             // What queued up meanwhile is stale; the protocols resend what still matters.
-            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
-            while queue.try_recv().is_ok() {}
+            let mut backlog = backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            backlog.carry = None;
+            while backlog.queue.try_recv().is_ok() {}
         }
     }
 }
 
-/// A lane's queue lent to the current stream: when a stream breaks, the next one goes on
+/// A lane's queue, lent to one stream at a time.
+struct Backlog {
+    queue: mpsc::Receiver<Vec<u8>>,
+    /// A message taken off the queue that did not fit the last envelope; it opens the next.
+    carry: Option<Vec<u8>>,
+}
+
+/// A lane's backlog lent to the current stream: when a stream breaks, the next one goes on
 /// from the same queue.
 struct LentQueue {
     me: NodeId,
-    queue: Arc<Mutex<mpsc::Receiver<Vec<u8>>>>,
+    backlog: Arc<Mutex<Backlog>>,
 }
 
 impl Stream for LentQueue {
@@ -176,8 +189,70 @@ impl Stream for LentQueue {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<PeerEnvelope>> {
         let from = self.me.0;
-        // Only one stream holds the queue at a time, so the lock is never contended.
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        queue.poll_recv(cx).map(|next| next.map(|payload| PeerEnvelope { from, payload }))
+        // Only one stream holds the backlog at a time, so the lock is never contended.
+        let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        let payload = match backlog.carry.take() {
+            Some(carried) => carried,
+            None => match backlog.queue.poll_recv(cx) {
+                Poll::Ready(Some(payload)) => payload,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        // A backlog (a burst of accepts, answers to many forwarded requests) goes out as one
+        // envelope: one frame and one decode instead of one each.
+        let mut more = Vec::new();
+        let mut bytes = payload.len();
+        while more.len() < BATCH_MESSAGES {
+            let Ok(next) = backlog.queue.try_recv() else { break };
+            if bytes + next.len() > BATCH_BYTES {
+                backlog.carry = Some(next);
+                break;
+            }
+            bytes += next.len();
+            more.push(next);
+        }
+        Poll::Ready(Some(PeerEnvelope { from, payload, more }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_stream::StreamExt;
+
+    fn lent(queue: mpsc::Receiver<Vec<u8>>) -> LentQueue {
+        LentQueue { me: NodeId(1), backlog: Arc::new(Mutex::new(Backlog { queue, carry: None })) }
+    }
+
+    #[tokio::test]
+    async fn a_backlog_goes_out_as_one_envelope_in_order() {
+        let (tx, rx) = mpsc::channel(16);
+        for i in 0..3u8 {
+            tx.try_send(vec![i]).expect("queued");
+        }
+        let mut stream = lent(rx);
+        let envelope = stream.next().await.expect("an envelope");
+        assert_eq!(envelope.from, 1);
+        assert_eq!(envelope.payload, vec![0]);
+        assert_eq!(envelope.more, vec![vec![1], vec![2]]);
+        drop(tx);
+        assert!(stream.next().await.is_none(), "the stream ends when the queue closes");
+    }
+
+    #[tokio::test]
+    async fn a_message_that_does_not_fit_opens_the_next_envelope() {
+        let (tx, rx) = mpsc::channel(16);
+        tx.try_send(vec![1; 16]).expect("queued");
+        tx.try_send(vec![2; BATCH_BYTES]).expect("queued");
+        tx.try_send(vec![3; 16]).expect("queued");
+        let mut stream = lent(rx);
+        let first = stream.next().await.expect("first envelope");
+        assert_eq!((first.payload.len(), first.more.len()), (16, 0));
+        let second = stream.next().await.expect("second envelope");
+        assert_eq!(second.payload.len(), BATCH_BYTES);
+        assert!(second.more.is_empty(), "nothing joins an envelope that is already full");
+        let third = stream.next().await.expect("third envelope");
+        assert_eq!(third.payload, vec![3; 16]);
     }
 }
