@@ -282,4 +282,16 @@ fn garbage_on_the_ports_and_a_bad_config_do_no_harm() {
         text.contains("unknown election backend \"paxos\"") && text.contains("paxoslease, lease-tracker"),
         "{text}"
     );
+    // A client port another process holds: one line that says so once, exit code 1.
+    let taken = cluster.endpoint(0);
+    let out = Command::new(KVSERVER)
+        .args(["--client-addr", &taken, "--data-dir"])
+        .arg(cluster.dir.path().join("other"))
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("is already in use"), "{text}");
+    assert_eq!(text.trim().lines().count(), 1, "{text}");
+    assert_eq!(text.matches("os error").count(), 1, "the cause is named once: {text}");
 }

@@ -46,7 +46,8 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(error) = run(args) {
-        eprintln!("kvserver: error: {error:#}");
+        // Our error messages already name their cause; `{:#}` would print it twice.
+        eprintln!("kvserver: error: {error}");
         std::process::exit(1);
     }
 }
