@@ -28,6 +28,7 @@
 //!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time
 //! # snapshot_every = 10000
+//! # retain_after_snapshot = 1000
 //! # max_batch_commands = 256
 //! # max_inflight_slots = 8
 //! ```
@@ -44,7 +45,7 @@ mod tests;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrorKind, Origin, Position};
-pub use validate::{MAX_KEY_BYTES, MAX_LEASE_NAME_BYTES, MAX_TXN_OPS, MAX_VALUE_BYTES};
+pub use validate::{MAX_KEY_BYTES, MAX_LEASE_NAME_BYTES, MAX_RETAIN_AFTER_SNAPSHOT, MAX_TXN_OPS, MAX_VALUE_BYTES};
 
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
@@ -139,6 +140,10 @@ pub struct ElectionConfig {
 pub struct LogConfig {
     /// Take a snapshot after this many applied slots.
     pub snapshot_every: u64,
+    /// Slots kept in the log behind a snapshot, so that a replica only slightly behind gets
+    /// entries rather than a whole snapshot. Held in memory; at most
+    /// [`MAX_RETAIN_AFTER_SNAPSHOT`].
+    pub retain_after_snapshot: u64,
     /// Most client commands in one log slot.
     pub max_batch_commands: usize,
     /// Most slots proposed and not yet chosen at once.
@@ -212,6 +217,7 @@ impl NodeConfig {
     pub fn replica_config(&self) -> ReplicaConfig {
         ReplicaConfig {
             snapshot_every: self.log.snapshot_every,
+            retain_after_snapshot: self.log.retain_after_snapshot,
             max_batch_commands: self.log.max_batch_commands,
             max_inflight_slots: self.log.max_inflight_slots,
             ..ReplicaConfig::for_lease_time(self.election.lease_time)

@@ -7,6 +7,7 @@
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peers`], [`peer_service`], [`wire`]: node-to-node messages over gRPC.
+//! - [`transfer`]: snapshots and other messages too big for a peer stream, pulled in chunks.
 
 #![warn(missing_docs)]
 
@@ -17,4 +18,5 @@ pub mod node;
 pub mod peer_service;
 pub mod peers;
 pub mod run;
+pub mod transfer;
 pub mod wire;

@@ -1,65 +1,177 @@
 //! The node-to-node gRPC service: decodes each envelope and hands it to the election or the
 //! log. A payload that does not decode (garbage, another version) is dropped and logged at
 //! most once per interval; the peer port never takes the node down.
+//!
+//! It is also both ends of a chunked transfer ([`crate::transfer`]): `FetchSnapshot` streams
+//! out what this node parked for the caller, and a transfer notice from a peer starts a pull
+//! from it, whose result is handed on exactly as if it had come on the lane.
 
 use crate::node::{NodeHandle, Request as NodeRequest};
+use crate::peers::PeerNetwork;
+use crate::transfer::{
+    reassemble, Pulled, TransferError, TransferKind, TransferNotice, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES,
+};
 use crate::wire::Wire;
 use leasekv_client::proto::peer as pb;
+use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The Peer service.
 pub struct PeerService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     /// The log side.
-    pub node: NodeHandle,
+    node: NodeHandle,
     /// The election side (the backend's inbox).
-    pub election: mpsc::Sender<(NodeId, ElectionMessage)>,
+    election: mpsc::Sender<(NodeId, ElectionMessage)>,
     /// Known member ids; anything else is refused.
-    pub members: Vec<NodeId>,
+    members: Vec<NodeId>,
+    /// This node's senders: the outbox served here, the pull clients and their bookkeeping.
+    network: PeerNetwork,
     rejected: AtomicU64,
 }
 
 impl PeerService {
-    /// A service for these members.
-    pub fn new(node: NodeHandle, election: mpsc::Sender<(NodeId, ElectionMessage)>, members: Vec<NodeId>) -> Self {
-        PeerService { node, election, members, rejected: AtomicU64::new(0) }
+    /// A service for these members, serving the transfers `network` parks.
+    pub fn new(
+        node: NodeHandle,
+        election: mpsc::Sender<(NodeId, ElectionMessage)>,
+        members: Vec<NodeId>,
+        network: PeerNetwork,
+    ) -> Self {
+        PeerService { inner: Arc::new(Inner { node, election, members, network, rejected: AtomicU64::new(0) }) }
+    }
+}
+
+impl Inner {
+    fn member(&self, id: u32) -> Result<NodeId, Status> {
+        let from = NodeId(id);
+        if !self.members.contains(&from) {
+            return Err(Status::permission_denied(format!("node {id} is not a member of this cluster")));
+        }
+        Ok(from)
     }
 
     /// Hands every message of an envelope on, in order. Messages that do not decode are
     /// dropped (and counted) without costing the others; the answer reports the first.
-    fn accept(&self, envelope: pb::PeerEnvelope) -> Result<(), Status> {
-        let from = NodeId(envelope.from);
-        if !self.members.contains(&from) {
-            return Err(Status::permission_denied(format!("node {} is not a member of this cluster", envelope.from)));
-        }
+    fn accept(self: &Arc<Self>, envelope: pb::PeerEnvelope) -> Result<(), Status> {
+        let from = self.member(envelope.from)?;
         let mut outcome = Ok(());
         for payload in std::iter::once(&envelope.payload).chain(&envelope.more) {
-            if let Err(status) = self.deliver_one(from, payload) {
+            if let Err(status) = self.accept_one(from, payload) {
                 outcome = outcome.and(Err(status));
             }
         }
         outcome
     }
 
-    fn deliver_one(&self, from: NodeId, payload: &[u8]) -> Result<(), Status> {
+    fn accept_one(self: &Arc<Self>, from: NodeId, payload: &[u8]) -> Result<(), Status> {
         match Wire::decode(payload) {
-            Ok(Wire::Election(message)) => {
-                let _ = self.election.try_send((from, message));
+            Ok(Wire::Transfer(notice)) => {
+                self.on_notice(from, notice);
+                Ok(())
             }
-            Ok(Wire::Log(message)) => self.node.deliver(NodeRequest::Log(from, message)),
-            Ok(Wire::Forward(id, request)) => self.node.deliver(NodeRequest::Forwarded(from, id, request)),
-            Ok(Wire::Answer(id, answer)) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
+            Ok(wire) => {
+                self.dispatch(from, wire);
+                Ok(())
+            }
             Err(error) => {
                 if self.rejected.fetch_add(1, Ordering::Relaxed).is_multiple_of(1000) {
                     tracing::warn!(%from, %error, "dropping a peer message that does not decode");
                 }
-                return Err(Status::invalid_argument(format!("peer message does not decode: {error}")));
+                Err(Status::invalid_argument(format!("peer message does not decode: {error}")))
             }
         }
-        Ok(())
+    }
+
+    /// Hands a message to the election or the node loop. Transfer notices are not handled
+    /// here: one inside a transferred message is ignored rather than followed.
+    fn dispatch(&self, from: NodeId, wire: Wire) {
+        match wire {
+            Wire::Election(message) => {
+                let _ = self.election.try_send((from, message));
+            }
+            Wire::Log(message) => self.node.deliver(NodeRequest::Log(from, message)),
+            Wire::Forward(id, request) => self.node.deliver(NodeRequest::Forwarded(from, id, request)),
+            Wire::Answer(id, answer) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
+            Wire::Transfer(_) => tracing::warn!(%from, "ignoring a transfer notice inside a transferred message"),
+        }
+    }
+
+    /// A peer parked something for this node: pull it now, or after the pull from that peer
+    /// in progress.
+    fn on_notice(self: &Arc<Self>, from: NodeId, notice: TransferNotice) {
+        if let Some(first) = self.network.inbox().offer(from, notice) {
+            tokio::spawn(self.clone().pull_from(from, first));
+        }
+    }
+
+    /// Pulls from `from`, one transfer at a time, until nothing waits.
+    async fn pull_from(self: Arc<Self>, from: NodeId, first: TransferNotice) {
+        let mut next = Some(first);
+        while let Some(notice) = next {
+            let delivered = self.pull(from, notice).await;
+            next = self.network.inbox().finish(from, delivered);
+        }
+    }
+
+    /// Pulls one transfer and hands it on; `true` when it was delivered. A failure costs one
+    /// log line and nothing else: the replica asks again through its catch-up retry.
+    async fn pull(&self, from: NodeId, notice: TransferNotice) -> bool {
+        let started = Instant::now();
+        let pulled = match self.fetch(from, notice).await {
+            Ok(pulled) => pulled,
+            Err(TransferError::Gone(reason)) => {
+                tracing::info!(peer = %from, kind = notice.kind.name(), transfer = notice.transfer, %reason,
+                    "parked transfer no longer there; dropped");
+                return false;
+            }
+            Err(error) => {
+                tracing::warn!(peer = %from, kind = notice.kind.name(), index = notice.kind.index(), bytes = notice.size,
+                    %error, "transfer from peer failed; dropped (the log asks again)");
+                return false;
+            }
+        };
+        let Pulled { data, chunks } = pulled;
+        match notice.kind {
+            TransferKind::Snapshot { index } => {
+                tracing::info!(peer = %from, index, bytes = data.len(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
+                    "snapshot received in chunks; handing it to the log");
+                self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
+                true
+            }
+            TransferKind::Message => match Wire::decode(&data) {
+                Ok(wire) => {
+                    tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
+                    self.dispatch(from, wire);
+                    true
+                }
+                Err(error) => {
+                    tracing::warn!(peer = %from, bytes = data.len(), %error, "transferred message does not decode; dropped");
+                    false
+                }
+            },
+        }
+    }
+
+    async fn fetch(&self, from: NodeId, notice: TransferNotice) -> Result<Pulled, TransferError> {
+        if notice.size > MAX_TRANSFER_BYTES {
+            return Err(TransferError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
+        }
+        let mut client = self.network.puller(from).ok_or(TransferError::UnknownPeer)?;
+        let request = pb::FetchSnapshotRequest { from: self.network.me().0, transfer: notice.transfer };
+        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_snapshot(request))
+            .await
+            .map_err(|_| TransferError::Stalled(CHUNK_TIMEOUT))??;
+        reassemble(notice, response.into_inner(), CHUNK_TIMEOUT).await
     }
 }
 
@@ -68,7 +180,7 @@ impl pb::peer_server::Peer for PeerService {
     async fn send(&self, request: Request<Streaming<pb::PeerEnvelope>>) -> Result<Response<pb::Empty>, Status> {
         let mut stream = request.into_inner();
         while let Some(envelope) = stream.next().await {
-            match self.accept(envelope?) {
+            match self.inner.accept(envelope?) {
                 // A stranger's stream is cut; one bad message from a member is dropped
                 // (and counted) without costing the messages behind it.
                 Err(status) if status.code() == tonic::Code::PermissionDenied => return Err(status),
@@ -79,19 +191,27 @@ impl pb::peer_server::Peer for PeerService {
     }
 
     async fn deliver(&self, request: Request<pb::PeerEnvelope>) -> Result<Response<pb::Empty>, Status> {
-        self.accept(request.into_inner())?;
+        self.inner.accept(request.into_inner())?;
         Ok(Response::new(pb::Empty {}))
     }
 
     type FetchSnapshotStream =
         std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::SnapshotChunk, Status>> + Send>>;
 
+    /// Streams out what this node parked for the caller, one chunk as the caller takes the
+    /// previous one (the stream reads lazily from the parked buffer).
     async fn fetch_snapshot(
         &self,
-        _request: Request<pb::FetchSnapshotRequest>,
+        request: Request<pb::FetchSnapshotRequest>,
     ) -> Result<Response<Self::FetchSnapshotStream>, Status> {
-        // Snapshots travel inside the log protocol for now (one message, bounded by the
-        // peer service's message size limit).
-        Err(Status::unimplemented("chunked snapshot transfer is not served yet; snapshots travel in the log protocol"))
+        let request = request.into_inner();
+        let from = self.inner.member(request.from)?;
+        let serving = self.inner.network.outbox().serve(from, request.transfer).ok_or_else(|| {
+            Status::not_found(format!(
+                "transfer {} is not parked for node {}: replaced by a newer one, expired or already sent",
+                request.transfer, request.from
+            ))
+        })?;
+        Ok(Response::new(Box::pin(tokio_stream::iter(serving))))
     }
 }

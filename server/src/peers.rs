@@ -2,11 +2,18 @@
 //! over one lazily connected HTTP/2 channel: one lane for the election, one for the log and
 //! forwarded client requests, so a large catch-up batch never delays a lease renewal. A
 //! message is one frame on an open stream: no per-message call, headers or answer, which
-//! keeps a replication round trip close to the loopback's. Messages are dropped, never retried, when a peer is unreachable:
-//! both protocols recover from loss, and a stale retry would only get in their way.
-//! A broken stream is reopened with back-off; a peer that stays down costs at most one log
-//! line per lane per interval.
+//! keeps a replication round trip close to the loopback's. Messages are dropped, never
+//! retried, when a peer is unreachable: both protocols recover from loss, and a stale retry
+//! would only get in their way. A broken stream is reopened with back-off; a peer that stays
+//! down costs at most one log line per lane per interval.
+//!
+//! Snapshots, and any other message larger than [`LANE_MESSAGE_MAX`], never go on a lane:
+//! they are parked for the peer, which is told on the log lane and pulls them in chunks
+//! over the same channel ([`crate::transfer`] says why). The lanes thus carry only messages
+//! a receiver can take in one bounded buffer ([`PEER_MESSAGE_LIMIT`]), and a snapshot on its
+//! way never holds up an Accept.
 
+use crate::transfer::{Inbox, Outbox, TransferKind, CHUNK_BYTES};
 use crate::wire::Wire;
 use async_trait::async_trait;
 use leasekv_client::proto::peer::peer_client::PeerClient;
@@ -22,6 +29,37 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tonic::transport::{Channel, Endpoint};
+
+/// Largest encoded message put on a lane (4 MiB); a larger one is parked and pulled in
+/// chunks instead.
+///
+/// The largest message a lane must carry for the log to flow is an `Accept` (an `Accepted`,
+/// `Commit`, `Fetch`, `Reject` or `Prepare` is a few dozen bytes, an election message about
+/// as small). One slot holds commands whose size estimate (the replica's `command_size`)
+/// adds up to at most `max_batch_bytes` = 1 MiB and at most `max_batch_commands` = 256 of
+/// them, or a single command above that; a client request is at most 2 MiB on the wire
+/// (`run`'s client message limit), and its postcard encoding is about as long. With the
+/// encoding's per-command overhead (proposal id, tags and lengths: under 64 bytes, so
+/// 16 KiB for 256 commands) an Accept stays near 2 MiB. Measured in
+/// `the_largest_ordinary_messages_fit_a_lane`: a full batch of 256 commands is 1.0 MiB, one
+/// largest key and value 1.5 MiB, a 2 MiB client Txn forwarded or accepted 2.0 MiB: 2x
+/// margin under this threshold.
+///
+/// What can be larger: an `Entries` reply (up to `max_fetch_entries` = 256 slots, so
+/// 256 MiB and more at worst), a `Promise` to a candidate far behind (every slot it lacks
+/// that the acceptor still holds: up to `snapshot_every + retain_after_snapshot` slots), the
+/// master's answer to a large forwarded range read, and slots of Txns whose compare values
+/// the replica's size estimate leaves out. Those are bounded by nothing useful, so they take
+/// the chunked path rather than a larger lane limit.
+pub const LANE_MESSAGE_MAX: usize = 4 << 20;
+
+/// Largest `PeerEnvelope` the peer service decodes (16 MiB): four times
+/// [`LANE_MESSAGE_MAX`] (the envelope adds a few bytes), so a node never refuses what a peer
+/// puts on a lane, even one built with a somewhat larger threshold, while one stream can
+/// never make it buffer more than this per message (512 MiB before snapshots were chunked).
+pub const PEER_MESSAGE_LIMIT: usize = 16 << 20;
+
+const _: () = assert!(PEER_MESSAGE_LIMIT >= 2 * LANE_MESSAGE_MAX);
 
 /// How many messages may wait for one lane of one peer before new ones are dropped.
 const QUEUE: usize = 8192;
@@ -63,6 +101,12 @@ impl Lane {
 pub struct PeerNetwork {
     me: NodeId,
     queues: Arc<HashMap<(NodeId, Lane), LaneQueue>>,
+    /// Clients for pulling parked messages from each peer (same channel as the lanes).
+    pullers: Arc<HashMap<NodeId, PeerClient<Channel>>>,
+    /// Messages parked here for peers to pull.
+    outbox: Arc<Outbox>,
+    /// Pulls from peers in progress.
+    inbox: Arc<Inbox>,
 }
 
 /// Encoded messages waiting for one lane of one peer.
@@ -72,6 +116,7 @@ impl PeerNetwork {
     /// Starts the sender tasks for every peer (no connection is made before the first message).
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
         let mut queues = HashMap::new();
+        let mut pullers = HashMap::new();
         for &(id, addr) in peers {
             if id == me {
                 continue;
@@ -96,27 +141,81 @@ impl PeerNetwork {
                 tokio::spawn(sender.run(rx));
                 queues.insert((id, lane), tx);
             }
+            // Chunks are CHUNK_BYTES of payload; the margin covers the chunk's own fields.
+            let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
+            pullers.insert(id, puller);
         }
-        PeerNetwork { me, queues: Arc::new(queues) }
+        PeerNetwork {
+            me,
+            queues: Arc::new(queues),
+            pullers: Arc::new(pullers),
+            outbox: Outbox::new(),
+            inbox: Arc::new(Inbox::default()),
+        }
     }
 
-    /// Queues a message for `to`; drops it when that peer's queue is full.
+    /// This node.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Messages parked here for peers (served by `Peer.FetchSnapshot`).
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// Pulls from peers in progress.
+    pub fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
+    }
+
+    /// A client to pull parked messages from `peer`.
+    pub fn puller(&self, peer: NodeId) -> Option<PeerClient<Channel>> {
+        self.pullers.get(&peer).cloned()
+    }
+
+    /// Queues a message for `to`; drops it when that peer's queue is full. A message larger
+    /// than [`LANE_MESSAGE_MAX`] is parked for `to` to pull instead.
     pub fn send(&self, to: NodeId, wire: &Wire) {
         if to == self.me {
             return;
         }
         let lane = match wire {
             Wire::Election(_) => Lane::Election,
-            Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) => Lane::Log,
+            Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) | Wire::Transfer(_) => Lane::Log,
         };
-        if let Some(queue) = self.queues.get(&(to, lane)) {
-            let _ = queue.try_send(wire.encode());
+        let Some(queue) = self.queues.get(&(to, lane)) else { return };
+        let bytes = wire.encode();
+        if bytes.len() > LANE_MESSAGE_MAX {
+            tracing::debug!(peer = %to, bytes = bytes.len(), "message too big for a lane; parked for the peer to pull");
+            self.park(to, TransferKind::Message, bytes);
+            return;
+        }
+        let _ = queue.try_send(bytes);
+    }
+
+    /// Queues a log message; a snapshot is parked for `to` to pull in chunks.
+    pub fn send_log(&self, to: NodeId, message: LogMessage) {
+        match message {
+            LogMessage::Snapshot { index, data } => {
+                tracing::debug!(peer = %to, index, bytes = data.len(), "snapshot parked for the peer to pull");
+                self.park(to, TransferKind::Snapshot { index }, data);
+            }
+            // The replica asks again every retry interval until it hears back; while a
+            // snapshot from that peer is on its way, each repeat would only make the peer
+            // serialise its whole state machine again for a transfer that is dropped.
+            LogMessage::Fetch { .. } if self.inbox.pulling_snapshot(to) => {}
+            message => self.send(to, &Wire::Log(message)),
         }
     }
 
-    /// Queues a log message.
-    pub fn send_log(&self, to: NodeId, message: LogMessage) {
-        self.send(to, &Wire::Log(message));
+    /// Parks `data` for `to` and tells it on the log lane.
+    fn park(&self, to: NodeId, kind: TransferKind, data: Vec<u8>) {
+        if to == self.me || !self.queues.contains_key(&(to, Lane::Log)) {
+            return;
+        }
+        let notice = self.outbox.park(to, kind, data);
+        self.send(to, &Wire::Transfer(notice));
     }
 }
 
@@ -219,7 +318,121 @@ impl Stream for LentQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forward::MasterRequest;
+    use crate::transfer::TransferNotice;
+    use leasekv_kvstore::log::{Entry, LogBallot, Proposal, ProposalId};
+    use leasekv_kvstore::{Command, Limits, PutRequest, TxnOp, TxnRequest};
     use tokio_stream::StreamExt;
+
+    /// A network whose lane queues the test reads instead of sending.
+    fn network(me: NodeId, peer: NodeId) -> (PeerNetwork, mpsc::Receiver<Vec<u8>>) {
+        let (log_tx, log_rx) = mpsc::channel(16);
+        let (election_tx, _) = mpsc::channel(16);
+        let queues = HashMap::from([((peer, Lane::Log), log_tx), ((peer, Lane::Election), election_tx)]);
+        let network = PeerNetwork {
+            me,
+            queues: Arc::new(queues),
+            pullers: Arc::new(HashMap::new()),
+            outbox: Outbox::new(),
+            inbox: Arc::new(Inbox::default()),
+        };
+        (network, log_rx)
+    }
+
+    fn proposal(seq: u64, command: Command) -> Proposal {
+        Proposal { id: ProposalId { node: NodeId(u32::MAX), incarnation: u32::MAX, seq: u64::MAX - seq }, command }
+    }
+
+    fn put(key_len: usize, value_len: usize) -> Command {
+        Command::Put(PutRequest {
+            key: vec![b'k'; key_len],
+            value: vec![b'v'; value_len],
+            lease: i64::MIN,
+            prev_kv: true,
+        })
+    }
+
+    fn accept(proposals: Vec<Proposal>) -> Wire {
+        let ballot = LogBallot { round: u64::MAX, node: NodeId(u32::MAX) };
+        Wire::Log(LogMessage::Accept { ballot, slot: u64::MAX, entry: Entry { proposals }, commit: u64::MAX })
+    }
+
+    /// The derivation behind LANE_MESSAGE_MAX, measured: the largest Accepts and forwards
+    /// the defaults allow stay on the lane with room to spare.
+    #[test]
+    fn the_largest_ordinary_messages_fit_a_lane() {
+        let limits = Limits::default();
+        // One command of the largest key and value.
+        let single = accept(vec![proposal(0, put(limits.max_key_bytes, limits.max_value_bytes))]);
+        // A full batch: 256 commands whose size estimates add up to max_batch_bytes (1 MiB).
+        let per_command = (1 << 20) / 256 - 16;
+        let batch = accept((0..256).map(|i| proposal(i, put(16, per_command - 16))).collect());
+        // The largest client request (2 MiB on the wire) forwarded to the master: a Txn of
+        // 128 puts of just under 16 KiB.
+        let txn = TxnRequest {
+            compare: Vec::new(),
+            success: (0..128)
+                .map(|_| {
+                    TxnOp::Put(PutRequest {
+                        key: vec![b'k'; 16],
+                        value: vec![b'v'; (16 << 10) - 64],
+                        lease: 0,
+                        prev_kv: false,
+                    })
+                })
+                .collect(),
+            failure: Vec::new(),
+        };
+        let forward = Wire::Forward(u64::MAX, MasterRequest::Propose(Command::Txn(txn.clone())));
+        let txn_accept = accept(vec![proposal(0, Command::Txn(txn))]);
+        for (what, wire) in [("single", single), ("batch", batch), ("forward", forward), ("txn accept", txn_accept)] {
+            let len = wire.encode().len();
+            eprintln!("{what}: {len} bytes, lane limit {LANE_MESSAGE_MAX}");
+            assert!(len * 3 / 2 < LANE_MESSAGE_MAX, "{what}: {len} bytes is too close to the lane limit");
+        }
+    }
+
+    fn notice_of(bytes: &[u8]) -> TransferNotice {
+        match Wire::decode(bytes) {
+            Ok(Wire::Transfer(notice)) => notice,
+            other => panic!("expected a transfer notice, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn snapshots_and_oversized_messages_are_parked_and_announced() {
+        let (me, peer) = (NodeId(1), NodeId(2));
+        let (network, mut lane) = network(me, peer);
+
+        network.send_log(peer, LogMessage::Snapshot { index: 42, data: vec![7; 3 * CHUNK_BYTES] });
+        let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
+        assert_eq!((notice.kind, notice.size), (TransferKind::Snapshot { index: 42 }, 3 * CHUNK_BYTES as u64));
+        assert!(lane.try_recv().is_err(), "nothing else on the lane");
+        let chunks: Vec<_> = network.outbox().serve(peer, notice.transfer).expect("parked").collect();
+        assert_eq!(chunks.len(), 3);
+
+        // An Entries reply of many large slots: too big for a lane.
+        let slot = |i| (i, Entry { proposals: vec![proposal(i, put(16, 1 << 20))] });
+        let entries = LogMessage::Entries { entries: (1..=8).map(slot).collect(), commit: 8 };
+        network.send_log(peer, entries.clone());
+        let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
+        assert_eq!(notice.kind, TransferKind::Message);
+        let serving = network.outbox().serve(peer, notice.transfer).expect("parked");
+        let bytes: Vec<u8> = serving.flat_map(|c| c.expect("chunk").data).collect();
+        assert!(matches!(Wire::decode(&bytes), Ok(Wire::Log(m)) if m == entries));
+
+        // Small messages go on the lane as before.
+        network.send_log(peer, LogMessage::Fetch { from: 3 });
+        assert!(matches!(Wire::decode(&lane.try_recv().expect("fetch")), Ok(Wire::Log(LogMessage::Fetch { from: 3 }))));
+        // ... except a Fetch to a peer whose snapshot is on its way here.
+        let incoming = TransferNotice { transfer: 1, kind: TransferKind::Snapshot { index: 9 }, size: 1 };
+        assert!(network.inbox().offer(peer, incoming).is_some());
+        network.send_log(peer, LogMessage::Fetch { from: 3 });
+        assert!(lane.try_recv().is_err(), "the repeated Fetch is held back");
+        assert_eq!(network.inbox().finish(peer, true), None);
+        network.send_log(peer, LogMessage::Fetch { from: 3 });
+        assert!(lane.try_recv().is_ok(), "and goes out again once the pull is over");
+    }
 
     fn lent(queue: mpsc::Receiver<Vec<u8>>) -> LentQueue {
         LentQueue { me: NodeId(1), backlog: Arc::new(Mutex::new(Backlog { queue, carry: None })) }

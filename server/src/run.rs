@@ -5,7 +5,7 @@ use crate::api::{ClusterService, ExtService, KvService, LeaseService, Maintenanc
 use crate::config::NodeConfig;
 use crate::node;
 use crate::peer_service::PeerService;
-use crate::peers::PeerNetwork;
+use crate::peers::{PeerNetwork, PEER_MESSAGE_LIMIT};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
 use leasekv_client::proto::peer::peer_server::PeerServer;
@@ -19,8 +19,6 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
-/// Largest peer message (a snapshot travels as one message for now).
-const PEER_MESSAGE_LIMIT: usize = 512 << 20;
 /// How long a stopping node lets its lease release reach the peers.
 const RELEASE_GRACE: std::time::Duration = std::time::Duration::from_millis(150);
 /// Largest client request: etcd's request limit plus room for the envelope.
@@ -121,6 +119,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 
     let replica = Replica::open(me, &members, config.replica_config(), config.limits(), storage, epoch.value)
         .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
+    let peers_for_service = peers.clone();
     let node = node::start(replica, election_dyn.clone(), clock, peers);
 
     let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
@@ -129,7 +128,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 
     let peer_server = tonic::transport::Server::builder()
         .add_service(
-            PeerServer::new(PeerService::new(node.clone(), election_tx, members.clone()))
+            // Snapshots and other large messages are pulled in chunks, so every message on
+            // the peer port fits this limit (derived in `peers`).
+            PeerServer::new(PeerService::new(node.clone(), election_tx, members.clone(), peers_for_service))
                 .max_decoding_message_size(PEER_MESSAGE_LIMIT),
         )
         .serve_with_incoming(no_delay(peer_listener));

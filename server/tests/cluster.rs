@@ -24,6 +24,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(backend: &str) -> Cluster {
+        Cluster::start_with(backend, "")
+    }
+
+    /// Three nodes; `extra` is appended to every node's configuration (e.g. a `[log]` section).
+    fn start_with(backend: &str, extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let client_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peer_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -38,7 +43,7 @@ impl Cluster {
         }
         for i in 0..3 {
             let config = format!(
-                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n",
+                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}",
                 i + 1,
                 client_ports[i],
                 peer_ports[i],
@@ -294,4 +299,56 @@ fn garbage_on_the_ports_and_a_bad_config_do_no_harm() {
     assert!(text.contains("is already in use"), "{text}");
     assert_eq!(text.trim().lines().count(), 1, "{text}");
     assert_eq!(text.matches("os error").count(), 1, "the cause is named once: {text}");
+}
+
+/// A node that was down while the log was compacted past it catches up from a snapshot
+/// pulled in chunks (`Peer.FetchSnapshot`), not one message on the log stream.
+#[test]
+fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
+    let started = Instant::now();
+    // A short log: a snapshot every 10 slots, 2 slots kept behind it.
+    let mut cluster = Cluster::start_with("paxoslease", "[log]\nsnapshot_every = 10\nretain_after_snapshot = 2\n");
+    let rt = runtime();
+    let lagging = rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let lagging = (master + 1) % 3;
+        let c = client(&cluster.endpoint(master)).await;
+        eventually(Duration::from_secs(10), || c.put("/before", "1", 0, false)).await;
+        cluster.kill(lagging);
+        // About 4 MiB of state in 40 slots (one put each): the log moves on by four
+        // snapshots, and the snapshot takes several 1 MiB chunks.
+        let big = vec![b'x'; 100 << 10];
+        for i in 0..40 {
+            eventually(Duration::from_secs(10), || c.put(format!("/bulk/{i:02}"), big.clone(), 0, false)).await;
+        }
+        eventually(Duration::from_secs(10), || c.put("/last", "done", 0, false)).await;
+
+        cluster.start_node(lagging);
+        let back = client(&cluster.endpoint(lagging)).await;
+        eventually(Duration::from_secs(10), || async {
+            match value(&back, "/last", true).await {
+                Some(v) if v == b"done" => Ok(()),
+                other => Err(format!("restarted node sees /last = {other:?}")),
+            }
+        })
+        .await;
+        assert_eq!(value(&back, "/bulk/00", true).await, Some(big.clone()), "the whole state came over");
+        assert_eq!(value(&back, "/before", true).await, Some(b"1".to_vec()));
+        lagging
+    });
+    drop(rt);
+    let log = cluster.log(lagging);
+    let line = log.lines().find(|l| l.contains("snapshot received in chunks")).unwrap_or_else(|| {
+        panic!("node {} caught up without a chunked snapshot:\n{log}", lagging + 1);
+    });
+    let chunks: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("chunks="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no chunk count in {line:?}"));
+    assert!(chunks >= 3, "a snapshot of about 4 MiB came in {chunks} chunks: {line}");
+    let logs: String = (0..3).map(|i| cluster.log(i)).collect();
+    assert!(!logs.contains("panicked"), "a node panicked:\n{logs}");
+    assert!(!logs.contains("transfer from peer failed"), "a transfer failed:\n{logs}");
+    eprintln!("chunked snapshot catch-up: {line}\n(test took {:?})", started.elapsed());
 }

@@ -72,6 +72,7 @@ struct FileLimits {
 #[serde(deny_unknown_fields)]
 struct FileLog {
     snapshot_every: Option<u64>,
+    retain_after_snapshot: Option<u64>,
     max_batch_commands: Option<usize>,
     max_inflight_slots: Option<usize>,
 }
@@ -147,6 +148,7 @@ pub(super) fn resolve(
     let default_log = ReplicaConfig::for_lease_time(lease_time);
     let log = LogConfig {
         snapshot_every: file.log.snapshot_every.unwrap_or(default_log.snapshot_every),
+        retain_after_snapshot: file.log.retain_after_snapshot.unwrap_or(default_log.retain_after_snapshot),
         max_batch_commands: file.log.max_batch_commands.unwrap_or(default_log.max_batch_commands),
         max_inflight_slots: file.log.max_inflight_slots.unwrap_or(default_log.max_inflight_slots),
     };

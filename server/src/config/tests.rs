@@ -246,6 +246,11 @@ fn limits_and_log_settings_out_of_range_are_rejected() {
     assert!(message.contains("[limits] max_txn_ops = 0 is out of range"), "{message}");
     let message = error_of("id = 1\n[log]\nsnapshot_every = 0\n");
     assert!(message.contains("[log]") && message.contains("snapshot_every must be at least 1"), "{message}");
+    let message = error_of("id = 1\n[log]\nretain_after_snapshot = 1000001\n");
+    assert!(
+        message.contains("[log]") && message.contains("retain_after_snapshot must be at most 1000000"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -258,6 +263,11 @@ fn limits_and_log_settings_reach_the_store_configs() {
     let replica = config.replica_config();
     assert_eq!(replica.max_inflight_slots, 3);
     assert_eq!(replica.retry_interval, ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME).retry_interval);
+    assert_eq!(replica.retain_after_snapshot, ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME).retain_after_snapshot);
+    // A short log, as tests use to make compaction happen after a few writes; 0 keeps no tail.
+    let config = parse("id = 1\n[log]\nsnapshot_every = 10\nretain_after_snapshot = 0\n").expect("valid");
+    let replica = config.replica_config();
+    assert_eq!((replica.snapshot_every, replica.retain_after_snapshot), (10, 0));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use super::error::{id_list, ConfigError, ConfigErrorKind};
 use super::NodeConfig;
+use leasekv_kvstore::log::ReplicaConfigError;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -17,6 +18,10 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024 * 1024;
 pub const MAX_TXN_OPS: usize = 10_000;
 /// Largest `max_lease_name_bytes`.
 pub const MAX_LEASE_NAME_BYTES: usize = 4096;
+/// Largest `[log] retain_after_snapshot`: the retained slots stay in every replica's memory
+/// (up to a batch of commands each), so the tail is kept far below anything that could
+/// exhaust it.
+pub const MAX_RETAIN_AFTER_SNAPSHOT: u64 = 1_000_000;
 
 impl NodeConfig {
     /// Checks that the configuration is consistent and safe: ids, the peer list (this node in
@@ -57,6 +62,13 @@ impl NodeConfig {
         }
 
         self.replica_config().validate().map_err(|e| err(ConfigErrorKind::Replica(e)))?;
+        if self.log.retain_after_snapshot > MAX_RETAIN_AFTER_SNAPSHOT {
+            return Err(err(ConfigErrorKind::Replica(ReplicaConfigError {
+                field: "retain_after_snapshot",
+                rule: "at most 1000000 (the retained slots are kept in memory)",
+                value: self.log.retain_after_snapshot.to_string(),
+            })));
+        }
         Ok(())
     }
 

@@ -1,0 +1,733 @@
+//! Peer messages too big for a lane, state-machine snapshots above all, moved in chunks.
+//!
+//! A replica that fell behind log compaction is sent the whole state machine
+//! (`LogMessage::Snapshot`), possibly hundreds of MiB. On a lane stream ([`crate::peers`])
+//! such a message would hold up every Accept queued behind it, need the whole thing in one
+//! buffer on both sides and a per-message limit large enough to be a memory hazard on every
+//! peer connection. So it never goes on a lane: the sender *parks* it and puts a small
+//! [`TransferNotice`] on the log lane instead; the receiver *pulls* it with the
+//! `Peer.FetchSnapshot` server-streaming call, [`CHUNK_BYTES`] at a time, reassembles it
+//! (checking every chunk, [`Reassembly`]) and hands the result to its node loop as if it had
+//! arrived on the lane.
+//!
+//! Why pull (a notice plus `FetchSnapshot`) rather than a third lane that pushes chunks:
+//! - the receiver decides when to start, so it can insist on one transfer per peer at a
+//!   time ([`Inbox`]) and drop notices it does not need, without the sender knowing;
+//! - the sender keeps only the newest parked message per peer and kind ([`Outbox`]): the
+//!   replica answers every repeated `Fetch` with a fresh snapshot, and a pushed stream would
+//!   have to carry each one or cut one off midway, while a parked one is simply replaced;
+//! - flow control is the HTTP/2 stream's: the sender reads the next chunk from its parked
+//!   buffer only when the receiver has taken the previous one, so neither side ever holds
+//!   more than the message and a chunk or two in flight;
+//! - it needs no ordering with the lane: the replica is built for lost, duplicated and
+//!   reordered messages (the simulator injects all three), and a transfer that fails is
+//!   dropped with one log line; the replica asks again through its normal catch-up retry.
+//!
+//! The same path carries any other message whose encoding exceeds
+//! [`crate::peers::LANE_MESSAGE_MAX`] (kind [`TransferKind::Message`]): an `Entries` reply
+//! of many large slots, a `Promise` to a candidate far behind, or the master's answer to a
+//! large forwarded read. None of those has a useful bound in the replica, and without this
+//! path the lower per-message limit would turn them into a stuck lane instead of a slower
+//! delivery.
+
+use leasekv_client::proto::peer as pb;
+use leasekv_kvstore::log::Slot;
+use leasekv_lease::NodeId;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+use thiserror::Error;
+use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+
+/// Bytes of payload per `SnapshotChunk`: large enough that per-chunk overhead is noise, small
+/// enough to stay far below every gRPC message limit on the way.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Largest transfer a node accepts: 4 GiB. The bound is against a confused or hostile peer
+/// announcing (or streaming) without end; a genuine snapshot is the serialised state
+/// machine, which every replica already holds in memory, so a state this large would be
+/// trouble long before its transfer.
+pub const MAX_TRANSFER_BYTES: u64 = 4 << 30;
+
+/// How long a parked message waits for its pull. A receiver pulls as soon as the notice
+/// arrives unless it is busy with an earlier transfer from the same peer; past this the
+/// message is stale anyway and its memory is better freed.
+const PARKED_TTL: Duration = Duration::from_secs(30);
+
+/// How long a pull waits for the answer to `FetchSnapshot` and then for each chunk. A pull
+/// that stalls longer is dropped; the replica asks again.
+pub const CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the receiver preallocates at most before data arrives: a notice's size is the
+/// sender's word, so memory is committed as chunks come in, not on announcement.
+const MAX_PREALLOCATE: usize = 64 << 20;
+
+/// "A message is parked for you": sent on the log lane, ahead of the pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferNotice {
+    /// Names the parked message at the sender (its `FetchSnapshotRequest.transfer`).
+    pub transfer: u64,
+    /// What it is.
+    pub kind: TransferKind,
+    /// Its length in bytes.
+    pub size: u64,
+}
+
+/// What a transfer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TransferKind {
+    /// A state-machine snapshot covering every slot up to `index`: the chunks carry the
+    /// snapshot bytes, and `index` in every chunk.
+    Snapshot {
+        /// The last slot the snapshot covers.
+        index: Slot,
+    },
+    /// Any other peer message too big for a lane: the chunks carry its encoded `Wire`
+    /// bytes, and index 0.
+    Message,
+}
+
+impl TransferKind {
+    /// The index every chunk of this transfer must carry.
+    pub fn index(self) -> u64 {
+        match self {
+            TransferKind::Snapshot { index } => index,
+            TransferKind::Message => 0,
+        }
+    }
+
+    /// Whether this is a snapshot.
+    pub fn is_snapshot(self) -> bool {
+        matches!(self, TransferKind::Snapshot { .. })
+    }
+
+    /// For log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferKind::Snapshot { .. } => "snapshot",
+            TransferKind::Message => "message",
+        }
+    }
+}
+
+/// Why a transfer was dropped.
+#[derive(Debug, Error)]
+pub enum TransferError {
+    /// The notice announced more than [`MAX_TRANSFER_BYTES`].
+    #[error("announced size {size} exceeds the transfer limit {max}")]
+    TooLarge {
+        /// Announced.
+        size: u64,
+        /// Allowed.
+        max: u64,
+    },
+    /// A chunk of another snapshot turned up mid-stream.
+    #[error("chunk for index {got} in a transfer of index {expected}")]
+    IndexChanged {
+        /// The transfer's index.
+        expected: u64,
+        /// The chunk's.
+        got: u64,
+    },
+    /// A chunk did not start where the previous one ended (lost, repeated or reordered).
+    #[error("chunk at offset {got}, expected offset {expected}")]
+    OutOfOrder {
+        /// Bytes received so far.
+        expected: u64,
+        /// The chunk's offset.
+        got: u64,
+    },
+    /// An empty chunk that is not the last one (it would let a stream run on forever).
+    #[error("empty chunk before the last one")]
+    EmptyChunk,
+    /// More data than announced.
+    #[error("{got} bytes received, {size} announced")]
+    Overrun {
+        /// Announced.
+        size: u64,
+        /// Received, counting the offending chunk.
+        got: u64,
+    },
+    /// The last chunk came before all the announced data.
+    #[error("last chunk after {got} of {size} bytes")]
+    Short {
+        /// Announced.
+        size: u64,
+        /// Received.
+        got: u64,
+    },
+    /// A chunk after the last one.
+    #[error("chunk after the last one")]
+    AfterLast,
+    /// The stream ended before the last chunk.
+    #[error("stream ended after {got} of {size} bytes without a last chunk")]
+    Truncated {
+        /// Announced.
+        size: u64,
+        /// Received.
+        got: u64,
+    },
+    /// The sender no longer has it (replaced by a newer one, expired, or restarted).
+    #[error("the sender no longer has it: {0}")]
+    Gone(String),
+    /// The call failed.
+    #[error("fetch failed: {0}")]
+    Rpc(String),
+    /// No answer or chunk within [`CHUNK_TIMEOUT`].
+    #[error("no chunk within {0:?}")]
+    Stalled(Duration),
+    /// The peer is not in this node's configuration.
+    #[error("no connection to that peer")]
+    UnknownPeer,
+}
+
+impl From<Status> for TransferError {
+    fn from(status: Status) -> Self {
+        match status.code() {
+            tonic::Code::NotFound => TransferError::Gone(status.message().to_string()),
+            _ => TransferError::Rpc(format!("{}: {}", status.code(), status.message())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending side.
+
+/// The chunks of one message, produced lazily (one copy of [`CHUNK_BYTES`] at a time, when
+/// the stream asks for the next): `offset` counts up without gaps, `index` is the same in
+/// every chunk, `last` is set on the final one. An empty message is one empty last chunk.
+pub struct Chunks {
+    data: Arc<Vec<u8>>,
+    index: u64,
+    chunk_bytes: usize,
+    offset: usize,
+    done: bool,
+}
+
+impl Chunks {
+    /// Chunks of `data` of at most `chunk_bytes` (at least 1) each.
+    pub fn new(index: u64, data: Arc<Vec<u8>>, chunk_bytes: usize) -> Self {
+        Chunks { data, index, chunk_bytes: chunk_bytes.max(1), offset: 0, done: false }
+    }
+}
+
+impl Iterator for Chunks {
+    type Item = pb::SnapshotChunk;
+
+    fn next(&mut self) -> Option<pb::SnapshotChunk> {
+        if self.done {
+            return None;
+        }
+        let end = self.offset.saturating_add(self.chunk_bytes).min(self.data.len());
+        let last = end == self.data.len();
+        let chunk = pb::SnapshotChunk {
+            index: self.index,
+            data: self.data.get(self.offset..end).map(<[u8]>::to_vec).unwrap_or_default(),
+            last,
+            offset: self.offset as u64,
+        };
+        self.offset = end;
+        self.done = last;
+        Some(chunk)
+    }
+}
+
+/// A parked message.
+struct Parked {
+    notice: TransferNotice,
+    data: Arc<Vec<u8>>,
+}
+
+/// What is parked for one peer: at most one snapshot and one other message, each replaced
+/// by a newer one of its kind (a newer snapshot makes an older one useless; other big
+/// messages are rare, and losing one is recovered like any lost message).
+#[derive(Default)]
+struct ParkedFor {
+    snapshot: Option<Parked>,
+    message: Option<Parked>,
+}
+
+impl ParkedFor {
+    fn slot(&mut self, kind: TransferKind) -> &mut Option<Parked> {
+        match kind {
+            TransferKind::Snapshot { .. } => &mut self.snapshot,
+            TransferKind::Message => &mut self.message,
+        }
+    }
+}
+
+/// The sending side: messages parked for their receivers' pulls.
+pub struct Outbox {
+    next: AtomicU64,
+    parked: Mutex<HashMap<NodeId, ParkedFor>>,
+}
+
+impl Outbox {
+    /// An empty outbox. Transfer ids start from the clock so that a restarted sender does
+    /// not hand out the ids of notices a peer may still hold.
+    pub fn new() -> Arc<Self> {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            .max(1);
+        Arc::new(Outbox { next: AtomicU64::new(seed), parked: Mutex::new(HashMap::new()) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, ParkedFor>> {
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Parks `data` for `to`, replacing what was parked of the same kind, and returns the
+    /// notice to send. Expires after [`PARKED_TTL`] (when called inside a tokio runtime).
+    pub fn park(self: &Arc<Self>, to: NodeId, kind: TransferKind, data: Vec<u8>) -> TransferNotice {
+        let notice =
+            TransferNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() as u64 };
+        *self.lock().entry(to).or_default().slot(kind) = Some(Parked { notice, data: Arc::new(data) });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let outbox: Weak<Outbox> = Arc::downgrade(self);
+            runtime.spawn(async move {
+                tokio::time::sleep(PARKED_TTL).await;
+                if let Some(outbox) = outbox.upgrade() {
+                    outbox.remove(to, notice);
+                }
+            });
+        }
+        notice
+    }
+
+    /// The chunks of transfer `transfer` for `to`, or `None` when nothing by that id is
+    /// parked for it (superseded, expired, already served, or never).
+    pub fn serve(self: &Arc<Self>, to: NodeId, transfer: u64) -> Option<Serving> {
+        let parked = self.lock();
+        let of_peer = parked.get(&to)?;
+        let found =
+            [&of_peer.snapshot, &of_peer.message].into_iter().flatten().find(|p| p.notice.transfer == transfer)?;
+        Some(Serving {
+            chunks: Chunks::new(found.notice.kind.index(), found.data.clone(), CHUNK_BYTES),
+            outbox: Arc::downgrade(self),
+            to,
+            notice: found.notice,
+            sent: 0,
+        })
+    }
+
+    /// Removes the message named by `notice` if it is still the one parked.
+    fn remove(&self, to: NodeId, notice: TransferNotice) {
+        let mut parked = self.lock();
+        if let Some(of_peer) = parked.get_mut(&to) {
+            let slot = of_peer.slot(notice.kind);
+            if slot.as_ref().is_some_and(|p| p.notice.transfer == notice.transfer) {
+                *slot = None;
+            }
+            if of_peer.snapshot.is_none() && of_peer.message.is_none() {
+                parked.remove(&to);
+            }
+        }
+    }
+
+    /// `notice` was streamed out in full. A snapshot parked for that peer meanwhile goes
+    /// too: it answered a repeated `Fetch` sent while this one was on its way, and the
+    /// receiver drops such notices ([`Inbox::finish`]); it asks again if it still needs one.
+    fn served(&self, to: NodeId, notice: TransferNotice) {
+        if notice.kind.is_snapshot() {
+            let mut parked = self.lock();
+            if let Some(of_peer) = parked.get_mut(&to) {
+                of_peer.snapshot = None;
+            }
+            drop(parked);
+        }
+        self.remove(to, notice);
+    }
+
+    /// Messages parked for `to` (tests).
+    #[cfg(test)]
+    fn parked_for(&self, to: NodeId) -> Vec<TransferNotice> {
+        let parked = self.lock();
+        parked
+            .get(&to)
+            .map_or_else(Vec::new, |p| [&p.snapshot, &p.message].into_iter().flatten().map(|p| p.notice).collect())
+    }
+}
+
+/// One transfer being streamed out: the chunks, and the bookkeeping once the last one is out.
+pub struct Serving {
+    chunks: Chunks,
+    outbox: Weak<Outbox>,
+    to: NodeId,
+    notice: TransferNotice,
+    sent: u64,
+}
+
+impl Serving {
+    /// What is being sent.
+    pub fn notice(&self) -> TransferNotice {
+        self.notice
+    }
+}
+
+impl Iterator for Serving {
+    type Item = Result<pb::SnapshotChunk, Status>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let chunk = self.chunks.next()?;
+        self.sent += 1;
+        if chunk.last {
+            if let Some(outbox) = self.outbox.upgrade() {
+                outbox.served(self.to, self.notice);
+            }
+            match self.notice.kind {
+                TransferKind::Snapshot { index } => tracing::info!(peer = %self.to, index, bytes = self.notice.size,
+                    chunks = self.sent, "snapshot sent to peer in chunks"),
+                TransferKind::Message => tracing::debug!(peer = %self.to, bytes = self.notice.size,
+                    chunks = self.sent, "large message sent to peer in chunks"),
+            }
+        }
+        Some(Ok(chunk))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Receiving side.
+
+/// Rebuilds one message from its chunks, refusing anything but the announced message
+/// delivered in order: every chunk has the notice's index, starts where the previous one
+/// ended, adds data (only the last may be empty) and stays within the announced size; the
+/// last chunk completes it exactly.
+pub struct Reassembly {
+    notice: TransferNotice,
+    data: Vec<u8>,
+    complete: bool,
+}
+
+impl Reassembly {
+    /// Starts on the message `notice` announces; refuses one above [`MAX_TRANSFER_BYTES`].
+    pub fn new(notice: TransferNotice) -> Result<Self, TransferError> {
+        if notice.size > MAX_TRANSFER_BYTES {
+            return Err(TransferError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
+        }
+        let capacity = usize::try_from(notice.size).unwrap_or(usize::MAX).min(MAX_PREALLOCATE);
+        Ok(Reassembly { notice, data: Vec::with_capacity(capacity), complete: false })
+    }
+
+    /// Adds the next chunk; `Ok(true)` once the message is complete.
+    pub fn push(&mut self, chunk: pb::SnapshotChunk) -> Result<bool, TransferError> {
+        if self.complete {
+            return Err(TransferError::AfterLast);
+        }
+        let expected = self.notice.kind.index();
+        if chunk.index != expected {
+            return Err(TransferError::IndexChanged { expected, got: chunk.index });
+        }
+        let received = self.data.len() as u64;
+        if chunk.offset != received {
+            return Err(TransferError::OutOfOrder { expected: received, got: chunk.offset });
+        }
+        if chunk.data.is_empty() && !chunk.last {
+            return Err(TransferError::EmptyChunk);
+        }
+        let total = received.saturating_add(chunk.data.len() as u64);
+        if total > self.notice.size {
+            return Err(TransferError::Overrun { size: self.notice.size, got: total });
+        }
+        if chunk.last && total != self.notice.size {
+            return Err(TransferError::Short { size: self.notice.size, got: total });
+        }
+        self.data.extend_from_slice(&chunk.data);
+        self.complete = chunk.last;
+        Ok(self.complete)
+    }
+
+    /// The message, if the last chunk arrived.
+    pub fn finish(self) -> Result<Vec<u8>, TransferError> {
+        if !self.complete {
+            return Err(TransferError::Truncated { size: self.notice.size, got: self.data.len() as u64 });
+        }
+        Ok(self.data)
+    }
+}
+
+/// A completed transfer: the message and how many chunks it took.
+#[derive(Debug)]
+pub struct Pulled {
+    /// The reassembled bytes.
+    pub data: Vec<u8>,
+    /// Chunks received.
+    pub chunks: u64,
+}
+
+/// Reads `stream` into the message `notice` announces, waiting at most `stall` for each
+/// chunk. Stops at the last chunk (the rest of the stream is not read).
+pub async fn reassemble<S>(notice: TransferNotice, mut stream: S, stall: Duration) -> Result<Pulled, TransferError>
+where
+    S: Stream<Item = Result<pb::SnapshotChunk, Status>> + Unpin,
+{
+    let mut reassembly = Reassembly::new(notice)?;
+    let mut chunks = 0;
+    loop {
+        let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| TransferError::Stalled(stall))?;
+        let Some(chunk) = next else { break };
+        chunks += 1;
+        if reassembly.push(chunk?)? {
+            break;
+        }
+    }
+    Ok(Pulled { data: reassembly.finish()?, chunks })
+}
+
+/// What one peer's pulls are doing.
+#[derive(Debug, Default)]
+struct Pulling {
+    /// The kind being pulled now, if any.
+    active: Option<TransferKind>,
+    /// The newest snapshot notice that came in meanwhile.
+    waiting_snapshot: Option<TransferNotice>,
+    /// The newest other notice that came in meanwhile.
+    waiting_message: Option<TransferNotice>,
+}
+
+/// The receiving side's bookkeeping: one pull per peer at a time. Notices that arrive during
+/// a pull wait (the newest of each kind); when the pull ends, a waiting message goes first,
+/// and a waiting snapshot is dropped if the pull that ended delivered a snapshot.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    pulls: Mutex<HashMap<NodeId, Pulling>>,
+}
+
+impl Inbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Pulling>> {
+        self.pulls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A notice from `from`: `Some` when the caller should start pulling it now, `None` when
+    /// it waits behind the pull in progress.
+    pub fn offer(&self, from: NodeId, notice: TransferNotice) -> Option<TransferNotice> {
+        let mut pulls = self.lock();
+        let pulling = pulls.entry(from).or_default();
+        if pulling.active.is_none() {
+            pulling.active = Some(notice.kind);
+            return Some(notice);
+        }
+        let waiting =
+            if notice.kind.is_snapshot() { &mut pulling.waiting_snapshot } else { &mut pulling.waiting_message };
+        if waiting.is_none_or(|w| w.transfer < notice.transfer) {
+            *waiting = Some(notice);
+        }
+        None
+    }
+
+    /// The pull from `from` ended (`delivered`: successfully): the next notice to pull, if
+    /// any (the caller goes on pulling it), otherwise the peer is idle again.
+    pub fn finish(&self, from: NodeId, delivered: bool) -> Option<TransferNotice> {
+        let mut pulls = self.lock();
+        let pulling = pulls.entry(from).or_default();
+        if delivered && pulling.active.is_some_and(TransferKind::is_snapshot) {
+            // It answered a repeated Fetch; the replica asks again if it is still behind.
+            pulling.waiting_snapshot = None;
+        }
+        let next = pulling.waiting_message.take().or_else(|| pulling.waiting_snapshot.take());
+        pulling.active = next.map(|n| n.kind);
+        next
+    }
+
+    /// Whether a snapshot is being pulled from `peer` right now.
+    pub fn pulling_snapshot(&self, peer: NodeId) -> bool {
+        self.lock().get(&peer).is_some_and(|p| p.active.is_some_and(TransferKind::is_snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot_notice(transfer: u64, index: u64, size: usize) -> TransferNotice {
+        TransferNotice { transfer, kind: TransferKind::Snapshot { index }, size: size as u64 }
+    }
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    fn chunks_of(index: u64, bytes: &[u8], chunk: usize) -> Vec<pb::SnapshotChunk> {
+        Chunks::new(index, Arc::new(bytes.to_vec()), chunk).collect()
+    }
+
+    fn reassemble_all(notice: TransferNotice, chunks: Vec<pb::SnapshotChunk>) -> Result<Vec<u8>, TransferError> {
+        let mut reassembly = Reassembly::new(notice)?;
+        for chunk in chunks {
+            reassembly.push(chunk)?;
+        }
+        reassembly.finish()
+    }
+
+    #[test]
+    fn chunks_cover_the_data_in_order_and_mark_the_last() {
+        let bytes = data(10);
+        let chunks = chunks_of(7, &bytes, 4);
+        let shape: Vec<_> = chunks.iter().map(|c| (c.index, c.offset, c.data.len(), c.last)).collect();
+        assert_eq!(shape, vec![(7, 0, 4, false), (7, 4, 4, false), (7, 8, 2, true)]);
+        // An exact multiple ends on a full last chunk, not an empty extra one.
+        let shape: Vec<_> = chunks_of(7, &data(8), 4).iter().map(|c| (c.offset, c.data.len(), c.last)).collect();
+        assert_eq!(shape, vec![(0, 4, false), (4, 4, true)]);
+        // An empty message is one empty last chunk.
+        let shape: Vec<_> = chunks_of(7, &[], 4).iter().map(|c| (c.offset, c.data.len(), c.last)).collect();
+        assert_eq!(shape, vec![(0, 0, true)]);
+    }
+
+    #[test]
+    fn in_order_chunks_reassemble_to_the_message() {
+        for (len, chunk) in [(0, 4), (1, 4), (4, 4), (10, 4), (3 * CHUNK_BYTES + 17, CHUNK_BYTES)] {
+            let bytes = data(len);
+            let got = reassemble_all(snapshot_notice(1, 9, len), chunks_of(9, &bytes, chunk)).expect("reassembles");
+            assert_eq!(got, bytes, "len {len} chunk {chunk}");
+        }
+        let message = TransferNotice { transfer: 2, kind: TransferKind::Message, size: 5 };
+        assert_eq!(reassemble_all(message, chunks_of(0, &data(5), 2)).expect("message reassembles"), data(5));
+    }
+
+    #[test]
+    fn a_chunk_of_another_index_is_refused() {
+        let bytes = data(10);
+        let mut chunks = chunks_of(9, &bytes, 4);
+        chunks[1].index = 10;
+        let error = reassemble_all(snapshot_notice(1, 9, 10), chunks).expect_err("index changed");
+        assert!(matches!(error, TransferError::IndexChanged { expected: 9, got: 10 }), "{error}");
+        // The notice's index counts from the first chunk on.
+        let error = reassemble_all(snapshot_notice(1, 8, 10), chunks_of(9, &bytes, 4)).expect_err("wrong snapshot");
+        assert!(matches!(error, TransferError::IndexChanged { expected: 8, got: 9 }), "{error}");
+    }
+
+    #[test]
+    fn missing_repeated_or_reordered_chunks_are_refused() {
+        let bytes = data(12);
+        let notice = snapshot_notice(1, 3, 12);
+        let chunks = chunks_of(3, &bytes, 4);
+        let skipped = vec![chunks[0].clone(), chunks[2].clone()];
+        let error = reassemble_all(notice, skipped).expect_err("gap");
+        assert!(matches!(error, TransferError::OutOfOrder { expected: 4, got: 8 }), "{error}");
+        let repeated = vec![chunks[0].clone(), chunks[0].clone()];
+        assert!(matches!(reassemble_all(notice, repeated), Err(TransferError::OutOfOrder { .. })));
+        let swapped = vec![chunks[1].clone(), chunks[0].clone()];
+        assert!(matches!(reassemble_all(notice, swapped), Err(TransferError::OutOfOrder { expected: 0, got: 4 })));
+        let mut after = chunks.clone();
+        after.push(pb::SnapshotChunk { index: 3, data: vec![1], last: true, offset: 12 });
+        assert!(matches!(reassemble_all(notice, after), Err(TransferError::AfterLast)));
+    }
+
+    #[test]
+    fn sizes_other_than_announced_are_refused() {
+        let bytes = data(10);
+        // More than announced.
+        let error = reassemble_all(snapshot_notice(1, 3, 6), chunks_of(3, &bytes, 4)).expect_err("overrun");
+        assert!(matches!(error, TransferError::Overrun { size: 6, got: 8 }), "{error}");
+        // Last chunk too early.
+        let error = reassemble_all(snapshot_notice(1, 3, 11), chunks_of(3, &bytes, 4)).expect_err("short");
+        assert!(matches!(error, TransferError::Short { size: 11, got: 10 }), "{error}");
+        // Empty chunks that are not last would let a stream run on without end.
+        let empty = pb::SnapshotChunk { index: 3, data: Vec::new(), last: false, offset: 0 };
+        assert!(matches!(reassemble_all(snapshot_notice(1, 3, 10), vec![empty]), Err(TransferError::EmptyChunk)));
+        // Announced beyond the limit: refused before anything is allocated.
+        let huge = snapshot_notice(1, 3, 0);
+        let huge = TransferNotice { size: MAX_TRANSFER_BYTES + 1, ..huge };
+        assert!(matches!(Reassembly::new(huge), Err(TransferError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_truncated_stream_is_refused() {
+        let bytes = data(10);
+        let mut chunks = chunks_of(3, &bytes, 4);
+        chunks.pop();
+        let error = reassemble_all(snapshot_notice(1, 3, 10), chunks).expect_err("truncated");
+        assert!(matches!(error, TransferError::Truncated { size: 10, got: 8 }), "{error}");
+        let error = reassemble_all(snapshot_notice(1, 3, 10), Vec::new()).expect_err("nothing");
+        assert!(matches!(error, TransferError::Truncated { size: 10, got: 0 }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn reassembling_a_stream_stops_at_errors_ends_and_stalls() {
+        let bytes = data(10);
+        let notice = snapshot_notice(1, 3, 10);
+        let ok = chunks_of(3, &bytes, 4).into_iter().map(Ok);
+        let pulled = reassemble(notice, tokio_stream::iter(ok), CHUNK_TIMEOUT).await.expect("complete");
+        assert_eq!((pulled.data, pulled.chunks), (bytes.clone(), 3));
+
+        // The stream breaks after one chunk.
+        let mut broken: Vec<Result<pb::SnapshotChunk, Status>> =
+            chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok).collect();
+        broken.push(Err(Status::unavailable("connection reset")));
+        let error = reassemble(notice, tokio_stream::iter(broken), CHUNK_TIMEOUT).await.expect_err("broken");
+        assert!(matches!(error, TransferError::Rpc(ref m) if m.contains("connection reset")), "{error}");
+
+        // The stream ends early.
+        let cut = chunks_of(3, &bytes, 4).into_iter().take(2).map(Ok);
+        let error = reassemble(notice, tokio_stream::iter(cut), CHUNK_TIMEOUT).await.expect_err("cut");
+        assert!(matches!(error, TransferError::Truncated { got: 8, .. }), "{error}");
+
+        // The stream goes quiet.
+        let first = chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok);
+        let quiet = tokio_stream::iter(first).chain(tokio_stream::pending());
+        let error = reassemble(notice, quiet, Duration::from_millis(20)).await.expect_err("stalled");
+        assert!(matches!(error, TransferError::Stalled(_)), "{error}");
+    }
+
+    #[test]
+    fn the_outbox_keeps_the_newest_of_each_kind_and_forgets_what_was_served() {
+        let outbox = Outbox::new();
+        let peer = NodeId(2);
+        let old = outbox.park(peer, TransferKind::Snapshot { index: 5 }, data(10));
+        let message = outbox.park(peer, TransferKind::Message, data(3));
+        let new = outbox.park(peer, TransferKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1));
+        assert!(new.transfer > old.transfer);
+        assert_eq!(outbox.parked_for(peer), vec![new, message]);
+        assert!(outbox.serve(peer, old.transfer).is_none(), "a replaced snapshot is gone");
+        assert!(outbox.serve(NodeId(3), new.transfer).is_none(), "parked for another peer");
+
+        let serving = outbox.serve(peer, new.transfer).expect("parked");
+        // A snapshot for a repeated Fetch, parked while the first one is on its way.
+        let repeat = outbox.park(peer, TransferKind::Snapshot { index: 8 }, data(4));
+        let notice =
+            TransferNotice { transfer: new.transfer, kind: TransferKind::Snapshot { index: 7 }, size: new.size };
+        let chunks: Vec<_> = serving.map(|c| c.expect("chunk")).collect();
+        assert_eq!(chunks.len(), 3);
+        let got = reassemble_all(notice, chunks).expect("reassembles");
+        assert_eq!(got, data(2 * CHUNK_BYTES + 1));
+        assert_eq!(outbox.parked_for(peer), vec![message], "served, and the repeat dropped with it");
+        assert!(outbox.serve(peer, repeat.transfer).is_none());
+
+        let served: Vec<_> = outbox.serve(peer, message.transfer).expect("parked").collect();
+        assert_eq!(served.len(), 1);
+        assert!(outbox.parked_for(peer).is_empty());
+    }
+
+    #[test]
+    fn the_inbox_pulls_one_transfer_per_peer_at_a_time() {
+        let inbox = Inbox::default();
+        let (a, b) = (NodeId(1), NodeId(2));
+        let first = snapshot_notice(10, 5, 1);
+        assert_eq!(inbox.offer(a, first), Some(first));
+        assert!(inbox.pulling_snapshot(a) && !inbox.pulling_snapshot(b));
+        // Another peer is independent.
+        let other = snapshot_notice(3, 5, 1);
+        assert_eq!(inbox.offer(b, other), Some(other));
+        // Behind the pull: the newest of each kind waits.
+        assert_eq!(inbox.offer(a, snapshot_notice(11, 6, 1)), None);
+        assert_eq!(inbox.offer(a, snapshot_notice(12, 7, 1)), None);
+        let message = TransferNotice { transfer: 13, kind: TransferKind::Message, size: 1 };
+        assert_eq!(inbox.offer(a, message), None);
+        // The first pull failed: the waiting message goes next, then the waiting snapshot.
+        assert_eq!(inbox.finish(a, false), Some(message));
+        assert!(!inbox.pulling_snapshot(a));
+        assert_eq!(inbox.finish(a, true), Some(snapshot_notice(12, 7, 1)));
+        assert_eq!(inbox.finish(a, true), None);
+        // A delivered snapshot drops the one waiting: it answered a repeated Fetch.
+        assert_eq!(inbox.offer(a, snapshot_notice(14, 8, 1)), Some(snapshot_notice(14, 8, 1)));
+        assert_eq!(inbox.offer(a, snapshot_notice(15, 9, 1)), None);
+        assert_eq!(inbox.finish(a, true), None, "a delivered snapshot drops the waiting one");
+        // A failed snapshot pull lets the waiting one go.
+        assert_eq!(inbox.offer(a, snapshot_notice(16, 9, 1)), Some(snapshot_notice(16, 9, 1)));
+        assert_eq!(inbox.offer(a, snapshot_notice(17, 10, 1)), None);
+        assert_eq!(inbox.finish(a, false), Some(snapshot_notice(17, 10, 1)));
+    }
+}
