@@ -6,7 +6,7 @@
 //! cargo build --release -p leasekv-server --bin kvserver
 //! cargo bench --bench cluster            # etcd from PATH (Debian: etcd-server) or ETCD_BIN
 //! ```
-//! Workloads (256-byte values): put with 1, 64 and 256 clients; linearizable and
+//! Workloads (256-byte values): put with 1 (also at the leader), 64 and 256 clients; linearizable and
 //! serializable get with 64 clients; lease grant + put; kill -9 of the master → first
 //! successful put (failover); SIGTERM of the master → first successful put (hand-over).
 //! Prints progress, a table and writes `target/leasekv-bench-cluster.json`.
@@ -195,6 +195,8 @@ async fn leader(cluster: &Cluster) -> usize {
 #[derive(Clone, Copy)]
 enum Op {
     Put,
+    /// A put sent to the leader's endpoint.
+    PutAtLeader,
     GetLinearizable,
     GetSerializable,
     LeaseGrantPut,
@@ -225,7 +227,7 @@ async fn load(endpoints: &[String], clients: usize, op: Op) -> Figures {
                 n += 1;
                 let started = Instant::now();
                 let ok = match op {
-                    Op::Put => client.put(key, VALUE.to_vec(), 0, false).await.is_ok(),
+                    Op::Put | Op::PutAtLeader => client.put(key, VALUE.to_vec(), 0, false).await.is_ok(),
                     Op::GetLinearizable => client.get("/bench/ready", GetOptions::default()).await.is_ok(),
                     Op::GetSerializable => {
                         let options = GetOptions { serializable: true, ..Default::default() };
@@ -308,8 +310,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let targets = [Target::LeaseKv("paxoslease"), Target::LeaseKv("lease-tracker"), Target::Etcd];
-    let workloads: [(&str, usize, Op); 6] = [
+    // "at the leader": the client talks to the leader itself, so the figure is the
+    // replication round alone, without the follower's extra hop (etcd measured the same way).
+    let workloads: [(&str, usize, Op); 7] = [
         ("put, 1 client", 1, Op::Put),
+        ("put, 1 client at the leader", 1, Op::PutAtLeader),
         ("put, 64 clients", 64, Op::Put),
         ("put, 256 clients", 256, Op::Put),
         ("linearizable get, 64 clients", 64, Op::GetLinearizable),
@@ -334,9 +339,13 @@ fn main() {
                     continue;
                 }
                 eprintln!("[{name}] {label} …");
+                let at = match op {
+                    Op::PutAtLeader => vec![endpoints[leader(&cluster).await].clone()],
+                    _ => endpoints.clone(),
+                };
                 let mut runs = Vec::new();
                 for _ in 0..REPEATS {
-                    runs.push(load(&endpoints, clients, op).await);
+                    runs.push(load(&at, clients, op).await);
                 }
                 let ops = median(runs.iter().map(|f| f.ops_per_sec).collect());
                 let p50 = median(runs.iter().map(|f| f.p50_ms).collect());
