@@ -3,17 +3,14 @@
 //! by it (by pid, on drop). etcdctl against the cluster, compared with a real etcd, is in
 //! `etcdctl_conformance.rs`.
 
+mod common;
+
 use leasekv_client::{Client, GetOptions};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KVSERVER: &str = env!("CARGO_BIN_EXE_kvserver");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
 
 struct Cluster {
     dir: tempfile::TempDir,
@@ -30,27 +27,9 @@ impl Cluster {
     /// Three nodes; `extra` is appended to every node's configuration (e.g. a `[log]` section).
     fn start_with(backend: &str, extra: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let client_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let peer_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let mut peers = String::new();
-        for i in 0..3 {
-            peers.push_str(&format!(
-                "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                i + 1,
-                client_ports[i],
-                peer_ports[i]
-            ));
-        }
-        for i in 0..3 {
-            let config = format!(
-                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}",
-                i + 1,
-                client_ports[i],
-                peer_ports[i],
-                dir.path().join(format!("data{}", i + 1)).display()
-            );
-            std::fs::write(dir.path().join(format!("n{}.toml", i + 1)), config).expect("config written");
-        }
+        let ports = common::free_ports(6);
+        let (client_ports, peer_ports) = (ports[..3].to_vec(), ports[3..].to_vec());
+        common::write_configs(dir.path(), &client_ports, &peer_ports, backend, extra);
         let mut cluster = Cluster { dir, nodes: vec![None, None, None], client_ports, peer_ports };
         for i in 0..3 {
             cluster.start_node(i);

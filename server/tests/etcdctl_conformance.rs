@@ -33,10 +33,11 @@
 //! Without etcd or etcdctl on PATH the test skips, except under `CI=true`, where it fails.
 //! `SHOW_ETCDCTL_TRANSCRIPT=1` prints leasekv's normalised transcript (run with `--nocapture`).
 
+mod common;
+
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -67,13 +68,6 @@ fn tool(name: &str, package: &str) -> Option<PathBuf> {
     found
 }
 
-/// `n` distinct free ports (all held open until every one is chosen).
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
-}
-
 /// Three server processes, killed (by pid) when dropped.
 struct Cluster {
     name: &'static str,
@@ -86,30 +80,13 @@ impl Cluster {
     fn leasekv(ports: &[u16]) -> Cluster {
         let dir = tempfile::tempdir().expect("a temporary directory for leasekv");
         let (client_ports, peer_ports) = ports.split_at(3);
-        let mut peers = String::new();
-        for i in 0..3 {
-            peers.push_str(&format!(
-                "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                i + 1,
-                client_ports[i],
-                peer_ports[i]
-            ));
-        }
+        let configs = common::write_configs(dir.path(), client_ports, peer_ports, "paxoslease", "");
         let mut children = Vec::new();
-        for i in 0..3 {
-            let config = format!(
-                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n",
-                i + 1,
-                client_ports[i],
-                peer_ports[i],
-                dir.path().join(format!("data{}", i + 1)).display()
-            );
-            let path = dir.path().join(format!("n{}.toml", i + 1));
-            std::fs::write(&path, config).expect("leasekv config written");
+        for (i, path) in configs.iter().enumerate() {
             let log = std::fs::File::create(dir.path().join(format!("log{i}"))).expect("leasekv log file");
             let child = Command::new(KVSERVER)
                 .arg("--config")
-                .arg(&path)
+                .arg(path)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -807,7 +784,7 @@ fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
         return;
     };
     let started = Instant::now();
-    let ports = free_ports(12);
+    let ports = common::free_ports(12);
     // Both clusters start at once; each waits for its own leader.
     let ours = Cluster::leasekv(&ports[..6]);
     let etcd = Cluster::etcd(&etcd_bin, &ports[6..]);

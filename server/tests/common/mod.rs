@@ -1,0 +1,41 @@
+//! What the process tests share: free ports and the configuration files of a three-node
+//! cluster on 127.0.0.1.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+/// `n` distinct free ports on 127.0.0.1 (all held open until every one is chosen).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
+}
+
+/// Writes `n1.toml` … `n3.toml` into `dir` for a cluster on these ports, with data in
+/// `dir/data1` …, 800 ms election leases, `backend`, and `extra` appended to every file (e.g.
+/// a `[log]` section). Returns the three paths.
+pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backend: &str, extra: &str) -> Vec<PathBuf> {
+    let mut peers = String::new();
+    for i in 0..3 {
+        peers.push_str(&format!(
+            "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
+            i + 1,
+            client_ports[i],
+            peer_ports[i]
+        ));
+    }
+    (0..3)
+        .map(|i| {
+            let config = format!(
+                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}",
+                i + 1,
+                client_ports[i],
+                peer_ports[i],
+                dir.join(format!("data{}", i + 1)).display()
+            );
+            let path = dir.join(format!("n{}.toml", i + 1));
+            std::fs::write(&path, config).expect("node config written");
+            path
+        })
+        .collect()
+}
