@@ -155,12 +155,11 @@ impl Forwards {
 
     /// Gives up on forwards to any node but `master`: the election moved on, and the old
     /// master will not answer (or its answer no longer counts as this hop's).
-    pub fn master_changed(&mut self, master: Option<NodeId>) {
-        let gone: Vec<ForwardId> =
-            self.pending.iter().filter(|(_, p)| Some(p.master) != master).map(|(id, _)| *id).collect();
+    pub fn master_changed(&mut self, master: NodeId) {
+        let gone: Vec<ForwardId> = self.pending.iter().filter(|(_, p)| p.master != master).map(|(id, _)| *id).collect();
         for id in gone {
             if let Some(pending) = self.pending.remove(&id) {
-                pending.waiter.abandon(master);
+                pending.waiter.abandon(Some(master));
             }
         }
     }
@@ -244,7 +243,7 @@ mod tests {
         forwards.start(to_old, NodeId(2), now);
         let (to_new, mut new) = read_waiter();
         forwards.start(to_new, NodeId(3), now);
-        forwards.master_changed(Some(NodeId(3)));
+        forwards.master_changed(NodeId(3));
         assert!(matches!(old.try_recv(), Ok(Err(ClientError::NotMaster { hint: Some(NodeId(3)) }))));
         assert!(new.try_recv().is_err(), "the forward to the current master still waits");
         assert_eq!(forwards.len(), 1);

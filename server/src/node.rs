@@ -287,11 +287,14 @@ impl NodeLoop {
         self.replica.set_mastership(now, status.master, status.hint);
     }
 
-    /// Forwards to a master that is no longer the master will not be answered.
+    /// Forwards to a master that is no longer the master will not be answered. Only a new
+    /// master counts: "no master known" (a lease between renewals, or a master that just
+    /// died) abandons nothing, so a healthy master's in-flight writes never fail for it; the
+    /// successor's election, or the forward's timeout, settles a dead master's forwards.
     fn notice_master_change(&mut self) {
-        let master = self.replica.master_hint();
-        if master != self.known_master {
-            self.known_master = master;
+        let Some(master) = self.replica.master_hint() else { return };
+        if Some(master) != self.known_master {
+            self.known_master = Some(master);
             if !self.forwards.is_empty() {
                 self.forwards.master_changed(master);
             }
