@@ -35,6 +35,12 @@ struct Args {
     lease_time_ms: Option<u64>,
 }
 
+/// The allocator: a node allocates and frees small buffers on every request (gRPC frames,
+/// messages, answers); mimalloc's per-thread free lists make that cheaper than glibc's
+/// malloc, which showed as about a tenth of a loaded node's CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args = Args::parse();
     tracing_subscriber::fmt()
