@@ -539,22 +539,16 @@ fn status_summary(status: &Status) -> String {
     if text.is_empty() {
         text = format!("{:?}", status.code());
     }
-    let mut source = std::error::Error::source(status);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    append_causes(text, std::error::Error::source(status))
 }
 
 /// An error with its causes, `: `-joined; tonic's transport errors say little at the top level.
 fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
+    append_causes(error.to_string(), error.source())
+}
+
+/// Appends each cause in the chain from `source` that `text` does not already say.
+fn append_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(cause) = source {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {
