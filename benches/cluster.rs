@@ -11,9 +11,11 @@
 //! successful put (failover); SIGTERM of the master → first successful put (hand-over).
 //! Prints progress, a table and writes `target/leasekv-bench-cluster.json`.
 //!
-//! To profile one path, narrow the run with substrings (comma separated):
-//! `BENCH_TARGETS=paxoslease,etcd BENCH_WORKLOADS="put, 1" cargo bench --bench cluster`;
-//! `BENCH_SECONDS` sets the length of each run (default 3).
+//! To profile one path, narrow the run with substrings (separated by `;`, since the workload
+//! names contain commas):
+//! `BENCH_TARGETS="paxoslease;etcd" BENCH_WORKLOADS="put, 1 client;put, 64" cargo bench --bench cluster`;
+//! `BENCH_SECONDS` sets the length of each run (default 3); `BENCH_LEASEKV_CONFIG` adds TOML
+//! to every leasekv node's config (`\n` for a line break), e.g. `[log]\nmax_inflight_slots = 4`.
 
 use leasekv_client::{Client, GetOptions};
 use std::collections::BTreeMap;
@@ -96,8 +98,11 @@ impl Cluster {
                         self.peer_ports[j]
                     ));
                 }
+                // BENCH_LEASEKV_CONFIG: extra TOML for every node (tables after [election]),
+                // e.g. "[log]\nmax_inflight_slots = 4", to compare settings in one command.
+                let extra = std::env::var("BENCH_LEASEKV_CONFIG").unwrap_or_default().replace("\\n", "\n");
                 let config = format!(
-                    "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n",
+                    "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}\n",
                     i + 1,
                     self.client_ports[i],
                     self.peer_ports[i],
@@ -289,10 +294,17 @@ async fn takeover(cluster: &mut Cluster, sigterm: bool) -> f64 {
     elapsed
 }
 
-/// Whether `name` is selected by the comma-separated substrings in `var` (all when unset).
+/// Whether `name` is selected by the `;`-separated substrings in `var` (all when unset); an
+/// entry starting with `=` must equal the name (`=put, 64 clients` leaves out the lease
+/// workload of the same shape).
 fn selected(var: &str, name: &str) -> bool {
     match std::env::var(var) {
-        Ok(filter) if !filter.trim().is_empty() => filter.split(',').any(|f| name.contains(f.trim())),
+        Ok(filter) if !filter.trim().is_empty() => {
+            filter.split(';').map(str::trim).any(|f| match f.strip_prefix('=') {
+                Some(exact) => name == exact,
+                None => name.contains(f),
+            })
+        }
         _ => true,
     }
 }

@@ -276,6 +276,39 @@ fn lagging_replica_catches_up_through_a_snapshot() {
 }
 
 #[test]
+fn a_snapshot_waits_until_the_log_since_the_last_one_outweighs_it() {
+    let mut cfg = config();
+    cfg.snapshot_every = 16;
+    cfg.max_batch_commands = 1;
+    let mut c = Cluster::new(3, cfg);
+    c.make_master(1, 1);
+    c.settle();
+    let big = "x".repeat(1000);
+    for i in 0..20 {
+        c.put(1, &format!("big{i}"), &big).unwrap();
+        c.settle();
+    }
+    // The first snapshot needs only the slot count: there is no earlier one to outweigh.
+    let first = c.replica(1).snapshot_index();
+    assert!(first >= 16, "no first snapshot: {first}");
+    // 40 more slots, but a few bytes each against a state of about 20 KB: no snapshot.
+    for i in 0..40 {
+        c.put(1, &format!("s{i}"), "v").unwrap();
+        c.settle();
+    }
+    assert_eq!(c.replica(1).snapshot_index(), first, "snapshotted before the log outweighed the state");
+    // As many bytes again as the state: now it snapshots.
+    for i in 0..30 {
+        c.put(1, &format!("big{i}"), &big).unwrap();
+        c.settle();
+    }
+    let second = c.replica(1).snapshot_index();
+    assert!(second > first + 40, "no second snapshot: {first} -> {second}");
+    let d = c.digests();
+    assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}
+
+#[test]
 fn every_node_crashing_loses_no_acknowledged_write() {
     let mut c = Cluster::new(3, config());
     c.make_master(1, 1);

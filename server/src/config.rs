@@ -27,7 +27,7 @@
 //! # max_lease_name_bytes = 256
 //!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time
-//! # snapshot_every = 10000
+//! # snapshot_every = 10000        # slots, and the log since the last snapshot outweighs it
 //! # retain_after_snapshot = 1000
 //! # max_batch_commands = 256
 //! # max_inflight_slots = 8

@@ -17,7 +17,11 @@ pub struct ReplicaConfig {
     /// How often unanswered Prepare/Accept/Fetch messages are sent again, and idle learners
     /// are told the commit index.
     pub retry_interval: Duration,
-    /// Take a snapshot after this many slots were applied since the last one.
+    /// Take a snapshot after this many slots were applied since the last one, and once the
+    /// commands applied since then add up to at least the size of the last snapshot: a
+    /// snapshot costs as much as the whole state, so under a write load it is paid for by at
+    /// least as many bytes of log (otherwise small slots on a large state snapshot every
+    /// few seconds).
     pub snapshot_every: u64,
     /// Slots kept in the log behind the snapshot, so a replica slightly behind gets entries
     /// rather than a whole snapshot.

@@ -474,7 +474,7 @@ impl<S: Storage> Replica<S> {
 }
 
 /// Approximate encoded size of a command, for batch limits.
-fn command_size(command: &Command) -> usize {
+pub(super) fn command_size(command: &Command) -> usize {
     fn op_size(op: &crate::command::TxnOp) -> usize {
         match op {
             crate::command::TxnOp::Range(r) => r.range.key.len() + r.range.range_end.len() + 16,

@@ -108,6 +108,7 @@ impl<S: Storage> Replica<S> {
                 return;
             }
         };
+        let snapshot_bytes = data.len() as u64;
         let record = SnapshotRecord { index, data };
         let saved = self.storage.save_snapshot(&record).and_then(|()| self.storage.remove_slots_through(index));
         if !self.persist(saved) {
@@ -130,6 +131,8 @@ impl<S: Storage> Replica<S> {
         self.applied = index;
         self.commit = self.commit.max(index);
         self.snapshot_index = index;
+        self.snapshot_bytes = snapshot_bytes;
+        self.applied_bytes_since_snapshot = 0;
         self.compacted = index;
         self.slots = self.slots.split_off(&(index + 1));
         if self.config.trace_applies {
@@ -171,6 +174,7 @@ impl<S: Storage> Replica<S> {
             let mut trace_ids = Vec::new();
             let mut expired_trace = Vec::new();
             for proposal in &accepted.entry.proposals {
+                self.applied_bytes_since_snapshot += super::leader::command_size(&proposal.command) as u64;
                 let applied = self.machine.apply(&proposal.command);
                 if self.lessor.is_running() {
                     match (&proposal.command, &applied.result) {
@@ -236,10 +240,13 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    /// Snapshots the state machine every `snapshot_every` slots and drops the log behind it
-    /// (keeping a short tail for peers that are only slightly behind).
+    /// Snapshots the state machine every `snapshot_every` slots, once at least as many bytes
+    /// of commands as the last snapshot held were applied since it, and drops the log behind
+    /// it (keeping a short tail for peers that are only slightly behind).
     fn maybe_snapshot(&mut self) {
-        if self.applied < self.snapshot_index + self.config.snapshot_every {
+        if self.applied < self.snapshot_index + self.config.snapshot_every
+            || self.applied_bytes_since_snapshot < self.snapshot_bytes
+        {
             return;
         }
         let record = SnapshotRecord { index: self.applied, data: self.machine.to_snapshot_bytes() };
@@ -248,6 +255,8 @@ impl<S: Storage> Replica<S> {
             return;
         }
         self.snapshot_index = self.applied;
+        self.snapshot_bytes = record.data.len() as u64;
+        self.applied_bytes_since_snapshot = 0;
         let cut = self.applied.saturating_sub(self.config.retain_after_snapshot);
         if cut > self.compacted {
             let result = self.storage.remove_slots_through(cut);

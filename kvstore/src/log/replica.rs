@@ -101,6 +101,10 @@ pub struct Replica<S: Storage> {
     pub(super) applied: Slot,
     pub(super) machine: StateMachine,
     pub(super) snapshot_index: Slot,
+    /// Bytes of the last snapshot taken or installed (0: none yet).
+    pub(super) snapshot_bytes: u64,
+    /// Bytes of commands applied since the last snapshot (see `snapshot_every`).
+    pub(super) applied_bytes_since_snapshot: u64,
     pub(super) compacted: Slot,
     pub(super) fetch_sent: Option<Instant>,
     // Master side.
@@ -167,6 +171,8 @@ impl<S: Storage> Replica<S> {
             applied: snapshot_index,
             machine,
             snapshot_index,
+            snapshot_bytes: recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
+            applied_bytes_since_snapshot: 0,
             compacted: compacted.min(snapshot_index),
             fetch_sent: None,
             mastership: None,
@@ -209,6 +215,12 @@ impl<S: Storage> Replica<S> {
     /// Highest slot applied to the state machine.
     pub fn applied_index(&self) -> Slot {
         self.applied
+    }
+
+    /// The slot this replica's last snapshot covers (0: none yet); the log behind it may
+    /// be compacted.
+    pub fn snapshot_index(&self) -> Slot {
+        self.snapshot_index
     }
 
     /// Highest slot known chosen, with every slot below it.

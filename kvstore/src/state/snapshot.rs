@@ -171,8 +171,10 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
         kvs: KvsOut(parts.keys),
     };
     // Serialising plain integers, strings and byte strings into a Vec cannot fail; an
-    // error here would be a bug in this module.
-    postcard::to_stdvec(&out).expect("snapshot serialisation into memory cannot fail")
+    // error here would be a bug in this module. Sized first: the state can be tens of
+    // megabytes, and growing by doubling copied it several times over.
+    let size = postcard::experimental::serialized_size(&out).expect("snapshot size of in-memory values cannot fail");
+    postcard::to_extend(&out, Vec::with_capacity(size)).expect("snapshot serialisation into memory cannot fail")
 }
 
 /// Decodes and checks a snapshot.
