@@ -4,7 +4,10 @@
 
 use leasekv_kvstore::log::{ClientError, Completion, LogMessage, ReadConsistency, Replica, ReplicaConfig};
 use leasekv_kvstore::storage::{MemoryStorage, StorageError};
-use leasekv_kvstore::{Command, CommandResponse, KeyRange, Limits, PutRequest, RangeRequest, NO_LEASE};
+use leasekv_kvstore::{
+    Command, CommandResponse, Compare, CompareResult, CompareTarget, KeyRange, Limits, PutRequest, RangeRequest,
+    TxnRequest, NO_LEASE,
+};
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::{Ballot, Instant, Mastership, NodeId};
 use std::collections::{BTreeSet, VecDeque};
@@ -203,6 +206,33 @@ fn many_commands_are_batched_into_few_slots() {
     assert_eq!(c.ok_completions(), 1000);
     let slots = c.replica(1).commit_index() - before;
     assert!(slots < 100, "1000 commands took {slots} slots");
+}
+
+#[test]
+fn a_slot_is_bounded_by_the_bytes_of_txn_compare_values_too() {
+    let mut cfg = config();
+    cfg.max_inflight_slots = 1;
+    cfg.max_batch_bytes = 10_000;
+    let mut c = Cluster::new(3, cfg);
+    c.make_master(1, 1);
+    c.settle();
+    let before = c.replica(1).commit_index();
+    // The first put takes the only free slot; the four Txns queue behind it, each carrying
+    // a 6,000-byte compare value, so no two of them fit in one 10,000-byte slot.
+    c.put(1, "a", "v").unwrap();
+    let now = c.now;
+    for _ in 0..4 {
+        let compare = Compare {
+            range: KeyRange::single("a"),
+            target: CompareTarget::Value(vec![b'x'; 6_000]),
+            result: CompareResult::Equal,
+        };
+        let txn = TxnRequest { compare: vec![compare], ..Default::default() };
+        c.replica(1).propose(now, Command::Txn(txn)).unwrap();
+    }
+    c.settle();
+    assert_eq!(c.ok_completions(), 5);
+    assert_eq!(c.replica(1).commit_index() - before, 5, "the compare values were not counted");
 }
 
 #[test]

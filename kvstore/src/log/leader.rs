@@ -482,11 +482,18 @@ pub(super) fn command_size(command: &Command) -> usize {
             crate::command::TxnOp::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
         }
     }
+    fn compare_size(compare: &crate::command::Compare) -> usize {
+        let value = match &compare.target {
+            crate::command::CompareTarget::Value(v) => v.len(),
+            _ => 0,
+        };
+        compare.range.key.len() + compare.range.range_end.len() + value + 32
+    }
     match command {
         Command::Put(p) => p.key.len() + p.value.len() + 16,
         Command::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
         Command::Txn(t) => {
-            let compares: usize = t.compare.iter().map(|c| c.range.key.len() + c.range.range_end.len() + 32).sum();
+            let compares: usize = t.compare.iter().map(compare_size).sum();
             compares + t.success.iter().chain(&t.failure).map(op_size).sum::<usize>() + 16
         }
         Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
