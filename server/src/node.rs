@@ -15,6 +15,7 @@ use leasekv_lease::backend::ElectionStatus;
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -59,6 +60,8 @@ pub struct NodeStatus {
 #[derive(Clone)]
 pub struct NodeHandle {
     tx: mpsc::Sender<Request>,
+    /// The store revision, published by the node loop (see [`NodeHandle::revision`]).
+    revision: Arc<AtomicI64>,
     /// The election backend.
     pub election: Arc<dyn ElectionBackend>,
 }
@@ -119,6 +122,14 @@ impl NodeHandle {
         self.ask(|r| Request::ResolveName(name, r)).await
     }
 
+    /// The store revision on this node, as of the node loop's last answers: never older
+    /// than what any answer this node already gave reflects. Read without a trip through
+    /// the loop, for the answers that carry the current revision but change nothing
+    /// (every keepalive).
+    pub fn revision(&self) -> Revision {
+        self.revision.load(Ordering::Acquire)
+    }
+
     /// This node's figures.
     pub async fn status(&self) -> Result<NodeStatus, ClientError> {
         self.ask(Request::Status).await
@@ -147,7 +158,9 @@ pub fn start(
             (None, None)
         }
     };
+    let revision = Arc::new(AtomicI64::new(replica.state().revision()));
     let node = NodeLoop {
+        revision: revision.clone(),
         replica,
         clock,
         peers,
@@ -158,7 +171,7 @@ pub fn start(
         sync_in_flight: None,
     };
     tokio::spawn(node.run(rx, status, synced));
-    NodeHandle { tx, election }
+    NodeHandle { tx, revision, election }
 }
 
 /// Who waits for a proposal this node made as master.
@@ -179,6 +192,8 @@ enum Served {
 
 struct NodeLoop {
     replica: Replica<SledStorage>,
+    /// Shared with every [`NodeHandle`].
+    revision: Arc<AtomicI64>,
     clock: MonotonicClock,
     peers: PeerNetwork,
     proposals: HashMap<ProposalId, Proposer>,
@@ -302,6 +317,7 @@ impl NodeLoop {
     }
 
     fn handle(&mut self, request: Request) {
+        self.publish_revision();
         let now = self.clock.now();
         match request {
             Request::Master(request, waiter) => {
@@ -350,6 +366,13 @@ impl NodeLoop {
         }
     }
 
+    /// Publishes the store revision to the handles. Called before any answer goes out
+    /// (reads answer inside `handle` from the state its earlier inputs left, proposals in
+    /// `flush`), so a client that got an answer and asks again never sees an older revision.
+    fn publish_revision(&self) {
+        self.revision.store(self.replica.state().revision(), Ordering::Release);
+    }
+
     /// Serves a master request on this node; the replica refuses what it cannot serve
     /// (not master, not ready yet) with an error the client side retries.
     fn serve_here(&mut self, request: MasterRequest) -> Served {
@@ -373,6 +396,7 @@ impl NodeLoop {
     fn flush(&mut self) {
         for _ in 0..16 {
             let output = self.replica.take_output();
+            self.publish_revision();
             for (to, message) in output.messages {
                 self.peers.send_log(to, message);
             }

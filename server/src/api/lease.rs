@@ -55,10 +55,10 @@ impl pb::lease_server::Lease for LeaseService {
             while let Some(Ok(request)) = incoming.next().await {
                 let id = request.id;
                 let answer = match shared.serve(|| shared.node.keep_alive(id)).await {
-                    Ok(ttl) => Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header().await), id, ttl }),
+                    Ok(ttl) => Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl }),
                     // etcd answers an unknown or expired lease with TTL 0.
                     Err(status) if status.code() == Code::NotFound => {
-                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header().await), id, ttl: 0 })
+                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl: 0 })
                     }
                     Err(status) => Err(status),
                 };
@@ -78,7 +78,7 @@ impl pb::lease_server::Lease for LeaseService {
         let request = request.into_inner();
         let shared = &self.0;
         let answer = shared.serve(|| shared.node.lease_status(request.id)).await;
-        let header = Some(shared.current_header().await);
+        let header = Some(shared.current_header());
         match answer {
             Ok(status) => Ok(Response::new(pb::LeaseTimeToLiveResponse {
                 header,
@@ -106,7 +106,7 @@ impl pb::lease_server::Lease for LeaseService {
         let shared = &self.0;
         let list = shared.serve(|| shared.node.lease_list()).await?;
         Ok(Response::new(pb::LeaseLeasesResponse {
-            header: Some(shared.current_header().await),
+            header: Some(shared.current_header()),
             leases: list.into_iter().map(|l| pb::LeaseStatus { id: l.id }).collect(),
         }))
     }

@@ -87,9 +87,8 @@ impl Shared {
     /// A response header at the store's current revision on this node, as etcd's Lease
     /// answers (keepalive, time-to-live, list) carry: they change nothing, so there is no
     /// revision of their own to report.
-    pub async fn current_header(&self) -> pb::ResponseHeader {
-        let revision = self.node.status().await.map_or(0, |s| s.revision);
-        self.header(revision)
+    pub fn current_header(&self) -> pb::ResponseHeader {
+        self.header(self.node.revision())
     }
 
     /// Serves a request through the node loop, which answers it here or has the master
