@@ -6,6 +6,8 @@
 //! cargo build --release -p leasekv-server --bin kvserver
 //! cargo bench --bench cluster            # etcd from PATH (Debian: etcd-server) or ETCD_BIN
 //! ```
+//! All three clusters run side by side and take turns run by run, so the ratios of one run
+//! compare the systems under the same machine conditions.
 //! Workloads (256-byte values): put with 1 (also at the leader), 64 and 256 clients; linearizable and
 //! serializable get with 64 clients; lease grant + put; kill -9 of the master → first
 //! successful put (failover); SIGTERM of the master → first successful put (hand-over).
@@ -334,40 +336,54 @@ fn main() {
         ("lease grant + put, 64 clients", 64, Op::LeaseGrantPut),
     ];
     let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
-    for target in targets {
-        let name = target.name();
-        if !selected("BENCH_TARGETS", &name) {
-            continue;
-        }
-        eprintln!("[{name}] starting a 3-node cluster");
-        let mut cluster = Cluster::start(target);
-        runtime.block_on(async {
-            let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
-            for e in &endpoints {
-                connect(e.clone()).await;
+    let mut clusters: Vec<Cluster> = targets
+        .into_iter()
+        .filter(|t| selected("BENCH_TARGETS", &t.name()))
+        .map(|target| {
+            eprintln!("[{}] starting a 3-node cluster", target.name());
+            Cluster::start(target)
+        })
+        .collect();
+    runtime.block_on(async {
+        for cluster in &clusters {
+            for i in 0..3 {
+                connect(cluster.endpoint(i)).await;
             }
-            for (label, clients, op) in workloads {
-                if !selected("BENCH_WORKLOADS", label) {
-                    continue;
-                }
-                eprintln!("[{name}] {label} …");
-                let at = match op {
-                    Op::PutAtLeader => vec![endpoints[leader(&cluster).await].clone()],
-                    _ => endpoints.clone(),
-                };
-                let mut runs = Vec::new();
-                for _ in 0..REPEATS {
+        }
+        // The systems take turns run by run (all clusters up, the idle ones only
+        // heartbeating), so a shared host that speeds up or slows down over the minutes of a
+        // full run moves them alike, and the ratio of one run means something.
+        for (label, clients, op) in workloads {
+            if !selected("BENCH_WORKLOADS", label) {
+                continue;
+            }
+            eprintln!("{label} …");
+            let mut runs: Vec<Vec<Figures>> = clusters.iter().map(|_| Vec::new()).collect();
+            for _ in 0..REPEATS {
+                for (cluster, runs) in clusters.iter().zip(&mut runs) {
+                    let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+                    let at = match op {
+                        Op::PutAtLeader => vec![endpoints[leader(cluster).await].clone()],
+                        _ => endpoints,
+                    };
                     runs.push(load(&at, clients, op).await);
                 }
+            }
+            for (cluster, runs) in clusters.iter().zip(&runs) {
+                let name = cluster.target.name();
                 let ops = median(runs.iter().map(|f| f.ops_per_sec).collect());
                 let p50 = median(runs.iter().map(|f| f.p50_ms).collect());
                 let p99 = median(runs.iter().map(|f| f.p99_ms).collect());
                 eprintln!("[{name}] {label}: {ops:.0} ops/s, p50 {p50:.2} ms, p99 {p99:.2} ms");
                 results.insert(
-                    (label.to_string(), name.clone()),
+                    (label.to_string(), name),
                     serde_json::json!({"ops_per_sec": ops, "p50_ms": p50, "p99_ms": p99}),
                 );
             }
+        }
+        // Stopping and restarting leaders: one system at a time.
+        for cluster in &mut clusters {
+            let name = cluster.target.name();
             for (label, sigterm) in
                 [("failover (kill -9 of the leader)", false), ("hand-over (SIGTERM of the leader)", true)]
             {
@@ -377,14 +393,15 @@ fn main() {
                 eprintln!("[{name}] {label} …");
                 let mut times = Vec::new();
                 for _ in 0..REPEATS {
-                    times.push(takeover(&mut cluster, sigterm).await);
+                    times.push(takeover(cluster, sigterm).await);
                 }
                 let p50 = median(times.clone());
                 eprintln!("[{name}] {label}: p50 {p50:.0} ms (runs {times:.0?})");
                 results.insert((label.to_string(), name.clone()), serde_json::json!({"p50_ms": p50, "runs_ms": times}));
             }
-        });
-    }
+        }
+    });
+    drop(clusters);
     // The table: one row per workload, ours against etcd.
     println!("| workload | target | ops/s | p50 ms | p99 ms | ops/s vs etcd |");
     println!("|---|---|---|---|---|---|");

@@ -30,7 +30,7 @@
 //! # snapshot_every = 10000        # slots, and the log since the last snapshot outweighs it
 //! # retain_after_snapshot = 1000
 //! # max_batch_commands = 256
-//! # max_inflight_slots = 8
+//! # max_inflight_slots = 2
 //! ```
 //!
 //! [`NodeConfig::load`] reads the file (or the built-in default, [`DEFAULT_CONFIG_TOML`]),
