@@ -124,7 +124,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 
     let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
     let shared = Shared::new(node.clone(), me, config.cluster_id, member_addrs);
-    tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, "kvserver started");
+    tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
     let peer_server = tonic::transport::Server::builder()
         .add_service(

@@ -33,6 +33,9 @@ struct Args {
     /// Override: election lease time, milliseconds.
     #[arg(long)]
     lease_time_ms: Option<u64>,
+    /// Override: worker threads of the runtime (default: half of this host's CPUs, at least 1).
+    #[arg(long)]
+    worker_threads: Option<usize>,
 }
 
 /// The allocator: a node allocates and frees small buffers on every request (gRPC frames,
@@ -66,9 +69,13 @@ fn run(args: Args) -> Result<()> {
         data_dir: args.data_dir,
         backend: args.backend,
         lease_time_ms: args.lease_time_ms,
+        worker_threads: args.worker_threads,
     };
     let config = NodeConfig::load(args.config.as_deref(), &overrides)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime.worker_threads)
+        .enable_all()
+        .build()?;
     runtime.block_on(leasekv_server::run::run(config, shutdown_signal()))?;
     Ok(())
 }

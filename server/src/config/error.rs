@@ -163,6 +163,17 @@ pub enum ConfigErrorKind {
     /// The replicated log's tuning cannot work (from `ReplicaConfig::validate`).
     #[error("[log] {0}")]
     Replica(#[source] ReplicaConfigError),
+    /// `[runtime] worker_threads` out of range.
+    #[error(
+        "[runtime] worker_threads = {value} is out of range; allowed is 1 to {max} \
+         (leave it out for the default: half of this host's CPUs)"
+    )]
+    WorkerThreads {
+        /// The configured value.
+        value: usize,
+        /// Largest allowed.
+        max: usize,
+    },
     /// `data_dir` is the empty path.
     #[error("data_dir is empty; give a directory path such as \"./leasekv-data\"")]
     EmptyDataDir,

@@ -6,7 +6,7 @@
 //! lease time, the log tuning on the lease time) are derived from the final values.
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
-use super::{ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig};
+use super::{ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig};
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
 use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
@@ -34,6 +34,8 @@ pub(super) struct FileConfig {
     limits: FileLimits,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    runtime: FileRuntime,
 }
 
 /// One `[[peers]]` entry: a member and the addresses the others reach it at.
@@ -75,6 +77,13 @@ struct FileLog {
     retain_after_snapshot: Option<u64>,
     max_batch_commands: Option<usize>,
     max_inflight_slots: Option<usize>,
+}
+
+/// `[runtime]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRuntime {
+    worker_threads: Option<usize>,
 }
 
 /// Parses `text`; syntax, type and unknown-field errors carry their line and column.
@@ -153,6 +162,13 @@ pub(super) fn resolve(
         max_inflight_slots: file.log.max_inflight_slots.unwrap_or(default_log.max_inflight_slots),
     };
 
+    let runtime = RuntimeConfig {
+        worker_threads: overrides
+            .worker_threads
+            .or(file.runtime.worker_threads)
+            .unwrap_or_else(super::default_worker_threads),
+    };
+
     let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers));
 
     Ok(NodeConfig {
@@ -165,6 +181,7 @@ pub(super) fn resolve(
         election,
         limits,
         log,
+        runtime,
         origin: origin.clone(),
     })
 }

@@ -271,6 +271,33 @@ fn limits_and_log_settings_reach_the_store_configs() {
 }
 
 #[test]
+fn worker_threads_default_to_half_the_cpus_and_can_be_set() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = parse("id = 1\n").expect("valid");
+    assert_eq!(config.runtime.worker_threads, (cpus / 2).max(1));
+    let config = parse("id = 1\n[runtime]\nworker_threads = 6\n").expect("valid");
+    assert_eq!(config.runtime.worker_threads, 6);
+    let overrides = Overrides { worker_threads: Some(2), ..Overrides::default() };
+    let config =
+        NodeConfig::from_toml_str("id = 1\n[runtime]\nworker_threads = 6\n", origin(), &overrides).expect("valid");
+    assert_eq!(config.runtime.worker_threads, 2, "the flag wins over the file");
+}
+
+#[test]
+fn worker_threads_out_of_range_are_rejected_saying_what_is_allowed() {
+    let message = error_of("id = 1\n[runtime]\nworker_threads = 0\n");
+    assert!(
+        message.contains("[runtime] worker_threads = 0 is out of range; allowed is 1 to 1024")
+            && message.contains("half of this host's CPUs"),
+        "{message}"
+    );
+    let message = error_of("id = 1\n[runtime]\nworker_threads = 100000\n");
+    assert!(message.contains("worker_threads = 100000 is out of range"), "{message}");
+    let message = error_of("id = 1\n[runtime]\nthreads = 2\n");
+    assert!(message.contains("unknown field `threads`"), "{message}");
+}
+
+#[test]
 fn overrides_win_over_the_file() {
     let text = "id = 1\nclient_addr = \"127.0.0.1:1000\"\npeer_addr = \"127.0.0.1:1001\"\ndata_dir = \"./a\"\n\
                 [election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n";
@@ -281,8 +308,10 @@ fn overrides_win_over_the_file() {
         data_dir: Some(PathBuf::from("./b")),
         backend: Some("lease-tracker".into()),
         lease_time_ms: Some(2000),
+        worker_threads: Some(3),
     };
     let config = NodeConfig::from_toml_str(text, origin(), &overrides).expect("valid");
+    assert_eq!(config.runtime.worker_threads, 3);
     assert_eq!(config.id, NodeId(5));
     assert_eq!(config.client_addr.to_string(), "127.0.0.1:2000");
     assert_eq!(config.peer_addr.to_string(), "127.0.0.1:2001");

@@ -23,6 +23,10 @@ pub const MAX_LEASE_NAME_BYTES: usize = 4096;
 /// exhaust it.
 pub const MAX_RETAIN_AFTER_SNAPSHOT: u64 = 1_000_000;
 
+/// Largest `[runtime] worker_threads`: far beyond any benefit, low enough that a typo (an
+/// extra zero or three) fails at start instead of spawning threads until the host runs out.
+pub const MAX_WORKER_THREADS: usize = 1024;
+
 impl NodeConfig {
     /// Checks that the configuration is consistent and safe: ids, the peer list (this node in
     /// it with its own addresses, no duplicates), the election timing (T < M, ε in range),
@@ -68,6 +72,12 @@ impl NodeConfig {
                 rule: "at most 1000000 (the retained slots are kept in memory)",
                 value: self.log.retain_after_snapshot.to_string(),
             })));
+        }
+        if !(1..=MAX_WORKER_THREADS).contains(&self.runtime.worker_threads) {
+            return Err(err(ConfigErrorKind::WorkerThreads {
+                value: self.runtime.worker_threads,
+                max: MAX_WORKER_THREADS,
+            }));
         }
         Ok(())
     }
