@@ -136,6 +136,13 @@ impl Cluster {
         self.nodes[i] = Some(child);
     }
 
+    /// The last lines node `i` wrote to its log, to explain a node that never came up.
+    fn log_tail(&self, i: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join(format!("log{i}"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
     fn endpoint(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.client_ports[i])
     }
@@ -166,16 +173,24 @@ impl Drop for Cluster {
 }
 
 async fn connect(endpoint: String) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    match try_connect(endpoint.clone(), Duration::from_secs(30)).await {
+        Some(client) => client,
+        None => panic!("{endpoint} did not take a put within 30 s"),
+    }
+}
+
+/// A client of `endpoint` once a put through it succeeds, or `None` after `wait`.
+async fn try_connect(endpoint: String, wait: Duration) -> Option<Client> {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
         if let Ok(c) = Client::connect(std::slice::from_ref(&endpoint)).await {
             if c.put("/bench/ready", "1", 0, false).await.is_ok() {
-                return c;
+                return Some(c);
             }
         }
-        assert!(Instant::now() < deadline, "{endpoint} did not become ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    None
 }
 
 /// The index of the node the cluster says is leader.
@@ -354,7 +369,14 @@ fn main() {
     runtime.block_on(async {
         for cluster in &clusters {
             for i in 0..3 {
-                connect(cluster.endpoint(i)).await;
+                if try_connect(cluster.endpoint(i), Duration::from_secs(30)).await.is_none() {
+                    panic!(
+                        "[{}] node {i} at {} did not take a put within 30 s; its log:\n{}",
+                        cluster.target.name(),
+                        cluster.endpoint(i),
+                        cluster.log_tail(i)
+                    );
+                }
             }
         }
         // The systems take turns run by run (all clusters up, the idle ones only
