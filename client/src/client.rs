@@ -527,9 +527,18 @@ impl KeepAliveStream {
     }
 }
 
-/// Whether another endpoint (or the same one later) may succeed where this one failed.
+/// The message of the UNAVAILABLE answer to a write whose master went away while the write
+/// was on its way: it may have been applied or not. The server sends it (from this constant)
+/// and the client never retries it, since a second try could apply a Txn or a lease grant
+/// twice; the caller decides (a plain put can simply be repeated).
+pub const INDETERMINATE_WRITE: &str = "etcdserver: leader changed; the request may or may not have been applied";
+
+/// Whether another endpoint (or the same one later) may succeed where this one failed, and
+/// trying again cannot do anything twice: UNAVAILABLE, except a write that may have been
+/// applied (as etcd's clients, which retry a mutation only when it cannot have reached the
+/// leader).
 fn is_retryable(status: &Status) -> bool {
-    status.code() == Code::Unavailable
+    status.code() == Code::Unavailable && status.message() != INDETERMINATE_WRITE
 }
 
 /// The status message with its cause chain, which for connection failures holds the reason
@@ -583,6 +592,8 @@ mod tests {
     #[test]
     fn only_unavailable_is_retried() {
         assert!(is_retryable(&Status::unavailable("down")));
+        assert!(is_retryable(&Status::unavailable("etcdserver: no leader")));
+        assert!(!is_retryable(&Status::unavailable(INDETERMINATE_WRITE)), "a write that may have been applied");
         assert!(!is_retryable(&Status::not_found("lease")));
         assert!(!is_retryable(&Status::deadline_exceeded("slow")));
     }

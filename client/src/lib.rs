@@ -11,7 +11,9 @@
 pub mod client;
 pub mod endpoint;
 
-pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
+pub use client::{
+    prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy, INDETERMINATE_WRITE,
+};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
 
 /// Generated protobuf messages, gRPC clients and server traits.

@@ -194,9 +194,7 @@ pub fn client_error(error: ClientError) -> Status {
         ClientError::Invalid(e) => kv_error(&e),
         ClientError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
         ClientError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
-        ClientError::Indeterminate { .. } => {
-            Status::unavailable("etcdserver: leader changed; the request may or may not have been applied")
-        }
+        ClientError::Indeterminate { .. } => Status::unavailable(leasekv_client::INDETERMINATE_WRITE),
         ClientError::Busy { pending } => {
             Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
         }

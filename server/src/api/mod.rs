@@ -35,8 +35,13 @@ pub const FORWARDED: &str = "leasekv-forwarded";
 
 /// How long a request waits for a master before it fails with UNAVAILABLE.
 const WAIT_FOR_MASTER: Duration = Duration::from_secs(3);
-/// How often a request waiting for a master tries again.
+/// How long a request waiting for a master waits between tries when the election reports
+/// no change: a backstop for a master learned some other way (through the log).
 const RETRY_EVERY: Duration = Duration::from_millis(50);
+/// How soon a request tries again while the master is taking over the log: that is a
+/// round trip and a sync, so waiting the full [`RETRY_EVERY`] would only add latency to
+/// the first writes after a failover.
+const RETRY_TAKEOVER: Duration = Duration::from_millis(5);
 
 /// What every service shares.
 pub struct Shared {
@@ -102,11 +107,23 @@ impl Shared {
         Fut: Future<Output = Result<T, ClientError>>,
     {
         let started = tokio::time::Instant::now();
+        // Subscribed before the first try, so an election that ends between a "not master"
+        // answer and the wait still wakes the wait.
+        let mut election = self.node.election.subscribe();
         loop {
             match attempt().await {
                 Ok(value) => return Ok(value),
-                Err(ClientError::NotMaster { .. } | ClientError::NotReady) if started.elapsed() < WAIT_FOR_MASTER => {
-                    tokio::time::sleep(RETRY_EVERY).await;
+                Err(ClientError::NotMaster { .. }) if started.elapsed() < WAIT_FOR_MASTER => {
+                    // A new master shows up as an election change: try again at once then
+                    // rather than at the next poll.
+                    match tokio::time::timeout(RETRY_EVERY, election.changed()).await {
+                        Ok(Ok(())) | Err(_) => {}
+                        // The election has stopped (the node is shutting down): just poll.
+                        Ok(Err(_)) => tokio::time::sleep(RETRY_EVERY).await,
+                    }
+                }
+                Err(ClientError::NotReady) if started.elapsed() < WAIT_FOR_MASTER => {
+                    tokio::time::sleep(RETRY_TAKEOVER).await;
                 }
                 Err(error) => return Err(client_error(error)),
             }
