@@ -5,7 +5,9 @@
 //!
 //! A forward is never resent: a write may already be applied when its answer is lost. A
 //! forward whose master changes or goes quiet fails: writes as "indeterminate", everything
-//! else as "not master", which the API layer retries.
+//! else as "not master", which the API layer retries. While the follower's stream to the
+//! master is known to be broken (a master that was killed), a request is not forwarded at
+//! all: it fails as "not master" at once and the API layer waits for the next master.
 
 use leasekv_kvstore::log::{ClientError, LeaseStatus};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};

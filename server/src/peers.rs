@@ -23,6 +23,7 @@ use leasekv_lease::{ElectionMessage, NodeId, Transport};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -101,6 +102,8 @@ impl Lane {
 pub struct PeerNetwork {
     me: NodeId,
     queues: Arc<HashMap<(NodeId, Lane), LaneQueue>>,
+    /// Per peer: whether its log lane is known to be down (see [`PeerNetwork::log_lane_down`]).
+    log_lane_down: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
     /// Clients for pulling parked messages from each peer (same channel as the lanes).
     pullers: Arc<HashMap<NodeId, PeerClient<Channel>>>,
     /// Messages parked here for peers to pull.
@@ -117,6 +120,7 @@ impl PeerNetwork {
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
         let mut queues = HashMap::new();
         let mut pullers = HashMap::new();
+        let mut log_lane_down = HashMap::new();
         for &(id, addr) in peers {
             if id == me {
                 continue;
@@ -137,7 +141,11 @@ impl PeerNetwork {
             };
             for lane in [Lane::Election, Lane::Log] {
                 let (tx, rx) = mpsc::channel(QUEUE);
-                let sender = LaneSender { me, peer: id, addr, lane, client: PeerClient::new(channel.clone()) };
+                let down = Arc::new(AtomicBool::new(false));
+                if lane == Lane::Log {
+                    log_lane_down.insert(id, down.clone());
+                }
+                let sender = LaneSender { me, peer: id, addr, lane, client: PeerClient::new(channel.clone()), down };
                 tokio::spawn(sender.run(rx));
                 queues.insert((id, lane), tx);
             }
@@ -148,6 +156,7 @@ impl PeerNetwork {
         PeerNetwork {
             me,
             queues: Arc::new(queues),
+            log_lane_down: Arc::new(log_lane_down),
             pullers: Arc::new(pullers),
             outbox: Outbox::new(),
             inbox: Arc::new(Inbox::default()),
@@ -167,6 +176,16 @@ impl PeerNetwork {
     /// Pulls from peers in progress.
     pub fn inbox(&self) -> &Arc<Inbox> {
         &self.inbox
+    }
+
+    /// Whether the log lane to `peer` is known to be down: its last stream broke or could
+    /// not be opened, and no new one has been opened since. Anything queued for the lane now
+    /// is dropped (the sender discards its backlog before it tries again), so a follower
+    /// answers a request it would forward to that peer as "not master" at once, which is
+    /// safe because the request never left, instead of leaving it to time out as
+    /// "indeterminate". Unknown (never tried, or an unknown peer) counts as up.
+    pub fn log_lane_down(&self, peer: NodeId) -> bool {
+        self.log_lane_down.get(&peer).is_some_and(|down| down.load(Ordering::Relaxed))
     }
 
     /// A client to pull parked messages from `peer`.
@@ -233,6 +252,8 @@ struct LaneSender {
     addr: SocketAddr,
     lane: Lane,
     client: PeerClient<Channel>,
+    /// Set when a stream breaks or cannot be opened; cleared by the next stream's first poll.
+    down: Arc<AtomicBool>,
 }
 
 impl LaneSender {
@@ -242,12 +263,13 @@ impl LaneSender {
         let mut last_warning: Option<Instant> = None;
         loop {
             let opened = Instant::now();
-            let stream = LentQueue { me: self.me, backlog: backlog.clone() };
+            let stream = LentQueue { me: self.me, backlog: backlog.clone(), down: self.down.clone() };
             let error = match self.client.send(stream).await {
                 // The stream ends only when the queue closes: the node is shutting down.
                 Ok(_) => return,
                 Err(status) => status,
             };
+            self.down.store(true, Ordering::Relaxed);
             if backlog.lock().unwrap_or_else(PoisonError::into_inner).queue.is_closed() {
                 return;
             }
@@ -281,6 +303,9 @@ struct Backlog {
 struct LentQueue {
     me: NodeId,
     backlog: Arc<Mutex<Backlog>>,
+    /// The lane's "down" flag. The HTTP/2 client polls a request body only once the
+    /// connection is up and the stream open, so the first poll is the proof the lane works.
+    down: Arc<AtomicBool>,
 }
 
 impl Stream for LentQueue {
@@ -288,6 +313,9 @@ impl Stream for LentQueue {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<PeerEnvelope>> {
         let from = self.me.0;
+        if self.down.load(Ordering::Relaxed) {
+            self.down.store(false, Ordering::Relaxed);
+        }
         // Only one stream holds the backlog at a time, so the lock is never contended.
         let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
         let payload = match backlog.carry.take() {
@@ -332,6 +360,7 @@ mod tests {
         let network = PeerNetwork {
             me,
             queues: Arc::new(queues),
+            log_lane_down: Arc::new(HashMap::new()),
             pullers: Arc::new(HashMap::new()),
             outbox: Outbox::new(),
             inbox: Arc::new(Inbox::default()),
@@ -435,7 +464,11 @@ mod tests {
     }
 
     fn lent(queue: mpsc::Receiver<Vec<u8>>) -> LentQueue {
-        LentQueue { me: NodeId(1), backlog: Arc::new(Mutex::new(Backlog { queue, carry: None })) }
+        LentQueue {
+            me: NodeId(1),
+            backlog: Arc::new(Mutex::new(Backlog { queue, carry: None })),
+            down: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     #[tokio::test]
@@ -467,5 +500,92 @@ mod tests {
         assert!(second.more.is_empty(), "nothing joins an envelope that is already full");
         let third = stream.next().await.expect("third envelope");
         assert_eq!(third.payload, vec![3; 16]);
+    }
+
+    /// A peer that takes `Send` streams and reports every envelope it gets.
+    struct FakePeer(mpsc::UnboundedSender<PeerEnvelope>);
+
+    #[tonic::async_trait]
+    impl leasekv_client::proto::peer::peer_server::Peer for FakePeer {
+        async fn send(
+            &self,
+            request: tonic::Request<tonic::Streaming<PeerEnvelope>>,
+        ) -> Result<tonic::Response<leasekv_client::proto::peer::Empty>, tonic::Status> {
+            let mut stream = request.into_inner();
+            while let Some(envelope) = stream.next().await {
+                let _ = self.0.send(envelope?);
+            }
+            Ok(tonic::Response::new(leasekv_client::proto::peer::Empty {}))
+        }
+
+        async fn deliver(
+            &self,
+            _: tonic::Request<PeerEnvelope>,
+        ) -> Result<tonic::Response<leasekv_client::proto::peer::Empty>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        type FetchSnapshotStream =
+            tokio_stream::Empty<Result<leasekv_client::proto::peer::SnapshotChunk, tonic::Status>>;
+
+        async fn fetch_snapshot(
+            &self,
+            _: tonic::Request<leasekv_client::proto::peer::FetchSnapshotRequest>,
+        ) -> Result<tonic::Response<Self::FetchSnapshotStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+    }
+
+    /// Polls `condition` every 10 ms for at most `limit`.
+    async fn within(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if condition() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        condition()
+    }
+
+    #[tokio::test]
+    async fn a_log_lane_is_down_while_its_peer_refuses_and_up_once_it_listens() {
+        let (me, peer) = (NodeId(1), NodeId(2));
+        // A port nobody listens on (for now): connections to it are refused.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let addr = listener.local_addr().expect("its address");
+        drop(listener);
+        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)]);
+        assert!(!network.log_lane_down(NodeId(3)), "an unknown peer counts as up");
+        assert!(!network.log_lane_down(me), "so does this node");
+        assert!(
+            within(Duration::from_secs(5), || network.log_lane_down(peer)).await,
+            "the lane to a peer that refuses connections is down"
+        );
+
+        let (seen, mut envelopes) = mpsc::unbounded_channel();
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => listener,
+            // Someone else took the port meanwhile: the half of the test that needs it
+            // cannot run, and the half that ran passed.
+            Err(error) => return eprintln!("skipping the second half: {addr} was taken ({error})"),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(leasekv_client::proto::peer::peer_server::PeerServer::new(FakePeer(seen)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        // The sender tries again within its longest back-off (1 s).
+        assert!(
+            within(Duration::from_secs(5), || !network.log_lane_down(peer)).await,
+            "the lane is up again once the peer listens"
+        );
+        network.send_log(peer, LogMessage::Fetch { from: 7 });
+        let envelope = tokio::time::timeout(Duration::from_secs(5), envelopes.recv())
+            .await
+            .expect("the message arrives in time")
+            .expect("the fake peer is running");
+        assert!(matches!(Wire::decode(&envelope.payload), Ok(Wire::Log(LogMessage::Fetch { from: 7 }))));
+        server.abort();
     }
 }
