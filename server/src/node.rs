@@ -323,15 +323,16 @@ impl NodeLoop {
             Request::Master(request, waiter) => {
                 let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
                 match master {
-                    // The lane would drop the request: it never leaves, so "not master" is
-                    // the truth, and the API layer waits for the next master and tries again
-                    // rather than the client getting "indeterminate" after a timeout.
-                    Some(master) if !self.replica.is_master_at(now) && self.peers.log_lane_down(master) => {
-                        waiter.fail(ClientError::NotMaster { hint: None });
-                    }
+                    // A lane known to be down would drop the request: it never leaves, so
+                    // "not master" is the truth, and the API layer waits for the next master
+                    // and tries again rather than the client getting "indeterminate" later.
                     Some(master) if !self.replica.is_master_at(now) => {
-                        let id = self.forwards.start(waiter, master, std::time::Instant::now());
-                        self.peers.send(master, &Wire::Forward(id, request));
+                        if self.peers.log_lane_down(master) {
+                            waiter.fail(ClientError::NotMaster { hint: None });
+                        } else {
+                            let id = self.forwards.start(waiter, master, std::time::Instant::now());
+                            self.peers.send(master, &Wire::Forward(id, request));
+                        }
                     }
                     _ => match self.serve_here(request) {
                         Served::Now(answer) => waiter.answer(answer),

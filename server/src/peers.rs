@@ -348,9 +348,12 @@ mod tests {
     use super::*;
     use crate::forward::MasterRequest;
     use crate::transfer::TransferNotice;
+    use leasekv_client::proto::peer::peer_server::{Peer, PeerServer};
+    use leasekv_client::proto::peer::{Empty, FetchSnapshotRequest, SnapshotChunk};
     use leasekv_kvstore::log::{Entry, LogBallot, Proposal, ProposalId};
     use leasekv_kvstore::{Command, Limits, PutRequest, TxnOp, TxnRequest};
     use tokio_stream::StreamExt;
+    use tonic::{Request, Response, Status, Streaming};
 
     /// A network whose lane queues the test reads instead of sending.
     fn network(me: NodeId, peer: NodeId) -> (PeerNetwork, mpsc::Receiver<Vec<u8>>) {
@@ -506,33 +509,26 @@ mod tests {
     struct FakePeer(mpsc::UnboundedSender<PeerEnvelope>);
 
     #[tonic::async_trait]
-    impl leasekv_client::proto::peer::peer_server::Peer for FakePeer {
-        async fn send(
-            &self,
-            request: tonic::Request<tonic::Streaming<PeerEnvelope>>,
-        ) -> Result<tonic::Response<leasekv_client::proto::peer::Empty>, tonic::Status> {
+    impl Peer for FakePeer {
+        async fn send(&self, request: Request<Streaming<PeerEnvelope>>) -> Result<Response<Empty>, Status> {
             let mut stream = request.into_inner();
             while let Some(envelope) = stream.next().await {
                 let _ = self.0.send(envelope?);
             }
-            Ok(tonic::Response::new(leasekv_client::proto::peer::Empty {}))
+            Ok(Response::new(Empty {}))
         }
 
-        async fn deliver(
-            &self,
-            _: tonic::Request<PeerEnvelope>,
-        ) -> Result<tonic::Response<leasekv_client::proto::peer::Empty>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
+        async fn deliver(&self, _: Request<PeerEnvelope>) -> Result<Response<Empty>, Status> {
+            Err(Status::unimplemented("not in this test"))
         }
 
-        type FetchSnapshotStream =
-            tokio_stream::Empty<Result<leasekv_client::proto::peer::SnapshotChunk, tonic::Status>>;
+        type FetchSnapshotStream = tokio_stream::Empty<Result<SnapshotChunk, Status>>;
 
         async fn fetch_snapshot(
             &self,
-            _: tonic::Request<leasekv_client::proto::peer::FetchSnapshotRequest>,
-        ) -> Result<tonic::Response<Self::FetchSnapshotStream>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
+            _: Request<FetchSnapshotRequest>,
+        ) -> Result<Response<Self::FetchSnapshotStream>, Status> {
+            Err(Status::unimplemented("not in this test"))
         }
     }
 
@@ -572,7 +568,7 @@ mod tests {
         };
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(leasekv_client::proto::peer::peer_server::PeerServer::new(FakePeer(seen)))
+                .add_service(PeerServer::new(FakePeer(seen)))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
         // The sender tries again within its longest back-off (1 s).
