@@ -170,7 +170,7 @@ pub fn start(
         known_master: None,
         disk,
         sync_in_flight: None,
-        last_sync: LastSync::default(),
+        last_sync_took: Duration::ZERO,
     };
     tokio::spawn(node.run(rx, status, synced));
     NodeHandle { tx, revision, election }
@@ -204,10 +204,10 @@ struct NodeLoop {
     known_master: Option<NodeId>,
     /// The sync thread's queue (`None`: sync on this task).
     disk: Option<std::sync::mpsc::Sender<SyncTicket>>,
-    /// The sync the disk thread is working on.
-    sync_in_flight: Option<SyncTicket>,
-    /// When the sync in flight was handed over and how long the last one took.
-    last_sync: LastSync,
+    /// The sync the disk thread is working on, and when it was handed over.
+    sync_in_flight: Option<(SyncTicket, Instant)>,
+    /// How long the last finished sync took (wherever it ran).
+    last_sync_took: Duration,
 }
 
 /// How long the loop must have had nothing to do before a sync may run on the loop itself
@@ -216,15 +216,6 @@ const IDLE_BEFORE_SYNC_ON_LOOP: Duration = Duration::from_micros(150);
 /// A sync runs on the loop only while the disk is this fast: one slow sync sends the next
 /// ones to the sync thread until a sync there is quick again.
 const FAST_SYNC: Duration = Duration::from_millis(1);
-
-/// Timing of the syncs, to tell whether the disk is fast enough to sync on the loop.
-#[derive(Default)]
-struct LastSync {
-    /// When the sync in flight on the sync thread was handed over.
-    handed_over: Option<Instant>,
-    /// How long the last finished sync took (wherever it ran).
-    took: Duration,
-}
 
 /// A finished sync: its ticket and outcome.
 type Synced = (SyncTicket, Result<(), StorageError>);
@@ -307,13 +298,11 @@ impl NodeLoop {
                     self.replica.handle_timeout(now);
                 }
                 done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
-                    if let Some(ticket) = self.sync_in_flight.take() {
+                    if let Some((ticket, handed_over)) = self.sync_in_flight.take() {
                         let result = done.map_or_else(|| Err(StorageError::Io("the sync thread stopped".into())), |(_, r)| r);
                         let now = self.clock.now();
                         self.replica.finish_sync(now, ticket, result);
-                        if let Some(handed_over) = self.last_sync.handed_over.take() {
-                            self.last_sync.took = handed_over.elapsed();
-                        }
+                        self.last_sync_took = handed_over.elapsed();
                     }
                 }
                 _ = sleep_until(forward_deadline) => {
@@ -462,21 +451,20 @@ impl NodeLoop {
             }
             let now = self.clock.now();
             let on_loop =
-                woke_from_idle && nothing_held_up && self.sync_in_flight.is_none() && self.last_sync.took < FAST_SYNC;
+                woke_from_idle && nothing_held_up && self.sync_in_flight.is_none() && self.last_sync_took < FAST_SYNC;
             let Some(disk) = self.disk.as_ref().filter(|_| !on_loop) else {
                 // Sync here; the messages it releases go out next turn.
                 if let Some(ticket) = self.replica.begin_sync() {
                     let started = Instant::now();
                     let result = self.replica.sync_storage();
-                    self.last_sync.took = started.elapsed();
+                    self.last_sync_took = started.elapsed();
                     self.replica.finish_sync(self.clock.now(), ticket, result);
                 }
                 continue;
             };
             if let Some(ticket) = self.replica.begin_sync() {
                 if disk.send(ticket).is_ok() {
-                    self.sync_in_flight = Some(ticket);
-                    self.last_sync.handed_over = Some(Instant::now());
+                    self.sync_in_flight = Some((ticket, Instant::now()));
                 } else {
                     self.replica.finish_sync(now, ticket, Err(StorageError::Io("the sync thread stopped".into())));
                 }
