@@ -6,8 +6,8 @@
 //! [`NodeHandle`].
 
 use crate::forward::{ForwardId, Forwards, MasterAnswer, MasterRequest, Waiter};
-use crate::peers::PeerNetwork;
-use crate::wire::Wire;
+use crate::peer::lanes::PeerNetwork;
+use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, SyncTicket};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
