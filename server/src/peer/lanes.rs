@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -62,6 +62,8 @@ pub const PEER_MESSAGE_LIMIT: usize = 16 << 20;
 
 const _: () = assert!(PEER_MESSAGE_LIMIT >= 2 * LANE_MESSAGE_MAX);
 
+/// How often expired parked messages are freed.
+const SWEEP_PARKED_EVERY: Duration = Duration::from_secs(5);
 /// How many messages may wait for one lane of one peer before new ones are dropped.
 const QUEUE: usize = 8192;
 /// Most messages packed into one envelope (beyond the first).
@@ -116,7 +118,8 @@ pub struct PeerNetwork {
 type LaneQueue = mpsc::Sender<Vec<u8>>;
 
 impl PeerNetwork {
-    /// Starts the sender tasks for every peer (no connection is made before the first message).
+    /// Starts the sender tasks for every peer (no connection is made before the first
+    /// message) and the timer that frees expired parked messages.
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
         let mut queues = HashMap::new();
         let mut pullers = HashMap::new();
@@ -153,12 +156,14 @@ impl PeerNetwork {
             let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
             pullers.insert(id, puller);
         }
+        let outbox = Outbox::new();
+        tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
         PeerNetwork {
             me,
             queues: Arc::new(queues),
             log_lane_down: Arc::new(log_lane_down),
             pullers: Arc::new(pullers),
-            outbox: Outbox::new(),
+            outbox,
             inbox: Arc::new(Inbox::default()),
         }
     }
@@ -233,7 +238,7 @@ impl PeerNetwork {
         if to == self.me || !self.queues.contains_key(&(to, Lane::Log)) {
             return;
         }
-        let notice = self.outbox.park(to, kind, data);
+        let notice = self.outbox.park(to, kind, data, Instant::now());
         self.send(to, &Wire::Parked(notice));
     }
 }
@@ -242,6 +247,17 @@ impl PeerNetwork {
 impl Transport for PeerNetwork {
     async fn send(&self, to: NodeId, msg: ElectionMessage) {
         PeerNetwork::send(self, to, &Wire::Election(msg));
+    }
+}
+
+/// Frees expired parked messages every [`SWEEP_PARKED_EVERY`] until the outbox is gone: an
+/// expired message is never served, but without this its memory would wait for the next
+/// message parked.
+async fn sweep_parked(outbox: Weak<Outbox>) {
+    loop {
+        tokio::time::sleep(SWEEP_PARKED_EVERY).await;
+        let Some(outbox) = outbox.upgrade() else { return };
+        outbox.sweep(Instant::now());
     }
 }
 
@@ -440,7 +456,7 @@ mod tests {
         let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
         assert_eq!((notice.kind, notice.size), (ParkedKind::Snapshot { index: 42 }, 3 * CHUNK_BYTES as u64));
         assert!(lane.try_recv().is_err(), "nothing else on the lane");
-        let chunks: Vec<_> = network.outbox().serve(peer, notice.transfer).expect("parked").collect();
+        let chunks: Vec<_> = network.outbox().serve(peer, notice.transfer, Instant::now()).expect("parked").collect();
         assert_eq!(chunks.len(), 3);
 
         // An Entries reply of many large slots: too big for a lane.
@@ -449,7 +465,7 @@ mod tests {
         network.send_log(peer, entries.clone());
         let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
         assert_eq!(notice.kind, ParkedKind::Message);
-        let serving = network.outbox().serve(peer, notice.transfer).expect("parked");
+        let serving = network.outbox().serve(peer, notice.transfer, Instant::now()).expect("parked");
         let bytes: Vec<u8> = serving.flat_map(|c| c.expect("chunk").data).collect();
         assert!(matches!(Wire::decode(&bytes), Ok(Wire::Log(m)) if m == entries));
 
@@ -516,10 +532,6 @@ mod tests {
                 let _ = self.0.send(envelope?);
             }
             Ok(Response::new(Empty {}))
-        }
-
-        async fn deliver(&self, _: Request<PeerEnvelope>) -> Result<Response<Empty>, Status> {
-            Err(Status::unimplemented("not in this test"))
         }
 
         type FetchParkedStream = tokio_stream::Empty<Result<ParkedChunk, Status>>;

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
@@ -55,7 +55,7 @@ pub const MAX_TRANSFER_BYTES: u64 = 4 << 30;
 /// How long a parked message waits for its pull. A receiver pulls as soon as the notice
 /// arrives unless it is busy with an earlier transfer from the same peer; past this the
 /// message is stale anyway and its memory is better freed.
-const PARKED_TTL: Duration = Duration::from_secs(30);
+pub const PARKED_TTL: Duration = Duration::from_secs(30);
 
 /// How long a pull waits for the answer to `FetchParked` and then for each chunk. A pull
 /// that stalls longer is dropped; the replica asks again.
@@ -239,6 +239,14 @@ impl Iterator for Chunks {
 struct Parked {
     notice: ParkedNotice,
     data: Arc<Vec<u8>>,
+    /// From then on it is no longer served, and the next sweep frees it.
+    expires: Instant,
+}
+
+impl Parked {
+    fn live_at(&self, now: Instant) -> bool {
+        now < self.expires
+    }
 }
 
 /// What is parked for one peer: at most one snapshot and one other message, each replaced
@@ -260,6 +268,11 @@ impl ParkedFor {
 }
 
 /// The sending side: messages parked for their receivers' pulls.
+///
+/// Time is the caller's: every parked message expires [`PARKED_TTL`] after the `now` it was
+/// parked at, is never served after that, and is freed by the next [`Outbox::park`] or
+/// [`Outbox::sweep`]. The node sweeps on a timer ([`crate::peer::lanes::PeerNetwork::start`]),
+/// so memory is freed even when nothing else is parked.
 pub struct Outbox {
     next: AtomicU64,
     parked: Mutex<HashMap<NodeId, ParkedFor>>,
@@ -280,31 +293,44 @@ impl Outbox {
         self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Parks `data` for `to`, replacing what was parked of the same kind, and returns the
-    /// notice to send. Expires after [`PARKED_TTL`] (when called inside a tokio runtime).
-    pub fn park(self: &Arc<Self>, to: NodeId, kind: ParkedKind, data: Vec<u8>) -> ParkedNotice {
+    /// Parks `data` for `to` at `now`, replacing what was parked of the same kind, and
+    /// returns the notice to send. It expires [`PARKED_TTL`] after `now`; whatever else has
+    /// expired by `now` is freed.
+    pub fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>, now: Instant) -> ParkedNotice {
         let notice =
             ParkedNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() as u64 };
-        *self.lock().entry(to).or_default().slot(kind) = Some(Parked { notice, data: Arc::new(data) });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let outbox: Weak<Outbox> = Arc::downgrade(self);
-            runtime.spawn(async move {
-                tokio::time::sleep(PARKED_TTL).await;
-                if let Some(outbox) = outbox.upgrade() {
-                    outbox.remove(to, notice);
-                }
-            });
-        }
+        let mut parked = self.lock();
+        Self::sweep_locked(&mut parked, now);
+        *parked.entry(to).or_default().slot(kind) =
+            Some(Parked { notice, data: Arc::new(data), expires: now + PARKED_TTL });
         notice
     }
 
-    /// The chunks of transfer `transfer` for `to`, or `None` when nothing by that id is
-    /// parked for it (superseded, expired, already served, or never).
-    pub fn serve(self: &Arc<Self>, to: NodeId, transfer: u64) -> Option<Serving> {
+    /// Frees every parked message that has expired by `now`.
+    pub fn sweep(&self, now: Instant) {
+        Self::sweep_locked(&mut self.lock(), now);
+    }
+
+    fn sweep_locked(parked: &mut HashMap<NodeId, ParkedFor>, now: Instant) {
+        parked.retain(|_, of_peer| {
+            for slot in [&mut of_peer.snapshot, &mut of_peer.message] {
+                if slot.as_ref().is_some_and(|p| !p.live_at(now)) {
+                    *slot = None;
+                }
+            }
+            of_peer.snapshot.is_some() || of_peer.message.is_some()
+        });
+    }
+
+    /// The chunks of transfer `transfer` for `to` as of `now`, or `None` when nothing by
+    /// that id is parked for it (superseded, expired, already served, or never).
+    pub fn serve(self: &Arc<Self>, to: NodeId, transfer: u64, now: Instant) -> Option<Serving> {
         let parked = self.lock();
         let of_peer = parked.get(&to)?;
-        let found =
-            [&of_peer.snapshot, &of_peer.message].into_iter().flatten().find(|p| p.notice.transfer == transfer)?;
+        let found = [&of_peer.snapshot, &of_peer.message]
+            .into_iter()
+            .flatten()
+            .find(|p| p.notice.transfer == transfer && p.live_at(now))?;
         Some(Serving {
             chunks: Chunks::new(found.notice.kind.index(), found.data.clone(), CHUNK_BYTES),
             outbox: Arc::downgrade(self),
@@ -675,29 +701,53 @@ mod tests {
     #[test]
     fn the_outbox_keeps_the_newest_of_each_kind_and_forgets_what_was_served() {
         let outbox = Outbox::new();
+        let now = Instant::now();
         let peer = NodeId(2);
-        let old = outbox.park(peer, ParkedKind::Snapshot { index: 5 }, data(10));
-        let message = outbox.park(peer, ParkedKind::Message, data(3));
-        let new = outbox.park(peer, ParkedKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1));
+        let old = outbox.park(peer, ParkedKind::Snapshot { index: 5 }, data(10), now);
+        let message = outbox.park(peer, ParkedKind::Message, data(3), now);
+        let new = outbox.park(peer, ParkedKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1), now);
         assert!(new.transfer > old.transfer);
         assert_eq!(outbox.parked_for(peer), vec![new, message]);
-        assert!(outbox.serve(peer, old.transfer).is_none(), "a replaced snapshot is gone");
-        assert!(outbox.serve(NodeId(3), new.transfer).is_none(), "parked for another peer");
+        assert!(outbox.serve(peer, old.transfer, now).is_none(), "a replaced snapshot is gone");
+        assert!(outbox.serve(NodeId(3), new.transfer, now).is_none(), "parked for another peer");
 
-        let serving = outbox.serve(peer, new.transfer).expect("parked");
+        let serving = outbox.serve(peer, new.transfer, now).expect("parked");
         // A snapshot for a repeated Fetch, parked while the first one is on its way.
-        let repeat = outbox.park(peer, ParkedKind::Snapshot { index: 8 }, data(4));
+        let repeat = outbox.park(peer, ParkedKind::Snapshot { index: 8 }, data(4), now);
         let notice = ParkedNotice { transfer: new.transfer, kind: ParkedKind::Snapshot { index: 7 }, size: new.size };
         let chunks: Vec<_> = serving.map(|c| c.expect("chunk")).collect();
         assert_eq!(chunks.len(), 3);
         let got = reassemble_all(notice, chunks).expect("reassembles");
         assert_eq!(got, data(2 * CHUNK_BYTES + 1));
         assert_eq!(outbox.parked_for(peer), vec![message], "served, and the repeat dropped with it");
-        assert!(outbox.serve(peer, repeat.transfer).is_none());
+        assert!(outbox.serve(peer, repeat.transfer, now).is_none());
 
-        let served: Vec<_> = outbox.serve(peer, message.transfer).expect("parked").collect();
+        let served: Vec<_> = outbox.serve(peer, message.transfer, now).expect("parked").collect();
         assert_eq!(served.len(), 1);
         assert!(outbox.parked_for(peer).is_empty());
+    }
+
+    #[test]
+    fn a_parked_message_expires_on_the_callers_clock() {
+        let outbox = Outbox::new();
+        let parked_at = Instant::now();
+        let (a, b) = (NodeId(2), NodeId(3));
+        let old = outbox.park(a, ParkedKind::Message, data(3), parked_at);
+        let expired = parked_at + PARKED_TTL;
+        assert!(outbox.serve(a, old.transfer, expired - Duration::from_millis(1)).is_some(), "live until its TTL");
+        assert!(outbox.serve(a, old.transfer, expired).is_none(), "never served once expired");
+        assert_eq!(outbox.parked_for(a), vec![old], "held until a sweep or a park");
+
+        // Parking for another peer frees it.
+        let other = outbox.park(b, ParkedKind::Snapshot { index: 4 }, data(5), expired);
+        assert!(outbox.parked_for(a).is_empty());
+        assert_eq!(outbox.parked_for(b), vec![other]);
+
+        // A sweep before the TTL keeps it; one after frees it.
+        outbox.sweep(expired + PARKED_TTL / 2);
+        assert_eq!(outbox.parked_for(b), vec![other]);
+        outbox.sweep(expired + PARKED_TTL);
+        assert!(outbox.parked_for(b).is_empty());
     }
 
     #[test]

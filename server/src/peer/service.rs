@@ -199,7 +199,7 @@ impl pb::peer_server::Peer for PeerService {
     ) -> Result<Response<Self::FetchParkedStream>, Status> {
         let request = request.into_inner();
         let from = self.inner.member(request.from)?;
-        let serving = self.inner.network.outbox().serve(from, request.transfer).ok_or_else(|| {
+        let serving = self.inner.network.outbox().serve(from, request.transfer, Instant::now()).ok_or_else(|| {
             Status::not_found(format!(
                 "transfer {} is not parked for node {}: replaced by a newer one, expired or already sent",
                 request.transfer, request.from
