@@ -3,7 +3,7 @@
 //! chunked pull ([`crate::peer::parked`]), postcard-encoded. Anything that does not decode is
 //! dropped with a log line: a peer port receiving garbage must not take the node down.
 
-use crate::forward::{ForwardId, MasterAnswer, MasterRequest};
+use crate::forward::{ForwardId, MasterRequest, MasterResult};
 use crate::peer::parked::ParkedNotice;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::ElectionMessage;
@@ -19,7 +19,7 @@ pub enum Wire {
     /// A client request a follower hands to the master.
     Forward(ForwardId, MasterRequest),
     /// The master's answer to a forward.
-    Answer(ForwardId, MasterAnswer),
+    Answer(ForwardId, MasterResult),
     /// A snapshot or another message too big for a lane is parked for the receiver, which
     /// pulls it with `Peer.FetchParked`. Last, so the earlier variants keep their tags.
     Parked(ParkedNotice),
