@@ -475,8 +475,7 @@ impl NodeLoop {
     ///
     /// A sync normally goes to the sync thread, so the loop goes on meanwhile. But handing it
     /// over and being told it is done are two thread wake-ups, which on a machine that halts
-    /// idle CPUs cost about as much as the sync itself (a follower acknowledging a lone
-    /// write: 0.05 ms of a 0.6 ms put). So when the node was idle (`woke_from_idle`: nothing
+    /// idle CPUs cost about as much as the sync itself. So when the node was idle (`woke_from_idle`: nothing
     /// for a while, nothing queued), has nothing to send that the sync would hold up, and the
     /// disk has been fast, the loop syncs itself. Under load the loop is never idle, so the
     /// sync thread keeps its group commit; a slow disk blocks the loop for one sync at most

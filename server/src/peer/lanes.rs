@@ -48,16 +48,15 @@ use tonic::transport::{Channel, Endpoint};
 ///
 /// What can be larger: an `Entries` reply (up to `max_fetch_entries` = 256 slots, so
 /// 256 MiB and more at worst), a `Promise` to a candidate far behind (every slot it lacks
-/// that the acceptor still holds: up to `snapshot_every + retain_after_snapshot` slots), the
-/// master's answer to a large forwarded range read, and slots of Txns whose compare values
-/// the replica's size estimate leaves out. Those are bounded by nothing useful, so they take
-/// the chunked path rather than a larger lane limit.
+/// that the acceptor still holds: up to `snapshot_every + retain_after_snapshot` slots) and
+/// the master's answer to a large forwarded range read. Those are bounded by nothing useful,
+/// so they take the chunked path rather than a larger lane limit.
 pub const LANE_MESSAGE_MAX: usize = 4 << 20;
 
 /// Largest `PeerEnvelope` the peer service decodes (16 MiB): four times
 /// [`LANE_MESSAGE_MAX`] (the envelope adds a few bytes), so a node never refuses what a peer
 /// puts on a lane, even one built with a somewhat larger threshold, while one stream can
-/// never make it buffer more than this per message (512 MiB before snapshots were chunked).
+/// never make it buffer more than this per message.
 pub const PEER_MESSAGE_LIMIT: usize = 16 << 20;
 
 const _: () = assert!(PEER_MESSAGE_LIMIT >= 2 * LANE_MESSAGE_MAX);
