@@ -88,6 +88,9 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
             Err(ClientError::NotMaster { .. }) => {
                 Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now"))
             }
+            // The election or the node loop has stopped: this node is shutting down, and
+            // the client may ask another.
+            Err(ClientError::Stopped(why)) => Err(Status::unavailable(why)),
             Err(error) => Err(super::convert::client_error(error)),
         }
     }
