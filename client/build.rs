@@ -6,12 +6,7 @@
 use std::error::Error;
 
 /// Every .proto file we generate code for; imports are resolved from `proto/`.
-const PROTOS: &[&str] = &[
-    "proto/mvccpb/kv.proto",
-    "proto/etcdserverpb/rpc.proto",
-    "proto/leasekv/v1/leasekv.proto",
-    "proto/leasekv/peer/v1/peer.proto",
-];
+const PROTOS: &[&str] = &["proto/mvccpb/kv.proto", "proto/etcdserverpb/rpc.proto", "proto/leasekv/v1/leasekv.proto"];
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed=proto");

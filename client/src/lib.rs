@@ -1,7 +1,7 @@
 //! leasekv's client side: the gRPC API definitions and a small failover client.
 //!
 //! - [`proto`]: code generated from `client/proto/`: etcd's v3 API subset (`etcdserverpb`,
-//!   `mvccpb`), leasekv's extension service (`leasekv`) and the node-to-node service (`peer`).
+//!   `mvccpb`) and leasekv's extension service (`leasekv`).
 //!   Both client stubs and server traits are generated; the server crate implements the traits.
 //! - [`Client`]: an ergonomic wrapper that tries endpoints in order and fails over on
 //!   connection errors and `UNAVAILABLE`.
@@ -34,11 +34,5 @@ pub mod proto {
     pub mod leasekv {
         #![allow(missing_docs, clippy::all)]
         tonic::include_proto!("leasekv.v1");
-    }
-
-    /// Node-to-node transport (`leasekv.peer.v1.Peer`): opaque postcard payloads, snapshots.
-    pub mod peer {
-        #![allow(missing_docs, clippy::all)]
-        tonic::include_proto!("leasekv.peer.v1");
     }
 }

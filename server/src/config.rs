@@ -170,10 +170,9 @@ pub struct RuntimeConfig {
 /// Not all of them, as tokio would pick: every write also runs on two threads outside the
 /// runtime (the sync thread and sled's I/O thread), and every write and linearizable read
 /// passes through the one node-loop task, so more workers than that mostly add hand-offs
-/// between threads, each a wake-up of a sleeping CPU. Measured with three nodes sharing two
-/// CPUs (`benches/cluster.rs`): one worker per node instead of two gave 8-12% more puts at
-/// 64 clients, 0.53-0.55 ms instead of 0.57-0.59 ms single-client put latency, and up to 1.6×
-/// the linearizable reads.
+/// between threads, each a wake-up of a sleeping CPU. With three nodes sharing two CPUs,
+/// `benches/cluster.rs` measures more puts and linearizable reads and a lower single-client
+/// put latency with one worker per node than with two (figures in docs/performance.md).
 pub fn default_worker_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get() / 2).max(1)
 }

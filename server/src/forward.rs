@@ -1,7 +1,13 @@
 //! Requests only the master can answer (writes, linearizable reads, lease keepalives and
-//! lease status), and how a follower hands them to the master: over the peer stream, one
-//! hop, the way Raft forwards proposals, instead of a second client call per request. The
-//! master answers on the same stream; the follower routes the answer to the waiting client.
+//! lease status, step-down), and how a follower hands them to the master: over the peer
+//! stream, one hop, the way Raft forwards proposals, instead of a second client call per
+//! request. The master answers on the same stream; the follower routes the answer to the
+//! waiting client.
+//!
+//! One path for all of them: a [`MasterRequest`] goes to the node loop with its [`Reply`],
+//! the master answers with a [`MasterAnswer`] of the same kind, and the caller takes out
+//! the kind it expects ([`expect_answer`]). A new master-only call is a variant of each and
+//! one arm where the master serves it.
 //!
 //! A forward is never resent: a write may already be applied when its answer is lost. A
 //! forward whose master changes or goes quiet fails: writes as "indeterminate", everything
@@ -22,7 +28,9 @@ use tokio::sync::oneshot;
 /// is noticed sooner, through the election.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A request only the master can answer.
+/// A request only the master can answer. Local callers hand it to the node loop with a
+/// [`Reply`]; a follower sends it to the master over the peer stream and keeps the
+/// [`Reply`] in its [`Forwards`] until the master's answer comes back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum MasterRequest {
     /// A command through the log.
@@ -35,82 +43,64 @@ pub enum MasterRequest {
     LeaseStatus(LeaseId),
     /// Every lease.
     LeaseList,
+    /// Give up mastership, so another node takes over.
+    StepDown,
+}
+
+impl MasterRequest {
+    /// Whether it changes the store, so that a lost answer leaves its outcome unknown.
+    fn is_write(&self) -> bool {
+        matches!(self, MasterRequest::Propose(_))
+    }
 }
 
 /// The master's answer to a [`MasterRequest`] of the same kind.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum MasterAnswer {
-    /// To `Propose`.
-    Propose(Result<Applied, ClientError>),
+    /// To `Propose`: the command's outcome.
+    Propose(Applied),
     /// To `Read`.
-    Read(Result<(RangeResponse, Revision), ClientError>),
+    Read(RangeResponse, Revision),
     /// To `KeepAlive`: the TTL granted.
-    KeepAlive(Result<i64, ClientError>),
+    KeepAlive(i64),
     /// To `LeaseStatus`.
-    LeaseStatus(Result<LeaseStatus, ClientError>),
+    LeaseStatus(LeaseStatus),
     /// To `LeaseList`.
-    LeaseList(Result<Vec<LeaseStatus>, ClientError>),
+    LeaseList(Vec<LeaseStatus>),
+    /// To `StepDown`: mastership given up.
+    SteppedDown,
 }
 
-/// A client task waiting for the answer to a [`MasterRequest`], typed by its kind.
-#[derive(Debug)]
-pub enum Waiter {
-    /// Waits for a command's outcome.
-    Propose(oneshot::Sender<Result<Applied, ClientError>>),
-    /// Waits for a linearizable read.
-    Read(oneshot::Sender<Result<(RangeResponse, Revision), ClientError>>),
-    /// Waits for a keepalive.
-    KeepAlive(oneshot::Sender<Result<i64, ClientError>>),
-    /// Waits for a lease's status.
-    LeaseStatus(oneshot::Sender<Result<LeaseStatus, ClientError>>),
-    /// Waits for the lease list.
-    LeaseList(oneshot::Sender<Result<Vec<LeaseStatus>, ClientError>>),
-}
+/// The master's answer or why there is none.
+pub type MasterResult = Result<MasterAnswer, ClientError>;
 
-impl Waiter {
-    /// Hands over the answer. An answer of another kind (a confused or hostile peer) fails
-    /// the request instead; the client is never left waiting.
-    pub fn answer(self, answer: MasterAnswer) {
-        match (self, answer) {
-            (Waiter::Propose(tx), MasterAnswer::Propose(a)) => drop(tx.send(a)),
-            (Waiter::Read(tx), MasterAnswer::Read(a)) => drop(tx.send(a)),
-            (Waiter::KeepAlive(tx), MasterAnswer::KeepAlive(a)) => drop(tx.send(a)),
-            (Waiter::LeaseStatus(tx), MasterAnswer::LeaseStatus(a)) => drop(tx.send(a)),
-            (Waiter::LeaseList(tx), MasterAnswer::LeaseList(a)) => drop(tx.send(a)),
-            (waiter, _) => {
-                waiter.fail(ClientError::Stopped("the master answered a forwarded request with another kind".into()))
-            }
-        }
-    }
+/// Where the answer to a [`MasterRequest`] goes: the task of the client that asked.
+pub type Reply = oneshot::Sender<MasterResult>;
 
-    /// Fails the request.
-    pub fn fail(self, error: ClientError) {
-        match self {
-            Waiter::Propose(tx) => drop(tx.send(Err(error))),
-            Waiter::Read(tx) => drop(tx.send(Err(error))),
-            Waiter::KeepAlive(tx) => drop(tx.send(Err(error))),
-            Waiter::LeaseStatus(tx) => drop(tx.send(Err(error))),
-            Waiter::LeaseList(tx) => drop(tx.send(Err(error))),
-        }
-    }
-
-    /// Fails a forward whose answer will not come: a write may have been applied, so it
-    /// is "indeterminate"; anything else is safe to retry, so it is "not master".
-    fn abandon(self, hint: Option<NodeId>) {
-        let error = match self {
-            Waiter::Propose(_) => ClientError::Indeterminate { hint },
-            _ => ClientError::NotMaster { hint },
-        };
-        self.fail(error);
-    }
+/// Takes the answer a caller expects out of `result` with `pick`. An answer of another kind
+/// (a confused or hostile peer) fails the request instead.
+pub fn expect_answer<T>(result: MasterResult, pick: impl FnOnce(MasterAnswer) -> Option<T>) -> Result<T, ClientError> {
+    pick(result?)
+        .ok_or_else(|| ClientError::Stopped("the master answered a forwarded request with another kind".into()))
 }
 
 /// Identifies a forward between one follower and the master it went to.
 pub type ForwardId = u64;
 
 struct Pending {
-    waiter: Waiter,
+    reply: Reply,
     master: NodeId,
+    /// Whether a lost answer leaves the outcome unknown ([`MasterRequest::is_write`]).
+    write: bool,
+}
+
+impl Pending {
+    /// Fails a forward whose answer will not come: a write may have been applied, so it
+    /// is "indeterminate"; anything else is safe to retry, so it is "not master".
+    fn abandon(self, hint: Option<NodeId>) {
+        let error = if self.write { ClientError::Indeterminate { hint } } else { ClientError::NotMaster { hint } };
+        let _ = self.reply.send(Err(error));
+    }
 }
 
 /// A follower's forwards waiting for the master's answer.
@@ -123,21 +113,21 @@ pub struct Forwards {
 }
 
 impl Forwards {
-    /// Records a forward to `master`; returns the id its answer will carry.
-    pub fn start(&mut self, waiter: Waiter, master: NodeId, now: Instant) -> ForwardId {
+    /// Records a forward of `request` to `master`; returns the id its answer will carry.
+    pub fn start(&mut self, request: &MasterRequest, reply: Reply, master: NodeId, now: Instant) -> ForwardId {
         self.next_id += 1;
         let id = self.next_id;
-        self.pending.insert(id, Pending { waiter, master });
+        self.pending.insert(id, Pending { reply, master, write: request.is_write() });
         self.deadlines.push_back((now + FORWARD_TIMEOUT, id));
         id
     }
 
     /// Routes the answer from `from` to its waiter; answers from anyone but the node the
     /// request went to, or to forwards already given up, are dropped.
-    pub fn answer(&mut self, from: NodeId, id: ForwardId, answer: MasterAnswer) {
+    pub fn answer(&mut self, from: NodeId, id: ForwardId, result: MasterResult) {
         if self.pending.get(&id).is_some_and(|p| p.master == from) {
             if let Some(pending) = self.pending.remove(&id) {
-                pending.waiter.answer(answer);
+                let _ = pending.reply.send(result);
             }
         }
     }
@@ -150,7 +140,7 @@ impl Forwards {
             }
             self.deadlines.pop_front();
             if let Some(pending) = self.pending.remove(&id) {
-                pending.waiter.abandon(hint);
+                pending.abandon(hint);
             }
         }
     }
@@ -161,7 +151,7 @@ impl Forwards {
         let gone: Vec<ForwardId> = self.pending.iter().filter(|(_, p)| p.master != master).map(|(id, _)| *id).collect();
         for id in gone {
             if let Some(pending) = self.pending.remove(&id) {
-                pending.waiter.abandon(Some(master));
+                pending.abandon(Some(master));
             }
         }
     }
@@ -192,48 +182,62 @@ impl Forwards {
 mod tests {
     use super::*;
 
-    type ReadAnswer = oneshot::Receiver<Result<(RangeResponse, Revision), ClientError>>;
+    type Answer = oneshot::Receiver<MasterResult>;
 
-    fn read_waiter() -> (Waiter, ReadAnswer) {
-        let (tx, rx) = oneshot::channel();
-        (Waiter::Read(tx), rx)
+    fn forward(forwards: &mut Forwards, request: MasterRequest, master: NodeId, now: Instant) -> (ForwardId, Answer) {
+        let (reply, answer) = oneshot::channel();
+        (forwards.start(&request, reply, master, now), answer)
+    }
+
+    fn read() -> MasterRequest {
+        MasterRequest::Read(RangeRequest::default())
+    }
+
+    fn revision_of(answer: MasterAnswer) -> Option<Revision> {
+        match answer {
+            MasterAnswer::Read(_, revision) => Some(revision),
+            _ => None,
+        }
     }
 
     #[test]
     fn an_answer_reaches_its_waiter_only_from_the_master_it_went_to() {
         let mut forwards = Forwards::default();
-        let (waiter, mut rx) = read_waiter();
-        let id = forwards.start(waiter, NodeId(2), Instant::now());
-        forwards.answer(NodeId(3), id, MasterAnswer::Read(Ok((RangeResponse::default(), 7))));
+        let (id, mut rx) = forward(&mut forwards, read(), NodeId(2), Instant::now());
+        forwards.answer(NodeId(3), id, Ok(MasterAnswer::Read(RangeResponse::default(), 7)));
         assert!(rx.try_recv().is_err(), "an answer from a node the request did not go to is dropped");
-        forwards.answer(NodeId(2), id, MasterAnswer::Read(Ok((RangeResponse::default(), 7))));
-        assert_eq!(rx.try_recv().ok().and_then(|r| r.ok()).map(|(_, rev)| rev), Some(7));
+        forwards.answer(NodeId(2), id, Ok(MasterAnswer::Read(RangeResponse::default(), 7)));
+        let answer = rx.try_recv().expect("answered");
+        assert_eq!(expect_answer(answer, revision_of), Ok(7));
         assert!(forwards.is_empty());
     }
 
     #[test]
     fn an_answer_of_the_wrong_kind_fails_the_request() {
-        let mut forwards = Forwards::default();
-        let (waiter, mut rx) = read_waiter();
-        let id = forwards.start(waiter, NodeId(2), Instant::now());
-        forwards.answer(NodeId(2), id, MasterAnswer::KeepAlive(Ok(5)));
-        assert!(matches!(rx.try_recv(), Ok(Err(ClientError::Stopped(_)))));
+        assert!(matches!(expect_answer(Ok(MasterAnswer::KeepAlive(5)), revision_of), Err(ClientError::Stopped(_))));
+        let refused = Err(ClientError::NotMaster { hint: None });
+        assert_eq!(expect_answer(refused, revision_of), Err(ClientError::NotMaster { hint: None }));
     }
 
     #[test]
-    fn a_lost_write_is_indeterminate_and_a_lost_read_is_retryable() {
+    fn a_lost_write_is_indeterminate_and_a_lost_read_or_step_down_is_retryable() {
         let mut forwards = Forwards::default();
         let start = Instant::now();
-        let (tx, mut write) = oneshot::channel();
-        forwards.start(Waiter::Propose(tx), NodeId(2), start);
-        let (waiter, mut read) = read_waiter();
-        forwards.start(waiter, NodeId(2), start);
+        let (_, mut write) = forward(
+            &mut forwards,
+            MasterRequest::Propose(Command::LeaseGrant { id: 0, name: None, ttl: 5 }),
+            NodeId(2),
+            start,
+        );
+        let (_, mut read) = forward(&mut forwards, read(), NodeId(2), start);
+        let (_, mut step_down) = forward(&mut forwards, MasterRequest::StepDown, NodeId(2), start);
         forwards.expire(start + FORWARD_TIMEOUT / 2, Some(NodeId(2)));
-        assert_eq!(forwards.len(), 2, "nothing expires before its deadline");
+        assert_eq!(forwards.len(), 3, "nothing expires before its deadline");
         assert_eq!(forwards.next_deadline(), Some(start + FORWARD_TIMEOUT));
         forwards.expire(start + FORWARD_TIMEOUT, Some(NodeId(2)));
         assert!(matches!(write.try_recv(), Ok(Err(ClientError::Indeterminate { .. }))));
         assert!(matches!(read.try_recv(), Ok(Err(ClientError::NotMaster { .. }))));
+        assert!(matches!(step_down.try_recv(), Ok(Err(ClientError::NotMaster { .. }))));
         assert_eq!(forwards.next_deadline(), None);
     }
 
@@ -241,10 +245,8 @@ mod tests {
     fn a_new_master_abandons_forwards_to_the_old_one() {
         let mut forwards = Forwards::default();
         let now = Instant::now();
-        let (to_old, mut old) = read_waiter();
-        forwards.start(to_old, NodeId(2), now);
-        let (to_new, mut new) = read_waiter();
-        forwards.start(to_new, NodeId(3), now);
+        let (_, mut old) = forward(&mut forwards, read(), NodeId(2), now);
+        let (_, mut new) = forward(&mut forwards, read(), NodeId(3), now);
         forwards.master_changed(NodeId(3));
         assert!(matches!(old.try_recv(), Ok(Err(ClientError::NotMaster { hint: Some(NodeId(3)) }))));
         assert!(new.try_recv().is_err(), "the forward to the current master still waits");

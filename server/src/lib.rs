@@ -6,17 +6,13 @@
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
-//! - [`peers`], [`peer_service`], [`wire`]: node-to-node messages over gRPC.
-//! - [`transfer`]: snapshots and other messages too big for a peer stream, pulled in chunks.
+//! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod api;
 pub mod config;
 pub mod forward;
 pub mod node;
-pub mod peer_service;
-pub mod peers;
+pub mod peer;
 pub mod run;
-pub mod transfer;
-pub mod wire;

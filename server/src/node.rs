@@ -5,9 +5,9 @@
 //! from anywhere else ([`crate::forward`]). Everything else talks to the loop through a
 //! [`NodeHandle`].
 
-use crate::forward::{ForwardId, Forwards, MasterAnswer, MasterRequest, Waiter};
-use crate::peers::PeerNetwork;
-use crate::wire::Wire;
+use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
+use crate::peer::lanes::PeerNetwork;
+use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, SyncTicket};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
@@ -22,8 +22,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// Requests the node loop serves.
 pub enum Request {
-    /// Something only the master can answer.
-    Master(MasterRequest, Waiter),
+    /// Something only the master can answer: served here on the master, forwarded to it
+    /// from anywhere else.
+    Master(MasterRequest, Reply),
     /// A serializable read of this node's state.
     LocalRead(RangeRequest, oneshot::Sender<Result<(RangeResponse, Revision), ClientError>>),
     /// Resolve a lease name from local state.
@@ -35,7 +36,7 @@ pub enum Request {
     /// A request a follower forwarded to this node as master.
     Forwarded(NodeId, ForwardId, MasterRequest),
     /// The master's answer to one of this node's forwards.
-    Answered(NodeId, ForwardId, MasterAnswer),
+    Answered(NodeId, ForwardId, MasterResult),
 }
 
 /// What a node reports about itself.
@@ -78,17 +79,22 @@ impl NodeHandle {
         answer.await.map_err(|_| stopping())
     }
 
+    /// Has the master answer `request`; `pick` takes the answer of the expected kind.
     async fn ask_master<T>(
         &self,
         request: MasterRequest,
-        waiter: impl FnOnce(oneshot::Sender<Result<T, ClientError>>) -> Waiter,
+        pick: impl FnOnce(MasterAnswer) -> Option<T>,
     ) -> Result<T, ClientError> {
-        self.ask(|reply| Request::Master(request, waiter(reply))).await?
+        expect_answer(self.ask(|reply| Request::Master(request, reply)).await?, pick)
     }
 
     /// Proposes a command.
     pub async fn propose(&self, command: Command) -> Result<Applied, ClientError> {
-        self.ask_master(MasterRequest::Propose(command), Waiter::Propose).await
+        self.ask_master(MasterRequest::Propose(command), |answer| match answer {
+            MasterAnswer::Propose(applied) => Some(applied),
+            _ => None,
+        })
+        .await
     }
 
     /// Reads.
@@ -98,24 +104,51 @@ impl NodeHandle {
         consistency: ReadConsistency,
     ) -> Result<(RangeResponse, Revision), ClientError> {
         match consistency {
-            ReadConsistency::Linearizable => self.ask_master(MasterRequest::Read(request), Waiter::Read).await,
+            ReadConsistency::Linearizable => {
+                self.ask_master(MasterRequest::Read(request), |answer| match answer {
+                    MasterAnswer::Read(response, revision) => Some((response, revision)),
+                    _ => None,
+                })
+                .await
+            }
             ReadConsistency::Serializable => self.ask(|r| Request::LocalRead(request, r)).await?,
         }
     }
 
     /// Keeps a lease alive.
     pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, ClientError> {
-        self.ask_master(MasterRequest::KeepAlive(id), Waiter::KeepAlive).await
+        self.ask_master(MasterRequest::KeepAlive(id), |answer| match answer {
+            MasterAnswer::KeepAlive(ttl) => Some(ttl),
+            _ => None,
+        })
+        .await
     }
 
     /// One lease's status.
     pub async fn lease_status(&self, id: LeaseId) -> Result<LeaseStatus, ClientError> {
-        self.ask_master(MasterRequest::LeaseStatus(id), Waiter::LeaseStatus).await
+        self.ask_master(MasterRequest::LeaseStatus(id), |answer| match answer {
+            MasterAnswer::LeaseStatus(status) => Some(status),
+            _ => None,
+        })
+        .await
     }
 
     /// Every lease.
     pub async fn lease_list(&self) -> Result<Vec<LeaseStatus>, ClientError> {
-        self.ask_master(MasterRequest::LeaseList, Waiter::LeaseList).await
+        self.ask_master(MasterRequest::LeaseList, |answer| match answer {
+            MasterAnswer::LeaseList(list) => Some(list),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Has the master give up mastership. `NotMaster` when there is no master to ask.
+    pub async fn step_down(&self) -> Result<(), ClientError> {
+        self.ask_master(MasterRequest::StepDown, |answer| match answer {
+            MasterAnswer::SteppedDown => Some(()),
+            _ => None,
+        })
+        .await
     }
 
     /// Resolves a lease name from this node's state.
@@ -162,6 +195,7 @@ pub fn start(
     let revision = Arc::new(AtomicI64::new(replica.state().revision()));
     let node = NodeLoop {
         revision: revision.clone(),
+        election: election.clone(),
         replica,
         clock,
         peers,
@@ -176,29 +210,34 @@ pub fn start(
     NodeHandle { tx, revision, election }
 }
 
-/// Who waits for a proposal this node made as master.
-enum Proposer {
+/// Who waits for the answer to a master request served on this node.
+enum Asker {
     /// A client of this node.
-    Local(Waiter),
+    Local(Reply),
     /// A follower that forwarded it.
     Remote(NodeId, ForwardId),
 }
 
-/// How a master request was served here.
-enum Served {
-    /// Answered at once.
-    Now(MasterAnswer),
-    /// Proposed: the answer comes with the proposal's completion.
-    Later(ProposalId),
+impl Asker {
+    /// Hands over the answer: to the client's task, or back over the peer stream.
+    fn answer(self, peers: &PeerNetwork, result: MasterResult) {
+        match self {
+            Asker::Local(reply) => drop(reply.send(result)),
+            Asker::Remote(node, id) => peers.send(node, &Wire::Answer(id, result)),
+        }
+    }
 }
 
 struct NodeLoop {
     replica: Replica<SledStorage>,
+    /// The election, for a step-down.
+    election: Arc<dyn ElectionBackend>,
     /// Shared with every [`NodeHandle`].
     revision: Arc<AtomicI64>,
     clock: MonotonicClock,
     peers: PeerNetwork,
-    proposals: HashMap<ProposalId, Proposer>,
+    /// Who waits for each proposal this node made as master.
+    proposals: HashMap<ProposalId, Asker>,
     forwards: Forwards,
     /// The master as last seen, so forwards to a deposed one are given up at once.
     known_master: Option<NodeId>,
@@ -341,7 +380,7 @@ impl NodeLoop {
         self.publish_revision();
         let now = self.clock.now();
         match request {
-            Request::Master(request, waiter) => {
+            Request::Master(request, reply) => {
                 let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
                 match master {
                     // A lane known to be down would drop the request: it never leaves, so
@@ -349,29 +388,19 @@ impl NodeLoop {
                     // and tries again rather than the client getting "indeterminate" later.
                     Some(master) if !self.replica.is_master_at(now) => {
                         if self.peers.log_lane_down(master) {
-                            waiter.fail(ClientError::NotMaster { hint: None });
+                            let _ = reply.send(Err(ClientError::NotMaster { hint: None }));
                         } else {
-                            let id = self.forwards.start(waiter, master, Instant::now());
+                            let id = self.forwards.start(&request, reply, master, Instant::now());
                             self.peers.send(master, &Wire::Forward(id, request));
                         }
                     }
-                    _ => match self.serve_here(request) {
-                        Served::Now(answer) => waiter.answer(answer),
-                        Served::Later(id) => {
-                            self.proposals.insert(id, Proposer::Local(waiter));
-                        }
-                    },
+                    _ => self.serve_here(request, Asker::Local(reply)),
                 }
             }
-            Request::Forwarded(from, id, request) => match self.serve_here(request) {
-                // Served here whether or not this node is master: a request is forwarded at
-                // most once, so a stale hint costs one "not master" answer, never a loop.
-                Served::Now(answer) => self.peers.send(from, &Wire::Answer(id, answer)),
-                Served::Later(proposal) => {
-                    self.proposals.insert(proposal, Proposer::Remote(from, id));
-                }
-            },
-            Request::Answered(from, id, answer) => self.forwards.answer(from, id, answer),
+            // Served here whether or not this node is master: a request is forwarded at most
+            // once, so a stale hint costs one "not master" answer, never a loop.
+            Request::Forwarded(from, id, request) => self.serve_here(request, Asker::Remote(from, id)),
+            Request::Answered(from, id, result) => self.forwards.answer(from, id, result),
             Request::LocalRead(request, reply) => {
                 let _ = reply.send(self.replica.read(now, &request, ReadConsistency::Serializable));
             }
@@ -401,31 +430,52 @@ impl NodeLoop {
         self.revision.store(self.replica.state().revision(), Ordering::Release);
     }
 
-    /// Serves a master request on this node; the replica refuses what it cannot serve
-    /// (not master, not ready yet) with an error the client side retries.
-    fn serve_here(&mut self, request: MasterRequest) -> Served {
+    /// Serves a master request on this node and answers `asker`: at once, when its
+    /// proposal completes, or when the election has stepped down. The replica refuses what
+    /// it cannot serve (not master, not ready yet) with an error the client side retries.
+    fn serve_here(&mut self, request: MasterRequest, asker: Asker) {
         let now = self.clock.now();
-        let answer = match request {
+        let result = match request {
             MasterRequest::Propose(command) => match self.replica.propose(now, command) {
-                Ok(id) => return Served::Later(id),
-                Err(error) => MasterAnswer::Propose(Err(error)),
+                Ok(id) => {
+                    self.proposals.insert(id, asker);
+                    return;
+                }
+                Err(error) => Err(error),
             },
-            MasterRequest::Read(request) => {
-                MasterAnswer::Read(self.replica.read(now, &request, ReadConsistency::Linearizable))
-            }
-            MasterRequest::KeepAlive(id) => MasterAnswer::KeepAlive(self.replica.keep_alive(now, id)),
-            MasterRequest::LeaseStatus(id) => MasterAnswer::LeaseStatus(self.replica.lease_status(now, id)),
-            MasterRequest::LeaseList => MasterAnswer::LeaseList(self.replica.lease_list(now)),
+            MasterRequest::Read(request) => self
+                .replica
+                .read(now, &request, ReadConsistency::Linearizable)
+                .map(|(response, revision)| MasterAnswer::Read(response, revision)),
+            MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
+            MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),
+            MasterRequest::LeaseList => self.replica.lease_list(now).map(MasterAnswer::LeaseList),
+            MasterRequest::StepDown => return self.step_down(asker),
         };
-        Served::Now(answer)
+        asker.answer(&self.peers, result);
+    }
+
+    /// Has the election give up this node's mastership, off the loop: the election runs
+    /// on its own task, and the loop must not wait for it.
+    fn step_down(&self, asker: Asker) {
+        let status = self.election.status();
+        if !status.is_master_at(self.election.now()) {
+            return asker.answer(&self.peers, Err(ClientError::NotMaster { hint: status.hint }));
+        }
+        let (election, peers) = (self.election.clone(), self.peers.clone());
+        tokio::spawn(async move {
+            let result = election.step_down().await;
+            let result =
+                result.map(|()| MasterAnswer::SteppedDown).map_err(|error| ClientError::Stopped(error.to_string()));
+            asker.answer(&peers, result);
+        });
     }
 
     /// Sends, syncs and answers until the replica has nothing more to say (bounded).
     ///
     /// A sync normally goes to the sync thread, so the loop goes on meanwhile. But handing it
     /// over and being told it is done are two thread wake-ups, which on a machine that halts
-    /// idle CPUs cost about as much as the sync itself (a follower acknowledging a lone
-    /// write: 0.05 ms of a 0.6 ms put). So when the node was idle (`woke_from_idle`: nothing
+    /// idle CPUs cost about as much as the sync itself. So when the node was idle (`woke_from_idle`: nothing
     /// for a while, nothing queued), has nothing to send that the sync would hold up, and the
     /// disk has been fast, the loop syncs itself. Under load the loop is never idle, so the
     /// sync thread keeps its group commit; a slow disk blocks the loop for one sync at most
@@ -439,11 +489,8 @@ impl NodeLoop {
                 self.peers.send_log(to, message);
             }
             for completion in output.completions {
-                let answer = MasterAnswer::Propose(completion.result.map(|(_, applied)| applied));
-                match self.proposals.remove(&completion.id) {
-                    Some(Proposer::Local(waiter)) => waiter.answer(answer),
-                    Some(Proposer::Remote(node, id)) => self.peers.send(node, &Wire::Answer(id, answer)),
-                    None => {}
+                if let Some(asker) = self.proposals.remove(&completion.id) {
+                    asker.answer(&self.peers, completion.result.map(|(_, applied)| MasterAnswer::Propose(applied)));
                 }
             }
             if !output.needs_sync {

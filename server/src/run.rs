@@ -4,11 +4,11 @@
 use crate::api::{ClusterService, ExtService, KvService, LeaseService, MaintenanceService, Shared, WatchService};
 use crate::config::NodeConfig;
 use crate::node;
-use crate::peer_service::PeerService;
-use crate::peers::{PeerNetwork, PEER_MESSAGE_LIMIT};
+use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
+use crate::peer::proto::peer_server::PeerServer;
+use crate::peer::service::PeerService;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
-use leasekv_client::proto::peer::peer_server::PeerServer;
 use leasekv_kvstore::log::{OpenError, Replica};
 use leasekv_kvstore::storage::{SledStorage, StorageError};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};

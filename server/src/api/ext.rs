@@ -1,8 +1,8 @@
 //! The `leasekv.v1.LeaseKv` extension: named leases, election status, step-down.
 
-use super::{forwarded, is_forwarded, Shared};
+use super::Shared;
 use leasekv_client::proto::leasekv as ext;
-use leasekv_client::proto::leasekv::lease_kv_client::LeaseKvClient;
+use leasekv_kvstore::log::ClientError;
 use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -76,25 +76,22 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         }))
     }
 
+    /// Asks the master to step down, wherever this request arrived: the node loop serves it
+    /// on the master and forwards it there from anywhere else, like any master request. It
+    /// is not retried: with no master to ask, it fails at once.
     async fn step_down(
         &self,
-        request: Request<ext::StepDownRequest>,
+        _request: Request<ext::StepDownRequest>,
     ) -> Result<Response<ext::StepDownResponse>, Status> {
-        let hop = is_forwarded(&request);
-        let election = &self.0.node.election;
-        let status = election.status();
-        if status.is_master_at(election.now()) {
-            election.step_down().await.map_err(|e| Status::unavailable(e.to_string()))?;
-            return Ok(Response::new(ext::StepDownResponse {}));
-        }
-        match status.hint.filter(|h| *h != self.0.me) {
-            Some(master) if !hop => {
-                let Some(channel) = self.0.channel(master) else {
-                    return Err(Status::unavailable("etcdserver: no leader"));
-                };
-                LeaseKvClient::new(channel).step_down(forwarded(ext::StepDownRequest {})).await
+        match self.0.node.step_down().await {
+            Ok(()) => Ok(Response::new(ext::StepDownResponse {})),
+            Err(ClientError::NotMaster { .. }) => {
+                Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now"))
             }
-            _ => Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now")),
+            // The election or the node loop has stopped: this node is shutting down, and
+            // the client may ask another.
+            Err(ClientError::Stopped(why)) => Err(Status::unavailable(why)),
+            Err(error) => Err(super::convert::client_error(error)),
         }
     }
 }

@@ -21,17 +21,11 @@ use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ClientError;
 use leasekv_kvstore::{Command, CommandResponse};
 use leasekv_lease::NodeId;
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Request, Status};
-
-/// Metadata key marking a step-down a follower passed on to the master, so it is never
-/// passed on twice. (Everything else reaches the master through the node loop.)
-pub const FORWARDED: &str = "leasekv-forwarded";
+use tonic::Status;
 
 /// How long a request waits for a master before it fails with UNAVAILABLE.
 const WAIT_FOR_MASTER: Duration = Duration::from_secs(3);
@@ -53,34 +47,17 @@ pub struct Shared {
     pub cluster_id: u64,
     /// Every member: id, client address, peer address.
     pub members: Vec<(NodeId, SocketAddr, SocketAddr)>,
-    /// Client-port channels to the other members, for passing a step-down on to the master.
-    channels: HashMap<NodeId, Channel>,
 }
 
 impl Shared {
-    /// Builds the shared state with a lazily connected channel to every other member.
+    /// Builds the shared state.
     pub fn new(
         node: NodeHandle,
         me: NodeId,
         cluster_id: u64,
         members: Vec<(NodeId, SocketAddr, SocketAddr)>,
     ) -> Arc<Self> {
-        let mut channels = HashMap::new();
-        for &(id, client_addr, _) in &members {
-            if id == me {
-                continue;
-            }
-            if let Ok(endpoint) = Endpoint::from_shared(format!("http://{client_addr}")) {
-                channels
-                    .insert(id, endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
-            }
-        }
-        Arc::new(Shared { node, me, cluster_id, members, channels })
-    }
-
-    /// The channel to another member's client port.
-    pub fn channel(&self, id: NodeId) -> Option<Channel> {
-        self.channels.get(&id).cloned()
+        Arc::new(Shared { node, me, cluster_id, members })
     }
 
     /// A response header at `revision`.
@@ -145,16 +122,4 @@ impl Shared {
             Err(error) => Err(convert::kv_error(&error)),
         }
     }
-}
-
-/// Whether a request was forwarded by another node.
-pub fn is_forwarded<T>(request: &Request<T>) -> bool {
-    request.metadata().contains_key(FORWARDED)
-}
-
-/// Marks a request as forwarded.
-pub fn forwarded<T>(message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-    request
 }

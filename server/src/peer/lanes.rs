@@ -9,22 +9,22 @@
 //!
 //! Snapshots, and any other message larger than [`LANE_MESSAGE_MAX`], never go on a lane:
 //! they are parked for the peer, which is told on the log lane and pulls them in chunks
-//! over the same channel ([`crate::transfer`] says why). The lanes thus carry only messages
+//! over the same channel ([`crate::peer::parked`] says why). The lanes thus carry only messages
 //! a receiver can take in one bounded buffer ([`PEER_MESSAGE_LIMIT`]), and a snapshot on its
 //! way never holds up an Accept.
 
-use crate::transfer::{Inbox, Outbox, TransferKind, CHUNK_BYTES};
-use crate::wire::Wire;
+use crate::peer::parked::{Inbox, Outbox, ParkedKind, CHUNK_BYTES};
+use crate::peer::proto::peer_client::PeerClient;
+use crate::peer::proto::PeerEnvelope;
+use crate::peer::wire::Wire;
 use async_trait::async_trait;
-use leasekv_client::proto::peer::peer_client::PeerClient;
-use leasekv_client::proto::peer::PeerEnvelope;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId, Transport};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -48,20 +48,21 @@ use tonic::transport::{Channel, Endpoint};
 ///
 /// What can be larger: an `Entries` reply (up to `max_fetch_entries` = 256 slots, so
 /// 256 MiB and more at worst), a `Promise` to a candidate far behind (every slot it lacks
-/// that the acceptor still holds: up to `snapshot_every + retain_after_snapshot` slots), the
-/// master's answer to a large forwarded range read, and slots of Txns whose compare values
-/// the replica's size estimate leaves out. Those are bounded by nothing useful, so they take
-/// the chunked path rather than a larger lane limit.
+/// that the acceptor still holds: up to `snapshot_every + retain_after_snapshot` slots) and
+/// the master's answer to a large forwarded range read. Those are bounded by nothing useful,
+/// so they take the chunked path rather than a larger lane limit.
 pub const LANE_MESSAGE_MAX: usize = 4 << 20;
 
 /// Largest `PeerEnvelope` the peer service decodes (16 MiB): four times
 /// [`LANE_MESSAGE_MAX`] (the envelope adds a few bytes), so a node never refuses what a peer
 /// puts on a lane, even one built with a somewhat larger threshold, while one stream can
-/// never make it buffer more than this per message (512 MiB before snapshots were chunked).
+/// never make it buffer more than this per message.
 pub const PEER_MESSAGE_LIMIT: usize = 16 << 20;
 
 const _: () = assert!(PEER_MESSAGE_LIMIT >= 2 * LANE_MESSAGE_MAX);
 
+/// How often expired parked messages are freed.
+const SWEEP_PARKED_EVERY: Duration = Duration::from_secs(5);
 /// How many messages may wait for one lane of one peer before new ones are dropped.
 const QUEUE: usize = 8192;
 /// Most messages packed into one envelope (beyond the first).
@@ -116,7 +117,8 @@ pub struct PeerNetwork {
 type LaneQueue = mpsc::Sender<Vec<u8>>;
 
 impl PeerNetwork {
-    /// Starts the sender tasks for every peer (no connection is made before the first message).
+    /// Starts the sender tasks for every peer (no connection is made before the first
+    /// message) and the timer that frees expired parked messages.
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
         let mut queues = HashMap::new();
         let mut pullers = HashMap::new();
@@ -153,12 +155,14 @@ impl PeerNetwork {
             let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
             pullers.insert(id, puller);
         }
+        let outbox = Outbox::new();
+        tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
         PeerNetwork {
             me,
             queues: Arc::new(queues),
             log_lane_down: Arc::new(log_lane_down),
             pullers: Arc::new(pullers),
-            outbox: Outbox::new(),
+            outbox,
             inbox: Arc::new(Inbox::default()),
         }
     }
@@ -168,7 +172,7 @@ impl PeerNetwork {
         self.me
     }
 
-    /// Messages parked here for peers (served by `Peer.FetchSnapshot`).
+    /// Messages parked here for peers (served by `Peer.FetchParked`).
     pub fn outbox(&self) -> &Arc<Outbox> {
         &self.outbox
     }
@@ -201,13 +205,13 @@ impl PeerNetwork {
         }
         let lane = match wire {
             Wire::Election(_) => Lane::Election,
-            Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) | Wire::Transfer(_) => Lane::Log,
+            Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) | Wire::Parked(_) => Lane::Log,
         };
         let Some(queue) = self.queues.get(&(to, lane)) else { return };
         let bytes = wire.encode();
         if bytes.len() > LANE_MESSAGE_MAX {
             tracing::debug!(peer = %to, bytes = bytes.len(), "message too big for a lane; parked for the peer to pull");
-            self.park(to, TransferKind::Message, bytes);
+            self.park(to, ParkedKind::Message, bytes);
             return;
         }
         let _ = queue.try_send(bytes);
@@ -218,7 +222,7 @@ impl PeerNetwork {
         match message {
             LogMessage::Snapshot { index, data } => {
                 tracing::debug!(peer = %to, index, bytes = data.len(), "snapshot parked for the peer to pull");
-                self.park(to, TransferKind::Snapshot { index }, data);
+                self.park(to, ParkedKind::Snapshot { index }, data);
             }
             // The replica asks again every retry interval until it hears back; while a
             // snapshot from that peer is on its way, each repeat would only make the peer
@@ -229,12 +233,12 @@ impl PeerNetwork {
     }
 
     /// Parks `data` for `to` and tells it on the log lane.
-    fn park(&self, to: NodeId, kind: TransferKind, data: Vec<u8>) {
+    fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>) {
         if to == self.me || !self.queues.contains_key(&(to, Lane::Log)) {
             return;
         }
-        let notice = self.outbox.park(to, kind, data);
-        self.send(to, &Wire::Transfer(notice));
+        let notice = self.outbox.park(to, kind, data, Instant::now());
+        self.send(to, &Wire::Parked(notice));
     }
 }
 
@@ -242,6 +246,17 @@ impl PeerNetwork {
 impl Transport for PeerNetwork {
     async fn send(&self, to: NodeId, msg: ElectionMessage) {
         PeerNetwork::send(self, to, &Wire::Election(msg));
+    }
+}
+
+/// Frees expired parked messages every [`SWEEP_PARKED_EVERY`] until the outbox is gone: an
+/// expired message is never served, but without this its memory would wait for the next
+/// message parked.
+async fn sweep_parked(outbox: Weak<Outbox>) {
+    loop {
+        tokio::time::sleep(SWEEP_PARKED_EVERY).await;
+        let Some(outbox) = outbox.upgrade() else { return };
+        outbox.sweep(Instant::now());
     }
 }
 
@@ -347,9 +362,9 @@ impl Stream for LentQueue {
 mod tests {
     use super::*;
     use crate::forward::MasterRequest;
-    use crate::transfer::TransferNotice;
-    use leasekv_client::proto::peer::peer_server::{Peer, PeerServer};
-    use leasekv_client::proto::peer::{Empty, FetchSnapshotRequest, SnapshotChunk};
+    use crate::peer::parked::ParkedNotice;
+    use crate::peer::proto::peer_server::{Peer, PeerServer};
+    use crate::peer::proto::{Empty, FetchParkedRequest, ParkedChunk};
     use leasekv_kvstore::log::{Entry, LogBallot, Proposal, ProposalId};
     use leasekv_kvstore::{Command, Limits, PutRequest, TxnOp, TxnRequest};
     use tokio_stream::StreamExt;
@@ -424,9 +439,9 @@ mod tests {
         }
     }
 
-    fn notice_of(bytes: &[u8]) -> TransferNotice {
+    fn notice_of(bytes: &[u8]) -> ParkedNotice {
         match Wire::decode(bytes) {
-            Ok(Wire::Transfer(notice)) => notice,
+            Ok(Wire::Parked(notice)) => notice,
             other => panic!("expected a transfer notice, got {other:?}"),
         }
     }
@@ -438,9 +453,9 @@ mod tests {
 
         network.send_log(peer, LogMessage::Snapshot { index: 42, data: vec![7; 3 * CHUNK_BYTES] });
         let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
-        assert_eq!((notice.kind, notice.size), (TransferKind::Snapshot { index: 42 }, 3 * CHUNK_BYTES as u64));
+        assert_eq!((notice.kind, notice.size), (ParkedKind::Snapshot { index: 42 }, 3 * CHUNK_BYTES as u64));
         assert!(lane.try_recv().is_err(), "nothing else on the lane");
-        let chunks: Vec<_> = network.outbox().serve(peer, notice.transfer).expect("parked").collect();
+        let chunks: Vec<_> = network.outbox().serve(peer, notice.transfer, Instant::now()).expect("parked").collect();
         assert_eq!(chunks.len(), 3);
 
         // An Entries reply of many large slots: too big for a lane.
@@ -448,8 +463,8 @@ mod tests {
         let entries = LogMessage::Entries { entries: (1..=8).map(slot).collect(), commit: 8 };
         network.send_log(peer, entries.clone());
         let notice = notice_of(&lane.try_recv().expect("a notice on the log lane"));
-        assert_eq!(notice.kind, TransferKind::Message);
-        let serving = network.outbox().serve(peer, notice.transfer).expect("parked");
+        assert_eq!(notice.kind, ParkedKind::Message);
+        let serving = network.outbox().serve(peer, notice.transfer, Instant::now()).expect("parked");
         let bytes: Vec<u8> = serving.flat_map(|c| c.expect("chunk").data).collect();
         assert!(matches!(Wire::decode(&bytes), Ok(Wire::Log(m)) if m == entries));
 
@@ -457,7 +472,7 @@ mod tests {
         network.send_log(peer, LogMessage::Fetch { from: 3 });
         assert!(matches!(Wire::decode(&lane.try_recv().expect("fetch")), Ok(Wire::Log(LogMessage::Fetch { from: 3 }))));
         // ... except a Fetch to a peer whose snapshot is on its way here.
-        let incoming = TransferNotice { transfer: 1, kind: TransferKind::Snapshot { index: 9 }, size: 1 };
+        let incoming = ParkedNotice { transfer: 1, kind: ParkedKind::Snapshot { index: 9 }, size: 1 };
         assert!(network.inbox().offer(peer, incoming).is_some());
         network.send_log(peer, LogMessage::Fetch { from: 3 });
         assert!(lane.try_recv().is_err(), "the repeated Fetch is held back");
@@ -518,16 +533,12 @@ mod tests {
             Ok(Response::new(Empty {}))
         }
 
-        async fn deliver(&self, _: Request<PeerEnvelope>) -> Result<Response<Empty>, Status> {
-            Err(Status::unimplemented("not in this test"))
-        }
+        type FetchParkedStream = tokio_stream::Empty<Result<ParkedChunk, Status>>;
 
-        type FetchSnapshotStream = tokio_stream::Empty<Result<SnapshotChunk, Status>>;
-
-        async fn fetch_snapshot(
+        async fn fetch_parked(
             &self,
-            _: Request<FetchSnapshotRequest>,
-        ) -> Result<Response<Self::FetchSnapshotStream>, Status> {
+            _: Request<FetchParkedRequest>,
+        ) -> Result<Response<Self::FetchParkedStream>, Status> {
             Err(Status::unimplemented("not in this test"))
         }
     }

@@ -1,16 +1,16 @@
 //! Peer messages too big for a lane, state-machine snapshots above all, moved in chunks.
 //!
 //! A replica that fell behind log compaction is sent the whole state machine
-//! (`LogMessage::Snapshot`), possibly hundreds of MiB. On a lane stream ([`crate::peers`])
+//! (`LogMessage::Snapshot`), possibly hundreds of MiB. On a lane stream ([`crate::peer::lanes`])
 //! such a message would hold up every Accept queued behind it, need the whole thing in one
 //! buffer on both sides and a per-message limit large enough to be a memory hazard on every
 //! peer connection. So it never goes on a lane: the sender *parks* it and puts a small
-//! [`TransferNotice`] on the log lane instead; the receiver *pulls* it with the
-//! `Peer.FetchSnapshot` server-streaming call, [`CHUNK_BYTES`] at a time, reassembles it
+//! [`ParkedNotice`] on the log lane instead; the receiver *pulls* it with the
+//! `Peer.FetchParked` server-streaming call, [`CHUNK_BYTES`] at a time, reassembles it
 //! (checking every chunk, [`Reassembly`]) and hands the result to its node loop as if it had
 //! arrived on the lane.
 //!
-//! Why pull (a notice plus `FetchSnapshot`) rather than a third lane that pushes chunks:
+//! Why pull (a notice plus `FetchParked`) rather than a third lane that pushes chunks:
 //! - the receiver decides when to start, so it can insist on one transfer per peer at a
 //!   time ([`Inbox`]) and drop notices it does not need, without the sender knowing;
 //! - the sender keeps only the newest parked message per peer and kind ([`Outbox`]): the
@@ -24,25 +24,25 @@
 //!   dropped with one log line; the replica asks again through its normal catch-up retry.
 //!
 //! The same path carries any other message whose encoding exceeds
-//! [`crate::peers::LANE_MESSAGE_MAX`] (kind [`TransferKind::Message`]): an `Entries` reply
+//! [`crate::peer::lanes::LANE_MESSAGE_MAX`] (kind [`ParkedKind::Message`]): an `Entries` reply
 //! of many large slots, a `Promise` to a candidate far behind, or the master's answer to a
 //! large forwarded read. None of those has a useful bound in the replica, and without this
 //! path the lower per-message limit would turn them into a stuck lane instead of a slower
 //! delivery.
 
-use leasekv_client::proto::peer as pb;
+use crate::peer::proto as pb;
 use leasekv_kvstore::log::Slot;
 use leasekv_lease::NodeId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
-/// Bytes of payload per `SnapshotChunk`: large enough that per-chunk overhead is noise, small
+/// Bytes of payload per `ParkedChunk`: large enough that per-chunk overhead is noise, small
 /// enough to stay far below every gRPC message limit on the way.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
@@ -55,9 +55,9 @@ pub const MAX_TRANSFER_BYTES: u64 = 4 << 30;
 /// How long a parked message waits for its pull. A receiver pulls as soon as the notice
 /// arrives unless it is busy with an earlier transfer from the same peer; past this the
 /// message is stale anyway and its memory is better freed.
-const PARKED_TTL: Duration = Duration::from_secs(30);
+pub const PARKED_TTL: Duration = Duration::from_secs(30);
 
-/// How long a pull waits for the answer to `FetchSnapshot` and then for each chunk. A pull
+/// How long a pull waits for the answer to `FetchParked` and then for each chunk. A pull
 /// that stalls longer is dropped; the replica asks again.
 pub const CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -67,18 +67,18 @@ const MAX_PREALLOCATE: usize = 64 << 20;
 
 /// "A message is parked for you": sent on the log lane, ahead of the pull.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TransferNotice {
-    /// Names the parked message at the sender (its `FetchSnapshotRequest.transfer`).
+pub struct ParkedNotice {
+    /// Names the parked message at the sender (its `FetchParkedRequest.transfer`).
     pub transfer: u64,
     /// What it is.
-    pub kind: TransferKind,
+    pub kind: ParkedKind,
     /// Its length in bytes.
     pub size: u64,
 }
 
 /// What a transfer carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TransferKind {
+pub enum ParkedKind {
     /// A state-machine snapshot covering every slot up to `index`: the chunks carry the
     /// snapshot bytes, and `index` in every chunk.
     Snapshot {
@@ -90,32 +90,32 @@ pub enum TransferKind {
     Message,
 }
 
-impl TransferKind {
+impl ParkedKind {
     /// The index every chunk of this transfer must carry.
     pub fn index(self) -> u64 {
         match self {
-            TransferKind::Snapshot { index } => index,
-            TransferKind::Message => 0,
+            ParkedKind::Snapshot { index } => index,
+            ParkedKind::Message => 0,
         }
     }
 
     /// Whether this is a snapshot.
     pub fn is_snapshot(self) -> bool {
-        matches!(self, TransferKind::Snapshot { .. })
+        matches!(self, ParkedKind::Snapshot { .. })
     }
 
     /// For log lines.
     pub fn name(self) -> &'static str {
         match self {
-            TransferKind::Snapshot { .. } => "snapshot",
-            TransferKind::Message => "message",
+            ParkedKind::Snapshot { .. } => "snapshot",
+            ParkedKind::Message => "message",
         }
     }
 }
 
 /// Why a transfer was dropped.
 #[derive(Debug, Error)]
-pub enum TransferError {
+pub enum PullError {
     /// The notice announced more than [`MAX_TRANSFER_BYTES`].
     #[error("announced size {size} exceeds the transfer limit {max}")]
     TooLarge {
@@ -184,11 +184,11 @@ pub enum TransferError {
     UnknownPeer,
 }
 
-impl From<Status> for TransferError {
+impl From<Status> for PullError {
     fn from(status: Status) -> Self {
         match status.code() {
-            tonic::Code::NotFound => TransferError::Gone(status.message().to_string()),
-            _ => TransferError::Rpc(format!("{}: {}", status.code(), status.message())),
+            tonic::Code::NotFound => PullError::Gone(status.message().to_string()),
+            _ => PullError::Rpc(format!("{}: {}", status.code(), status.message())),
         }
     }
 }
@@ -215,15 +215,15 @@ impl Chunks {
 }
 
 impl Iterator for Chunks {
-    type Item = pb::SnapshotChunk;
+    type Item = pb::ParkedChunk;
 
-    fn next(&mut self) -> Option<pb::SnapshotChunk> {
+    fn next(&mut self) -> Option<pb::ParkedChunk> {
         if self.done {
             return None;
         }
         let end = self.offset.saturating_add(self.chunk_bytes).min(self.data.len());
         let last = end == self.data.len();
-        let chunk = pb::SnapshotChunk {
+        let chunk = pb::ParkedChunk {
             index: self.index,
             data: self.data.get(self.offset..end).map(<[u8]>::to_vec).unwrap_or_default(),
             last,
@@ -237,8 +237,16 @@ impl Iterator for Chunks {
 
 /// A parked message.
 struct Parked {
-    notice: TransferNotice,
+    notice: ParkedNotice,
     data: Arc<Vec<u8>>,
+    /// From then on it is no longer served, and the next sweep frees it.
+    expires: Instant,
+}
+
+impl Parked {
+    fn live_at(&self, now: Instant) -> bool {
+        now < self.expires
+    }
 }
 
 /// What is parked for one peer: at most one snapshot and one other message, each replaced
@@ -251,15 +259,20 @@ struct ParkedFor {
 }
 
 impl ParkedFor {
-    fn slot(&mut self, kind: TransferKind) -> &mut Option<Parked> {
+    fn slot(&mut self, kind: ParkedKind) -> &mut Option<Parked> {
         match kind {
-            TransferKind::Snapshot { .. } => &mut self.snapshot,
-            TransferKind::Message => &mut self.message,
+            ParkedKind::Snapshot { .. } => &mut self.snapshot,
+            ParkedKind::Message => &mut self.message,
         }
     }
 }
 
 /// The sending side: messages parked for their receivers' pulls.
+///
+/// Time is the caller's: every parked message expires [`PARKED_TTL`] after the `now` it was
+/// parked at, is never served after that, and is freed by the next [`Outbox::park`] or
+/// [`Outbox::sweep`]. The node sweeps on a timer ([`crate::peer::lanes::PeerNetwork::start`]),
+/// so memory is freed even when nothing else is parked.
 pub struct Outbox {
     next: AtomicU64,
     parked: Mutex<HashMap<NodeId, ParkedFor>>,
@@ -280,31 +293,44 @@ impl Outbox {
         self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Parks `data` for `to`, replacing what was parked of the same kind, and returns the
-    /// notice to send. Expires after [`PARKED_TTL`] (when called inside a tokio runtime).
-    pub fn park(self: &Arc<Self>, to: NodeId, kind: TransferKind, data: Vec<u8>) -> TransferNotice {
+    /// Parks `data` for `to` at `now`, replacing what was parked of the same kind, and
+    /// returns the notice to send. It expires [`PARKED_TTL`] after `now`; whatever else has
+    /// expired by `now` is freed.
+    pub fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>, now: Instant) -> ParkedNotice {
         let notice =
-            TransferNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() as u64 };
-        *self.lock().entry(to).or_default().slot(kind) = Some(Parked { notice, data: Arc::new(data) });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let outbox: Weak<Outbox> = Arc::downgrade(self);
-            runtime.spawn(async move {
-                tokio::time::sleep(PARKED_TTL).await;
-                if let Some(outbox) = outbox.upgrade() {
-                    outbox.remove(to, notice);
-                }
-            });
-        }
+            ParkedNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() as u64 };
+        let mut parked = self.lock();
+        Self::sweep_locked(&mut parked, now);
+        *parked.entry(to).or_default().slot(kind) =
+            Some(Parked { notice, data: Arc::new(data), expires: now + PARKED_TTL });
         notice
     }
 
-    /// The chunks of transfer `transfer` for `to`, or `None` when nothing by that id is
-    /// parked for it (superseded, expired, already served, or never).
-    pub fn serve(self: &Arc<Self>, to: NodeId, transfer: u64) -> Option<Serving> {
+    /// Frees every parked message that has expired by `now`.
+    pub fn sweep(&self, now: Instant) {
+        Self::sweep_locked(&mut self.lock(), now);
+    }
+
+    fn sweep_locked(parked: &mut HashMap<NodeId, ParkedFor>, now: Instant) {
+        parked.retain(|_, of_peer| {
+            for slot in [&mut of_peer.snapshot, &mut of_peer.message] {
+                if slot.as_ref().is_some_and(|p| !p.live_at(now)) {
+                    *slot = None;
+                }
+            }
+            of_peer.snapshot.is_some() || of_peer.message.is_some()
+        });
+    }
+
+    /// The chunks of transfer `transfer` for `to` as of `now`, or `None` when nothing by
+    /// that id is parked for it (superseded, expired, already served, or never).
+    pub fn serve(self: &Arc<Self>, to: NodeId, transfer: u64, now: Instant) -> Option<Serving> {
         let parked = self.lock();
         let of_peer = parked.get(&to)?;
-        let found =
-            [&of_peer.snapshot, &of_peer.message].into_iter().flatten().find(|p| p.notice.transfer == transfer)?;
+        let found = [&of_peer.snapshot, &of_peer.message]
+            .into_iter()
+            .flatten()
+            .find(|p| p.notice.transfer == transfer && p.live_at(now))?;
         Some(Serving {
             chunks: Chunks::new(found.notice.kind.index(), found.data.clone(), CHUNK_BYTES),
             outbox: Arc::downgrade(self),
@@ -315,7 +341,7 @@ impl Outbox {
     }
 
     /// Removes the message named by `notice` if it is still the one parked.
-    fn remove(&self, to: NodeId, notice: TransferNotice) {
+    fn remove(&self, to: NodeId, notice: ParkedNotice) {
         let mut parked = self.lock();
         if let Some(of_peer) = parked.get_mut(&to) {
             let slot = of_peer.slot(notice.kind);
@@ -331,7 +357,7 @@ impl Outbox {
     /// `notice` was streamed out in full. A snapshot parked for that peer meanwhile goes
     /// too: it answered a repeated `Fetch` sent while this one was on its way, and the
     /// receiver drops such notices ([`Inbox::finish`]); it asks again if it still needs one.
-    fn served(&self, to: NodeId, notice: TransferNotice) {
+    fn served(&self, to: NodeId, notice: ParkedNotice) {
         if notice.kind.is_snapshot() {
             let mut parked = self.lock();
             if let Some(of_peer) = parked.get_mut(&to) {
@@ -344,7 +370,7 @@ impl Outbox {
 
     /// Messages parked for `to` (tests).
     #[cfg(test)]
-    fn parked_for(&self, to: NodeId) -> Vec<TransferNotice> {
+    fn parked_for(&self, to: NodeId) -> Vec<ParkedNotice> {
         let parked = self.lock();
         parked
             .get(&to)
@@ -357,19 +383,19 @@ pub struct Serving {
     chunks: Chunks,
     outbox: Weak<Outbox>,
     to: NodeId,
-    notice: TransferNotice,
+    notice: ParkedNotice,
     sent: u64,
 }
 
 impl Serving {
     /// What is being sent.
-    pub fn notice(&self) -> TransferNotice {
+    pub fn notice(&self) -> ParkedNotice {
         self.notice
     }
 }
 
 impl Iterator for Serving {
-    type Item = Result<pb::SnapshotChunk, Status>;
+    type Item = Result<pb::ParkedChunk, Status>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let chunk = self.chunks.next()?;
@@ -379,9 +405,9 @@ impl Iterator for Serving {
                 outbox.served(self.to, self.notice);
             }
             match self.notice.kind {
-                TransferKind::Snapshot { index } => tracing::info!(peer = %self.to, index, bytes = self.notice.size,
+                ParkedKind::Snapshot { index } => tracing::info!(peer = %self.to, index, bytes = self.notice.size,
                     chunks = self.sent, "snapshot sent to peer in chunks"),
-                TransferKind::Message => tracing::debug!(peer = %self.to, bytes = self.notice.size,
+                ParkedKind::Message => tracing::debug!(peer = %self.to, bytes = self.notice.size,
                     chunks = self.sent, "large message sent to peer in chunks"),
             }
         }
@@ -397,43 +423,43 @@ impl Iterator for Serving {
 /// ended, adds data (only the last may be empty) and stays within the announced size; the
 /// last chunk completes it exactly.
 pub struct Reassembly {
-    notice: TransferNotice,
+    notice: ParkedNotice,
     data: Vec<u8>,
     complete: bool,
 }
 
 impl Reassembly {
     /// Starts on the message `notice` announces; refuses one above [`MAX_TRANSFER_BYTES`].
-    pub fn new(notice: TransferNotice) -> Result<Self, TransferError> {
+    pub fn new(notice: ParkedNotice) -> Result<Self, PullError> {
         if notice.size > MAX_TRANSFER_BYTES {
-            return Err(TransferError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
+            return Err(PullError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
         }
         let capacity = usize::try_from(notice.size).unwrap_or(usize::MAX).min(MAX_PREALLOCATE);
         Ok(Reassembly { notice, data: Vec::with_capacity(capacity), complete: false })
     }
 
     /// Adds the next chunk; `Ok(true)` once the message is complete.
-    pub fn push(&mut self, chunk: pb::SnapshotChunk) -> Result<bool, TransferError> {
+    pub fn push(&mut self, chunk: pb::ParkedChunk) -> Result<bool, PullError> {
         if self.complete {
-            return Err(TransferError::AfterLast);
+            return Err(PullError::AfterLast);
         }
         let expected = self.notice.kind.index();
         if chunk.index != expected {
-            return Err(TransferError::IndexChanged { expected, got: chunk.index });
+            return Err(PullError::IndexChanged { expected, got: chunk.index });
         }
         let received = self.data.len() as u64;
         if chunk.offset != received {
-            return Err(TransferError::OutOfOrder { expected: received, got: chunk.offset });
+            return Err(PullError::OutOfOrder { expected: received, got: chunk.offset });
         }
         if chunk.data.is_empty() && !chunk.last {
-            return Err(TransferError::EmptyChunk);
+            return Err(PullError::EmptyChunk);
         }
         let total = received.saturating_add(chunk.data.len() as u64);
         if total > self.notice.size {
-            return Err(TransferError::Overrun { size: self.notice.size, got: total });
+            return Err(PullError::Overrun { size: self.notice.size, got: total });
         }
         if chunk.last && total != self.notice.size {
-            return Err(TransferError::Short { size: self.notice.size, got: total });
+            return Err(PullError::Short { size: self.notice.size, got: total });
         }
         self.data.extend_from_slice(&chunk.data);
         self.complete = chunk.last;
@@ -441,9 +467,9 @@ impl Reassembly {
     }
 
     /// The message, if the last chunk arrived.
-    pub fn finish(self) -> Result<Vec<u8>, TransferError> {
+    pub fn finish(self) -> Result<Vec<u8>, PullError> {
         if !self.complete {
-            return Err(TransferError::Truncated { size: self.notice.size, got: self.data.len() as u64 });
+            return Err(PullError::Truncated { size: self.notice.size, got: self.data.len() as u64 });
         }
         Ok(self.data)
     }
@@ -460,14 +486,14 @@ pub struct Pulled {
 
 /// Reads `stream` into the message `notice` announces, waiting at most `stall` for each
 /// chunk. Stops at the last chunk (the rest of the stream is not read).
-pub async fn reassemble<S>(notice: TransferNotice, mut stream: S, stall: Duration) -> Result<Pulled, TransferError>
+pub async fn reassemble<S>(notice: ParkedNotice, mut stream: S, stall: Duration) -> Result<Pulled, PullError>
 where
-    S: Stream<Item = Result<pb::SnapshotChunk, Status>> + Unpin,
+    S: Stream<Item = Result<pb::ParkedChunk, Status>> + Unpin,
 {
     let mut reassembly = Reassembly::new(notice)?;
     let mut chunks = 0;
     loop {
-        let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| TransferError::Stalled(stall))?;
+        let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| PullError::Stalled(stall))?;
         let Some(chunk) = next else { break };
         chunks += 1;
         if reassembly.push(chunk?)? {
@@ -481,11 +507,11 @@ where
 #[derive(Debug, Default)]
 struct Pulling {
     /// The kind being pulled now, if any.
-    active: Option<TransferKind>,
+    active: Option<ParkedKind>,
     /// The newest snapshot notice that came in meanwhile.
-    waiting_snapshot: Option<TransferNotice>,
+    waiting_snapshot: Option<ParkedNotice>,
     /// The newest other notice that came in meanwhile.
-    waiting_message: Option<TransferNotice>,
+    waiting_message: Option<ParkedNotice>,
 }
 
 /// The receiving side's bookkeeping: one pull per peer at a time. Notices that arrive during
@@ -503,7 +529,7 @@ impl Inbox {
 
     /// A notice from `from`: `Some` when the caller should start pulling it now, `None` when
     /// it waits behind the pull in progress.
-    pub fn offer(&self, from: NodeId, notice: TransferNotice) -> Option<TransferNotice> {
+    pub fn offer(&self, from: NodeId, notice: ParkedNotice) -> Option<ParkedNotice> {
         let mut pulls = self.lock();
         let pulling = pulls.entry(from).or_default();
         if pulling.active.is_none() {
@@ -520,10 +546,10 @@ impl Inbox {
 
     /// The pull from `from` ended (`delivered`: successfully): the next notice to pull, if
     /// any (the caller goes on pulling it), otherwise the peer is idle again.
-    pub fn finish(&self, from: NodeId, delivered: bool) -> Option<TransferNotice> {
+    pub fn finish(&self, from: NodeId, delivered: bool) -> Option<ParkedNotice> {
         let mut pulls = self.lock();
         let pulling = pulls.entry(from).or_default();
-        if delivered && pulling.active.is_some_and(TransferKind::is_snapshot) {
+        if delivered && pulling.active.is_some_and(ParkedKind::is_snapshot) {
             // It answered a repeated Fetch; the replica asks again if it is still behind.
             pulling.waiting_snapshot = None;
         }
@@ -534,7 +560,7 @@ impl Inbox {
 
     /// Whether a snapshot is being pulled from `peer` right now.
     pub fn pulling_snapshot(&self, peer: NodeId) -> bool {
-        self.lock().get(&peer).is_some_and(|p| p.active.is_some_and(TransferKind::is_snapshot))
+        self.lock().get(&peer).is_some_and(|p| p.active.is_some_and(ParkedKind::is_snapshot))
     }
 }
 
@@ -542,19 +568,19 @@ impl Inbox {
 mod tests {
     use super::*;
 
-    fn snapshot_notice(transfer: u64, index: u64, size: usize) -> TransferNotice {
-        TransferNotice { transfer, kind: TransferKind::Snapshot { index }, size: size as u64 }
+    fn snapshot_notice(transfer: u64, index: u64, size: usize) -> ParkedNotice {
+        ParkedNotice { transfer, kind: ParkedKind::Snapshot { index }, size: size as u64 }
     }
 
     fn data(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i * 31 % 251) as u8).collect()
     }
 
-    fn chunks_of(index: u64, bytes: &[u8], chunk: usize) -> Vec<pb::SnapshotChunk> {
+    fn chunks_of(index: u64, bytes: &[u8], chunk: usize) -> Vec<pb::ParkedChunk> {
         Chunks::new(index, Arc::new(bytes.to_vec()), chunk).collect()
     }
 
-    fn reassemble_all(notice: TransferNotice, chunks: Vec<pb::SnapshotChunk>) -> Result<Vec<u8>, TransferError> {
+    fn reassemble_all(notice: ParkedNotice, chunks: Vec<pb::ParkedChunk>) -> Result<Vec<u8>, PullError> {
         let mut reassembly = Reassembly::new(notice)?;
         for chunk in chunks {
             reassembly.push(chunk)?;
@@ -583,7 +609,7 @@ mod tests {
             let got = reassemble_all(snapshot_notice(1, 9, len), chunks_of(9, &bytes, chunk)).expect("reassembles");
             assert_eq!(got, bytes, "len {len} chunk {chunk}");
         }
-        let message = TransferNotice { transfer: 2, kind: TransferKind::Message, size: 5 };
+        let message = ParkedNotice { transfer: 2, kind: ParkedKind::Message, size: 5 };
         assert_eq!(reassemble_all(message, chunks_of(0, &data(5), 2)).expect("message reassembles"), data(5));
     }
 
@@ -593,10 +619,10 @@ mod tests {
         let mut chunks = chunks_of(9, &bytes, 4);
         chunks[1].index = 10;
         let error = reassemble_all(snapshot_notice(1, 9, 10), chunks).expect_err("index changed");
-        assert!(matches!(error, TransferError::IndexChanged { expected: 9, got: 10 }), "{error}");
+        assert!(matches!(error, PullError::IndexChanged { expected: 9, got: 10 }), "{error}");
         // The notice's index counts from the first chunk on.
         let error = reassemble_all(snapshot_notice(1, 8, 10), chunks_of(9, &bytes, 4)).expect_err("wrong snapshot");
-        assert!(matches!(error, TransferError::IndexChanged { expected: 8, got: 9 }), "{error}");
+        assert!(matches!(error, PullError::IndexChanged { expected: 8, got: 9 }), "{error}");
     }
 
     #[test]
@@ -606,14 +632,14 @@ mod tests {
         let chunks = chunks_of(3, &bytes, 4);
         let skipped = vec![chunks[0].clone(), chunks[2].clone()];
         let error = reassemble_all(notice, skipped).expect_err("gap");
-        assert!(matches!(error, TransferError::OutOfOrder { expected: 4, got: 8 }), "{error}");
+        assert!(matches!(error, PullError::OutOfOrder { expected: 4, got: 8 }), "{error}");
         let repeated = vec![chunks[0].clone(), chunks[0].clone()];
-        assert!(matches!(reassemble_all(notice, repeated), Err(TransferError::OutOfOrder { .. })));
+        assert!(matches!(reassemble_all(notice, repeated), Err(PullError::OutOfOrder { .. })));
         let swapped = vec![chunks[1].clone(), chunks[0].clone()];
-        assert!(matches!(reassemble_all(notice, swapped), Err(TransferError::OutOfOrder { expected: 0, got: 4 })));
+        assert!(matches!(reassemble_all(notice, swapped), Err(PullError::OutOfOrder { expected: 0, got: 4 })));
         let mut after = chunks.clone();
-        after.push(pb::SnapshotChunk { index: 3, data: vec![1], last: true, offset: 12 });
-        assert!(matches!(reassemble_all(notice, after), Err(TransferError::AfterLast)));
+        after.push(pb::ParkedChunk { index: 3, data: vec![1], last: true, offset: 12 });
+        assert!(matches!(reassemble_all(notice, after), Err(PullError::AfterLast)));
     }
 
     #[test]
@@ -621,17 +647,17 @@ mod tests {
         let bytes = data(10);
         // More than announced.
         let error = reassemble_all(snapshot_notice(1, 3, 6), chunks_of(3, &bytes, 4)).expect_err("overrun");
-        assert!(matches!(error, TransferError::Overrun { size: 6, got: 8 }), "{error}");
+        assert!(matches!(error, PullError::Overrun { size: 6, got: 8 }), "{error}");
         // Last chunk too early.
         let error = reassemble_all(snapshot_notice(1, 3, 11), chunks_of(3, &bytes, 4)).expect_err("short");
-        assert!(matches!(error, TransferError::Short { size: 11, got: 10 }), "{error}");
+        assert!(matches!(error, PullError::Short { size: 11, got: 10 }), "{error}");
         // Empty chunks that are not last would let a stream run on without end.
-        let empty = pb::SnapshotChunk { index: 3, data: Vec::new(), last: false, offset: 0 };
-        assert!(matches!(reassemble_all(snapshot_notice(1, 3, 10), vec![empty]), Err(TransferError::EmptyChunk)));
+        let empty = pb::ParkedChunk { index: 3, data: Vec::new(), last: false, offset: 0 };
+        assert!(matches!(reassemble_all(snapshot_notice(1, 3, 10), vec![empty]), Err(PullError::EmptyChunk)));
         // Announced beyond the limit: refused before anything is allocated.
         let huge = snapshot_notice(1, 3, 0);
-        let huge = TransferNotice { size: MAX_TRANSFER_BYTES + 1, ..huge };
-        assert!(matches!(Reassembly::new(huge), Err(TransferError::TooLarge { .. })));
+        let huge = ParkedNotice { size: MAX_TRANSFER_BYTES + 1, ..huge };
+        assert!(matches!(Reassembly::new(huge), Err(PullError::TooLarge { .. })));
     }
 
     #[test]
@@ -640,9 +666,9 @@ mod tests {
         let mut chunks = chunks_of(3, &bytes, 4);
         chunks.pop();
         let error = reassemble_all(snapshot_notice(1, 3, 10), chunks).expect_err("truncated");
-        assert!(matches!(error, TransferError::Truncated { size: 10, got: 8 }), "{error}");
+        assert!(matches!(error, PullError::Truncated { size: 10, got: 8 }), "{error}");
         let error = reassemble_all(snapshot_notice(1, 3, 10), Vec::new()).expect_err("nothing");
-        assert!(matches!(error, TransferError::Truncated { size: 10, got: 0 }), "{error}");
+        assert!(matches!(error, PullError::Truncated { size: 10, got: 0 }), "{error}");
     }
 
     #[tokio::test]
@@ -654,51 +680,74 @@ mod tests {
         assert_eq!((pulled.data, pulled.chunks), (bytes.clone(), 3));
 
         // The stream breaks after one chunk.
-        let mut broken: Vec<Result<pb::SnapshotChunk, Status>> =
+        let mut broken: Vec<Result<pb::ParkedChunk, Status>> =
             chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok).collect();
         broken.push(Err(Status::unavailable("connection reset")));
         let error = reassemble(notice, tokio_stream::iter(broken), CHUNK_TIMEOUT).await.expect_err("broken");
-        assert!(matches!(error, TransferError::Rpc(ref m) if m.contains("connection reset")), "{error}");
+        assert!(matches!(error, PullError::Rpc(ref m) if m.contains("connection reset")), "{error}");
 
         // The stream ends early.
         let cut = chunks_of(3, &bytes, 4).into_iter().take(2).map(Ok);
         let error = reassemble(notice, tokio_stream::iter(cut), CHUNK_TIMEOUT).await.expect_err("cut");
-        assert!(matches!(error, TransferError::Truncated { got: 8, .. }), "{error}");
+        assert!(matches!(error, PullError::Truncated { got: 8, .. }), "{error}");
 
         // The stream goes quiet.
         let first = chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok);
         let quiet = tokio_stream::iter(first).chain(tokio_stream::pending());
         let error = reassemble(notice, quiet, Duration::from_millis(20)).await.expect_err("stalled");
-        assert!(matches!(error, TransferError::Stalled(_)), "{error}");
+        assert!(matches!(error, PullError::Stalled(_)), "{error}");
     }
 
     #[test]
     fn the_outbox_keeps_the_newest_of_each_kind_and_forgets_what_was_served() {
         let outbox = Outbox::new();
+        let now = Instant::now();
         let peer = NodeId(2);
-        let old = outbox.park(peer, TransferKind::Snapshot { index: 5 }, data(10));
-        let message = outbox.park(peer, TransferKind::Message, data(3));
-        let new = outbox.park(peer, TransferKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1));
+        let old = outbox.park(peer, ParkedKind::Snapshot { index: 5 }, data(10), now);
+        let message = outbox.park(peer, ParkedKind::Message, data(3), now);
+        let new = outbox.park(peer, ParkedKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1), now);
         assert!(new.transfer > old.transfer);
         assert_eq!(outbox.parked_for(peer), vec![new, message]);
-        assert!(outbox.serve(peer, old.transfer).is_none(), "a replaced snapshot is gone");
-        assert!(outbox.serve(NodeId(3), new.transfer).is_none(), "parked for another peer");
+        assert!(outbox.serve(peer, old.transfer, now).is_none(), "a replaced snapshot is gone");
+        assert!(outbox.serve(NodeId(3), new.transfer, now).is_none(), "parked for another peer");
 
-        let serving = outbox.serve(peer, new.transfer).expect("parked");
+        let serving = outbox.serve(peer, new.transfer, now).expect("parked");
         // A snapshot for a repeated Fetch, parked while the first one is on its way.
-        let repeat = outbox.park(peer, TransferKind::Snapshot { index: 8 }, data(4));
-        let notice =
-            TransferNotice { transfer: new.transfer, kind: TransferKind::Snapshot { index: 7 }, size: new.size };
+        let repeat = outbox.park(peer, ParkedKind::Snapshot { index: 8 }, data(4), now);
+        let notice = ParkedNotice { transfer: new.transfer, kind: ParkedKind::Snapshot { index: 7 }, size: new.size };
         let chunks: Vec<_> = serving.map(|c| c.expect("chunk")).collect();
         assert_eq!(chunks.len(), 3);
         let got = reassemble_all(notice, chunks).expect("reassembles");
         assert_eq!(got, data(2 * CHUNK_BYTES + 1));
         assert_eq!(outbox.parked_for(peer), vec![message], "served, and the repeat dropped with it");
-        assert!(outbox.serve(peer, repeat.transfer).is_none());
+        assert!(outbox.serve(peer, repeat.transfer, now).is_none());
 
-        let served: Vec<_> = outbox.serve(peer, message.transfer).expect("parked").collect();
+        let served: Vec<_> = outbox.serve(peer, message.transfer, now).expect("parked").collect();
         assert_eq!(served.len(), 1);
         assert!(outbox.parked_for(peer).is_empty());
+    }
+
+    #[test]
+    fn a_parked_message_expires_on_the_callers_clock() {
+        let outbox = Outbox::new();
+        let parked_at = Instant::now();
+        let (a, b) = (NodeId(2), NodeId(3));
+        let old = outbox.park(a, ParkedKind::Message, data(3), parked_at);
+        let expired = parked_at + PARKED_TTL;
+        assert!(outbox.serve(a, old.transfer, expired - Duration::from_millis(1)).is_some(), "live until its TTL");
+        assert!(outbox.serve(a, old.transfer, expired).is_none(), "never served once expired");
+        assert_eq!(outbox.parked_for(a), vec![old], "held until a sweep or a park");
+
+        // Parking for another peer frees it.
+        let other = outbox.park(b, ParkedKind::Snapshot { index: 4 }, data(5), expired);
+        assert!(outbox.parked_for(a).is_empty());
+        assert_eq!(outbox.parked_for(b), vec![other]);
+
+        // A sweep before the TTL keeps it; one after frees it.
+        outbox.sweep(expired + PARKED_TTL / 2);
+        assert_eq!(outbox.parked_for(b), vec![other]);
+        outbox.sweep(expired + PARKED_TTL);
+        assert!(outbox.parked_for(b).is_empty());
     }
 
     #[test]
@@ -714,7 +763,7 @@ mod tests {
         // Behind the pull: the newest of each kind waits.
         assert_eq!(inbox.offer(a, snapshot_notice(11, 6, 1)), None);
         assert_eq!(inbox.offer(a, snapshot_notice(12, 7, 1)), None);
-        let message = TransferNotice { transfer: 13, kind: TransferKind::Message, size: 1 };
+        let message = ParkedNotice { transfer: 13, kind: ParkedKind::Message, size: 1 };
         assert_eq!(inbox.offer(a, message), None);
         // The first pull failed: the waiting message goes next, then the waiting snapshot.
         assert_eq!(inbox.finish(a, false), Some(message));

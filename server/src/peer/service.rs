@@ -2,17 +2,15 @@
 //! log. A payload that does not decode (garbage, another version) is dropped and logged at
 //! most once per interval; the peer port never takes the node down.
 //!
-//! It is also both ends of a chunked transfer ([`crate::transfer`]): `FetchSnapshot` streams
+//! It is also both ends of a chunked transfer ([`crate::peer::parked`]): `FetchParked` streams
 //! out what this node parked for the caller, and a transfer notice from a peer starts a pull
 //! from it, whose result is handed on exactly as if it had come on the lane.
 
 use crate::node::{NodeHandle, Request as NodeRequest};
-use crate::peers::PeerNetwork;
-use crate::transfer::{
-    reassemble, Pulled, TransferError, TransferKind, TransferNotice, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES,
-};
-use crate::wire::Wire;
-use leasekv_client::proto::peer as pb;
+use crate::peer::lanes::PeerNetwork;
+use crate::peer::parked::{reassemble, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES};
+use crate::peer::proto as pb;
+use crate::peer::wire::Wire;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,7 +73,7 @@ impl Inner {
 
     fn accept_one(self: &Arc<Self>, from: NodeId, payload: &[u8]) -> Result<(), Status> {
         match Wire::decode(payload) {
-            Ok(Wire::Transfer(notice)) => {
+            Ok(Wire::Parked(notice)) => {
                 self.on_notice(from, notice);
                 Ok(())
             }
@@ -102,20 +100,20 @@ impl Inner {
             Wire::Log(message) => self.node.deliver(NodeRequest::Log(from, message)),
             Wire::Forward(id, request) => self.node.deliver(NodeRequest::Forwarded(from, id, request)),
             Wire::Answer(id, answer) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
-            Wire::Transfer(_) => tracing::warn!(%from, "ignoring a transfer notice inside a transferred message"),
+            Wire::Parked(_) => tracing::warn!(%from, "ignoring a transfer notice inside a transferred message"),
         }
     }
 
     /// A peer parked something for this node: pull it now, or after the pull from that peer
     /// in progress.
-    fn on_notice(self: &Arc<Self>, from: NodeId, notice: TransferNotice) {
+    fn on_notice(self: &Arc<Self>, from: NodeId, notice: ParkedNotice) {
         if let Some(first) = self.network.inbox().offer(from, notice) {
             tokio::spawn(self.clone().pull_from(from, first));
         }
     }
 
     /// Pulls from `from`, one transfer at a time, until nothing waits.
-    async fn pull_from(self: Arc<Self>, from: NodeId, first: TransferNotice) {
+    async fn pull_from(self: Arc<Self>, from: NodeId, first: ParkedNotice) {
         let mut next = Some(first);
         while let Some(notice) = next {
             let delivered = self.pull(from, notice).await;
@@ -125,11 +123,11 @@ impl Inner {
 
     /// Pulls one transfer and hands it on; `true` when it was delivered. A failure costs one
     /// log line and nothing else: the replica asks again through its catch-up retry.
-    async fn pull(&self, from: NodeId, notice: TransferNotice) -> bool {
+    async fn pull(&self, from: NodeId, notice: ParkedNotice) -> bool {
         let started = Instant::now();
         let pulled = match self.fetch(from, notice).await {
             Ok(pulled) => pulled,
-            Err(TransferError::Gone(reason)) => {
+            Err(PullError::Gone(reason)) => {
                 tracing::info!(peer = %from, kind = notice.kind.name(), transfer = notice.transfer, %reason,
                     "parked transfer no longer there; dropped");
                 return false;
@@ -142,13 +140,13 @@ impl Inner {
         };
         let Pulled { data, chunks } = pulled;
         match notice.kind {
-            TransferKind::Snapshot { index } => {
+            ParkedKind::Snapshot { index } => {
                 tracing::info!(peer = %from, index, bytes = data.len(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks; handing it to the log");
                 self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
                 true
             }
-            TransferKind::Message => match Wire::decode(&data) {
+            ParkedKind::Message => match Wire::decode(&data) {
                 Ok(wire) => {
                     tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
                     self.dispatch(from, wire);
@@ -162,15 +160,15 @@ impl Inner {
         }
     }
 
-    async fn fetch(&self, from: NodeId, notice: TransferNotice) -> Result<Pulled, TransferError> {
+    async fn fetch(&self, from: NodeId, notice: ParkedNotice) -> Result<Pulled, PullError> {
         if notice.size > MAX_TRANSFER_BYTES {
-            return Err(TransferError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
+            return Err(PullError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
         }
-        let mut client = self.network.puller(from).ok_or(TransferError::UnknownPeer)?;
-        let request = pb::FetchSnapshotRequest { from: self.network.me().0, transfer: notice.transfer };
-        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_snapshot(request))
+        let mut client = self.network.puller(from).ok_or(PullError::UnknownPeer)?;
+        let request = pb::FetchParkedRequest { from: self.network.me().0, transfer: notice.transfer };
+        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await
-            .map_err(|_| TransferError::Stalled(CHUNK_TIMEOUT))??;
+            .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
         reassemble(notice, response.into_inner(), CHUNK_TIMEOUT).await
     }
 }
@@ -190,23 +188,18 @@ impl pb::peer_server::Peer for PeerService {
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn deliver(&self, request: Request<pb::PeerEnvelope>) -> Result<Response<pb::Empty>, Status> {
-        self.inner.accept(request.into_inner())?;
-        Ok(Response::new(pb::Empty {}))
-    }
-
-    type FetchSnapshotStream =
-        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::SnapshotChunk, Status>> + Send>>;
+    type FetchParkedStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ParkedChunk, Status>> + Send>>;
 
     /// Streams out what this node parked for the caller, one chunk as the caller takes the
     /// previous one (the stream reads lazily from the parked buffer).
-    async fn fetch_snapshot(
+    async fn fetch_parked(
         &self,
-        request: Request<pb::FetchSnapshotRequest>,
-    ) -> Result<Response<Self::FetchSnapshotStream>, Status> {
+        request: Request<pb::FetchParkedRequest>,
+    ) -> Result<Response<Self::FetchParkedStream>, Status> {
         let request = request.into_inner();
         let from = self.inner.member(request.from)?;
-        let serving = self.inner.network.outbox().serve(from, request.transfer).ok_or_else(|| {
+        let serving = self.inner.network.outbox().serve(from, request.transfer, Instant::now()).ok_or_else(|| {
             Status::not_found(format!(
                 "transfer {} is not parked for node {}: replaced by a newer one, expired or already sent",
                 request.transfer, request.from

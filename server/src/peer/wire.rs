@@ -1,10 +1,10 @@
 //! What travels between nodes inside a `PeerEnvelope`: an election or a log message, a
 //! request forwarded to the master and its answer, or the notice of a message parked for a
-//! chunked pull ([`crate::transfer`]), postcard-encoded. Anything that does not decode is
+//! chunked pull ([`crate::peer::parked`]), postcard-encoded. Anything that does not decode is
 //! dropped with a log line: a peer port receiving garbage must not take the node down.
 
-use crate::forward::{ForwardId, MasterAnswer, MasterRequest};
-use crate::transfer::TransferNotice;
+use crate::forward::{ForwardId, MasterRequest, MasterResult};
+use crate::peer::parked::ParkedNotice;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::ElectionMessage;
 use serde::{Deserialize, Serialize};
@@ -19,10 +19,10 @@ pub enum Wire {
     /// A client request a follower hands to the master.
     Forward(ForwardId, MasterRequest),
     /// The master's answer to a forward.
-    Answer(ForwardId, MasterAnswer),
+    Answer(ForwardId, MasterResult),
     /// A snapshot or another message too big for a lane is parked for the receiver, which
-    /// pulls it with `Peer.FetchSnapshot`. Last, so the earlier variants keep their tags.
-    Transfer(TransferNotice),
+    /// pulls it with `Peer.FetchParked`. Last, so the earlier variants keep their tags.
+    Parked(ParkedNotice),
 }
 
 impl Wire {
