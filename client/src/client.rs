@@ -9,6 +9,7 @@
 //! server applied it; etcd's own clients accept the same trade-off for puts and deletes.
 
 use crate::endpoint::{parse_endpoint_list, EndpointError};
+use crate::outcome::is_retryable;
 use crate::proto::etcdserverpb::{
     cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, CompactionRequest, CompactionResponse, DeleteRangeRequest,
@@ -107,6 +108,13 @@ impl ClientError {
             ClientError::Rpc { status, .. } => Some(status.code()),
             _ => None,
         }
+    }
+
+    /// Whether the server said the write may or may not have been applied (its master
+    /// went away while it was in flight; see [`crate::outcome`]). Such a write is never
+    /// retried by the client: repeat it only if doing it twice is harmless.
+    pub fn is_indeterminate(&self) -> bool {
+        matches!(self, ClientError::Rpc { status, .. } if crate::outcome::is_indeterminate(status))
     }
 
     /// Whether the server said the thing asked for does not exist (`NOT_FOUND`).
@@ -527,20 +535,6 @@ impl KeepAliveStream {
     }
 }
 
-/// The message of the UNAVAILABLE answer to a write whose master went away while the write
-/// was on its way: it may have been applied or not. The server sends it (from this constant)
-/// and the client never retries it, since a second try could apply a Txn or a lease grant
-/// twice; the caller decides (a plain put can simply be repeated).
-pub const INDETERMINATE_WRITE: &str = "etcdserver: leader changed; the request may or may not have been applied";
-
-/// Whether another endpoint (or the same one later) may succeed where this one failed, and
-/// trying again cannot do anything twice: UNAVAILABLE, except a write that may have been
-/// applied (as etcd's clients, which retry a mutation only when it cannot have reached the
-/// leader).
-fn is_retryable(status: &Status) -> bool {
-    status.code() == Code::Unavailable && status.message() != INDETERMINATE_WRITE
-}
-
 /// The status message with its cause chain, which for connection failures holds the reason
 /// (e.g. "Connection refused").
 fn status_summary(status: &Status) -> String {
@@ -587,15 +581,6 @@ mod tests {
         let pauses: Vec<u128> = (1..=7).map(|n| policy.backoff(n).as_millis()).collect();
         assert_eq!(pauses, vec![100, 200, 400, 800, 1600, 1600, 1600]);
         assert_eq!(policy.backoff(200), policy.max_backoff);
-    }
-
-    #[test]
-    fn only_unavailable_is_retried() {
-        assert!(is_retryable(&Status::unavailable("down")));
-        assert!(is_retryable(&Status::unavailable("etcdserver: no leader")));
-        assert!(!is_retryable(&Status::unavailable(INDETERMINATE_WRITE)), "a write that may have been applied");
-        assert!(!is_retryable(&Status::not_found("lease")));
-        assert!(!is_retryable(&Status::deadline_exceeded("slow")));
     }
 
     #[tokio::test]

@@ -10,11 +10,11 @@
 
 pub mod client;
 pub mod endpoint;
+pub mod outcome;
 
-pub use client::{
-    prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy, INDETERMINATE_WRITE,
-};
+pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
+pub use outcome::{indeterminate_write, is_indeterminate, INDETERMINATE_WRITE};
 
 /// Generated protobuf messages, gRPC clients and server traits.
 pub mod proto {

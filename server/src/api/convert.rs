@@ -194,7 +194,7 @@ pub fn client_error(error: ClientError) -> Status {
         ClientError::Invalid(e) => kv_error(&e),
         ClientError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
         ClientError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
-        ClientError::Indeterminate { .. } => Status::unavailable(leasekv_client::INDETERMINATE_WRITE),
+        ClientError::Indeterminate { .. } => leasekv_client::indeterminate_write(),
         ClientError::Busy { pending } => {
             Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
         }
