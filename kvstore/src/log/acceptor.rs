@@ -31,7 +31,7 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_prepare(&mut self, now: Instant, from: NodeId, ballot: LogBallot, first: Slot) {
-        self.yield_to_higher_ballot(now, ballot);
+        self.yield_to(now, ballot);
         if !self.promise(ballot) {
             self.send(from, LogMessage::Reject { ballot, promised: self.promised });
             return;
@@ -59,7 +59,7 @@ impl<S: Storage> Replica<S> {
         entry: Entry,
         commit: Slot,
     ) {
-        self.yield_to_higher_ballot(now, ballot);
+        self.yield_to(now, ballot);
         if !self.promise(ballot) {
             self.send(from, LogMessage::Reject { ballot, promised: self.promised });
             return;

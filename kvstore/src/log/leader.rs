@@ -54,6 +54,23 @@ pub(super) struct Leader {
     pub(super) commit_sent: Slot,
 }
 
+impl Leader {
+    /// Phase 2 under `ballot`, proposing from `next_slot` on with the requests `queue`d while
+    /// phase 1 ran; `commit` is already known to every follower that promised.
+    fn new(ballot: LogBallot, next_slot: Slot, queue: VecDeque<Proposal>, commit: Slot) -> Self {
+        Leader {
+            ballot,
+            next_slot,
+            inflight: BTreeMap::new(),
+            queue,
+            barrier: 0,
+            ready: false,
+            pending_expiries: BTreeSet::new(),
+            commit_sent: commit,
+        }
+    }
+}
+
 /// A proposed slot waiting for a quorum.
 #[derive(Debug)]
 pub(super) struct Inflight {
@@ -103,7 +120,7 @@ impl<S: Storage> Replica<S> {
     /// Another proposer got further: stop leading with the lower ballot at once (so that
     /// this node never announces, under its own ballot, commits it learned from a higher
     /// one), and take over again at the next tick if the election still says so.
-    pub(super) fn yield_to_higher_ballot(&mut self, now: Instant, ballot: LogBallot) {
+    pub(super) fn yield_to(&mut self, now: Instant, ballot: LogBallot) {
         self.note_ballot(ballot);
         if self.own_ballot().is_some_and(|mine| ballot > mine) {
             tracing::debug!(node = %self.me, "higher log ballot seen; taking over again");
@@ -131,21 +148,12 @@ impl<S: Storage> Replica<S> {
         }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
         if self.config.breakage == LogBreakage::SkipPhase1 {
-            self.role = Role::Leader(Leader {
-                ballot,
-                next_slot: self.commit + 1,
-                inflight: BTreeMap::new(),
-                queue: VecDeque::new(),
-                barrier: 0,
-                ready: false,
-                pending_expiries: BTreeSet::new(),
-                commit_sent: self.commit,
-            });
+            self.role = Role::Leader(Leader::new(ballot, self.commit + 1, VecDeque::new(), self.commit));
             self.propose_barrier(now);
         } else {
             self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
             let nodes = self.nodes.clone();
-            for to in nodes {
+            for to in nodes.iter() {
                 self.send_durable(to, LogMessage::Prepare { ballot, from: self.commit + 1 });
             }
         }
@@ -206,16 +214,7 @@ impl<S: Storage> Replica<S> {
             }
         }
         let last = chosen_values.keys().next_back().copied().unwrap_or(self.commit);
-        self.role = Role::Leader(Leader {
-            ballot,
-            next_slot: last + 1,
-            inflight: BTreeMap::new(),
-            queue,
-            barrier: 0,
-            ready: false,
-            pending_expiries: BTreeSet::new(),
-            commit_sent: self.commit,
-        });
+        self.role = Role::Leader(Leader::new(ballot, last + 1, queue, self.commit));
         for slot in self.commit + 1..=last {
             // Holes nobody accepted anything in become no-ops.
             let entry = chosen_values.remove(&slot).map(|(_, _, entry)| entry).unwrap_or_default();
@@ -311,18 +310,12 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_reject(&mut self, now: Instant, ballot: LogBallot, promised: LogBallot) {
-        self.note_ballot(promised);
-        let mine = match &self.role {
-            Role::Candidate(c) => c.ballot,
-            Role::Leader(l) => l.ballot,
-            Role::Follower => return,
-        };
-        if ballot == mine && promised > mine {
-            // Another proposer got further: start over with a higher ballot at the next tick,
-            // if the election still says this node is master.
-            tracing::debug!(node = %self.me, "log ballot superseded; taking over again");
-            self.step_down();
-            self.schedule_tick(now);
+        // Only a rejection of the ballot this node is using now says anything about it; an
+        // older one's rejection still tells us how far the others got.
+        if self.own_ballot() == Some(ballot) {
+            self.yield_to(now, promised);
+        } else {
+            self.note_ballot(promised);
         }
     }
 
@@ -364,7 +357,7 @@ impl<S: Storage> Replica<S> {
             }
             Role::Candidate(c) => {
                 let ballot = c.ballot;
-                let missing: Vec<NodeId> = self.nodes.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
+                let missing: Vec<NodeId> = self.nodes.iter().filter(|n| !c.promises.contains_key(n)).collect();
                 // Phase 1 may be waiting for slots a promiser compacted away; the fetch or its
                 // answer may have been lost, so ask again (request_fetch rate-limits itself).
                 // Rotate over the promisers that are ahead, so one that died does not stall us.
@@ -388,9 +381,9 @@ impl<S: Storage> Replica<S> {
                 for (slot, inflight) in l.inflight.iter_mut() {
                     if inflight.sent.saturating_add(retry) <= now {
                         inflight.sent = now;
-                        for node in &self.nodes {
-                            if !inflight.acks.contains(node) {
-                                resend.push((*node, *slot, inflight.entry.clone()));
+                        for node in self.nodes.iter() {
+                            if !inflight.acks.contains(&node) {
+                                resend.push((node, *slot, inflight.entry.clone()));
                             }
                         }
                     }

@@ -34,7 +34,7 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
-        self.yield_to_higher_ballot(now, ballot);
+        self.yield_to(now, ballot);
         self.master_hint = Some(from);
         self.learn_commit(now, from, ballot, commit);
     }

@@ -22,7 +22,7 @@ use crate::state::{validate_command, validate_range, StateMachine};
 use crate::storage::{Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
-use leasekv_lease::{Instant, Mastership, NodeId};
+use leasekv_lease::{Instant, Mastership, Members, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ pub enum OpenError {
 /// One node's share of the replicated store. See the module documentation.
 pub struct Replica<S: Storage> {
     pub(super) me: NodeId,
-    pub(super) nodes: Vec<NodeId>,
+    pub(super) nodes: Members,
     pub(super) config: ReplicaConfig,
     pub(super) limits: Limits,
     pub(super) incarnation: u32,
@@ -150,12 +150,7 @@ impl<S: Storage> Replica<S> {
             ),
             None => (StateMachine::new(), 0),
         };
-        let mut nodes = nodes.to_vec();
-        if !nodes.contains(&me) {
-            nodes.push(me);
-        }
-        nodes.sort();
-        nodes.dedup();
+        let nodes = Members::new(me, nodes);
         let compacted = recovered.slots.keys().next().map_or(snapshot_index, |first| first.saturating_sub(1));
         let mut replica = Replica {
             me,
@@ -467,11 +462,11 @@ impl<S: Storage> Replica<S> {
     // ---- internals shared by the other files of this module ----
 
     pub(super) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        self.nodes.majority()
     }
 
     pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().copied()
+        self.nodes.iter()
     }
 
     /// Whether the election says this node is master (at `now`, when given).
@@ -552,7 +547,7 @@ impl<S: Storage> Replica<S> {
 
     pub(super) fn broadcast(&mut self, message: LogMessage) {
         let nodes = self.nodes.clone();
-        for to in nodes {
+        for to in nodes.iter() {
             self.send(to, message.clone());
         }
     }

@@ -8,6 +8,7 @@ use crate::config::{Breakage, LeaseConfig};
 use crate::core::{Envelope, LeadershipChange, Mastership, Output};
 use crate::epoch::RestartEpoch;
 use crate::ids::{NodeId, ResourceId};
+use crate::members::Members;
 use crate::message::ElectionMessage;
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -18,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 #[derive(Debug)]
 pub struct LeaseNode {
     me: NodeId,
-    peers: Vec<NodeId>,
+    peers: Members,
     config: LeaseConfig,
     epoch: u32,
     /// The acceptor role stays silent until then (restart quarantine, rule 1).
@@ -44,12 +45,7 @@ impl LeaseNode {
         now: Instant,
         seed: u64,
     ) -> Self {
-        let mut peers = peers.to_vec();
-        if !peers.contains(&me) {
-            peers.push(me);
-        }
-        peers.sort();
-        peers.dedup();
+        let peers = Members::new(me, peers);
         let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
         let quarantine_until = if quarantined { now.saturating_add(config.max_lease_time) } else { now };
         LeaseNode {
@@ -119,7 +115,7 @@ impl LeaseNode {
 
     /// Feeds a message from `from`. Messages from nodes outside the cluster are dropped.
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
-        if !self.peers.contains(&from) {
+        if !self.peers.contains(from) {
             tracing::debug!(%from, "dropping lease message from a node outside the cluster");
             return;
         }
@@ -215,7 +211,7 @@ impl LeaseNode {
 
     fn queue(&mut self, resource: ResourceId, out: ProposerOutput) {
         for (target, body) in out.messages {
-            for &peer in &self.peers {
+            for peer in self.peers.iter() {
                 if target == Target::Others && peer == self.me {
                     continue;
                 }

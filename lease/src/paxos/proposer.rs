@@ -6,6 +6,7 @@ use crate::ballot::{Ballot, Term};
 use crate::config::{Breakage, LeaseConfig};
 use crate::core::{LeadershipChange, LossReason, Mastership};
 use crate::ids::NodeId;
+use crate::members::Members;
 use crate::rng::SplitMix64;
 use crate::time::Instant;
 use std::time::Duration;
@@ -116,7 +117,7 @@ impl Proposer {
     }
 
     fn majority(&self) -> usize {
-        self.acceptors / 2 + 1
+        Members::majority_of(self.acceptors)
     }
 
     /// Enough votes against that a majority can no longer be reached.
