@@ -82,7 +82,7 @@ impl NaiveMajorityElection {
         seed: u64,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         Ok(NaiveMajorityElection {
             me,
             peers: Members::new(me, peers),

@@ -147,7 +147,7 @@ impl<S: Storage> Replica<S> {
             return;
         }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
-        if self.config.breakage == LogBreakage::SkipPhase1 {
+        if self.config.broken(LogBreakage::SkipPhase1) {
             self.role = Role::Leader(Leader::new(ballot, self.commit + 1, VecDeque::new(), self.commit));
             self.propose_barrier(now);
         } else {
@@ -340,7 +340,7 @@ impl<S: Storage> Replica<S> {
                     .push(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
             }
         }
-        if self.config.breakage != LogBreakage::DeposedExpiry && self.lessor.is_running() {
+        if !self.config.broken(LogBreakage::DeposedExpiry) && self.lessor.is_running() {
             self.lessor.stop();
         }
     }
@@ -424,7 +424,7 @@ impl<S: Storage> Replica<S> {
         }
         let ready = self.is_ready_master(now);
         if !ready {
-            if self.config.breakage == LogBreakage::DeposedExpiry {
+            if self.config.broken(LogBreakage::DeposedExpiry) {
                 let found = self.lessor.take_expired(now, usize::MAX);
                 self.deposed_expiries.extend(found);
             }
@@ -450,7 +450,7 @@ impl<S: Storage> Replica<S> {
         match &self.role {
             Role::Leader(leader) => leader.ready && leader.pending_expiries.len() < self.config.max_expire_in_queue,
             // A deposed tracker (only in the deposed-expiry control) collects what it finds.
-            _ => self.config.breakage == LogBreakage::DeposedExpiry,
+            _ => self.config.broken(LogBreakage::DeposedExpiry),
         }
     }
 

@@ -230,7 +230,7 @@ impl<S: Storage> Replica<S> {
         leader.ready = true;
         let round = leader.ballot.round;
         tracing::info!(node = %self.me, round, applied = slot, leases = self.machine.lease_count(), "master ready: log taken over");
-        let keep_stale = self.config.breakage == super::config::LogBreakage::DeposedExpiry && self.lessor.is_running();
+        let keep_stale = self.config.broken(super::config::LogBreakage::DeposedExpiry) && self.lessor.is_running();
         if !keep_stale {
             // Every countdown restarts at its full TTL: this node cannot know how long the
             // previous master had already counted.

@@ -342,7 +342,7 @@ impl<S: Storage> Replica<S> {
     ) -> Result<(RangeResponse, Revision), ClientError> {
         self.check_stopped()?;
         validate_range(request, &self.limits)?;
-        if consistency == ReadConsistency::Linearizable && self.config.breakage != LogBreakage::FollowerReads {
+        if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
             self.require_ready(now)?;
         }
         let response = self.machine.range(request)?;
@@ -538,7 +538,7 @@ impl<S: Storage> Replica<S> {
 
     /// Sends a message once the writes before it are durable.
     pub(super) fn send_durable(&mut self, to: NodeId, message: LogMessage) {
-        if self.config.breakage == LogBreakage::EarlyAck {
+        if self.config.broken(LogBreakage::EarlyAck) {
             self.send(to, message);
         } else {
             self.held.push((to, message));

@@ -46,7 +46,7 @@ impl LeaseNode {
         seed: u64,
     ) -> Self {
         let peers = Members::new(me, peers);
-        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         let quarantine_until = if quarantined { now.saturating_add(config.max_lease_time) } else { now };
         LeaseNode {
             me,
@@ -153,7 +153,7 @@ impl LeaseNode {
                     Some(acceptor.on_propose(now, ballot, proposal, self.config.max_lease_time))
                 }
                 Body::Release { ballot } => {
-                    if acceptor.on_release(ballot, self.config.breakage) {
+                    if release(acceptor, ballot, &self.config) {
                         if let Some(p) = self.proposers.get_mut(&resource) {
                             p.on_release_seen(now, ballot, &mut self.rng);
                         }
@@ -236,4 +236,15 @@ pub(crate) fn output_for(
     (messages, changes): (Vec<Envelope>, Vec<(ResourceId, LeadershipChange)>),
 ) -> Output {
     Output { messages, changes: changes.into_iter().filter(|(r, _)| *r == resource).map(|(_, c)| c).collect() }
+}
+
+/// Applies a Release to `acceptor` (or, under the `release-any-ballot` negative control,
+/// releases whatever ballot of that owner it holds).
+fn release(acceptor: &mut Acceptor, ballot: crate::ballot::Ballot, config: &LeaseConfig) -> bool {
+    #[cfg(feature = "negative-controls")]
+    if config.broken(Breakage::ReleaseAnyBallot) {
+        return acceptor.on_release_any_ballot(ballot);
+    }
+    let _ = config;
+    acceptor.on_release(ballot)
 }
