@@ -13,6 +13,8 @@
 //! Nothing in the cores reads a clock or touches the network: time comes in as a
 //! monotonic [`Instant`] with every input.
 
+#![deny(missing_docs)]
+
 pub mod backend;
 pub mod ballot;
 pub mod config;
