@@ -105,7 +105,7 @@ impl Role {
 
 impl<S: Storage> Replica<S> {
     fn next_ballot(&self) -> LogBallot {
-        LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: self.me }
+        self.acceptor.next_ballot(self.me)
     }
 
     /// This node's ballot while it takes over or leads.
@@ -295,15 +295,16 @@ impl<S: Storage> Replica<S> {
         // hold it (its accept is still unsynced, or it promised a higher ballot), store the
         // chosen value first: the commit index written next must never cover a slot whose
         // stored value is not the chosen one.
-        let own_matches = self.slots.get(&slot).is_some_and(|s| s.ballot == ballot);
+        let own_matches = self.acceptor.slot(slot).is_some_and(|s| s.ballot == ballot);
         let chosen = AcceptedSlot { ballot, entry: done.entry, chosen: true };
-        if !own_matches {
-            let result = self.storage.save_slot(slot, &chosen);
+        if own_matches {
+            self.acceptor.hold(slot, chosen);
+        } else {
+            let result = self.acceptor.store(slot, chosen, &mut self.storage);
             if !self.persist(result) {
                 return;
             }
         }
-        self.slots.insert(slot, chosen);
         self.advance_commit();
         self.apply_chosen(now);
         self.fill_pipeline(now);

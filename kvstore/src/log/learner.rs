@@ -19,11 +19,7 @@ impl<S: Storage> Replica<S> {
     /// slot per ballot); anything else must be fetched.
     pub(super) fn learn_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
         let mut slot = self.commit + 1;
-        while slot <= commit {
-            match self.slots.get_mut(&slot) {
-                Some(accepted) if accepted.chosen || accepted.ballot == ballot => accepted.chosen = true,
-                _ => break,
-            }
+        while slot <= commit && self.acceptor.learn_chosen(slot, ballot) {
             slot += 1;
         }
         self.advance_commit();
@@ -58,31 +54,24 @@ impl<S: Storage> Replica<S> {
             self.send(from, LogMessage::Snapshot { index: self.applied, data });
             return;
         }
-        let entries: Vec<(Slot, Entry)> = self
-            .slots
-            .range(first..=self.commit.max(first))
-            .take_while(|(slot, _)| **slot <= self.commit)
-            .take(self.config.max_fetch_entries)
-            .map(|(slot, accepted)| (*slot, accepted.entry.clone()))
-            .collect();
+        let entries = self.acceptor.chosen_entries(first, self.commit, self.config.max_fetch_entries);
         self.send(from, LogMessage::Entries { entries, commit: self.commit });
     }
 
     pub(super) fn on_entries(&mut self, now: Instant, from: NodeId, entries: Vec<(Slot, Entry)>, commit: Slot) {
         self.fetch_sent = None;
         for (slot, entry) in entries {
-            if slot <= self.commit || self.slots.get(&slot).is_some_and(|s| s.chosen) {
+            if slot <= self.commit || self.acceptor.is_chosen(slot) {
                 continue;
             }
             // A chosen value is final: it replaces whatever this acceptor accepted there, and
             // is reported as chosen in later promises so that no leader proposes another.
-            let ballot = self.slots.get(&slot).map_or(LogBallot::ZERO, |s| s.ballot);
+            let ballot = self.acceptor.slot(slot).map_or(LogBallot::ZERO, |s| s.ballot);
             let accepted = AcceptedSlot { ballot, entry, chosen: true };
-            let result = self.storage.save_slot(slot, &accepted);
+            let result = self.acceptor.store(slot, accepted, &mut self.storage);
             if !self.persist(result) {
                 return;
             }
-            self.slots.insert(slot, accepted);
         }
         let before = self.commit;
         self.advance_commit();
@@ -134,7 +123,7 @@ impl<S: Storage> Replica<S> {
         self.snapshot_bytes = snapshot_bytes;
         self.applied_bytes_since_snapshot = 0;
         self.compacted = index;
-        self.slots = self.slots.split_off(&(index + 1));
+        self.acceptor.forget_through(index);
         if self.config.trace_applies {
             self.out.applied.push(AppliedTrace {
                 slot: index,
@@ -152,7 +141,7 @@ impl<S: Storage> Replica<S> {
     /// Moves the commit index over every contiguous chosen slot, and records it.
     pub(super) fn advance_commit(&mut self) {
         let before = self.commit;
-        while self.slots.get(&(self.commit + 1)).is_some_and(|s| s.chosen) {
+        while self.acceptor.is_chosen(self.commit + 1) {
             self.commit += 1;
         }
         if self.commit > before {
@@ -166,7 +155,7 @@ impl<S: Storage> Replica<S> {
     pub(super) fn apply_chosen(&mut self, now: Instant) {
         while self.applied < self.commit {
             let slot = self.applied + 1;
-            let Some(accepted) = self.slots.get(&slot) else {
+            let Some(accepted) = self.acceptor.slot(slot) else {
                 // Cannot happen: commit only covers slots present. Stop rather than skip.
                 debug_assert!(false, "chosen slot {slot} missing");
                 return;
@@ -263,7 +252,7 @@ impl<S: Storage> Replica<S> {
             if !self.persist(result) {
                 return;
             }
-            self.slots = self.slots.split_off(&(cut + 1));
+            self.acceptor.forget_through(cut);
             self.compacted = cut;
         }
     }

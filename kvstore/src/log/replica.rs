@@ -10,11 +10,12 @@
 //! Accepted) is held back until the sync that covers it, so one sync acknowledges a whole
 //! batch of accepts.
 
+use super::acceptor::Acceptor;
 use super::client::{ClientError, Completion, ReadConsistency};
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
 use super::message::LogMessage;
-use super::types::{AcceptedSlot, LogBallot, ProposalId, Slot};
+use super::types::{ProposalId, Slot};
 use crate::command::{Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
 use crate::limits::Limits;
@@ -23,7 +24,7 @@ use crate::storage::{Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
 use leasekv_lease::{Instant, Mastership, Members, NodeId};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
@@ -92,10 +93,7 @@ pub struct Replica<S: Storage> {
     pub(super) limits: Limits,
     pub(super) incarnation: u32,
     pub(super) storage: S,
-    // Acceptor.
-    pub(super) promised: LogBallot,
-    pub(super) slots: BTreeMap<Slot, AcceptedSlot>,
-    pub(super) highest_seen: LogBallot,
+    pub(super) acceptor: Acceptor,
     // Learner.
     pub(super) commit: Slot,
     pub(super) applied: Slot,
@@ -159,9 +157,7 @@ impl<S: Storage> Replica<S> {
             limits,
             incarnation,
             storage,
-            promised: recovered.promised,
-            slots: recovered.slots,
-            highest_seen: recovered.promised,
+            acceptor: Acceptor::recovered(recovered.promised, recovered.slots, recovered.commit),
             commit: snapshot_index,
             applied: snapshot_index,
             machine,
@@ -185,13 +181,6 @@ impl<S: Storage> Replica<S> {
             local: VecDeque::new(),
             stopped: None,
         };
-        // A slot at or below the stored commit index is chosen; the commit index is only
-        // written after the slots it covers, so they are on disk too.
-        for (slot, accepted) in replica.slots.iter_mut() {
-            if *slot <= recovered.commit {
-                accepted.chosen = true;
-            }
-        }
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
         Ok(replica)
