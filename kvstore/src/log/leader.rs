@@ -331,14 +331,12 @@ impl<S: Storage> Replica<S> {
         };
         for proposal in queued {
             if self.awaiting.remove(&proposal.id) {
-                self.out.completions.push(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
             }
         }
         for proposal in proposed {
             if self.awaiting.remove(&proposal.id) {
-                self.out
-                    .completions
-                    .push(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
             }
         }
         if !self.config.broken(LogBreakage::DeposedExpiry) && self.lessor.is_running() {

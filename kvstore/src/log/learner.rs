@@ -113,9 +113,7 @@ impl<S: Storage> Replica<S> {
             std::mem::take(&mut self.awaiting).into_iter().partition(|id| queued.contains(id));
         self.awaiting = keep;
         for id in lost {
-            self.out
-                .completions
-                .push(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
+            self.outbox.complete(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
         }
         self.applied = index;
         self.commit = self.commit.max(index);
@@ -125,7 +123,7 @@ impl<S: Storage> Replica<S> {
         self.compacted = index;
         self.acceptor.forget_through(index);
         if self.config.trace_applies {
-            self.out.applied.push(AppliedTrace {
+            self.outbox.trace(AppliedTrace {
                 slot: index,
                 proposals: Vec::new(),
                 digest: self.machine.digest(),
@@ -189,12 +187,12 @@ impl<S: Storage> Replica<S> {
                     trace_ids.push(proposal.id);
                 }
                 if self.awaiting.remove(&proposal.id) {
-                    self.out.completions.push(Completion { id: proposal.id, result: Ok((slot, applied)) });
+                    self.outbox.complete(Completion { id: proposal.id, result: Ok((slot, applied)) });
                 }
             }
             self.applied = slot;
             if self.config.trace_applies {
-                self.out.applied.push(AppliedTrace {
+                self.outbox.trace(AppliedTrace {
                     slot,
                     proposals: trace_ids,
                     digest: self.machine.digest(),

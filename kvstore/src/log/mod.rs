@@ -16,6 +16,7 @@ mod config;
 mod leader;
 mod learner;
 mod message;
+mod outbox;
 mod replica;
 mod types;
 

@@ -15,6 +15,7 @@ use super::client::{ClientError, Completion, ReadConsistency};
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
 use super::message::LogMessage;
+use super::outbox::Outbox;
 use super::types::{ProposalId, Slot};
 use crate::command::{Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
@@ -24,7 +25,7 @@ use crate::storage::{Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
 use leasekv_lease::{Instant, Mastership, Members, NodeId};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
@@ -57,7 +58,7 @@ pub struct ReplicaOutput {
 
 /// Names one sync begun with [`Replica::begin_sync`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncTicket(u64);
+pub struct SyncTicket(pub(super) u64);
 
 /// The remaining life of a lease, as the master sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -114,13 +115,7 @@ pub struct Replica<S: Storage> {
     pub(super) awaiting: BTreeSet<ProposalId>,
     pub(super) next_seq: u64,
     pub(super) next_tick: Option<Instant>,
-    // Plumbing.
-    pub(super) out: ReplicaOutput,
-    pub(super) held: Vec<(NodeId, LogMessage)>,
-    /// Messages a sync in flight (begun with [`Replica::begin_sync`]) will release.
-    pub(super) syncing: Option<(SyncTicket, Vec<(NodeId, LogMessage)>)>,
-    pub(super) next_ticket: u64,
-    pub(super) local: VecDeque<LogMessage>,
+    pub(super) outbox: Outbox,
     pub(super) stopped: Option<String>,
 }
 
@@ -174,11 +169,7 @@ impl<S: Storage> Replica<S> {
             awaiting: BTreeSet::new(),
             next_seq: 0,
             next_tick: None,
-            out: ReplicaOutput::default(),
-            held: Vec::new(),
-            syncing: None,
-            next_ticket: 0,
-            local: VecDeque::new(),
+            outbox: Outbox::new(me),
             stopped: None,
         };
         replica.advance_commit();
@@ -400,13 +391,10 @@ impl<S: Storage> Replica<S> {
     /// those writes are released then. Returns `None` when nothing waits for a sync, a sync
     /// is already in flight (one at a time), or the replica stopped.
     pub fn begin_sync(&mut self) -> Option<SyncTicket> {
-        if self.stopped.is_some() || self.syncing.is_some() || self.held.is_empty() {
+        if self.stopped.is_some() {
             return None;
         }
-        self.next_ticket += 1;
-        let ticket = SyncTicket(self.next_ticket);
-        self.syncing = Some((ticket, std::mem::take(&mut self.held)));
-        Some(ticket)
+        self.outbox.begin_sync()
     }
 
     /// Syncs the storage in place, for a driver that begins a sync and later finishes it on
@@ -418,10 +406,7 @@ impl<S: Storage> Replica<S> {
     /// Ends the sync `ticket` with its outcome: releases what it covered, or stops the
     /// replica if the storage failed. A ticket that is not the one in flight is ignored.
     pub fn finish_sync(&mut self, now: Instant, ticket: SyncTicket, result: Result<(), StorageError>) {
-        if !self.syncing.as_ref().is_some_and(|(current, _)| *current == ticket) {
-            return;
-        }
-        let Some((_, released)) = self.syncing.take() else { return };
+        let Some(released) = self.outbox.end_sync(ticket) else { return };
         if self.stopped.is_some() {
             return;
         }
@@ -438,9 +423,7 @@ impl<S: Storage> Replica<S> {
     /// Takes everything produced since the last call.
     pub fn take_output(&mut self) -> ReplicaOutput {
         self.announce_commit();
-        let mut out = std::mem::take(&mut self.out);
-        out.needs_sync = !self.held.is_empty() && self.syncing.is_none();
-        out
+        self.outbox.take()
     }
 
     /// Why the replica stopped, if it did (a storage failure).
@@ -518,11 +501,7 @@ impl<S: Storage> Replica<S> {
 
     /// Sends a message that needs no durable state behind it.
     pub(super) fn send(&mut self, to: NodeId, message: LogMessage) {
-        if to == self.me {
-            self.local.push_back(message);
-        } else {
-            self.out.messages.push((to, message));
-        }
+        self.outbox.send(to, message);
     }
 
     /// Sends a message once the writes before it are durable.
@@ -530,7 +509,7 @@ impl<S: Storage> Replica<S> {
         if self.config.broken(LogBreakage::EarlyAck) {
             self.send(to, message);
         } else {
-            self.held.push((to, message));
+            self.outbox.hold(to, message);
         }
     }
 
@@ -544,7 +523,7 @@ impl<S: Storage> Replica<S> {
     fn drain_local(&mut self, now: Instant) {
         // Bounded: each local message is answered by at most one local message.
         let mut budget = 1_000_000usize;
-        while let Some(message) = self.local.pop_front() {
+        while let Some(message) = self.outbox.next_local() {
             self.dispatch(now, self.me, message);
             budget -= 1;
             if budget == 0 {
@@ -588,8 +567,7 @@ impl<S: Storage> Replica<S> {
     fn fail(&mut self, error: StorageError) {
         tracing::error!(node = %self.me, %error, "storage failed; replica stops");
         self.stopped = Some(error.to_string());
-        self.held.clear();
-        self.syncing = None;
+        self.outbox.drop_held();
         self.step_down();
     }
 
