@@ -151,9 +151,9 @@ impl<S: Storage> Replica<S> {
             self.send(from, LogMessage::Reject { ballot, promised: self.acceptor.promised() });
             return;
         }
-        let commit = self.commit;
+        let commit = self.learner.commit();
         let slots = self.acceptor.report_from(first, commit);
-        let reply = LogMessage::Promise { ballot, slots, commit, compacted: self.compacted };
+        let reply = LogMessage::Promise { ballot, slots, commit, compacted: self.learner.compacted() };
         self.send_durable(from, reply);
     }
 
@@ -171,7 +171,7 @@ impl<S: Storage> Replica<S> {
             self.send(from, LogMessage::Reject { ballot, promised: self.acceptor.promised() });
             return;
         }
-        let known_chosen = slot <= self.commit || self.acceptor.is_chosen(slot);
+        let known_chosen = slot <= self.learner.commit() || self.acceptor.is_chosen(slot);
         if !known_chosen {
             let accepted = AcceptedSlot { ballot, entry, chosen: false };
             let result = self.acceptor.store(slot, accepted, &mut self.storage);

@@ -148,13 +148,14 @@ impl<S: Storage> Replica<S> {
         }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
         if self.config.broken(LogBreakage::SkipPhase1) {
-            self.role = Role::Leader(Leader::new(ballot, self.commit + 1, VecDeque::new(), self.commit));
+            self.role =
+                Role::Leader(Leader::new(ballot, self.learner.commit() + 1, VecDeque::new(), self.learner.commit()));
             self.propose_barrier(now);
         } else {
             self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
             let nodes = self.nodes.clone();
             for to in nodes.iter() {
-                self.send_durable(to, LogMessage::Prepare { ballot, from: self.commit + 1 });
+                self.send_durable(to, LogMessage::Prepare { ballot, from: self.learner.commit() + 1 });
             }
         }
         self.schedule_tick(now);
@@ -174,7 +175,7 @@ impl<S: Storage> Replica<S> {
             return;
         }
         candidate.promises.insert(from, PromiseInfo { slots, commit, compacted });
-        if compacted > self.commit || commit > self.commit + self.config.max_fetch_entries as u64 {
+        if compacted > self.learner.commit() || commit > self.learner.commit() + self.config.max_fetch_entries as u64 {
             // That acceptor has chosen slots we lack and may no longer report them.
             self.request_fetch(now, from);
         }
@@ -192,7 +193,7 @@ impl<S: Storage> Replica<S> {
         // Promisers that compacted slots we lack cannot report them. Any quorum of promisers
         // that still hold every slot above our commit index is enough (each chosen slot has
         // an acceptor in it); otherwise we must first catch up.
-        let complete = candidate.promises.values().filter(|p| p.compacted <= self.commit).count();
+        let complete = candidate.promises.values().filter(|p| p.compacted <= self.learner.commit()).count();
         if complete < quorum {
             return;
         }
@@ -201,7 +202,7 @@ impl<S: Storage> Replica<S> {
         let mut chosen_values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
         for promise in std::mem::take(&mut candidate.promises).into_values() {
             for (slot, accepted) in promise.slots {
-                if slot <= self.commit {
+                if slot <= self.learner.commit() {
                     continue;
                 }
                 let better = match chosen_values.get(&slot) {
@@ -213,9 +214,9 @@ impl<S: Storage> Replica<S> {
                 }
             }
         }
-        let last = chosen_values.keys().next_back().copied().unwrap_or(self.commit);
-        self.role = Role::Leader(Leader::new(ballot, last + 1, queue, self.commit));
-        for slot in self.commit + 1..=last {
+        let last = chosen_values.keys().next_back().copied().unwrap_or(self.learner.commit());
+        self.role = Role::Leader(Leader::new(ballot, last + 1, queue, self.learner.commit()));
+        for slot in self.learner.commit() + 1..=last {
             // Holes nobody accepted anything in become no-ops.
             let entry = chosen_values.remove(&slot).map(|(_, _, entry)| entry).unwrap_or_default();
             self.propose_slot(now, slot, entry);
@@ -241,7 +242,7 @@ impl<S: Storage> Replica<S> {
     }
 
     fn propose_slot(&mut self, now: Instant, slot: Slot, entry: Entry) {
-        let commit = self.commit;
+        let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         let ballot = leader.ballot;
         leader.inflight.insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now });
@@ -288,7 +289,7 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Some(done) = leader.inflight.remove(&slot) else { return };
-        if slot <= self.compacted {
+        if slot <= self.learner.compacted() {
             return;
         }
         // Chosen: a quorum accepted it in this ballot. If this node's own acceptor does not
@@ -346,7 +347,7 @@ impl<S: Storage> Replica<S> {
 
     pub(super) fn on_tick(&mut self, now: Instant) {
         let retry = self.config.retry_interval;
-        let commit = self.commit;
+        let commit = self.learner.commit();
         match &mut self.role {
             Role::Follower => {
                 if self.is_master(Some(now)) && self.stopped.is_none() {
@@ -402,7 +403,7 @@ impl<S: Storage> Replica<S> {
 
     /// Sends the commit index to followers when it moved (once per batch of outputs).
     pub(super) fn announce_commit(&mut self) {
-        let commit = self.commit;
+        let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.commit_sent >= commit {
             return;

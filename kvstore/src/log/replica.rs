@@ -14,6 +14,7 @@ use super::acceptor::Acceptor;
 use super::client::{ClientError, Completion, ReadConsistency};
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
+use super::learner::Learner;
 use super::message::LogMessage;
 use super::outbox::Outbox;
 use super::types::{ProposalId, Slot};
@@ -95,17 +96,7 @@ pub struct Replica<S: Storage> {
     pub(super) incarnation: u32,
     pub(super) storage: S,
     pub(super) acceptor: Acceptor,
-    // Learner.
-    pub(super) commit: Slot,
-    pub(super) applied: Slot,
-    pub(super) machine: StateMachine,
-    pub(super) snapshot_index: Slot,
-    /// Bytes of the last snapshot taken or installed (0: none yet).
-    pub(super) snapshot_bytes: u64,
-    /// Bytes of commands applied since the last snapshot (see `snapshot_every`).
-    pub(super) applied_bytes_since_snapshot: u64,
-    pub(super) compacted: Slot,
-    pub(super) fetch_sent: Option<Instant>,
+    pub(super) learner: Learner,
     // Master side.
     pub(super) mastership: Option<Mastership>,
     pub(super) master_hint: Option<NodeId>,
@@ -153,14 +144,12 @@ impl<S: Storage> Replica<S> {
             incarnation,
             storage,
             acceptor: Acceptor::recovered(recovered.promised, recovered.slots, recovered.commit),
-            commit: snapshot_index,
-            applied: snapshot_index,
-            machine,
-            snapshot_index,
-            snapshot_bytes: recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
-            applied_bytes_since_snapshot: 0,
-            compacted: compacted.min(snapshot_index),
-            fetch_sent: None,
+            learner: Learner::recovered(
+                machine,
+                snapshot_index,
+                recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
+                compacted,
+            ),
             mastership: None,
             master_hint: None,
             role: Role::Follower,
@@ -184,23 +173,23 @@ impl<S: Storage> Replica<S> {
 
     /// The state machine (for serializable reads and inspection).
     pub fn state(&self) -> &StateMachine {
-        &self.machine
+        &self.learner.machine()
     }
 
     /// Highest slot applied to the state machine.
     pub fn applied_index(&self) -> Slot {
-        self.applied
+        self.learner.applied()
     }
 
     /// The slot this replica's last snapshot covers (0: none yet); the log behind it may
     /// be compacted.
     pub fn snapshot_index(&self) -> Slot {
-        self.snapshot_index
+        self.learner.snapshot_index()
     }
 
     /// Highest slot known chosen, with every slot below it.
     pub fn commit_index(&self) -> Slot {
-        self.commit
+        self.learner.commit()
     }
 
     /// The node this one believes is master.
@@ -325,8 +314,8 @@ impl<S: Storage> Replica<S> {
         if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
             self.require_ready(now)?;
         }
-        let response = self.machine.range(request)?;
-        Ok((response, self.machine.revision()))
+        let response = self.learner.machine().range(request)?;
+        Ok((response, self.learner.machine().revision()))
     }
 
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
@@ -335,7 +324,7 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.check_mastership(now);
         self.require_ready(now)?;
-        if self.machine.lease(id).is_none() {
+        if self.learner.machine().lease(id).is_none() {
             return Err(KvError::LeaseNotFound(id).into());
         }
         match self.lessor.keep_alive(now, id) {
@@ -348,7 +337,7 @@ impl<S: Storage> Replica<S> {
     pub fn lease_status(&self, now: Instant, id: LeaseId) -> Result<LeaseStatus, ClientError> {
         self.check_stopped()?;
         self.require_ready(now)?;
-        let lease = self.machine.lease(id).ok_or(KvError::LeaseNotFound(id))?;
+        let lease = self.learner.machine().lease(id).ok_or(KvError::LeaseNotFound(id))?;
         let remaining = self.lessor.remaining(now, id).unwrap_or(Duration::ZERO);
         Ok(LeaseStatus {
             id,
@@ -364,7 +353,8 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.require_ready(now)?;
         Ok(self
-            .machine
+            .learner
+            .machine()
             .leases()
             .map(|lease| LeaseStatus {
                 id: lease.id,
