@@ -94,6 +94,13 @@ impl Role {
         queue.iter().map(|p| p.id).collect()
     }
 
+    /// The proposal `id` was applied: a leader's expiry backlog no longer counts it.
+    pub(super) fn applied(&mut self, id: ProposalId) {
+        if let Role::Leader(leader) = self {
+            leader.pending_expiries.remove(&id);
+        }
+    }
+
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
         match self {
             Role::Candidate(c) => c.queue.push_back(proposal),

@@ -278,26 +278,13 @@ impl<S: Storage> Replica<S> {
             let mut expired_trace = Vec::new();
             for proposal in &accepted.entry.proposals {
                 let applied = self.learner.apply(&proposal.command);
-                if self.lessor.is_running() {
-                    match (&proposal.command, &applied.result) {
-                        (Command::LeaseGrant { .. }, Ok(CommandResponse::LeaseGrant(granted))) => {
-                            self.lessor.track(now, granted.id, Duration::from_secs(granted.ttl.max(0) as u64))
-                        }
-                        (Command::LeaseRevoke { id }, Ok(_)) => self.lessor.forget(*id),
-                        _ => {}
-                    }
-                }
+                self.lessor.follow_apply(now, &proposal.command, &applied.result);
                 if let Ok(CommandResponse::LeaseExpire { expired, .. }) = &applied.result {
-                    for id in expired {
-                        self.lessor.forget(*id);
-                    }
                     if self.config.trace_applies {
                         expired_trace.extend(expired.iter().copied());
                     }
                 }
-                if let Role::Leader(leader) = &mut self.role {
-                    leader.pending_expiries.remove(&proposal.id);
-                }
+                self.role.applied(proposal.id);
                 if self.config.trace_applies {
                     trace_ids.push(proposal.id);
                 }
