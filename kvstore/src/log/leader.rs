@@ -54,6 +54,45 @@ pub(super) struct Leader {
     pub(super) commit_sent: Slot,
 }
 
+impl Candidate {
+    /// Phase 1 under `ballot`, nothing promised or queued yet.
+    fn new(ballot: LogBallot) -> Self {
+        Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() }
+    }
+
+    /// Whether phase 1 can end with this node's log at `commit`: a quorum promised, and a
+    /// quorum of promisers still hold every slot above `commit`. Promisers that compacted
+    /// slots we lack cannot report them; any quorum of those that did not is enough (each
+    /// chosen slot has an acceptor in it); otherwise we must first catch up.
+    fn can_finish(&self, quorum: usize, commit: Slot) -> bool {
+        self.promises.len() >= quorum && self.promises.values().filter(|p| p.compacted <= commit).count() >= quorum
+    }
+
+    /// Ends phase 1: the leader, proposing after the highest slot any promiser reported,
+    /// and for each slot above `commit` the value it must re-propose there (a value known
+    /// chosen, else the one accepted in the highest ballot).
+    fn finish(self, commit: Slot) -> (Leader, BTreeMap<Slot, Entry>) {
+        let mut values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
+        for promise in self.promises.into_values() {
+            for (slot, accepted) in promise.slots {
+                if slot <= commit {
+                    continue;
+                }
+                let better = match values.get(&slot) {
+                    None => true,
+                    Some((chosen, best, _)) => !chosen && (accepted.chosen || accepted.ballot > *best),
+                };
+                if better {
+                    values.insert(slot, (accepted.chosen, accepted.ballot, accepted.entry));
+                }
+            }
+        }
+        let last = values.keys().next_back().copied().unwrap_or(commit);
+        let leader = Leader::new(self.ballot, last + 1, self.queue, commit);
+        (leader, values.into_iter().map(|(slot, (_, _, entry))| (slot, entry)).collect())
+    }
+}
+
 impl Leader {
     /// Phase 2 under `ballot`, proposing from `next_slot` on with the requests `queue`d while
     /// phase 1 ran; `commit` is already known to every follower that promised.
@@ -92,6 +131,16 @@ impl Role {
             Role::Follower => return BTreeSet::new(),
         };
         queue.iter().map(|p| p.id).collect()
+    }
+
+    /// Leaves the role: the proposals still queued (never proposed) and those proposed in
+    /// slots not yet chosen.
+    fn into_pending(self) -> (Vec<Proposal>, Vec<Proposal>) {
+        match self {
+            Role::Follower => (Vec::new(), Vec::new()),
+            Role::Candidate(c) => (c.queue.into(), Vec::new()),
+            Role::Leader(l) => (l.queue.into(), l.inflight.into_values().flat_map(|i| i.entry.proposals).collect()),
+        }
     }
 
     /// The proposal `id` was applied: a leader's expiry backlog no longer counts it.
@@ -159,7 +208,7 @@ impl<S: Storage> Replica<S> {
                 Role::Leader(Leader::new(ballot, self.learner.commit() + 1, VecDeque::new(), self.learner.commit()));
             self.propose_barrier(now);
         } else {
-            self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
+            self.role = Role::Candidate(Candidate::new(ballot));
             let nodes = self.nodes.clone();
             for to in nodes.iter() {
                 self.send_durable(to, LogMessage::Prepare { ballot, from: self.learner.commit() + 1 });
@@ -192,40 +241,17 @@ impl<S: Storage> Replica<S> {
     /// Ends phase 1 once a quorum promised and this node holds every slot some promiser
     /// compacted away; re-proposes what was accepted, then a barrier.
     pub(super) fn try_finish_phase1(&mut self, now: Instant) {
-        let quorum = self.quorum();
-        let Role::Candidate(candidate) = &mut self.role else { return };
-        if candidate.promises.len() < quorum {
+        let (quorum, commit) = (self.quorum(), self.learner.commit());
+        if !matches!(&self.role, Role::Candidate(c) if c.can_finish(quorum, commit)) {
             return;
         }
-        // Promisers that compacted slots we lack cannot report them. Any quorum of promisers
-        // that still hold every slot above our commit index is enough (each chosen slot has
-        // an acceptor in it); otherwise we must first catch up.
-        let complete = candidate.promises.values().filter(|p| p.compacted <= self.learner.commit()).count();
-        if complete < quorum {
-            return;
-        }
-        let ballot = candidate.ballot;
-        let queue = std::mem::take(&mut candidate.queue);
-        let mut chosen_values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
-        for promise in std::mem::take(&mut candidate.promises).into_values() {
-            for (slot, accepted) in promise.slots {
-                if slot <= self.learner.commit() {
-                    continue;
-                }
-                let better = match chosen_values.get(&slot) {
-                    None => true,
-                    Some((chosen, best, _)) => !chosen && (accepted.chosen || accepted.ballot > *best),
-                };
-                if better {
-                    chosen_values.insert(slot, (accepted.chosen, accepted.ballot, accepted.entry));
-                }
-            }
-        }
-        let last = chosen_values.keys().next_back().copied().unwrap_or(self.learner.commit());
-        self.role = Role::Leader(Leader::new(ballot, last + 1, queue, self.learner.commit()));
-        for slot in self.learner.commit() + 1..=last {
+        let Role::Candidate(candidate) = std::mem::take(&mut self.role) else { return };
+        let (leader, mut values) = candidate.finish(commit);
+        let last = leader.next_slot - 1;
+        self.role = Role::Leader(leader);
+        for slot in commit + 1..=last {
             // Holes nobody accepted anything in become no-ops.
-            let entry = chosen_values.remove(&slot).map(|(_, _, entry)| entry).unwrap_or_default();
+            let entry = values.remove(&slot).unwrap_or_default();
             self.propose_slot(now, slot, entry);
         }
         self.propose_barrier(now);
@@ -332,11 +358,7 @@ impl<S: Storage> Replica<S> {
     /// proposed ones as "indeterminate" (they may still be chosen).
     pub(super) fn step_down(&mut self) {
         let hint = self.master_hint.filter(|h| *h != self.me);
-        let (queued, proposed): (Vec<Proposal>, Vec<Proposal>) = match std::mem::take(&mut self.role) {
-            Role::Follower => (Vec::new(), Vec::new()),
-            Role::Candidate(c) => (c.queue.into(), Vec::new()),
-            Role::Leader(l) => (l.queue.into(), l.inflight.into_values().flat_map(|i| i.entry.proposals).collect()),
-        };
+        let (queued, proposed) = std::mem::take(&mut self.role).into_pending();
         for proposal in queued {
             if self.awaiting.remove(&proposal.id) {
                 self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
