@@ -88,6 +88,10 @@ pub enum OpenError {
 }
 
 /// One node's share of the replicated store. See the module documentation.
+///
+/// A coordinator: the `Acceptor`, the `Learner`, the master's `Role` and the
+/// `Outbox` own their state; the replica routes inputs to them, hands each the storage or
+/// the other parts it needs, and acts on what they report (persist, send, fail).
 pub struct Replica<S: Storage> {
     pub(super) me: NodeId,
     pub(super) nodes: Members,
@@ -95,18 +99,26 @@ pub struct Replica<S: Storage> {
     pub(super) limits: Limits,
     pub(super) incarnation: u32,
     pub(super) storage: S,
+    /// Promises and accepted slots.
     pub(super) acceptor: Acceptor,
+    /// Commit and apply progress, the state machine, snapshots.
     pub(super) learner: Learner,
-    // Master side.
+    /// The election's verdict for this node.
     pub(super) mastership: Option<Mastership>,
     pub(super) master_hint: Option<NodeId>,
+    /// Follower, or (while master) candidate in phase 1 or leader in phase 2.
     pub(super) role: Role,
+    /// The master's lease deadlines.
     pub(super) lessor: Lessor,
+    /// Expiries found while deposed (only in the `deposed-expiry` negative control).
     pub(super) deposed_expiries: Vec<LeaseId>,
+    /// This node's client proposals not yet answered.
     pub(super) awaiting: BTreeSet<ProposalId>,
     pub(super) next_seq: u64,
     pub(super) next_tick: Option<Instant>,
+    /// Outputs, and the messages held until a sync.
     pub(super) outbox: Outbox,
+    /// Why the replica stopped (a storage failure).
     pub(super) stopped: Option<String>,
 }
 
