@@ -185,7 +185,7 @@ impl<S: Storage> Replica<S> {
 
     /// The state machine (for serializable reads and inspection).
     pub fn state(&self) -> &StateMachine {
-        &self.learner.machine()
+        self.learner.machine()
     }
 
     /// Highest slot applied to the state machine.
