@@ -16,7 +16,9 @@
 //! Invariant: the heap's top, if any, is live. Every operation that can make the top stale
 //! pops stale entries off it, so `next_deadline` is exact (a driver timer set on it never
 //! fires for nothing) without needing `&mut self`.
+use crate::command::{Command, CommandResponse};
 use crate::types::LeaseId;
+use crate::KvError;
 use leasekv_lease::Instant;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -120,6 +122,26 @@ impl Lessor {
         tracked.deadline = deadline;
         self.reschedule(id, Some(old), deadline);
         Some(Duration::from_nanos(ttl_nanos))
+    }
+
+    /// Keeps the deadlines in step with one applied `command` and its `result`: a grant is
+    /// tracked and a revoke forgotten while the tracker runs; leases deleted by expiry are
+    /// forgotten in any case.
+    pub fn follow_apply(&mut self, now: Instant, command: &Command, result: &Result<CommandResponse, KvError>) {
+        if self.is_running() {
+            match (command, result) {
+                (Command::LeaseGrant { .. }, Ok(CommandResponse::LeaseGrant(granted))) => {
+                    self.track(now, granted.id, Duration::from_secs(granted.ttl.max(0) as u64))
+                }
+                (Command::LeaseRevoke { id }, Ok(_)) => self.forget(*id),
+                _ => {}
+            }
+        }
+        if let Ok(CommandResponse::LeaseExpire { expired, .. }) = result {
+            for id in expired {
+                self.forget(*id);
+            }
+        }
     }
 
     /// Forgets a lease (revoked or expired through the log).

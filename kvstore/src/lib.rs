@@ -7,6 +7,8 @@
 //! - [`lessor`]: the master's TTL-lease deadlines.
 //! - [`sim`]: a deterministic simulator of whole replicas with a linearizability checker.
 
+#![deny(missing_docs)]
+
 pub mod command;
 pub mod error;
 pub mod lessor;

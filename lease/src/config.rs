@@ -33,6 +33,7 @@ pub struct LeaseConfig {
     /// another node can take over.
     pub step_down_hold: Duration,
     /// Deliberately broken rules, for the simulator's negative controls only.
+    #[cfg(feature = "negative-controls")]
     #[doc(hidden)]
     pub breakage: Breakage,
 }
@@ -57,7 +58,24 @@ impl LeaseConfig {
             backoff_min: lease_time / 1000,
             backoff_max: lease_time / 10,
             step_down_hold: lease_time / 10,
+            #[cfg(feature = "negative-controls")]
             breakage: Breakage::None,
+        }
+    }
+
+    /// Whether the negative control `breakage` is on. Without the `negative-controls`
+    /// feature there is no control to turn on: this is the constant `false` and the broken
+    /// branches compile away.
+    #[inline(always)]
+    pub fn broken(&self, breakage: Breakage) -> bool {
+        #[cfg(feature = "negative-controls")]
+        {
+            self.breakage == breakage
+        }
+        #[cfg(not(feature = "negative-controls"))]
+        {
+            let _ = breakage;
+            false
         }
     }
 
@@ -73,7 +91,7 @@ impl LeaseConfig {
     /// may run fast (rate 1+ε), so it forgets the lease no earlier than T/(1+ε) of real time
     /// after the holder's start. Requiring T'/(1-ε) ≤ T/(1+ε) gives the formula.
     pub fn holder_validity(&self) -> Duration {
-        if self.breakage == Breakage::NoDriftMargin {
+        if self.broken(Breakage::NoDriftMargin) {
             return self.lease_time;
         }
         let eps = self.drift_bound;
@@ -188,7 +206,7 @@ pub enum ConfigError {
 
 /// One deliberately broken safety rule. Exists only so that the simulator can prove that
 /// its safety oracle catches each kind of mistake (a negative control); never set it in a
-/// real deployment.
+/// real deployment (a build without the `negative-controls` feature cannot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Breakage {
     /// Every rule intact.
@@ -260,8 +278,11 @@ mod tests {
         c.safety_margin = Duration::from_millis(1);
         let expected = 1.0 * 0.99 / 1.01 - 0.001;
         assert!((c.holder_validity().as_secs_f64() - expected).abs() < 1e-9);
-        c.breakage = Breakage::NoDriftMargin;
-        assert_eq!(c.holder_validity(), c.lease_time);
+        #[cfg(feature = "negative-controls")]
+        {
+            c.breakage = Breakage::NoDriftMargin;
+            assert_eq!(c.holder_validity(), c.lease_time);
+        }
     }
 
     #[test]

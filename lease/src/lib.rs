@@ -7,10 +7,13 @@
 //! - [`core`]: the sans-IO contract all three implement ([`ElectionCore`]).
 //! - [`backend`]: the async [`ElectionBackend`] the store uses, driving a core over a
 //!   [`Transport`] with tokio.
+//! - [`members`]: the cluster's voting members and the majority rule.
 //! - [`sim`]: a deterministic, seeded simulator with safety and liveness oracles.
 //!
 //! Nothing in the cores reads a clock or touches the network: time comes in as a
 //! monotonic [`Instant`] with every input.
+
+#![deny(missing_docs)]
 
 pub mod backend;
 pub mod ballot;
@@ -18,6 +21,7 @@ pub mod config;
 pub mod core;
 pub mod epoch;
 pub mod ids;
+pub mod members;
 pub mod message;
 pub mod naive;
 pub mod paxos;
@@ -32,5 +36,6 @@ pub use config::{Breakage, ConfigError, LeaseConfig};
 pub use core::{ElectionCore, Envelope, LeadershipChange, LossReason, Mastership, Output};
 pub use epoch::{EpochStore, MemoryEpochStore, RestartEpoch};
 pub use ids::{NodeId, ResourceId};
+pub use members::Members;
 pub use message::ElectionMessage;
 pub use time::Instant;

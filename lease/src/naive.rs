@@ -11,6 +11,7 @@ use crate::config::{Breakage, ConfigError, LeaseConfig};
 use crate::core::{ElectionCore, Envelope, LeadershipChange, LossReason, Mastership, Output};
 use crate::epoch::RestartEpoch;
 use crate::ids::NodeId;
+use crate::members::Members;
 use crate::message::ElectionMessage;
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -54,7 +55,7 @@ struct Attempt {
 #[derive(Debug)]
 pub struct NaiveMajorityElection {
     me: NodeId,
-    peers: Vec<NodeId>,
+    peers: Members,
     config: LeaseConfig,
     epoch: u32,
     quarantine_until: Instant,
@@ -81,10 +82,10 @@ impl NaiveMajorityElection {
         seed: u64,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         Ok(NaiveMajorityElection {
             me,
-            peers: peers.to_vec(),
+            peers: Members::new(me, peers),
             epoch: epoch.value,
             quarantine_until: if quarantined { now.saturating_add(config.max_lease_time) } else { now },
             config,
@@ -101,7 +102,7 @@ impl NaiveMajorityElection {
     }
 
     fn majority(&self) -> usize {
-        self.peers.len() / 2 + 1
+        self.peers.majority()
     }
 
     fn send(&mut self, now: Instant, to: NodeId, msg: NaiveMessage) {
@@ -185,7 +186,7 @@ impl ElectionCore for NaiveMajorityElection {
     }
 
     fn handle_message(&mut self, now: Instant, from: NodeId, msg: ElectionMessage) {
-        if !self.peers.contains(&from) {
+        if !self.peers.contains(from) {
             return;
         }
         if let ElectionMessage::Naive(m) = msg {
@@ -219,7 +220,7 @@ impl ElectionCore for NaiveMajorityElection {
             });
             self.next_attempt = None;
             let duration = self.config.lease_time;
-            for peer in self.peers.clone() {
+            for peer in self.peers.clone().iter() {
                 self.send(now, peer, NaiveMessage::Ask { attempt, duration });
             }
         }

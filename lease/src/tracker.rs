@@ -118,9 +118,10 @@ impl Tracker {
         TrackerMessage::Granted { request, term }
     }
 
-    fn on_release(&mut self, from: NodeId, request: Ballot, breakage: Breakage) {
+    /// `any_request`: the `release-any-ballot` negative control (any release of the holder's).
+    fn on_release(&mut self, from: NodeId, request: Ballot, any_request: bool) {
         let matches = match self.grant {
-            Some(g) if breakage == Breakage::ReleaseAnyBallot => g.holder == from,
+            Some(g) if any_request => g.holder == from,
             Some(g) => g.holder == from && g.request == request,
             None => false,
         };
@@ -170,7 +171,7 @@ impl LeaseTrackerElection {
         seed: u64,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         let tracker = (me == tracker_node).then(|| Tracker {
             epoch: epoch.value,
             quarantine_until: if quarantined { now.saturating_add(config.max_lease_time) } else { now },
@@ -228,9 +229,9 @@ impl LeaseTrackerElection {
                 }
             }
             TrackerMessage::Release { request } => {
-                let breakage = self.config.breakage;
+                let any_request = self.config.broken(Breakage::ReleaseAnyBallot);
                 if let Some(t) = self.tracker.as_mut() {
-                    t.on_release(from, request, breakage);
+                    t.on_release(from, request, any_request);
                 }
             }
             TrackerMessage::Granted { request, term } => {
@@ -242,7 +243,7 @@ impl LeaseTrackerElection {
                 self.last_granted = Some(request);
                 // Counted from the moment the request was sent: the tracker's countdown
                 // started later than that.
-                let start = if self.config.breakage == Breakage::LateTimer { now } else { o.sent_at };
+                let start = if self.config.broken(Breakage::LateTimer) { now } else { o.sent_at };
                 let valid_until = start.saturating_add(self.config.holder_validity());
                 if now >= valid_until {
                     return;

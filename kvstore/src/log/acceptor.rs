@@ -4,49 +4,156 @@
 use super::message::LogMessage;
 use super::replica::Replica;
 use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageError};
 use leasekv_lease::{Instant, NodeId};
+use std::collections::BTreeMap;
 
-impl<S: Storage> Replica<S> {
+/// One replica's acceptor state: its promise, the slots it accepted (or knows chosen), and
+/// the highest ballot it has heard of. Every change that others rely on is written to
+/// storage before the caller acknowledges it.
+#[derive(Debug)]
+pub(super) struct Acceptor {
+    promised: LogBallot,
+    slots: BTreeMap<Slot, AcceptedSlot>,
+    highest_seen: LogBallot,
+}
+
+impl Acceptor {
+    /// The acceptor as recovered from storage; slots `<= commit` are known chosen (the
+    /// commit index is only written after the slots it covers).
+    pub(super) fn recovered(promised: LogBallot, mut slots: BTreeMap<Slot, AcceptedSlot>, commit: Slot) -> Self {
+        for (slot, accepted) in slots.iter_mut() {
+            if *slot <= commit {
+                accepted.chosen = true;
+            }
+        }
+        Acceptor { promised, slots, highest_seen: promised }
+    }
+
+    /// The ballot this acceptor promised not to go below.
+    pub(super) fn promised(&self) -> LogBallot {
+        self.promised
+    }
+
+    /// Remembers that `ballot` exists, so that this node's next ballot is above it.
     pub(super) fn note_ballot(&mut self, ballot: LogBallot) {
         if ballot > self.highest_seen {
             self.highest_seen = ballot;
         }
     }
 
-    /// Raises the promise to `ballot` (durably) if it is at least the current one.
-    pub(super) fn promise(&mut self, ballot: LogBallot) -> bool {
+    /// A ballot of node `me` above every ballot this acceptor promised or heard of.
+    pub(super) fn next_ballot(&self, me: NodeId) -> LogBallot {
+        LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: me }
+    }
+
+    /// Raises the promise to `ballot` (writing it to `storage`) if it is at least the
+    /// current one; `Ok(false)` when it is lower.
+    pub(super) fn promise(&mut self, ballot: LogBallot, storage: &mut impl Storage) -> Result<bool, StorageError> {
         self.note_ballot(ballot);
         if ballot < self.promised {
-            return false;
+            return Ok(false);
         }
         if ballot > self.promised {
             self.promised = ballot;
-            let result = self.storage.save_promise(ballot);
-            if !self.persist(result) {
-                return false;
-            }
+            storage.save_promise(ballot)?;
         }
-        true
+        Ok(true)
     }
 
-    pub(super) fn on_prepare(&mut self, now: Instant, from: NodeId, ballot: LogBallot, first: Slot) {
-        self.yield_to_higher_ballot(now, ballot);
-        if !self.promise(ballot) {
-            self.send(from, LogMessage::Reject { ballot, promised: self.promised });
-            return;
+    /// What this acceptor holds in `slot`.
+    pub(super) fn slot(&self, slot: Slot) -> Option<&AcceptedSlot> {
+        self.slots.get(&slot)
+    }
+
+    /// Whether this acceptor knows `slot` is chosen.
+    pub(super) fn is_chosen(&self, slot: Slot) -> bool {
+        self.slots.get(&slot).is_some_and(|s| s.chosen)
+    }
+
+    /// Writes `accepted` into `slot` on `storage`, then holds it.
+    pub(super) fn store(
+        &mut self,
+        slot: Slot,
+        accepted: AcceptedSlot,
+        storage: &mut impl Storage,
+    ) -> Result<(), StorageError> {
+        storage.save_slot(slot, &accepted)?;
+        self.slots.insert(slot, accepted);
+        Ok(())
+    }
+
+    /// Holds `accepted` in `slot` without writing it: storage already has this value.
+    pub(super) fn hold(&mut self, slot: Slot, accepted: AcceptedSlot) {
+        self.slots.insert(slot, accepted);
+    }
+
+    /// Marks `slot` chosen if the leader of `ballot` says so and this acceptor holds that
+    /// ballot's value (or already knows it chosen); false when the value must be fetched.
+    pub(super) fn learn_chosen(&mut self, slot: Slot, ballot: LogBallot) -> bool {
+        match self.slots.get_mut(&slot) {
+            Some(accepted) if accepted.chosen || accepted.ballot == ballot => {
+                accepted.chosen = true;
+                true
+            }
+            _ => false,
         }
-        let commit = self.commit;
-        let slots = self
-            .slots
+    }
+
+    /// The slots from `first` on, as a Promise reports them (those `<= commit` as chosen).
+    pub(super) fn report_from(&self, first: Slot, commit: Slot) -> Vec<(Slot, AcceptedSlot)> {
+        self.slots
             .range(first.max(1)..)
             .map(|(slot, accepted)| {
                 let mut accepted = accepted.clone();
                 accepted.chosen |= *slot <= commit;
                 (*slot, accepted)
             })
-            .collect();
-        let reply = LogMessage::Promise { ballot, slots, commit, compacted: self.compacted };
+            .collect()
+    }
+
+    /// At most `max` chosen entries from `first` through `commit`, for a peer catching up.
+    pub(super) fn chosen_entries(&self, first: Slot, commit: Slot, max: usize) -> Vec<(Slot, Entry)> {
+        self.slots
+            .range(first..=commit.max(first))
+            .take_while(|(slot, _)| **slot <= commit)
+            .take(max)
+            .map(|(slot, accepted)| (*slot, accepted.entry.clone()))
+            .collect()
+    }
+
+    /// Forgets every slot `<= through` (a snapshot covers them).
+    pub(super) fn forget_through(&mut self, through: Slot) {
+        self.slots = self.slots.split_off(&(through + 1));
+    }
+}
+
+impl<S: Storage> Replica<S> {
+    pub(super) fn note_ballot(&mut self, ballot: LogBallot) {
+        self.acceptor.note_ballot(ballot);
+    }
+
+    /// Raises the promise to `ballot` (durably) if it is at least the current one.
+    pub(super) fn promise(&mut self, ballot: LogBallot) -> bool {
+        let result = self.acceptor.promise(ballot, &mut self.storage);
+        match result {
+            Ok(promised) => promised,
+            Err(e) => {
+                self.persist(Err(e));
+                false
+            }
+        }
+    }
+
+    pub(super) fn on_prepare(&mut self, now: Instant, from: NodeId, ballot: LogBallot, first: Slot) {
+        self.yield_to(now, ballot);
+        if !self.promise(ballot) {
+            self.send(from, LogMessage::Reject { ballot, promised: self.acceptor.promised() });
+            return;
+        }
+        let commit = self.learner.commit();
+        let slots = self.acceptor.report_from(first, commit);
+        let reply = LogMessage::Promise { ballot, slots, commit, compacted: self.learner.compacted() };
         self.send_durable(from, reply);
     }
 
@@ -59,19 +166,18 @@ impl<S: Storage> Replica<S> {
         entry: Entry,
         commit: Slot,
     ) {
-        self.yield_to_higher_ballot(now, ballot);
+        self.yield_to(now, ballot);
         if !self.promise(ballot) {
-            self.send(from, LogMessage::Reject { ballot, promised: self.promised });
+            self.send(from, LogMessage::Reject { ballot, promised: self.acceptor.promised() });
             return;
         }
-        let known_chosen = slot <= self.commit || self.slots.get(&slot).is_some_and(|s| s.chosen);
+        let known_chosen = slot <= self.learner.commit() || self.acceptor.is_chosen(slot);
         if !known_chosen {
             let accepted = AcceptedSlot { ballot, entry, chosen: false };
-            let result = self.storage.save_slot(slot, &accepted);
+            let result = self.acceptor.store(slot, accepted, &mut self.storage);
             if !self.persist(result) {
                 return;
             }
-            self.slots.insert(slot, accepted);
         }
         // A slot already chosen here can only be proposed again with the same value (that is
         // what phase 1 guarantees), so acknowledging it without storing it again is safe.

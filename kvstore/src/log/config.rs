@@ -14,9 +14,7 @@ pub struct ReplicaConfig {
     pub max_pending_commands: usize,
     /// Most slots proposed and not yet chosen at once (the pipeline depth). Deep enough that
     /// one slot fills while another replicates, shallow enough that commands arriving
-    /// meanwhile share the next slot: 2 against 8 gave 1.49–1.84× etcd's put throughput
-    /// instead of 1.32–1.54× at 64 clients (benches/cluster.rs, runs side by side), with
-    /// no change for a single client.
+    /// meanwhile share the next slot, so that batches stay large under many clients.
     pub max_inflight_slots: usize,
     /// How often unanswered Prepare/Accept/Fetch messages are sent again, and idle learners
     /// are told the commit index.
@@ -42,6 +40,7 @@ pub struct ReplicaConfig {
     /// Record every applied slot in the output (for the simulator's oracles).
     pub trace_applies: bool,
     /// A deliberately broken variant (simulator negative controls only).
+    #[cfg(feature = "negative-controls")]
     pub breakage: LogBreakage,
 }
 
@@ -63,6 +62,7 @@ impl ReplicaConfig {
             max_expire_in_queue: 2,
             min_ttl_secs: min_ttl_secs.max(1),
             trace_applies: false,
+            #[cfg(feature = "negative-controls")]
             breakage: LogBreakage::None,
         }
     }
@@ -81,6 +81,22 @@ pub struct ReplicaConfigError {
 }
 
 impl ReplicaConfig {
+    /// Whether the negative control `breakage` is on. Without the `negative-controls`
+    /// feature there is no control to turn on: this is the constant `false` and the broken
+    /// branches compile away.
+    #[inline(always)]
+    pub fn broken(&self, breakage: LogBreakage) -> bool {
+        #[cfg(feature = "negative-controls")]
+        {
+            self.breakage == breakage
+        }
+        #[cfg(not(feature = "negative-controls"))]
+        {
+            let _ = breakage;
+            false
+        }
+    }
+
     /// Checks that every setting lets the replica make progress.
     pub fn validate(&self) -> Result<(), ReplicaConfigError> {
         let positive = [
@@ -111,7 +127,7 @@ impl ReplicaConfig {
 }
 
 /// Deliberately broken variants of the replica, each of which one simulator oracle must
-/// catch. Never used outside the simulator.
+/// catch. Only a build with the `negative-controls` feature can turn one on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogBreakage {
     /// The real thing.

@@ -54,6 +54,62 @@ pub(super) struct Leader {
     pub(super) commit_sent: Slot,
 }
 
+impl Candidate {
+    /// Phase 1 under `ballot`, nothing promised or queued yet.
+    fn new(ballot: LogBallot) -> Self {
+        Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() }
+    }
+
+    /// Whether phase 1 can end with this node's log at `commit`: a quorum promised, and a
+    /// quorum of promisers still hold every slot above `commit`. Promisers that compacted
+    /// slots we lack cannot report them; any quorum of those that did not is enough (each
+    /// chosen slot has an acceptor in it); otherwise we must first catch up.
+    fn can_finish(&self, quorum: usize, commit: Slot) -> bool {
+        self.promises.len() >= quorum && self.promises.values().filter(|p| p.compacted <= commit).count() >= quorum
+    }
+
+    /// Ends phase 1: the leader, proposing after the highest slot any promiser reported,
+    /// and for each slot above `commit` the value it must re-propose there (a value known
+    /// chosen, else the one accepted in the highest ballot).
+    fn finish(self, commit: Slot) -> (Leader, BTreeMap<Slot, Entry>) {
+        let mut values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
+        for promise in self.promises.into_values() {
+            for (slot, accepted) in promise.slots {
+                if slot <= commit {
+                    continue;
+                }
+                let better = match values.get(&slot) {
+                    None => true,
+                    Some((chosen, best, _)) => !chosen && (accepted.chosen || accepted.ballot > *best),
+                };
+                if better {
+                    values.insert(slot, (accepted.chosen, accepted.ballot, accepted.entry));
+                }
+            }
+        }
+        let last = values.keys().next_back().copied().unwrap_or(commit);
+        let leader = Leader::new(self.ballot, last + 1, self.queue, commit);
+        (leader, values.into_iter().map(|(slot, (_, _, entry))| (slot, entry)).collect())
+    }
+}
+
+impl Leader {
+    /// Phase 2 under `ballot`, proposing from `next_slot` on with the requests `queue`d while
+    /// phase 1 ran; `commit` is already known to every follower that promised.
+    fn new(ballot: LogBallot, next_slot: Slot, queue: VecDeque<Proposal>, commit: Slot) -> Self {
+        Leader {
+            ballot,
+            next_slot,
+            inflight: BTreeMap::new(),
+            queue,
+            barrier: 0,
+            ready: false,
+            pending_expiries: BTreeSet::new(),
+            commit_sent: commit,
+        }
+    }
+}
+
 /// A proposed slot waiting for a quorum.
 #[derive(Debug)]
 pub(super) struct Inflight {
@@ -77,6 +133,23 @@ impl Role {
         queue.iter().map(|p| p.id).collect()
     }
 
+    /// Leaves the role: the proposals still queued (never proposed) and those proposed in
+    /// slots not yet chosen.
+    fn into_pending(self) -> (Vec<Proposal>, Vec<Proposal>) {
+        match self {
+            Role::Follower => (Vec::new(), Vec::new()),
+            Role::Candidate(c) => (c.queue.into(), Vec::new()),
+            Role::Leader(l) => (l.queue.into(), l.inflight.into_values().flat_map(|i| i.entry.proposals).collect()),
+        }
+    }
+
+    /// The proposal `id` was applied: a leader's expiry backlog no longer counts it.
+    pub(super) fn applied(&mut self, id: ProposalId) {
+        if let Role::Leader(leader) = self {
+            leader.pending_expiries.remove(&id);
+        }
+    }
+
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
         match self {
             Role::Candidate(c) => c.queue.push_back(proposal),
@@ -88,7 +161,7 @@ impl Role {
 
 impl<S: Storage> Replica<S> {
     fn next_ballot(&self) -> LogBallot {
-        LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: self.me }
+        self.acceptor.next_ballot(self.me)
     }
 
     /// This node's ballot while it takes over or leads.
@@ -103,7 +176,7 @@ impl<S: Storage> Replica<S> {
     /// Another proposer got further: stop leading with the lower ballot at once (so that
     /// this node never announces, under its own ballot, commits it learned from a higher
     /// one), and take over again at the next tick if the election still says so.
-    pub(super) fn yield_to_higher_ballot(&mut self, now: Instant, ballot: LogBallot) {
+    pub(super) fn yield_to(&mut self, now: Instant, ballot: LogBallot) {
         self.note_ballot(ballot);
         if self.own_ballot().is_some_and(|mine| ballot > mine) {
             tracing::debug!(node = %self.me, "higher log ballot seen; taking over again");
@@ -130,23 +203,15 @@ impl<S: Storage> Replica<S> {
             return;
         }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
-        if self.config.breakage == LogBreakage::SkipPhase1 {
-            self.role = Role::Leader(Leader {
-                ballot,
-                next_slot: self.commit + 1,
-                inflight: BTreeMap::new(),
-                queue: VecDeque::new(),
-                barrier: 0,
-                ready: false,
-                pending_expiries: BTreeSet::new(),
-                commit_sent: self.commit,
-            });
+        if self.config.broken(LogBreakage::SkipPhase1) {
+            self.role =
+                Role::Leader(Leader::new(ballot, self.learner.commit() + 1, VecDeque::new(), self.learner.commit()));
             self.propose_barrier(now);
         } else {
-            self.role = Role::Candidate(Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() });
+            self.role = Role::Candidate(Candidate::new(ballot));
             let nodes = self.nodes.clone();
-            for to in nodes {
-                self.send_durable(to, LogMessage::Prepare { ballot, from: self.commit + 1 });
+            for to in nodes.iter() {
+                self.send_durable(to, LogMessage::Prepare { ballot, from: self.learner.commit() + 1 });
             }
         }
         self.schedule_tick(now);
@@ -166,7 +231,7 @@ impl<S: Storage> Replica<S> {
             return;
         }
         candidate.promises.insert(from, PromiseInfo { slots, commit, compacted });
-        if compacted > self.commit || commit > self.commit + self.config.max_fetch_entries as u64 {
+        if compacted > self.learner.commit() || commit > self.learner.commit() + self.config.max_fetch_entries as u64 {
             // That acceptor has chosen slots we lack and may no longer report them.
             self.request_fetch(now, from);
         }
@@ -176,49 +241,17 @@ impl<S: Storage> Replica<S> {
     /// Ends phase 1 once a quorum promised and this node holds every slot some promiser
     /// compacted away; re-proposes what was accepted, then a barrier.
     pub(super) fn try_finish_phase1(&mut self, now: Instant) {
-        let quorum = self.quorum();
-        let Role::Candidate(candidate) = &mut self.role else { return };
-        if candidate.promises.len() < quorum {
+        let (quorum, commit) = (self.quorum(), self.learner.commit());
+        if !matches!(&self.role, Role::Candidate(c) if c.can_finish(quorum, commit)) {
             return;
         }
-        // Promisers that compacted slots we lack cannot report them. Any quorum of promisers
-        // that still hold every slot above our commit index is enough (each chosen slot has
-        // an acceptor in it); otherwise we must first catch up.
-        let complete = candidate.promises.values().filter(|p| p.compacted <= self.commit).count();
-        if complete < quorum {
-            return;
-        }
-        let ballot = candidate.ballot;
-        let queue = std::mem::take(&mut candidate.queue);
-        let mut chosen_values: BTreeMap<Slot, (bool, LogBallot, Entry)> = BTreeMap::new();
-        for promise in std::mem::take(&mut candidate.promises).into_values() {
-            for (slot, accepted) in promise.slots {
-                if slot <= self.commit {
-                    continue;
-                }
-                let better = match chosen_values.get(&slot) {
-                    None => true,
-                    Some((chosen, best, _)) => !chosen && (accepted.chosen || accepted.ballot > *best),
-                };
-                if better {
-                    chosen_values.insert(slot, (accepted.chosen, accepted.ballot, accepted.entry));
-                }
-            }
-        }
-        let last = chosen_values.keys().next_back().copied().unwrap_or(self.commit);
-        self.role = Role::Leader(Leader {
-            ballot,
-            next_slot: last + 1,
-            inflight: BTreeMap::new(),
-            queue,
-            barrier: 0,
-            ready: false,
-            pending_expiries: BTreeSet::new(),
-            commit_sent: self.commit,
-        });
-        for slot in self.commit + 1..=last {
+        let Role::Candidate(candidate) = std::mem::take(&mut self.role) else { return };
+        let (leader, mut values) = candidate.finish(commit);
+        let last = leader.next_slot - 1;
+        self.role = Role::Leader(leader);
+        for slot in commit + 1..=last {
             // Holes nobody accepted anything in become no-ops.
-            let entry = chosen_values.remove(&slot).map(|(_, _, entry)| entry).unwrap_or_default();
+            let entry = values.remove(&slot).unwrap_or_default();
             self.propose_slot(now, slot, entry);
         }
         self.propose_barrier(now);
@@ -242,7 +275,7 @@ impl<S: Storage> Replica<S> {
     }
 
     fn propose_slot(&mut self, now: Instant, slot: Slot, entry: Entry) {
-        let commit = self.commit;
+        let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         let ballot = leader.ballot;
         leader.inflight.insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now });
@@ -289,40 +322,35 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Some(done) = leader.inflight.remove(&slot) else { return };
-        if slot <= self.compacted {
+        if slot <= self.learner.compacted() {
             return;
         }
         // Chosen: a quorum accepted it in this ballot. If this node's own acceptor does not
         // hold it (its accept is still unsynced, or it promised a higher ballot), store the
         // chosen value first: the commit index written next must never cover a slot whose
         // stored value is not the chosen one.
-        let own_matches = self.slots.get(&slot).is_some_and(|s| s.ballot == ballot);
+        let own_matches = self.acceptor.slot(slot).is_some_and(|s| s.ballot == ballot);
         let chosen = AcceptedSlot { ballot, entry: done.entry, chosen: true };
-        if !own_matches {
-            let result = self.storage.save_slot(slot, &chosen);
+        if own_matches {
+            self.acceptor.hold(slot, chosen);
+        } else {
+            let result = self.acceptor.store(slot, chosen, &mut self.storage);
             if !self.persist(result) {
                 return;
             }
         }
-        self.slots.insert(slot, chosen);
         self.advance_commit();
         self.apply_chosen(now);
         self.fill_pipeline(now);
     }
 
     pub(super) fn on_reject(&mut self, now: Instant, ballot: LogBallot, promised: LogBallot) {
-        self.note_ballot(promised);
-        let mine = match &self.role {
-            Role::Candidate(c) => c.ballot,
-            Role::Leader(l) => l.ballot,
-            Role::Follower => return,
-        };
-        if ballot == mine && promised > mine {
-            // Another proposer got further: start over with a higher ballot at the next tick,
-            // if the election still says this node is master.
-            tracing::debug!(node = %self.me, "log ballot superseded; taking over again");
-            self.step_down();
-            self.schedule_tick(now);
+        // Only a rejection of the ballot this node is using now says anything about it; an
+        // older one's rejection still tells us how far the others got.
+        if self.own_ballot() == Some(ballot) {
+            self.yield_to(now, promised);
+        } else {
+            self.note_ballot(promised);
         }
     }
 
@@ -330,31 +358,25 @@ impl<S: Storage> Replica<S> {
     /// proposed ones as "indeterminate" (they may still be chosen).
     pub(super) fn step_down(&mut self) {
         let hint = self.master_hint.filter(|h| *h != self.me);
-        let (queued, proposed): (Vec<Proposal>, Vec<Proposal>) = match std::mem::take(&mut self.role) {
-            Role::Follower => (Vec::new(), Vec::new()),
-            Role::Candidate(c) => (c.queue.into(), Vec::new()),
-            Role::Leader(l) => (l.queue.into(), l.inflight.into_values().flat_map(|i| i.entry.proposals).collect()),
-        };
+        let (queued, proposed) = std::mem::take(&mut self.role).into_pending();
         for proposal in queued {
             if self.awaiting.remove(&proposal.id) {
-                self.out.completions.push(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
             }
         }
         for proposal in proposed {
             if self.awaiting.remove(&proposal.id) {
-                self.out
-                    .completions
-                    .push(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
             }
         }
-        if self.config.breakage != LogBreakage::DeposedExpiry && self.lessor.is_running() {
+        if !self.config.broken(LogBreakage::DeposedExpiry) && self.lessor.is_running() {
             self.lessor.stop();
         }
     }
 
     pub(super) fn on_tick(&mut self, now: Instant) {
         let retry = self.config.retry_interval;
-        let commit = self.commit;
+        let commit = self.learner.commit();
         match &mut self.role {
             Role::Follower => {
                 if self.is_master(Some(now)) && self.stopped.is_none() {
@@ -364,7 +386,7 @@ impl<S: Storage> Replica<S> {
             }
             Role::Candidate(c) => {
                 let ballot = c.ballot;
-                let missing: Vec<NodeId> = self.nodes.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
+                let missing: Vec<NodeId> = self.nodes.iter().filter(|n| !c.promises.contains_key(n)).collect();
                 // Phase 1 may be waiting for slots a promiser compacted away; the fetch or its
                 // answer may have been lost, so ask again (request_fetch rate-limits itself).
                 // Rotate over the promisers that are ahead, so one that died does not stall us.
@@ -388,9 +410,9 @@ impl<S: Storage> Replica<S> {
                 for (slot, inflight) in l.inflight.iter_mut() {
                     if inflight.sent.saturating_add(retry) <= now {
                         inflight.sent = now;
-                        for node in &self.nodes {
-                            if !inflight.acks.contains(node) {
-                                resend.push((*node, *slot, inflight.entry.clone()));
+                        for node in self.nodes.iter() {
+                            if !inflight.acks.contains(&node) {
+                                resend.push((node, *slot, inflight.entry.clone()));
                             }
                         }
                     }
@@ -410,7 +432,7 @@ impl<S: Storage> Replica<S> {
 
     /// Sends the commit index to followers when it moved (once per batch of outputs).
     pub(super) fn announce_commit(&mut self) {
-        let commit = self.commit;
+        let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.commit_sent >= commit {
             return;
@@ -431,7 +453,7 @@ impl<S: Storage> Replica<S> {
         }
         let ready = self.is_ready_master(now);
         if !ready {
-            if self.config.breakage == LogBreakage::DeposedExpiry {
+            if self.config.broken(LogBreakage::DeposedExpiry) {
                 let found = self.lessor.take_expired(now, usize::MAX);
                 self.deposed_expiries.extend(found);
             }
@@ -457,7 +479,7 @@ impl<S: Storage> Replica<S> {
         match &self.role {
             Role::Leader(leader) => leader.ready && leader.pending_expiries.len() < self.config.max_expire_in_queue,
             // A deposed tracker (only in the deposed-expiry control) collects what it finds.
-            _ => self.config.breakage == LogBreakage::DeposedExpiry,
+            _ => self.config.broken(LogBreakage::DeposedExpiry),
         }
     }
 

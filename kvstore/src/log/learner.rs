@@ -1,11 +1,13 @@
 //! The learner half of a replica: learning which slots are chosen, applying them in order,
 //! catching up from peers, and compacting the log behind snapshots.
 
+use super::acceptor::Acceptor;
 use super::client::Completion;
 use super::leader::Role;
 use super::message::LogMessage;
 use super::replica::{AppliedTrace, Replica};
 use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
+use crate::command::Applied;
 use crate::command::{Command, CommandResponse};
 use crate::state::StateMachine;
 use crate::storage::{SnapshotRecord, Storage};
@@ -13,28 +15,149 @@ use leasekv_lease::{Instant, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// What one replica has learned: how far the log is chosen and applied, the state machine
+/// it was applied to, and the bookkeeping of snapshots, compaction and catching up.
+#[derive(Debug)]
+pub(super) struct Learner {
+    commit: Slot,
+    applied: Slot,
+    machine: StateMachine,
+    snapshot_index: Slot,
+    /// Bytes of the last snapshot taken or installed (0: none yet).
+    snapshot_bytes: u64,
+    /// Bytes of commands applied since the last snapshot (see `snapshot_every`).
+    applied_bytes_since_snapshot: u64,
+    compacted: Slot,
+    fetch_sent: Option<Instant>,
+}
+
+impl Learner {
+    /// A learner restored from a snapshot at `snapshot_index` of `snapshot_bytes` bytes
+    /// (0, 0 without one), with the log compacted through `compacted`.
+    pub(super) fn recovered(machine: StateMachine, snapshot_index: Slot, snapshot_bytes: u64, compacted: Slot) -> Self {
+        Learner {
+            commit: snapshot_index,
+            applied: snapshot_index,
+            machine,
+            snapshot_index,
+            snapshot_bytes,
+            applied_bytes_since_snapshot: 0,
+            compacted: compacted.min(snapshot_index),
+            fetch_sent: None,
+        }
+    }
+
+    /// Highest slot known chosen, with every slot below it.
+    pub(super) fn commit(&self) -> Slot {
+        self.commit
+    }
+
+    /// Highest slot applied to the state machine.
+    pub(super) fn applied(&self) -> Slot {
+        self.applied
+    }
+
+    /// Highest slot dropped from the log (covered by a snapshot).
+    pub(super) fn compacted(&self) -> Slot {
+        self.compacted
+    }
+
+    /// The slot the last snapshot covers (0: none yet).
+    pub(super) fn snapshot_index(&self) -> Slot {
+        self.snapshot_index
+    }
+
+    /// The state machine.
+    pub(super) fn machine(&self) -> &StateMachine {
+        &self.machine
+    }
+
+    /// Moves the commit index over every contiguous slot `acceptor` knows chosen; returns
+    /// the new commit index if it moved (the caller records it).
+    pub(super) fn advance_commit(&mut self, acceptor: &Acceptor) -> Option<Slot> {
+        let before = self.commit;
+        while acceptor.is_chosen(self.commit + 1) {
+            self.commit += 1;
+        }
+        (self.commit > before).then_some(self.commit)
+    }
+
+    /// Applies one command of slot `applied() + 1` to the state machine.
+    pub(super) fn apply(&mut self, command: &Command) -> Applied {
+        self.applied_bytes_since_snapshot += super::leader::command_size(command) as u64;
+        self.machine.apply(command)
+    }
+
+    /// Every command of `slot` was applied.
+    pub(super) fn applied_through(&mut self, slot: Slot) {
+        self.applied = slot;
+    }
+
+    /// Whether a fetch may go out at `now` (at most one per `retry` interval); if so,
+    /// records that it did.
+    pub(super) fn may_fetch(&mut self, now: Instant, retry: Duration) -> bool {
+        if self.fetch_sent.is_some_and(|sent| now < sent.saturating_add(retry)) {
+            return false;
+        }
+        self.fetch_sent = Some(now);
+        true
+    }
+
+    /// A fetch was answered: the next one may go out at once.
+    pub(super) fn fetch_answered(&mut self) {
+        self.fetch_sent = None;
+    }
+
+    /// Replaces the state with `machine`, a snapshot through `index` of `bytes` bytes; the
+    /// log through `index` is compacted.
+    pub(super) fn install_snapshot(&mut self, machine: StateMachine, index: Slot, bytes: u64) {
+        self.machine = machine;
+        self.applied = index;
+        self.commit = self.commit.max(index);
+        self.snapshot_index = index;
+        self.snapshot_bytes = bytes;
+        self.applied_bytes_since_snapshot = 0;
+        self.compacted = index;
+    }
+
+    /// Whether a snapshot is due: `every` slots applied since the last one, and at least
+    /// as many bytes of commands as the last snapshot held (a snapshot costs as much as the
+    /// whole state, so it is paid for by at least as much log).
+    pub(super) fn snapshot_due(&self, every: u64) -> bool {
+        self.applied >= self.snapshot_index + every && self.applied_bytes_since_snapshot >= self.snapshot_bytes
+    }
+
+    /// A snapshot of `bytes` bytes through `applied()` was stored.
+    pub(super) fn took_snapshot(&mut self, bytes: u64) {
+        self.snapshot_index = self.applied;
+        self.snapshot_bytes = bytes;
+        self.applied_bytes_since_snapshot = 0;
+    }
+
+    /// The log through `cut` was dropped.
+    pub(super) fn compacted_through(&mut self, cut: Slot) {
+        self.compacted = cut;
+    }
+}
+
 impl<S: Storage> Replica<S> {
     /// The leader of `ballot` says every slot `<= commit` is chosen. A slot is chosen here
     /// when this replica accepted it in that same ballot (the leader proposes one value per
     /// slot per ballot); anything else must be fetched.
     pub(super) fn learn_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
-        let mut slot = self.commit + 1;
-        while slot <= commit {
-            match self.slots.get_mut(&slot) {
-                Some(accepted) if accepted.chosen || accepted.ballot == ballot => accepted.chosen = true,
-                _ => break,
-            }
+        let mut slot = self.learner.commit() + 1;
+        while slot <= commit && self.acceptor.learn_chosen(slot, ballot) {
             slot += 1;
         }
         self.advance_commit();
         self.apply_chosen(now);
-        if self.commit < commit {
+        if self.learner.commit() < commit {
             self.request_fetch(now, from);
         }
     }
 
     pub(super) fn on_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
-        self.yield_to_higher_ballot(now, ballot);
+        self.yield_to(now, ballot);
         self.master_hint = Some(from);
         self.learn_commit(now, from, ballot, commit);
     }
@@ -44,61 +167,53 @@ impl<S: Storage> Replica<S> {
         if peer == self.me {
             return;
         }
-        if self.fetch_sent.is_some_and(|sent| now < sent.saturating_add(self.config.retry_interval)) {
+        if !self.learner.may_fetch(now, self.config.retry_interval) {
             return;
         }
-        self.fetch_sent = Some(now);
-        self.send(peer, LogMessage::Fetch { from: self.commit + 1 });
+        self.send(peer, LogMessage::Fetch { from: self.learner.commit() + 1 });
     }
 
     pub(super) fn on_fetch(&mut self, from: NodeId, first: Slot) {
-        if first <= self.compacted {
+        if first <= self.learner.compacted() {
             // Those entries are gone from the log: send the state machine instead.
-            let data = self.machine.to_snapshot_bytes();
-            self.send(from, LogMessage::Snapshot { index: self.applied, data });
+            let data = self.learner.machine().to_snapshot_bytes();
+            self.send(from, LogMessage::Snapshot { index: self.learner.applied(), data });
             return;
         }
-        let entries: Vec<(Slot, Entry)> = self
-            .slots
-            .range(first..=self.commit.max(first))
-            .take_while(|(slot, _)| **slot <= self.commit)
-            .take(self.config.max_fetch_entries)
-            .map(|(slot, accepted)| (*slot, accepted.entry.clone()))
-            .collect();
-        self.send(from, LogMessage::Entries { entries, commit: self.commit });
+        let entries = self.acceptor.chosen_entries(first, self.learner.commit(), self.config.max_fetch_entries);
+        self.send(from, LogMessage::Entries { entries, commit: self.learner.commit() });
     }
 
     pub(super) fn on_entries(&mut self, now: Instant, from: NodeId, entries: Vec<(Slot, Entry)>, commit: Slot) {
-        self.fetch_sent = None;
+        self.learner.fetch_answered();
         for (slot, entry) in entries {
-            if slot <= self.commit || self.slots.get(&slot).is_some_and(|s| s.chosen) {
+            if slot <= self.learner.commit() || self.acceptor.is_chosen(slot) {
                 continue;
             }
             // A chosen value is final: it replaces whatever this acceptor accepted there, and
             // is reported as chosen in later promises so that no leader proposes another.
-            let ballot = self.slots.get(&slot).map_or(LogBallot::ZERO, |s| s.ballot);
+            let ballot = self.acceptor.slot(slot).map_or(LogBallot::ZERO, |s| s.ballot);
             let accepted = AcceptedSlot { ballot, entry, chosen: true };
-            let result = self.storage.save_slot(slot, &accepted);
+            let result = self.acceptor.store(slot, accepted, &mut self.storage);
             if !self.persist(result) {
                 return;
             }
-            self.slots.insert(slot, accepted);
         }
-        let before = self.commit;
+        let before = self.learner.commit();
         self.advance_commit();
         self.apply_chosen(now);
-        if self.commit > before {
+        if self.learner.commit() > before {
             self.yield_if_leading(now);
         }
-        if self.commit < commit {
+        if self.learner.commit() < commit {
             self.request_fetch(now, from);
         }
         self.try_finish_phase1(now);
     }
 
     pub(super) fn on_snapshot(&mut self, now: Instant, index: Slot, data: Vec<u8>) {
-        self.fetch_sent = None;
-        if index <= self.applied {
+        self.learner.fetch_answered();
+        if index <= self.learner.applied() {
             return;
         }
         let machine = match StateMachine::from_snapshot_bytes(&data) {
@@ -115,7 +230,6 @@ impl<S: Storage> Replica<S> {
             return;
         }
         self.yield_if_leading(now);
-        self.machine = machine;
         // Proposals of this node still waiting for their slot may be inside the snapshot;
         // their outcome can no longer be told apart.
         let hint = self.master_hint.filter(|h| *h != self.me);
@@ -124,22 +238,15 @@ impl<S: Storage> Replica<S> {
             std::mem::take(&mut self.awaiting).into_iter().partition(|id| queued.contains(id));
         self.awaiting = keep;
         for id in lost {
-            self.out
-                .completions
-                .push(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
+            self.outbox.complete(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
         }
-        self.applied = index;
-        self.commit = self.commit.max(index);
-        self.snapshot_index = index;
-        self.snapshot_bytes = snapshot_bytes;
-        self.applied_bytes_since_snapshot = 0;
-        self.compacted = index;
-        self.slots = self.slots.split_off(&(index + 1));
+        self.learner.install_snapshot(machine, index, snapshot_bytes);
+        self.acceptor.forget_through(index);
         if self.config.trace_applies {
-            self.out.applied.push(AppliedTrace {
+            self.outbox.trace(AppliedTrace {
                 slot: index,
                 proposals: Vec::new(),
-                digest: self.machine.digest(),
+                digest: self.learner.machine().digest(),
                 expired: Vec::new(),
                 from_snapshot: true,
             });
@@ -151,12 +258,8 @@ impl<S: Storage> Replica<S> {
 
     /// Moves the commit index over every contiguous chosen slot, and records it.
     pub(super) fn advance_commit(&mut self) {
-        let before = self.commit;
-        while self.slots.get(&(self.commit + 1)).is_some_and(|s| s.chosen) {
-            self.commit += 1;
-        }
-        if self.commit > before {
-            let result = self.storage.save_commit(self.commit);
+        if let Some(commit) = self.learner.advance_commit(&self.acceptor) {
+            let result = self.storage.save_commit(commit);
             self.persist(result);
         }
     }
@@ -164,9 +267,9 @@ impl<S: Storage> Replica<S> {
     /// Applies chosen slots in order; answers this node's waiting clients; keeps the lease
     /// tracker in step; marks the master ready once its barrier is applied.
     pub(super) fn apply_chosen(&mut self, now: Instant) {
-        while self.applied < self.commit {
-            let slot = self.applied + 1;
-            let Some(accepted) = self.slots.get(&slot) else {
+        while self.learner.applied() < self.learner.commit() {
+            let slot = self.learner.applied() + 1;
+            let Some(accepted) = self.acceptor.slot(slot) else {
                 // Cannot happen: commit only covers slots present. Stop rather than skip.
                 debug_assert!(false, "chosen slot {slot} missing");
                 return;
@@ -174,41 +277,27 @@ impl<S: Storage> Replica<S> {
             let mut trace_ids = Vec::new();
             let mut expired_trace = Vec::new();
             for proposal in &accepted.entry.proposals {
-                self.applied_bytes_since_snapshot += super::leader::command_size(&proposal.command) as u64;
-                let applied = self.machine.apply(&proposal.command);
-                if self.lessor.is_running() {
-                    match (&proposal.command, &applied.result) {
-                        (Command::LeaseGrant { .. }, Ok(CommandResponse::LeaseGrant(granted))) => {
-                            self.lessor.track(now, granted.id, Duration::from_secs(granted.ttl.max(0) as u64))
-                        }
-                        (Command::LeaseRevoke { id }, Ok(_)) => self.lessor.forget(*id),
-                        _ => {}
-                    }
-                }
+                let applied = self.learner.apply(&proposal.command);
+                self.lessor.follow_apply(now, &proposal.command, &applied.result);
                 if let Ok(CommandResponse::LeaseExpire { expired, .. }) = &applied.result {
-                    for id in expired {
-                        self.lessor.forget(*id);
-                    }
                     if self.config.trace_applies {
                         expired_trace.extend(expired.iter().copied());
                     }
                 }
-                if let Role::Leader(leader) = &mut self.role {
-                    leader.pending_expiries.remove(&proposal.id);
-                }
+                self.role.applied(proposal.id);
                 if self.config.trace_applies {
                     trace_ids.push(proposal.id);
                 }
                 if self.awaiting.remove(&proposal.id) {
-                    self.out.completions.push(Completion { id: proposal.id, result: Ok((slot, applied)) });
+                    self.outbox.complete(Completion { id: proposal.id, result: Ok((slot, applied)) });
                 }
             }
-            self.applied = slot;
+            self.learner.applied_through(slot);
             if self.config.trace_applies {
-                self.out.applied.push(AppliedTrace {
+                self.outbox.trace(AppliedTrace {
                     slot,
                     proposals: trace_ids,
-                    digest: self.machine.digest(),
+                    digest: self.learner.machine().digest(),
                     expired: expired_trace,
                     from_snapshot: false,
                 });
@@ -229,13 +318,13 @@ impl<S: Storage> Replica<S> {
         }
         leader.ready = true;
         let round = leader.ballot.round;
-        tracing::info!(node = %self.me, round, applied = slot, leases = self.machine.lease_count(), "master ready: log taken over");
-        let keep_stale = self.config.breakage == super::config::LogBreakage::DeposedExpiry && self.lessor.is_running();
+        tracing::info!(node = %self.me, round, applied = slot, leases = self.learner.machine().lease_count(), "master ready: log taken over");
+        let keep_stale = self.config.broken(super::config::LogBreakage::DeposedExpiry) && self.lessor.is_running();
         if !keep_stale {
             // Every countdown restarts at its full TTL: this node cannot know how long the
             // previous master had already counted.
             let leases: Vec<_> =
-                self.machine.leases().map(|l| (l.id, Duration::from_secs(l.ttl.max(0) as u64))).collect();
+                self.learner.machine().leases().map(|l| (l.id, Duration::from_secs(l.ttl.max(0) as u64))).collect();
             self.lessor.start(now, leases);
         }
     }
@@ -244,27 +333,23 @@ impl<S: Storage> Replica<S> {
     /// of commands as the last snapshot held were applied since it, and drops the log behind
     /// it (keeping a short tail for peers that are only slightly behind).
     fn maybe_snapshot(&mut self) {
-        if self.applied < self.snapshot_index + self.config.snapshot_every
-            || self.applied_bytes_since_snapshot < self.snapshot_bytes
-        {
+        if !self.learner.snapshot_due(self.config.snapshot_every) {
             return;
         }
-        let record = SnapshotRecord { index: self.applied, data: self.machine.to_snapshot_bytes() };
+        let record = SnapshotRecord { index: self.learner.applied(), data: self.learner.machine().to_snapshot_bytes() };
         let result = self.storage.save_snapshot(&record);
         if !self.persist(result) {
             return;
         }
-        self.snapshot_index = self.applied;
-        self.snapshot_bytes = record.data.len() as u64;
-        self.applied_bytes_since_snapshot = 0;
-        let cut = self.applied.saturating_sub(self.config.retain_after_snapshot);
-        if cut > self.compacted {
+        self.learner.took_snapshot(record.data.len() as u64);
+        let cut = self.learner.applied().saturating_sub(self.config.retain_after_snapshot);
+        if cut > self.learner.compacted() {
             let result = self.storage.remove_slots_through(cut);
             if !self.persist(result) {
                 return;
             }
-            self.slots = self.slots.split_off(&(cut + 1));
-            self.compacted = cut;
+            self.acceptor.forget_through(cut);
+            self.learner.compacted_through(cut);
         }
     }
 }

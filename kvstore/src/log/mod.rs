@@ -2,8 +2,10 @@
 //!
 //! - [`types`]: ballots, slots, entries.
 //! - [`message`]: what replicas send each other.
-//! - [`Replica`]: one node's acceptor, learner, state machine, and (when the election makes
-//!   it master) leader and lease tracker.
+//! - [`Replica`]: one node's share, a coordinator over parts that own their state: the
+//!   acceptor (`acceptor.rs`), the learner and its state machine (`learner.rs`), the
+//!   master's role, candidate in phase 1 or leader in phase 2 (`leader.rs`), and the outbox
+//!   that holds acknowledgements until they are durable (`outbox.rs`).
 //!
 //! Safety never depends on the election: log ballots are persisted by every acceptor and a
 //! new master runs phase 1 over a majority before it proposes, so two nodes that both
@@ -16,6 +18,7 @@ mod config;
 mod leader;
 mod learner;
 mod message;
+mod outbox;
 mod replica;
 mod types;
 

@@ -10,11 +10,14 @@
 //! Accepted) is held back until the sync that covers it, so one sync acknowledges a whole
 //! batch of accepts.
 
+use super::acceptor::Acceptor;
 use super::client::{ClientError, Completion, ReadConsistency};
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
+use super::learner::Learner;
 use super::message::LogMessage;
-use super::types::{AcceptedSlot, LogBallot, ProposalId, Slot};
+use super::outbox::Outbox;
+use super::types::{ProposalId, Slot};
 use crate::command::{Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
 use crate::limits::Limits;
@@ -22,8 +25,8 @@ use crate::state::{validate_command, validate_range, StateMachine};
 use crate::storage::{Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
-use leasekv_lease::{Instant, Mastership, NodeId};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use leasekv_lease::{Instant, Mastership, Members, NodeId};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
@@ -56,7 +59,7 @@ pub struct ReplicaOutput {
 
 /// Names one sync begun with [`Replica::begin_sync`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncTicket(u64);
+pub struct SyncTicket(pub(super) u64);
 
 /// The remaining life of a lease, as the master sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -85,44 +88,37 @@ pub enum OpenError {
 }
 
 /// One node's share of the replicated store. See the module documentation.
+///
+/// A coordinator: the `Acceptor`, the `Learner`, the master's `Role` and the
+/// `Outbox` own their state; the replica routes inputs to them, hands each the storage or
+/// the other parts it needs, and acts on what they report (persist, send, fail).
 pub struct Replica<S: Storage> {
     pub(super) me: NodeId,
-    pub(super) nodes: Vec<NodeId>,
+    pub(super) nodes: Members,
     pub(super) config: ReplicaConfig,
     pub(super) limits: Limits,
     pub(super) incarnation: u32,
     pub(super) storage: S,
-    // Acceptor.
-    pub(super) promised: LogBallot,
-    pub(super) slots: BTreeMap<Slot, AcceptedSlot>,
-    pub(super) highest_seen: LogBallot,
-    // Learner.
-    pub(super) commit: Slot,
-    pub(super) applied: Slot,
-    pub(super) machine: StateMachine,
-    pub(super) snapshot_index: Slot,
-    /// Bytes of the last snapshot taken or installed (0: none yet).
-    pub(super) snapshot_bytes: u64,
-    /// Bytes of commands applied since the last snapshot (see `snapshot_every`).
-    pub(super) applied_bytes_since_snapshot: u64,
-    pub(super) compacted: Slot,
-    pub(super) fetch_sent: Option<Instant>,
-    // Master side.
+    /// Promises and accepted slots.
+    pub(super) acceptor: Acceptor,
+    /// Commit and apply progress, the state machine, snapshots.
+    pub(super) learner: Learner,
+    /// The election's verdict for this node.
     pub(super) mastership: Option<Mastership>,
     pub(super) master_hint: Option<NodeId>,
+    /// Follower, or (while master) candidate in phase 1 or leader in phase 2.
     pub(super) role: Role,
+    /// The master's lease deadlines.
     pub(super) lessor: Lessor,
+    /// Expiries found while deposed (only in the `deposed-expiry` negative control).
     pub(super) deposed_expiries: Vec<LeaseId>,
+    /// This node's client proposals not yet answered.
     pub(super) awaiting: BTreeSet<ProposalId>,
     pub(super) next_seq: u64,
     pub(super) next_tick: Option<Instant>,
-    // Plumbing.
-    pub(super) out: ReplicaOutput,
-    pub(super) held: Vec<(NodeId, LogMessage)>,
-    /// Messages a sync in flight (begun with [`Replica::begin_sync`]) will release.
-    pub(super) syncing: Option<(SyncTicket, Vec<(NodeId, LogMessage)>)>,
-    pub(super) next_ticket: u64,
-    pub(super) local: VecDeque<LogMessage>,
+    /// Outputs, and the messages held until a sync.
+    pub(super) outbox: Outbox,
+    /// Why the replica stopped (a storage failure).
     pub(super) stopped: Option<String>,
 }
 
@@ -150,12 +146,7 @@ impl<S: Storage> Replica<S> {
             ),
             None => (StateMachine::new(), 0),
         };
-        let mut nodes = nodes.to_vec();
-        if !nodes.contains(&me) {
-            nodes.push(me);
-        }
-        nodes.sort();
-        nodes.dedup();
+        let nodes = Members::new(me, nodes);
         let compacted = recovered.slots.keys().next().map_or(snapshot_index, |first| first.saturating_sub(1));
         let mut replica = Replica {
             me,
@@ -164,17 +155,13 @@ impl<S: Storage> Replica<S> {
             limits,
             incarnation,
             storage,
-            promised: recovered.promised,
-            slots: recovered.slots,
-            highest_seen: recovered.promised,
-            commit: snapshot_index,
-            applied: snapshot_index,
-            machine,
-            snapshot_index,
-            snapshot_bytes: recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
-            applied_bytes_since_snapshot: 0,
-            compacted: compacted.min(snapshot_index),
-            fetch_sent: None,
+            acceptor: Acceptor::recovered(recovered.promised, recovered.slots, recovered.commit),
+            learner: Learner::recovered(
+                machine,
+                snapshot_index,
+                recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
+                compacted,
+            ),
             mastership: None,
             master_hint: None,
             role: Role::Follower,
@@ -183,20 +170,9 @@ impl<S: Storage> Replica<S> {
             awaiting: BTreeSet::new(),
             next_seq: 0,
             next_tick: None,
-            out: ReplicaOutput::default(),
-            held: Vec::new(),
-            syncing: None,
-            next_ticket: 0,
-            local: VecDeque::new(),
+            outbox: Outbox::new(me),
             stopped: None,
         };
-        // A slot at or below the stored commit index is chosen; the commit index is only
-        // written after the slots it covers, so they are on disk too.
-        for (slot, accepted) in replica.slots.iter_mut() {
-            if *slot <= recovered.commit {
-                accepted.chosen = true;
-            }
-        }
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
         Ok(replica)
@@ -209,23 +185,23 @@ impl<S: Storage> Replica<S> {
 
     /// The state machine (for serializable reads and inspection).
     pub fn state(&self) -> &StateMachine {
-        &self.machine
+        self.learner.machine()
     }
 
     /// Highest slot applied to the state machine.
     pub fn applied_index(&self) -> Slot {
-        self.applied
+        self.learner.applied()
     }
 
     /// The slot this replica's last snapshot covers (0: none yet); the log behind it may
     /// be compacted.
     pub fn snapshot_index(&self) -> Slot {
-        self.snapshot_index
+        self.learner.snapshot_index()
     }
 
     /// Highest slot known chosen, with every slot below it.
     pub fn commit_index(&self) -> Slot {
-        self.commit
+        self.learner.commit()
     }
 
     /// The node this one believes is master.
@@ -347,11 +323,11 @@ impl<S: Storage> Replica<S> {
     ) -> Result<(RangeResponse, Revision), ClientError> {
         self.check_stopped()?;
         validate_range(request, &self.limits)?;
-        if consistency == ReadConsistency::Linearizable && self.config.breakage != LogBreakage::FollowerReads {
+        if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
             self.require_ready(now)?;
         }
-        let response = self.machine.range(request)?;
-        Ok((response, self.machine.revision()))
+        let response = self.learner.machine().range(request)?;
+        Ok((response, self.learner.machine().revision()))
     }
 
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
@@ -360,7 +336,7 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.check_mastership(now);
         self.require_ready(now)?;
-        if self.machine.lease(id).is_none() {
+        if self.learner.machine().lease(id).is_none() {
             return Err(KvError::LeaseNotFound(id).into());
         }
         match self.lessor.keep_alive(now, id) {
@@ -373,7 +349,7 @@ impl<S: Storage> Replica<S> {
     pub fn lease_status(&self, now: Instant, id: LeaseId) -> Result<LeaseStatus, ClientError> {
         self.check_stopped()?;
         self.require_ready(now)?;
-        let lease = self.machine.lease(id).ok_or(KvError::LeaseNotFound(id))?;
+        let lease = self.learner.machine().lease(id).ok_or(KvError::LeaseNotFound(id))?;
         let remaining = self.lessor.remaining(now, id).unwrap_or(Duration::ZERO);
         Ok(LeaseStatus {
             id,
@@ -389,7 +365,8 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.require_ready(now)?;
         Ok(self
-            .machine
+            .learner
+            .machine()
             .leases()
             .map(|lease| LeaseStatus {
                 id: lease.id,
@@ -416,13 +393,10 @@ impl<S: Storage> Replica<S> {
     /// those writes are released then. Returns `None` when nothing waits for a sync, a sync
     /// is already in flight (one at a time), or the replica stopped.
     pub fn begin_sync(&mut self) -> Option<SyncTicket> {
-        if self.stopped.is_some() || self.syncing.is_some() || self.held.is_empty() {
+        if self.stopped.is_some() {
             return None;
         }
-        self.next_ticket += 1;
-        let ticket = SyncTicket(self.next_ticket);
-        self.syncing = Some((ticket, std::mem::take(&mut self.held)));
-        Some(ticket)
+        self.outbox.begin_sync()
     }
 
     /// Syncs the storage in place, for a driver that begins a sync and later finishes it on
@@ -434,10 +408,7 @@ impl<S: Storage> Replica<S> {
     /// Ends the sync `ticket` with its outcome: releases what it covered, or stops the
     /// replica if the storage failed. A ticket that is not the one in flight is ignored.
     pub fn finish_sync(&mut self, now: Instant, ticket: SyncTicket, result: Result<(), StorageError>) {
-        if !self.syncing.as_ref().is_some_and(|(current, _)| *current == ticket) {
-            return;
-        }
-        let Some((_, released)) = self.syncing.take() else { return };
+        let Some(released) = self.outbox.end_sync(ticket) else { return };
         if self.stopped.is_some() {
             return;
         }
@@ -454,9 +425,7 @@ impl<S: Storage> Replica<S> {
     /// Takes everything produced since the last call.
     pub fn take_output(&mut self) -> ReplicaOutput {
         self.announce_commit();
-        let mut out = std::mem::take(&mut self.out);
-        out.needs_sync = !self.held.is_empty() && self.syncing.is_none();
-        out
+        self.outbox.take()
     }
 
     /// Why the replica stopped, if it did (a storage failure).
@@ -467,11 +436,11 @@ impl<S: Storage> Replica<S> {
     // ---- internals shared by the other files of this module ----
 
     pub(super) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        self.nodes.majority()
     }
 
     pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter().copied()
+        self.nodes.iter()
     }
 
     /// Whether the election says this node is master (at `now`, when given).
@@ -534,25 +503,21 @@ impl<S: Storage> Replica<S> {
 
     /// Sends a message that needs no durable state behind it.
     pub(super) fn send(&mut self, to: NodeId, message: LogMessage) {
-        if to == self.me {
-            self.local.push_back(message);
-        } else {
-            self.out.messages.push((to, message));
-        }
+        self.outbox.send(to, message);
     }
 
     /// Sends a message once the writes before it are durable.
     pub(super) fn send_durable(&mut self, to: NodeId, message: LogMessage) {
-        if self.config.breakage == LogBreakage::EarlyAck {
+        if self.config.broken(LogBreakage::EarlyAck) {
             self.send(to, message);
         } else {
-            self.held.push((to, message));
+            self.outbox.hold(to, message);
         }
     }
 
     pub(super) fn broadcast(&mut self, message: LogMessage) {
         let nodes = self.nodes.clone();
-        for to in nodes {
+        for to in nodes.iter() {
             self.send(to, message.clone());
         }
     }
@@ -560,7 +525,7 @@ impl<S: Storage> Replica<S> {
     fn drain_local(&mut self, now: Instant) {
         // Bounded: each local message is answered by at most one local message.
         let mut budget = 1_000_000usize;
-        while let Some(message) = self.local.pop_front() {
+        while let Some(message) = self.outbox.next_local() {
             self.dispatch(now, self.me, message);
             budget -= 1;
             if budget == 0 {
@@ -604,8 +569,7 @@ impl<S: Storage> Replica<S> {
     fn fail(&mut self, error: StorageError) {
         tracing::error!(node = %self.me, %error, "storage failed; replica stops");
         self.stopped = Some(error.to_string());
-        self.held.clear();
-        self.syncing = None;
+        self.outbox.drop_held();
         self.step_down();
     }
 

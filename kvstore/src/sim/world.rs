@@ -8,9 +8,9 @@ use crate::command::{
     RangeRequest, TxnOp, TxnRequest,
 };
 use crate::limits::Limits;
-use crate::log::{
-    ClientError, LogBreakage, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, Slot, SyncTicket,
-};
+#[cfg(feature = "negative-controls")]
+use crate::log::LogBreakage;
+use crate::log::{ClientError, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, Slot, SyncTicket};
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use leasekv_lease::rng::SplitMix64;
@@ -79,6 +79,7 @@ impl KvSimConfig {
     }
 
     /// Selects a negative control.
+    #[cfg(feature = "negative-controls")]
     pub fn with_breakage(mut self, breakage: LogBreakage) -> Self {
         self.replica.breakage = breakage;
         self

@@ -97,7 +97,7 @@ impl StateMachine {
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         // After the command, so that a lease with at most a budget of keys is gone from
-        // memory by the end of the apply that revoked it, as before lazy deletion.
+        // memory by the end of the apply that revoked it.
         self.keys.sweep(self.cleanup_budget);
         Applied { revision: self.revision, result }
     }

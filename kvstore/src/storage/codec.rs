@@ -17,7 +17,7 @@ const OVERHEAD: usize = 1 + 4;
 
 /// Encodes `value` as one framed record.
 pub(crate) fn encode<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, StorageError> {
-    let failed = |e: postcard::Error| StorageError::Io(format!("encoding {what} failed: {e}"));
+    let failed = |e: postcard::Error| StorageError::backend(format!("encoding {what} failed"), e);
     // Sized up front: a slot of 256 commands or a snapshot of the whole state would
     // otherwise be copied through every doubling of the vector.
     let size = postcard::experimental::serialized_size(value).map_err(failed)?;

@@ -46,9 +46,19 @@ pub struct Recovered {
 /// not acknowledge anything it could not persist.
 #[derive(Debug, Error)]
 pub enum StorageError {
-    /// The underlying store failed.
+    /// The underlying store failed, for a reason only this message tells (no error value
+    /// behind it, e.g. the driver's sync thread is gone).
     #[error("storage I/O failed: {0}")]
     Io(String),
+    /// The underlying store (sled, the file system, the record encoder) failed with `source`.
+    #[error("storage I/O failed: {context}: {source}")]
+    Backend {
+        /// What was being done, and where.
+        context: String,
+        /// The store's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A stored record could not be decoded.
     #[error("stored record {what} is corrupt: {detail}")]
     Corrupt {
@@ -57,6 +67,13 @@ pub enum StorageError {
         /// The decoder's message.
         detail: String,
     },
+}
+
+impl StorageError {
+    /// A failure of the underlying store while doing `context`, keeping its error as the source.
+    pub fn backend(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StorageError::Backend { context: context.into(), source: Box::new(source) }
+    }
 }
 
 /// The durable state of one replica.

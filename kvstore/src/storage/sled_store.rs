@@ -74,14 +74,14 @@ impl Durable {
     }
 }
 
-fn io_err(dir: &Path, what: &str, e: impl std::fmt::Display) -> StorageError {
-    StorageError::Io(format!("{what} in {}: {e}", dir.display()))
+fn io_err(dir: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StorageError {
+    StorageError::backend(format!("{what} in {}", dir.display()), e)
 }
 
 impl SledStorage {
     /// Opens (or creates) the store in `dir`.
     ///
-    /// Creates `dir` if missing. Fails with a [`StorageError::Io`] naming the path when it
+    /// Creates `dir` if missing. Fails with a [`StorageError`] naming the path when it
     /// exists but is not a directory, cannot be created, is not writable, or holds a database
     /// another process has open.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
@@ -92,29 +92,29 @@ impl SledStorage {
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir)
-                .map_err(|e| StorageError::Io(format!("cannot create storage directory {shown}: {e}")))?,
-            Err(e) => return Err(StorageError::Io(format!("cannot access storage directory {shown}: {e}"))),
+                .map_err(|e| StorageError::backend(format!("cannot create storage directory {shown}"), e))?,
+            Err(e) => return Err(StorageError::backend(format!("cannot access storage directory {shown}"), e)),
         }
         // sled reports an unwritable directory as a bare "Permission denied" without the path;
         // probing first gives the operator a message that says where.
         let probe = dir.join(".leasekv-write-probe");
         File::create(&probe)
             .and_then(|_| std::fs::remove_file(&probe))
-            .map_err(|e| StorageError::Io(format!("storage directory {shown} is not writable: {e}")))?;
+            .map_err(|e| StorageError::backend(format!("storage directory {shown} is not writable"), e))?;
 
         let db = sled::Config::new()
             .path(dir)
             .open()
-            .map_err(|e| StorageError::Io(format!("cannot open the sled database in {shown}: {e}")))?;
+            .map_err(|e| StorageError::backend(format!("cannot open the sled database in {shown}"), e))?;
         let tree = |name: &str| {
-            db.open_tree(name).map_err(|e| StorageError::Io(format!("cannot open sled tree {name} in {shown}: {e}")))
+            db.open_tree(name).map_err(|e| StorageError::backend(format!("cannot open sled tree {name} in {shown}"), e))
         };
         let meta = tree(META_TREE)?;
         let slots = tree(SLOTS_TREE)?;
         let snapshot = tree(SNAPSHOT_TREE)?;
         let data_path = dir.join(SLED_DATA_FILE);
         let data_file = File::open(&data_path)
-            .map_err(|e| StorageError::Io(format!("cannot open sled data file {}: {e}", data_path.display())))?;
+            .map_err(|e| StorageError::backend(format!("cannot open sled data file {}", data_path.display()), e))?;
         Ok(SledStorage {
             durable: Durable { db, meta, data_file: Arc::new(data_file), dir: dir.to_path_buf() },
             slots,

@@ -8,6 +8,7 @@ use crate::config::{Breakage, LeaseConfig};
 use crate::core::{Envelope, LeadershipChange, Mastership, Output};
 use crate::epoch::RestartEpoch;
 use crate::ids::{NodeId, ResourceId};
+use crate::members::Members;
 use crate::message::ElectionMessage;
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -18,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 #[derive(Debug)]
 pub struct LeaseNode {
     me: NodeId,
-    peers: Vec<NodeId>,
+    peers: Members,
     config: LeaseConfig,
     epoch: u32,
     /// The acceptor role stays silent until then (restart quarantine, rule 1).
@@ -44,13 +45,8 @@ impl LeaseNode {
         now: Instant,
         seed: u64,
     ) -> Self {
-        let mut peers = peers.to_vec();
-        if !peers.contains(&me) {
-            peers.push(me);
-        }
-        peers.sort();
-        peers.dedup();
-        let quarantined = !epoch.first_start && config.breakage != Breakage::NoQuarantine;
+        let peers = Members::new(me, peers);
+        let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         let quarantine_until = if quarantined { now.saturating_add(config.max_lease_time) } else { now };
         LeaseNode {
             me,
@@ -119,7 +115,7 @@ impl LeaseNode {
 
     /// Feeds a message from `from`. Messages from nodes outside the cluster are dropped.
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
-        if !self.peers.contains(&from) {
+        if !self.peers.contains(from) {
             tracing::debug!(%from, "dropping lease message from a node outside the cluster");
             return;
         }
@@ -157,7 +153,7 @@ impl LeaseNode {
                     Some(acceptor.on_propose(now, ballot, proposal, self.config.max_lease_time))
                 }
                 Body::Release { ballot } => {
-                    if acceptor.on_release(ballot, self.config.breakage) {
+                    if release(acceptor, ballot, &self.config) {
                         if let Some(p) = self.proposers.get_mut(&resource) {
                             p.on_release_seen(now, ballot, &mut self.rng);
                         }
@@ -215,7 +211,7 @@ impl LeaseNode {
 
     fn queue(&mut self, resource: ResourceId, out: ProposerOutput) {
         for (target, body) in out.messages {
-            for &peer in &self.peers {
+            for peer in self.peers.iter() {
                 if target == Target::Others && peer == self.me {
                     continue;
                 }
@@ -240,4 +236,15 @@ pub(crate) fn output_for(
     (messages, changes): (Vec<Envelope>, Vec<(ResourceId, LeadershipChange)>),
 ) -> Output {
     Output { messages, changes: changes.into_iter().filter(|(r, _)| *r == resource).map(|(_, c)| c).collect() }
+}
+
+/// Applies a Release to `acceptor` (or, under the `release-any-ballot` negative control,
+/// releases whatever ballot of that owner it holds).
+fn release(acceptor: &mut Acceptor, ballot: crate::ballot::Ballot, config: &LeaseConfig) -> bool {
+    #[cfg(feature = "negative-controls")]
+    if config.broken(Breakage::ReleaseAnyBallot) {
+        return acceptor.on_release_any_ballot(ballot);
+    }
+    let _ = config;
+    acceptor.on_release(ballot)
 }

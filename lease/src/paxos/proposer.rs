@@ -6,6 +6,7 @@ use crate::ballot::{Ballot, Term};
 use crate::config::{Breakage, LeaseConfig};
 use crate::core::{LeadershipChange, LossReason, Mastership};
 use crate::ids::NodeId;
+use crate::members::Members;
 use crate::rng::SplitMix64;
 use crate::time::Instant;
 use std::time::Duration;
@@ -116,7 +117,7 @@ impl Proposer {
     }
 
     fn majority(&self) -> usize {
-        self.acceptors / 2 + 1
+        Members::majority_of(self.acceptors)
     }
 
     /// Enough votes against that a majority can no longer be reached.
@@ -267,11 +268,11 @@ impl Proposer {
             Body::PrepareResponse { ballot, accepted } => self.on_promise(now, from, ballot, accepted, rng, out),
             Body::PrepareRejected { ballot, promised } => {
                 self.observe(promised);
-                let breakage = self.config.breakage;
+                let config = &self.config;
                 if let Round::Preparing { ballot: b, blocked, .. } = &mut self.round {
                     if *b == ballot {
                         blocked.record(from);
-                        let against = blocked.count(breakage);
+                        let against = tally(config, blocked);
                         if self.hopeless(against) {
                             self.fail_round(now, rng, out);
                         }
@@ -308,7 +309,7 @@ impl Proposer {
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
-        let (me, epoch, breakage) = (self.me, self.epoch, self.config.breakage);
+        let (me, epoch, config) = (self.me, self.epoch, &self.config);
         let Round::Preparing { ballot: b, open, blocked, longest_foreign, .. } = &mut self.round else {
             return;
         };
@@ -327,7 +328,7 @@ impl Proposer {
                     Some(Hint { owner: lease.owner, ballot: lease.ballot, until: now.saturating_add(lease.remaining) });
             }
         }
-        let (open_count, blocked_count) = (open.count(breakage), blocked.count(breakage));
+        let (open_count, blocked_count) = (tally(config, open), tally(config, blocked));
         if open_count >= self.majority() {
             self.propose(now, ballot, out);
         } else if self.hopeless(blocked_count) {
@@ -363,7 +364,7 @@ impl Proposer {
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
-        let (breakage, majority) = (self.config.breakage, self.majority());
+        let (config, majority) = (&self.config, self.majority());
         let Round::Proposing { ballot: b, accepted, rejected, expires_at, .. } = &mut self.round else {
             return;
         };
@@ -372,18 +373,18 @@ impl Proposer {
         }
         if !was_accepted {
             rejected.record(from);
-            let against = rejected.count(breakage);
+            let against = tally(config, rejected);
             if self.hopeless(against) {
                 self.fail_round(now, rng, out);
             }
             return;
         }
         accepted.record(from);
-        if accepted.count(breakage) < majority {
+        if tally(config, accepted) < majority {
             return;
         }
         let mut expires_at = *expires_at;
-        if breakage == Breakage::LateTimer {
+        if self.config.broken(Breakage::LateTimer) {
             expires_at = now.saturating_add(self.config.holder_validity());
         }
         self.round = Round::Idle;
@@ -438,4 +439,15 @@ impl Proposer {
         let after = now.saturating_add(self.config.round_timeout + jitter);
         self.next_attempt = Some(self.next_attempt.map_or(after, |a| a.max(after)));
     }
+}
+
+/// The votes that count towards a majority: one per distinct acceptor, or every answer
+/// under the `count-duplicates` negative control.
+fn tally(config: &LeaseConfig, votes: &Votes) -> usize {
+    #[cfg(feature = "negative-controls")]
+    if config.broken(Breakage::CountDuplicates) {
+        return votes.answers();
+    }
+    let _ = config;
+    votes.count()
 }

@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::ballot::Ballot;
-use crate::config::{Breakage, LeaseConfig};
+#[cfg(feature = "negative-controls")]
+use crate::config::Breakage;
+use crate::config::LeaseConfig;
 use crate::core::LeadershipChange;
 use crate::epoch::RestartEpoch;
 use crate::ids::{NodeId, ResourceId};
@@ -112,6 +114,7 @@ fn timer_starts_before_the_propose_is_sent() {
     assert_eq!(m.valid_until, at(10).saturating_add(validity));
 }
 
+#[cfg(feature = "negative-controls")]
 #[test]
 fn late_timer_control_really_is_broken() {
     let config = LeaseConfig { breakage: Breakage::LateTimer, ..LeaseConfig::default() };
@@ -136,6 +139,7 @@ fn duplicated_answers_of_one_acceptor_count_once() {
     assert!(proposed(&sent(&mut n1).0));
 }
 
+#[cfg(feature = "negative-controls")]
 #[test]
 fn count_duplicates_control_really_is_broken() {
     let config = LeaseConfig { breakage: Breakage::CountDuplicates, ..LeaseConfig::default() };
@@ -202,6 +206,7 @@ fn first_start_needs_no_quarantine() {
     assert_eq!(sent(&mut n2).0.len(), 1);
 }
 
+#[cfg(feature = "negative-controls")]
 #[test]
 fn no_quarantine_control_really_is_broken() {
     let config = LeaseConfig { breakage: Breakage::NoQuarantine, ..LeaseConfig::default() };

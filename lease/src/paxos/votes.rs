@@ -1,32 +1,37 @@
 //! Counting votes per distinct acceptor.
 
-use crate::config::Breakage;
 use crate::ids::NodeId;
 
 /// The acceptors that voted one way in one round. Counts each acceptor once, however many
-/// copies of its answer the network delivers (unless the `count-duplicates` negative
-/// control is on, which is exactly the bug this type exists to prevent).
+/// copies of its answer the network delivers (the `count-duplicates` negative control counts
+/// answers instead, which is exactly the bug this type exists to prevent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Votes {
     voters: Vec<NodeId>,
+    #[cfg(feature = "negative-controls")]
     answers: usize,
 }
 
 impl Votes {
     /// Records `from`'s vote.
     pub fn record(&mut self, from: NodeId) {
-        self.answers += 1;
+        #[cfg(feature = "negative-controls")]
+        {
+            self.answers += 1;
+        }
         if !self.voters.contains(&from) {
             self.voters.push(from);
         }
     }
 
-    /// How many votes count towards a majority.
-    pub fn count(&self, breakage: Breakage) -> usize {
-        if breakage == Breakage::CountDuplicates {
-            self.answers
-        } else {
-            self.voters.len()
-        }
+    /// How many votes count towards a majority: one per distinct acceptor.
+    pub fn count(&self) -> usize {
+        self.voters.len()
+    }
+
+    /// Every answer delivered, duplicates included: the `count-duplicates` control's count.
+    #[cfg(feature = "negative-controls")]
+    pub fn answers(&self) -> usize {
+        self.answers
     }
 }

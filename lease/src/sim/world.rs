@@ -439,7 +439,7 @@ impl World {
             }
             4 => {
                 // Restart storm: a majority of the nodes other than the master restart quickly.
-                let majority = n / 2 + 1;
+                let majority = crate::members::Members::majority_of(n);
                 let mut others: Vec<usize> = (0..n).filter(|i| !masters.contains(&self.slots[*i].id)).collect();
                 for i in (1..others.len()).rev() {
                     let j = self.rng.range_u64(0, i as u64) as usize;
@@ -496,7 +496,7 @@ impl World {
         self.network.faults.loss = 0.0;
         self.network.faults.stall = 0.0;
         let n = self.slots.len();
-        let majority = n / 2 + 1;
+        let majority = crate::members::Members::majority_of(n);
         let down_count = self.rng.range_u64(0, (n - majority) as u64) as usize;
         let mut order: Vec<usize> = (0..n).collect();
         for i in (1..n).rev() {

@@ -1,0 +1,84 @@
+//! The voting members of a cluster, and the majority rule every quorum in leasekv uses.
+
+use crate::ids::NodeId;
+
+/// Every voting member of a cluster, this node included, sorted and without duplicates.
+///
+/// Quorums are counted against this list: the PaxosLease acceptors, the naive election's
+/// voters and the replicated log's acceptors all take their majority from here, so a
+/// node's own vote is always counted and each member counts once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Members {
+    ids: Vec<NodeId>,
+}
+
+impl Members {
+    /// The members `nodes` as seen from `me`: `me` is added if missing, and the list is
+    /// sorted and deduplicated so that every node iterates its peers in the same order.
+    pub fn new(me: NodeId, nodes: &[NodeId]) -> Self {
+        let mut ids = nodes.to_vec();
+        if !ids.contains(&me) {
+            ids.push(me);
+        }
+        ids.sort();
+        ids.dedup();
+        Members { ids }
+    }
+
+    /// The smallest number of members any two of which sets overlap: more than half.
+    pub fn majority(&self) -> usize {
+        Self::majority_of(self.ids.len())
+    }
+
+    /// The majority of a cluster of `count` voters, for code that only keeps the count.
+    pub fn majority_of(count: usize) -> usize {
+        count / 2 + 1
+    }
+
+    /// How many members there are.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether there are no members (never true for a list built with [`Members::new`]).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Whether `node` is a member.
+    pub fn contains(&self, node: NodeId) -> bool {
+        self.ids.binary_search(&node).is_ok()
+    }
+
+    /// The members in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.ids.iter().copied()
+    }
+
+    /// The members in ascending order, as a slice.
+    pub fn as_slice(&self) -> &[NodeId] {
+        &self.ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adds_self_sorts_and_dedups() {
+        let members = Members::new(NodeId(2), &[NodeId(3), NodeId(1), NodeId(3)]);
+        assert_eq!(members.as_slice(), &[NodeId(1), NodeId(2), NodeId(3)]);
+        assert!(members.contains(NodeId(2)));
+        assert!(!members.contains(NodeId(4)));
+    }
+
+    #[test]
+    fn majority_is_more_than_half() {
+        assert_eq!(Members::majority_of(1), 1);
+        assert_eq!(Members::majority_of(2), 2);
+        assert_eq!(Members::majority_of(3), 2);
+        assert_eq!(Members::majority_of(4), 3);
+        assert_eq!(Members::majority_of(5), 3);
+    }
+}
