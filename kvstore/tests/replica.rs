@@ -2,7 +2,7 @@
 //! delivers messages (in order, or shuffled), syncs storage at once, and lets tests choose
 //! who believes it is master.
 
-use leasekv_kvstore::log::{ClientError, Completion, LogMessage, ReadConsistency, Replica, ReplicaConfig};
+use leasekv_kvstore::log::{Completion, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError};
 use leasekv_kvstore::storage::{MemoryStorage, StorageError};
 use leasekv_kvstore::{
     Command, CommandResponse, Compare, CompareResult, CompareTarget, KeyRange, Limits, PutRequest, RangeRequest,
@@ -134,13 +134,13 @@ impl Cluster {
         self.settle();
     }
 
-    fn put(&mut self, at: u32, key: &str, value: &str) -> Result<(), ClientError> {
+    fn put(&mut self, at: u32, key: &str, value: &str) -> Result<(), RequestError> {
         let now = self.now;
         let cmd = Command::Put(PutRequest { key: key.into(), value: value.into(), lease: NO_LEASE, prev_kv: false });
         self.replica(at).propose(now, cmd).map(|_| ())
     }
 
-    fn get(&mut self, at: u32, key: &str, consistency: ReadConsistency) -> Result<Option<Vec<u8>>, ClientError> {
+    fn get(&mut self, at: u32, key: &str, consistency: ReadConsistency) -> Result<Option<Vec<u8>>, RequestError> {
         let now = self.now;
         let req = RangeRequest { range: KeyRange::single(key), ..Default::default() };
         self.replica(at).read(now, &req, consistency).map(|(r, _)| r.kvs.first().map(|kv| kv.value.clone()))
@@ -179,7 +179,7 @@ fn master_takes_over_then_serves_writes_and_linearizable_reads() {
     let mut c = Cluster::new(3, config());
     c.make_master(1, 1);
     // Before phase 1 and the barrier, reads are refused as not ready.
-    assert_eq!(c.get(1, "a", ReadConsistency::Linearizable), Err(ClientError::NotReady));
+    assert_eq!(c.get(1, "a", ReadConsistency::Linearizable), Err(RequestError::NotReady));
     c.settle();
     c.put(1, "a", "1").unwrap();
     c.settle();
@@ -187,8 +187,8 @@ fn master_takes_over_then_serves_writes_and_linearizable_reads() {
     assert_eq!(c.get(1, "a", ReadConsistency::Linearizable).unwrap(), Some(b"1".to_vec()));
     // Followers learn the commit and serve serializable reads; linearizable ones redirect.
     assert_eq!(c.get(2, "a", ReadConsistency::Serializable).unwrap(), Some(b"1".to_vec()));
-    assert_eq!(c.get(2, "a", ReadConsistency::Linearizable), Err(ClientError::NotMaster { hint: Some(NodeId(1)) }));
-    assert!(matches!(c.put(2, "b", "x"), Err(ClientError::NotMaster { .. })));
+    assert_eq!(c.get(2, "a", ReadConsistency::Linearizable), Err(RequestError::NotMaster { hint: Some(NodeId(1)) }));
+    assert!(matches!(c.put(2, "b", "x"), Err(RequestError::NotMaster { .. })));
     let d = c.digests();
     assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
 }
@@ -373,8 +373,8 @@ fn losing_mastership_fails_pending_requests_and_stops_reads() {
     c.depose(1, Some(3));
     c.settle();
     let failed: Vec<_> = c.done.iter().filter_map(|d| d.result.as_ref().err().cloned()).collect();
-    assert_eq!(failed, vec![ClientError::Indeterminate { hint: Some(NodeId(3)) }]);
-    assert_eq!(c.get(1, "a", ReadConsistency::Linearizable), Err(ClientError::NotMaster { hint: Some(NodeId(3)) }));
+    assert_eq!(failed, vec![RequestError::Indeterminate { hint: Some(NodeId(3)) }]);
+    assert_eq!(c.get(1, "a", ReadConsistency::Linearizable), Err(RequestError::NotMaster { hint: Some(NodeId(3)) }));
 }
 
 fn grant(c: &mut Cluster, at: u32, ttl: i64) -> i64 {

@@ -15,7 +15,7 @@
 //! master is known to be broken (a master that was killed), a request is not forwarded at
 //! all: it fails as "not master" at once and the API layer waits for the next master.
 
-use leasekv_kvstore::log::{ClientError, LeaseStatus};
+use leasekv_kvstore::log::{LeaseStatus, RequestError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::NodeId;
 use serde::{Deserialize, Serialize};
@@ -72,16 +72,16 @@ pub enum MasterAnswer {
 }
 
 /// The master's answer or why there is none.
-pub type MasterResult = Result<MasterAnswer, ClientError>;
+pub type MasterResult = Result<MasterAnswer, RequestError>;
 
 /// Where the answer to a [`MasterRequest`] goes: the task of the client that asked.
 pub type Reply = oneshot::Sender<MasterResult>;
 
 /// Takes the answer a caller expects out of `result` with `pick`. An answer of another kind
 /// (a confused or hostile peer) fails the request instead.
-pub fn expect_answer<T>(result: MasterResult, pick: impl FnOnce(MasterAnswer) -> Option<T>) -> Result<T, ClientError> {
+pub fn expect_answer<T>(result: MasterResult, pick: impl FnOnce(MasterAnswer) -> Option<T>) -> Result<T, RequestError> {
     pick(result?)
-        .ok_or_else(|| ClientError::Stopped("the master answered a forwarded request with another kind".into()))
+        .ok_or_else(|| RequestError::PeerProtocol("the master answered a forwarded request with another kind".into()))
 }
 
 /// Identifies a forward between one follower and the master it went to.
@@ -98,7 +98,7 @@ impl Pending {
     /// Fails a forward whose answer will not come: a write may have been applied, so it
     /// is "indeterminate"; anything else is safe to retry, so it is "not master".
     fn abandon(self, hint: Option<NodeId>) {
-        let error = if self.write { ClientError::Indeterminate { hint } } else { ClientError::NotMaster { hint } };
+        let error = if self.write { RequestError::Indeterminate { hint } } else { RequestError::NotMaster { hint } };
         let _ = self.reply.send(Err(error));
     }
 }
@@ -214,9 +214,12 @@ mod tests {
 
     #[test]
     fn an_answer_of_the_wrong_kind_fails_the_request() {
-        assert!(matches!(expect_answer(Ok(MasterAnswer::KeepAlive(5)), revision_of), Err(ClientError::Stopped(_))));
-        let refused = Err(ClientError::NotMaster { hint: None });
-        assert_eq!(expect_answer(refused, revision_of), Err(ClientError::NotMaster { hint: None }));
+        assert!(matches!(
+            expect_answer(Ok(MasterAnswer::KeepAlive(5)), revision_of),
+            Err(RequestError::PeerProtocol(_))
+        ));
+        let refused = Err(RequestError::NotMaster { hint: None });
+        assert_eq!(expect_answer(refused, revision_of), Err(RequestError::NotMaster { hint: None }));
     }
 
     #[test]
@@ -235,9 +238,9 @@ mod tests {
         assert_eq!(forwards.len(), 3, "nothing expires before its deadline");
         assert_eq!(forwards.next_deadline(), Some(start + FORWARD_TIMEOUT));
         forwards.expire(start + FORWARD_TIMEOUT, Some(NodeId(2)));
-        assert!(matches!(write.try_recv(), Ok(Err(ClientError::Indeterminate { .. }))));
-        assert!(matches!(read.try_recv(), Ok(Err(ClientError::NotMaster { .. }))));
-        assert!(matches!(step_down.try_recv(), Ok(Err(ClientError::NotMaster { .. }))));
+        assert!(matches!(write.try_recv(), Ok(Err(RequestError::Indeterminate { .. }))));
+        assert!(matches!(read.try_recv(), Ok(Err(RequestError::NotMaster { .. }))));
+        assert!(matches!(step_down.try_recv(), Ok(Err(RequestError::NotMaster { .. }))));
         assert_eq!(forwards.next_deadline(), None);
     }
 
@@ -248,7 +251,7 @@ mod tests {
         let (_, mut old) = forward(&mut forwards, read(), NodeId(2), now);
         let (_, mut new) = forward(&mut forwards, read(), NodeId(3), now);
         forwards.master_changed(NodeId(3));
-        assert!(matches!(old.try_recv(), Ok(Err(ClientError::NotMaster { hint: Some(NodeId(3)) }))));
+        assert!(matches!(old.try_recv(), Ok(Err(RequestError::NotMaster { hint: Some(NodeId(3)) }))));
         assert!(new.try_recv().is_err(), "the forward to the current master still waits");
         assert_eq!(forwards.len(), 1);
     }

@@ -8,7 +8,7 @@
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
-use leasekv_kvstore::log::{ClientError, LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, SyncTicket};
+use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
@@ -26,7 +26,7 @@ pub enum Request {
     /// from anywhere else.
     Master(MasterRequest, Reply),
     /// A serializable read of this node's state.
-    LocalRead(RangeRequest, oneshot::Sender<Result<(RangeResponse, Revision), ClientError>>),
+    LocalRead(RangeRequest, oneshot::Sender<Result<(RangeResponse, Revision), RequestError>>),
     /// Resolve a lease name from local state.
     ResolveName(String, oneshot::Sender<Option<LeaseId>>),
     /// Local figures.
@@ -68,12 +68,12 @@ pub struct NodeHandle {
     pub election: Arc<dyn ElectionBackend>,
 }
 
-fn stopping() -> ClientError {
-    ClientError::Stopped("node is shutting down".into())
+fn stopping() -> RequestError {
+    RequestError::ShuttingDown
 }
 
 impl NodeHandle {
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, ClientError> {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, RequestError> {
         let (reply, answer) = oneshot::channel();
         self.tx.send(make(reply)).await.map_err(|_| stopping())?;
         answer.await.map_err(|_| stopping())
@@ -84,12 +84,12 @@ impl NodeHandle {
         &self,
         request: MasterRequest,
         pick: impl FnOnce(MasterAnswer) -> Option<T>,
-    ) -> Result<T, ClientError> {
+    ) -> Result<T, RequestError> {
         expect_answer(self.ask(|reply| Request::Master(request, reply)).await?, pick)
     }
 
     /// Proposes a command.
-    pub async fn propose(&self, command: Command) -> Result<Applied, ClientError> {
+    pub async fn propose(&self, command: Command) -> Result<Applied, RequestError> {
         self.ask_master(MasterRequest::Propose(command), |answer| match answer {
             MasterAnswer::Propose(applied) => Some(applied),
             _ => None,
@@ -102,7 +102,7 @@ impl NodeHandle {
         &self,
         request: RangeRequest,
         consistency: ReadConsistency,
-    ) -> Result<(RangeResponse, Revision), ClientError> {
+    ) -> Result<(RangeResponse, Revision), RequestError> {
         match consistency {
             ReadConsistency::Linearizable => {
                 self.ask_master(MasterRequest::Read(request), |answer| match answer {
@@ -116,7 +116,7 @@ impl NodeHandle {
     }
 
     /// Keeps a lease alive.
-    pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, ClientError> {
+    pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, RequestError> {
         self.ask_master(MasterRequest::KeepAlive(id), |answer| match answer {
             MasterAnswer::KeepAlive(ttl) => Some(ttl),
             _ => None,
@@ -125,7 +125,7 @@ impl NodeHandle {
     }
 
     /// One lease's status.
-    pub async fn lease_status(&self, id: LeaseId) -> Result<LeaseStatus, ClientError> {
+    pub async fn lease_status(&self, id: LeaseId) -> Result<LeaseStatus, RequestError> {
         self.ask_master(MasterRequest::LeaseStatus(id), |answer| match answer {
             MasterAnswer::LeaseStatus(status) => Some(status),
             _ => None,
@@ -134,7 +134,7 @@ impl NodeHandle {
     }
 
     /// Every lease.
-    pub async fn lease_list(&self) -> Result<Vec<LeaseStatus>, ClientError> {
+    pub async fn lease_list(&self) -> Result<Vec<LeaseStatus>, RequestError> {
         self.ask_master(MasterRequest::LeaseList, |answer| match answer {
             MasterAnswer::LeaseList(list) => Some(list),
             _ => None,
@@ -143,7 +143,7 @@ impl NodeHandle {
     }
 
     /// Has the master give up mastership. `NotMaster` when there is no master to ask.
-    pub async fn step_down(&self) -> Result<(), ClientError> {
+    pub async fn step_down(&self) -> Result<(), RequestError> {
         self.ask_master(MasterRequest::StepDown, |answer| match answer {
             MasterAnswer::SteppedDown => Some(()),
             _ => None,
@@ -152,7 +152,7 @@ impl NodeHandle {
     }
 
     /// Resolves a lease name from this node's state.
-    pub async fn resolve_name(&self, name: String) -> Result<Option<LeaseId>, ClientError> {
+    pub async fn resolve_name(&self, name: String) -> Result<Option<LeaseId>, RequestError> {
         self.ask(|r| Request::ResolveName(name, r)).await
     }
 
@@ -165,7 +165,7 @@ impl NodeHandle {
     }
 
     /// This node's figures.
-    pub async fn status(&self) -> Result<NodeStatus, ClientError> {
+    pub async fn status(&self) -> Result<NodeStatus, RequestError> {
         self.ask(Request::Status).await
     }
 
@@ -388,7 +388,7 @@ impl NodeLoop {
                     // and tries again rather than the client getting "indeterminate" later.
                     Some(master) if !self.replica.is_master_at(now) => {
                         if self.peers.log_lane_down(master) {
-                            let _ = reply.send(Err(ClientError::NotMaster { hint: None }));
+                            let _ = reply.send(Err(RequestError::NotMaster { hint: None }));
                         } else {
                             let id = self.forwards.start(&request, reply, master, Instant::now());
                             self.peers.send(master, &Wire::Forward(id, request));
@@ -460,13 +460,12 @@ impl NodeLoop {
     fn step_down(&self, asker: Asker) {
         let status = self.election.status();
         if !status.is_master_at(self.election.now()) {
-            return asker.answer(&self.peers, Err(ClientError::NotMaster { hint: status.hint }));
+            return asker.answer(&self.peers, Err(RequestError::NotMaster { hint: status.hint }));
         }
         let (election, peers) = (self.election.clone(), self.peers.clone());
         tokio::spawn(async move {
             let result = election.step_down().await;
-            let result =
-                result.map(|()| MasterAnswer::SteppedDown).map_err(|error| ClientError::Stopped(error.to_string()));
+            let result = result.map(|()| MasterAnswer::SteppedDown).map_err(|_stopped| RequestError::ShuttingDown);
             asker.answer(&peers, result);
         });
     }

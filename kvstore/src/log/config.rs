@@ -10,7 +10,7 @@ pub struct ReplicaConfig {
     /// Most bytes of commands in one log slot (a single bigger command still gets a slot).
     pub max_batch_bytes: usize,
     /// Most client commands waiting on the master (queued or in flight); more are refused
-    /// with [`super::ClientError::Busy`] rather than growing memory without bound.
+    /// with [`super::RequestError::Busy`] rather than growing memory without bound.
     pub max_pending_commands: usize,
     /// Most slots proposed and not yet chosen at once (the pipeline depth). Deep enough that
     /// one slot fills while another replicates, shallow enough that commands arriving

@@ -1,10 +1,10 @@
 //! The master side of a replica: phase 1 on taking over, then batched and pipelined phase 2,
 //! and the lease tracker's expiries.
 
-use super::client::{ClientError, Completion};
 use super::config::LogBreakage;
 use super::message::LogMessage;
 use super::replica::Replica;
+use super::request::{Completion, RequestError};
 use super::types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};
 use crate::command::Command;
 use crate::storage::Storage;
@@ -361,12 +361,12 @@ impl<S: Storage> Replica<S> {
         let (queued, proposed) = std::mem::take(&mut self.role).into_pending();
         for proposal in queued {
             if self.awaiting.remove(&proposal.id) {
-                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::NotMaster { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(RequestError::NotMaster { hint }) });
             }
         }
         for proposal in proposed {
             if self.awaiting.remove(&proposal.id) {
-                self.outbox.complete(Completion { id: proposal.id, result: Err(ClientError::Indeterminate { hint }) });
+                self.outbox.complete(Completion { id: proposal.id, result: Err(RequestError::Indeterminate { hint }) });
             }
         }
         if !self.config.broken(LogBreakage::DeposedExpiry) && self.lessor.is_running() {

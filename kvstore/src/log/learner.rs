@@ -2,10 +2,10 @@
 //! catching up from peers, and compacting the log behind snapshots.
 
 use super::acceptor::Acceptor;
-use super::client::Completion;
 use super::leader::Role;
 use super::message::LogMessage;
 use super::replica::{AppliedTrace, Replica};
+use super::request::Completion;
 use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
 use crate::command::Applied;
 use crate::command::{Command, CommandResponse};
@@ -238,7 +238,7 @@ impl<S: Storage> Replica<S> {
             std::mem::take(&mut self.awaiting).into_iter().partition(|id| queued.contains(id));
         self.awaiting = keep;
         for id in lost {
-            self.outbox.complete(Completion { id, result: Err(super::client::ClientError::Indeterminate { hint }) });
+            self.outbox.complete(Completion { id, result: Err(super::request::RequestError::Indeterminate { hint }) });
         }
         self.learner.install_snapshot(machine, index, snapshot_bytes);
         self.acceptor.forget_through(index);

@@ -13,17 +13,17 @@
 //! tries, and whose local reads are linearizable.
 
 mod acceptor;
-mod client;
 mod config;
 mod leader;
 mod learner;
 mod message;
 mod outbox;
 mod replica;
+mod request;
 mod types;
 
-pub use client::{ClientError, Completion, ReadConsistency};
 pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
 pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaOutput, SyncTicket};
+pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

@@ -1,9 +1,9 @@
 //! Where a replica's outputs wait: messages ready to go, messages held until the writes
 //! before them are durable, the sync that will release them, and messages to itself.
 
-use super::client::Completion;
 use super::message::LogMessage;
 use super::replica::{AppliedTrace, ReplicaOutput, SyncTicket};
+use super::request::Completion;
 use leasekv_lease::NodeId;
 use std::collections::VecDeque;
 

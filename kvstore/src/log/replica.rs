@@ -11,12 +11,12 @@
 //! batch of accepts.
 
 use super::acceptor::Acceptor;
-use super::client::{ClientError, Completion, ReadConsistency};
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 use super::leader::Role;
 use super::learner::Learner;
 use super::message::LogMessage;
 use super::outbox::Outbox;
+use super::request::{Completion, ReadConsistency, RequestError, StorageFailure};
 use super::types::{ProposalId, Slot};
 use crate::command::{Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
@@ -119,7 +119,7 @@ pub struct Replica<S: Storage> {
     /// Outputs, and the messages held until a sync.
     pub(super) outbox: Outbox,
     /// Why the replica stopped (a storage failure).
-    pub(super) stopped: Option<String>,
+    pub(super) stopped: Option<StorageFailure>,
 }
 
 impl<S: Storage> Replica<S> {
@@ -300,10 +300,10 @@ impl<S: Storage> Replica<S> {
 
     /// Proposes a client command. It is validated first; on success the result arrives as a
     /// [`Completion`] with the returned id.
-    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, ClientError> {
+    pub fn propose(&mut self, now: Instant, command: Command) -> Result<ProposalId, RequestError> {
         let command = self.admit(now, command)?;
         if self.awaiting.len() >= self.config.max_pending_commands {
-            return Err(ClientError::Busy { pending: self.awaiting.len() });
+            return Err(RequestError::Busy { pending: self.awaiting.len() });
         }
         let id = self.next_proposal_id();
         self.awaiting.insert(id);
@@ -320,7 +320,7 @@ impl<S: Storage> Replica<S> {
         now: Instant,
         request: &RangeRequest,
         consistency: ReadConsistency,
-    ) -> Result<(RangeResponse, Revision), ClientError> {
+    ) -> Result<(RangeResponse, Revision), RequestError> {
         self.check_stopped()?;
         validate_range(request, &self.limits)?;
         if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
@@ -332,7 +332,7 @@ impl<S: Storage> Replica<S> {
 
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
     /// (seconds); an unknown or expiring lease is [`KvError::LeaseNotFound`].
-    pub fn keep_alive(&mut self, now: Instant, id: LeaseId) -> Result<i64, ClientError> {
+    pub fn keep_alive(&mut self, now: Instant, id: LeaseId) -> Result<i64, RequestError> {
         self.check_stopped()?;
         self.check_mastership(now);
         self.require_ready(now)?;
@@ -346,7 +346,7 @@ impl<S: Storage> Replica<S> {
     }
 
     /// A lease's remaining time and keys. Master only (only it has the deadlines).
-    pub fn lease_status(&self, now: Instant, id: LeaseId) -> Result<LeaseStatus, ClientError> {
+    pub fn lease_status(&self, now: Instant, id: LeaseId) -> Result<LeaseStatus, RequestError> {
         self.check_stopped()?;
         self.require_ready(now)?;
         let lease = self.learner.machine().lease(id).ok_or(KvError::LeaseNotFound(id))?;
@@ -361,7 +361,7 @@ impl<S: Storage> Replica<S> {
     }
 
     /// Every live lease with its name and remaining time. Master only.
-    pub fn lease_list(&self, now: Instant) -> Result<Vec<LeaseStatus>, ClientError> {
+    pub fn lease_list(&self, now: Instant) -> Result<Vec<LeaseStatus>, RequestError> {
         self.check_stopped()?;
         self.require_ready(now)?;
         Ok(self
@@ -429,8 +429,8 @@ impl<S: Storage> Replica<S> {
     }
 
     /// Why the replica stopped, if it did (a storage failure).
-    pub fn stopped(&self) -> Option<&str> {
-        self.stopped.as_deref()
+    pub fn stopped(&self) -> Option<&StorageFailure> {
+        self.stopped.as_ref()
     }
 
     // ---- internals shared by the other files of this module ----
@@ -459,25 +459,25 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    fn require_ready(&self, now: Instant) -> Result<(), ClientError> {
+    fn require_ready(&self, now: Instant) -> Result<(), RequestError> {
         if !self.is_master(Some(now)) {
-            return Err(ClientError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
+            return Err(RequestError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
         }
         if !self.role.is_ready() {
-            return Err(ClientError::NotReady);
+            return Err(RequestError::NotReady);
         }
         Ok(())
     }
 
-    fn check_stopped(&self) -> Result<(), ClientError> {
+    fn check_stopped(&self) -> Result<(), RequestError> {
         match &self.stopped {
-            Some(why) => Err(ClientError::Stopped(why.clone())),
+            Some(failure) => Err(RequestError::StorageFailed(failure.clone())),
             None => Ok(()),
         }
     }
 
     /// Validates a command and applies the master's policies (minimum TTL).
-    fn admit(&mut self, now: Instant, mut command: Command) -> Result<Command, ClientError> {
+    fn admit(&mut self, now: Instant, mut command: Command) -> Result<Command, RequestError> {
         self.check_stopped()?;
         self.check_mastership(now);
         validate_command(&command, &self.limits)?;
@@ -491,7 +491,7 @@ impl<S: Storage> Replica<S> {
             *ttl = (*ttl).max(self.config.min_ttl_secs);
         }
         if !self.is_master(Some(now)) || matches!(self.role, Role::Follower) {
-            return Err(ClientError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
+            return Err(RequestError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
         }
         Ok(command)
     }
@@ -568,7 +568,7 @@ impl<S: Storage> Replica<S> {
 
     fn fail(&mut self, error: StorageError) {
         tracing::error!(node = %self.me, %error, "storage failed; replica stops");
-        self.stopped = Some(error.to_string());
+        self.stopped = Some(StorageFailure::new(error));
         self.outbox.drop_held();
         self.step_down();
     }

@@ -10,7 +10,7 @@ use crate::command::{
 use crate::limits::Limits;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
-use crate::log::{ClientError, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, Slot, SyncTicket};
+use crate::log::{LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket};
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use leasekv_lease::rng::SplitMix64;
@@ -958,11 +958,11 @@ fn reply_for(request: &Request, applied: Applied) -> Reply {
     }
 }
 
-fn reply_for_error(error: ClientError) -> Reply {
+fn reply_for_error(error: RequestError) -> Reply {
     match error {
-        ClientError::NotMaster { hint } => Reply::NotMaster(hint),
-        ClientError::Indeterminate { .. } => Reply::Indeterminate,
-        ClientError::NotReady => Reply::NotMaster(None),
+        RequestError::NotMaster { hint } => Reply::NotMaster(hint),
+        RequestError::Indeterminate { .. } => Reply::Indeterminate,
+        RequestError::NotReady => Reply::NotMaster(None),
         other => Reply::Refused(other.to_string()),
     }
 }

@@ -3,7 +3,7 @@
 
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::mvccpb;
-use leasekv_kvstore::log::ClientError;
+use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, KvError,
     PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
@@ -189,16 +189,22 @@ pub fn kv_error(error: &KvError) -> Status {
 
 /// The status for a replica error. "Not master" and friends are UNAVAILABLE with etcd's
 /// messages, which etcd clients retry.
-pub fn client_error(error: ClientError) -> Status {
+pub fn request_error(error: RequestError) -> Status {
     match error {
-        ClientError::Invalid(e) => kv_error(&e),
-        ClientError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
-        ClientError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
-        ClientError::Indeterminate { .. } => leasekv_client::indeterminate_write(),
-        ClientError::Busy { pending } => {
+        RequestError::Invalid(e) => kv_error(&e),
+        RequestError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
+        RequestError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
+        RequestError::Indeterminate { .. } => leasekv_client::indeterminate_write(),
+        RequestError::Busy { pending } => {
             Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
         }
-        ClientError::Stopped(why) => Status::internal(format!("leasekv node stopped: {why}")),
+        // etcd's answer from a stopping member (ErrGRPCStopped), which its clients retry
+        // on another endpoint.
+        RequestError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
+        RequestError::StorageFailed(failure) => {
+            Status::internal(format!("leasekv node stopped after a storage failure: {failure}"))
+        }
+        RequestError::PeerProtocol(what) => Status::internal(format!("leasekv peer protocol error: {what}")),
     }
 }
 

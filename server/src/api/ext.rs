@@ -2,7 +2,7 @@
 
 use super::Shared;
 use leasekv_client::proto::leasekv as ext;
-use leasekv_kvstore::log::ClientError;
+use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -30,7 +30,7 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         request: Request<ext::ResolveNameRequest>,
     ) -> Result<Response<ext::ResolveNameResponse>, Status> {
         let name = request.into_inner().name;
-        match self.0.node.resolve_name(name.clone()).await.map_err(super::convert::client_error)? {
+        match self.0.node.resolve_name(name.clone()).await.map_err(super::convert::request_error)? {
             Some(id) => Ok(Response::new(ext::ResolveNameResponse { id })),
             None => Err(Status::not_found(format!(
                 "etcdserver: requested lease not found: no live lease is named {name:?} (grant it with: kvcli lease grant {name} --ttl SECONDS)"
@@ -85,13 +85,10 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
     ) -> Result<Response<ext::StepDownResponse>, Status> {
         match self.0.node.step_down().await {
             Ok(()) => Ok(Response::new(ext::StepDownResponse {})),
-            Err(ClientError::NotMaster { .. }) => {
+            Err(RequestError::NotMaster { .. }) => {
                 Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now"))
             }
-            // The election or the node loop has stopped: this node is shutting down, and
-            // the client may ask another.
-            Err(ClientError::Stopped(why)) => Err(Status::unavailable(why)),
-            Err(error) => Err(super::convert::client_error(error)),
+            Err(error) => Err(super::convert::request_error(error)),
         }
     }
 }

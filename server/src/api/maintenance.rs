@@ -40,7 +40,7 @@ pub struct MaintenanceService(pub Arc<Shared>);
 #[tonic::async_trait]
 impl pb::maintenance_server::Maintenance for MaintenanceService {
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let node = self.0.node.status().await.map_err(super::convert::client_error)?;
+        let node = self.0.node.status().await.map_err(super::convert::request_error)?;
         let election = self.0.node.election.status();
         let leader = if election.master.is_some() { Some(self.0.me) } else { election.hint };
         Ok(Response::new(pb::StatusResponse {

@@ -16,9 +16,9 @@ pub use lease::LeaseService;
 pub use maintenance::{ClusterService, MaintenanceService, WatchService};
 
 use crate::node::NodeHandle;
-use convert::client_error;
+use convert::request_error;
 use leasekv_client::proto::etcdserverpb as pb;
-use leasekv_kvstore::log::ClientError;
+use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
 use leasekv_lease::NodeId;
 use std::future::Future;
@@ -81,7 +81,7 @@ impl Shared {
     pub async fn serve<T, F, Fut>(&self, mut attempt: F) -> Result<T, Status>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ClientError>>,
+        Fut: Future<Output = Result<T, RequestError>>,
     {
         let started = tokio::time::Instant::now();
         // Subscribed before the first try, so an election that ends between a "not master"
@@ -90,7 +90,7 @@ impl Shared {
         loop {
             match attempt().await {
                 Ok(value) => return Ok(value),
-                Err(ClientError::NotMaster { .. }) if started.elapsed() < WAIT_FOR_MASTER => {
+                Err(RequestError::NotMaster { .. }) if started.elapsed() < WAIT_FOR_MASTER => {
                     // A new master shows up as an election change: try again at once then
                     // rather than at the next poll.
                     match tokio::time::timeout(RETRY_EVERY, election.changed()).await {
@@ -99,10 +99,10 @@ impl Shared {
                         Ok(Err(_)) => tokio::time::sleep(RETRY_EVERY).await,
                     }
                 }
-                Err(ClientError::NotReady) if started.elapsed() < WAIT_FOR_MASTER => {
+                Err(RequestError::NotReady) if started.elapsed() < WAIT_FOR_MASTER => {
                     tokio::time::sleep(RETRY_TAKEOVER).await;
                 }
-                Err(error) => return Err(client_error(error)),
+                Err(error) => return Err(request_error(error)),
             }
         }
     }

@@ -1,16 +1,20 @@
-//! What the replica core tells the code that took a client request.
+//! What the replica core tells the code that took a client request: its outcome
+//! ([`Completion`]), why it was not served ([`RequestError`]), and how a read must relate
+//! to writes ([`ReadConsistency`]).
 
 use super::types::{ProposalId, Slot};
 use crate::command::Applied;
 use crate::error::KvError;
+use crate::storage::StorageError;
 use leasekv_lease::NodeId;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why a client request was not served. All but `Invalid` are retryable elsewhere or later.
 /// Serializable: a master answers requests a follower forwarded with it.
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
-pub enum ClientError {
+pub enum RequestError {
     /// This node is not the master; nothing was proposed. Retry at the hinted master.
     #[error("not master (master hint: {hint:?}); retry at the master")]
     NotMaster {
@@ -36,15 +40,68 @@ pub enum ClientError {
     /// The request itself is wrong; retrying will not help.
     #[error(transparent)]
     Invalid(#[from] KvError),
-    /// The replica stopped after a storage failure.
+    /// This node is shutting down (its node loop or election has stopped); another node
+    /// may answer.
+    #[error("node is shutting down")]
+    ShuttingDown,
+    /// The replica stopped after its storage failed; this node answers nothing more until
+    /// it is restarted.
     #[error("replica stopped after a storage failure: {0}")]
-    Stopped(String),
+    StorageFailed(StorageFailure),
+    /// A peer answered against the protocol (e.g. the master answered a forwarded request
+    /// with an answer of another kind).
+    #[error("peer protocol error: {0}")]
+    PeerProtocol(String),
 }
 
-impl ClientError {
+/// The storage failure that stopped a replica. On the node where it happened it keeps the
+/// storage's error as its source; a copy sent to another node (the answer to a forwarded
+/// request) carries its message only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StorageFailure {
+    message: String,
+    #[serde(skip)]
+    source: Option<Arc<StorageError>>,
+}
+
+impl StorageFailure {
+    /// The failure `error`, kept as the source.
+    pub fn new(error: StorageError) -> Self {
+        StorageFailure { message: error.to_string(), source: Some(Arc::new(error)) }
+    }
+
+    /// What failed, as the storage said it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl std::fmt::Display for StorageFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StorageFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Two failures are the same when they say the same; whether the source travelled with one
+/// of them does not matter.
+impl PartialEq for StorageFailure {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for StorageFailure {}
+
+impl RequestError {
     /// Whether retrying (elsewhere or later) can succeed.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, ClientError::Invalid(_))
+        !matches!(self, RequestError::Invalid(_))
     }
 }
 
@@ -54,7 +111,7 @@ pub struct Completion {
     /// The id [`super::Replica::propose`] returned.
     pub id: ProposalId,
     /// Where it was applied and what it produced, or why it failed.
-    pub result: Result<(Slot, Applied), ClientError>,
+    pub result: Result<(Slot, Applied), RequestError>,
 }
 
 /// How a read must relate to writes.
