@@ -3,9 +3,9 @@
 //! same run.
 //!
 //! ```text
-//! cargo build --release -p leasekv-server --bin kvserver
 //! cargo bench --bench cluster            # etcd from PATH (Debian: etcd-server) or ETCD_BIN
 //! ```
+//! cargo builds `kvserver` (release) before the bench; `KVSERVER_BIN` runs another build instead.
 //! All three clusters run side by side and take turns run by run, so the ratios of one run
 //! compare the systems under the same machine conditions.
 //! Workloads (256-byte values): put with 1 (also at the leader), 64 and 256 clients; linearizable and
@@ -19,7 +19,7 @@
 //! `BENCH_SECONDS` sets the length of each run (default 3); `BENCH_LEASEKV_CONFIG` adds TOML
 //! to every leasekv node's config (`\n` for a line break), e.g. `[log]\nmax_inflight_slots = 4`.
 
-use leasekv_client::{Client, GetOptions};
+use leasekv::client::{Client, GetOptions};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -54,13 +54,8 @@ fn binary(name: &str, env: &str) -> PathBuf {
         return PathBuf::from(path);
     }
     if name == "kvserver" {
-        // target/release/deps/cluster-… → target/release/kvserver
-        let exe = std::env::current_exe().expect("bench path");
-        let candidate = exe.parent().and_then(|p| p.parent()).map(|p| p.join("kvserver"));
-        if let Some(c) = candidate.filter(|c| c.is_file()) {
-            return c;
-        }
-        panic!("kvserver not built: run `cargo build --release -p leasekv-server --bin kvserver` first (or set {env})");
+        // The bench lives in the package that owns kvserver, so cargo builds it first.
+        return PathBuf::from(env!("CARGO_BIN_EXE_kvserver"));
     }
     std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()))

@@ -4,7 +4,7 @@
 # releases its lease on the way out). Data goes to ./leasekv-data/n1 … n3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build --release -p leasekv-server --bin kvserver -p leasekv-client --bin kvcli
+cargo build --release --bin kvserver --bin kvcli
 pids=()
 stop() {
     kill -TERM "${pids[@]}" 2>/dev/null || true
@@ -12,7 +12,7 @@ stop() {
 }
 trap stop INT TERM
 for n in 1 2 3; do
-    ./target/release/kvserver --config "examples/cluster/n$n.toml" &
+    "${CARGO_TARGET_DIR:-target}/release/kvserver" --config "examples/cluster/n$n.toml" &
     pids+=($!)
 done
 echo "cluster up: clients on 127.0.0.1:12379, 127.0.0.1:22379, 127.0.0.1:32379 (Ctrl-C stops it)" >&2

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Parser;
-use leasekv_server::config::{NodeConfig, Overrides};
+use leasekv::server::config::{NodeConfig, Overrides};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -40,7 +40,7 @@ struct Args {
 
 /// The allocator: a node allocates and frees small buffers on every request (gRPC frames,
 /// messages, answers); mimalloc's per-thread free lists make that cheaper than glibc's
-/// malloc, which showed as about a tenth of a loaded node's CPU.
+/// malloc (docs/performance.md has the measurement).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -76,7 +76,7 @@ fn run(args: Args) -> Result<()> {
         .worker_threads(config.runtime.worker_threads)
         .enable_all()
         .build()?;
-    runtime.block_on(leasekv_server::run::run(config, shutdown_signal()))?;
+    runtime.block_on(leasekv::server::run::run(config, shutdown_signal()))?;
     Ok(())
 }
 

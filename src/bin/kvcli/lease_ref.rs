@@ -1,7 +1,7 @@
 //! A lease as the user names it: a numeric id or a name registered with GrantNamed.
 
 use anyhow::{bail, Context, Result};
-use leasekv_client::Client;
+use leasekv::client::Client;
 use std::fmt;
 
 /// What the user typed where a lease is expected.

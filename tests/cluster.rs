@@ -5,7 +5,7 @@
 
 mod common;
 
-use leasekv_client::{Client, GetOptions};
+use leasekv::client::{Client, GetOptions};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,18 +1,22 @@
-//! kvcli's command line: argument definitions and dispatch to one module per command group.
+//! kvcli: the command line for leasekv (and, for the etcd subset, any etcd cluster).
 //!
-//! Compiled into the `kvcli` binary only (through `#[path]`), so the library stays free of
-//! anyhow and printing.
+//! Exit codes: 0 success, 1 a request failed or the thing asked for was not found,
+//! 2 usage errors (reported by clap).
+//!
+//! The code is here, under its binary, so that the client library does not depend on clap,
+//! anyhow or serde_json.
 
-pub mod cluster;
-pub mod kv;
-pub mod lease;
-pub mod lease_ref;
-pub mod output;
+mod cluster;
+mod kv;
+mod lease;
+mod lease_ref;
+mod output;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use leasekv_client::Client;
+use leasekv::client::Client;
 use output::OutputFormat;
+use std::process::ExitCode;
 
 /// kvcli: talk to a leasekv (or etcd) cluster.
 #[derive(Debug, Parser)]
@@ -49,7 +53,7 @@ pub enum Command {
 
 /// Connects and runs the command; the caller prints the error and sets the exit code.
 pub async fn run(cli: Cli) -> Result<()> {
-    let endpoints = leasekv_client::parse_endpoint_list(&cli.endpoints)?;
+    let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
     let client = Client::connect(&endpoints).await?;
     let format = cli.write_out;
     match cli.command {
@@ -59,6 +63,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Lease(command) => lease::run(&client, format, command).await,
         Command::Status => cluster::status(&client, format).await,
         Command::StepDown => cluster::step_down(&client).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kvcli: error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` puts anyhow's context chain on one line: "what we did: why it failed".
+            eprintln!("kvcli: error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

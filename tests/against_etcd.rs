@@ -5,10 +5,10 @@
 //! it the test is skipped with a note, except under `CI=true`, where it fails: CI must not
 //! silently lose the only check that the protocol matches.
 
-use leasekv_client::proto::etcdserverpb::{
+use leasekv::client::proto::etcdserverpb::{
     compare, request_op, response_op, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
-use leasekv_client::{Client, GetOptions, RetryPolicy};
+use leasekv::client::{Client, GetOptions, RetryPolicy};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -5,7 +5,7 @@ use super::lease_ref::LeaseRef;
 use super::output::{self, OutputFormat};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use leasekv_client::{Client, GetOptions};
+use leasekv::client::{Client, GetOptions};
 use std::io::{IsTerminal, Read};
 
 /// `put KEY [VALUE] [--lease NAME|ID] [--ttl SECONDS] [--keep-alive]`.

@@ -4,7 +4,7 @@ use super::lease_ref::LeaseRef;
 use super::output::{self, LeaseRow, OutputFormat};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use leasekv_client::Client;
+use leasekv::client::Client;
 use std::time::Duration;
 use tonic::Code;
 

@@ -2,7 +2,7 @@
 
 use super::output::{self, OutputFormat, StatusReport};
 use anyhow::Result;
-use leasekv_client::Client;
+use leasekv::client::Client;
 use tonic::Code;
 
 /// Runs `status`: etcd's MemberList and Status, plus the election view when the server has

@@ -5,7 +5,7 @@
 
 use super::lease_ref::hex_id;
 use clap::ValueEnum;
-use leasekv_client::proto::etcdserverpb::{DeleteRangeResponse, LeaseTimeToLiveResponse, Member, RangeResponse};
+use leasekv::client::proto::etcdserverpb::{DeleteRangeResponse, LeaseTimeToLiveResponse, Member, RangeResponse};
 use serde_json::{json, Value};
 
 /// The `-w/--write-out` choices.
@@ -365,8 +365,8 @@ pub fn status(format: OutputFormat, report: &StatusReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasekv_client::proto::etcdserverpb::ResponseHeader;
-    use leasekv_client::proto::mvccpb::KeyValue;
+    use leasekv::client::proto::etcdserverpb::ResponseHeader;
+    use leasekv::client::proto::mvccpb::KeyValue;
 
     fn range() -> RangeResponse {
         RangeResponse {
