@@ -307,7 +307,7 @@ fn garbage_on_the_ports_and_a_bad_config_do_no_harm() {
 }
 
 /// A node that was down while the log was compacted past it catches up from a snapshot
-/// pulled in chunks (`Peer.FetchSnapshot`), not one message on the log stream.
+/// pulled in chunks (`Peer.FetchParked`), not one message on the log stream.
 #[test]
 fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
     let started = Instant::now();
