@@ -48,9 +48,10 @@ pub enum MasterRequest {
 }
 
 impl MasterRequest {
-    /// Whether it changes the store, so that a lost answer leaves its outcome unknown.
-    fn is_write(&self) -> bool {
-        matches!(self, MasterRequest::Propose(_))
+    /// Whether it changes something (the store, or who is master), so that a lost answer
+    /// leaves its outcome unknown and it must not be sent again.
+    pub fn is_write(&self) -> bool {
+        matches!(self, MasterRequest::Propose(_) | MasterRequest::StepDown)
     }
 }
 
@@ -90,16 +91,42 @@ pub type ForwardId = u64;
 struct Pending {
     reply: Reply,
     master: NodeId,
-    /// Whether a lost answer leaves the outcome unknown ([`MasterRequest::is_write`]).
-    write: bool,
+    /// What the caller is told if the answer does not come.
+    if_lost: IfLost,
+}
+
+/// What a forward whose answer will not come tells its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IfLost {
+    /// Nothing changed on the master's side: "not master", which the API layer retries.
+    Retry,
+    /// A write may have been applied: "indeterminate", never retried.
+    Unknown,
+    /// A step-down: once another node is master, what it asked for has happened (and
+    /// repeating it would depose the new master); without one its outcome is unknown.
+    StepDown,
+}
+
+impl IfLost {
+    fn of(request: &MasterRequest) -> Self {
+        match request {
+            MasterRequest::StepDown => IfLost::StepDown,
+            request if request.is_write() => IfLost::Unknown,
+            _ => IfLost::Retry,
+        }
+    }
 }
 
 impl Pending {
-    /// Fails a forward whose answer will not come: a write may have been applied, so it
-    /// is "indeterminate"; anything else is safe to retry, so it is "not master".
-    fn abandon(self, hint: Option<NodeId>) {
-        let error = if self.write { RequestError::Indeterminate { hint } } else { RequestError::NotMaster { hint } };
-        let _ = self.reply.send(Err(error));
+    /// Answers a forward whose answer will not come. `new_master` is the node the election
+    /// now names instead of the one the forward went to, if that is why.
+    fn abandon(self, hint: Option<NodeId>, new_master: Option<NodeId>) {
+        let result = match (self.if_lost, new_master) {
+            (IfLost::StepDown, Some(_)) => Ok(MasterAnswer::SteppedDown),
+            (IfLost::StepDown | IfLost::Unknown, _) => Err(RequestError::Indeterminate { hint }),
+            (IfLost::Retry, _) => Err(RequestError::NotMaster { hint }),
+        };
+        let _ = self.reply.send(result);
     }
 }
 
@@ -117,7 +144,7 @@ impl Forwards {
     pub fn start(&mut self, request: &MasterRequest, reply: Reply, master: NodeId, now: Instant) -> ForwardId {
         self.next_id += 1;
         let id = self.next_id;
-        self.pending.insert(id, Pending { reply, master, write: request.is_write() });
+        self.pending.insert(id, Pending { reply, master, if_lost: IfLost::of(request) });
         self.deadlines.push_back((now + FORWARD_TIMEOUT, id));
         id
     }
@@ -140,7 +167,7 @@ impl Forwards {
             }
             self.deadlines.pop_front();
             if let Some(pending) = self.pending.remove(&id) {
-                pending.abandon(hint);
+                pending.abandon(hint, None);
             }
         }
     }
@@ -151,7 +178,7 @@ impl Forwards {
         let gone: Vec<ForwardId> = self.pending.iter().filter(|(_, p)| p.master != master).map(|(id, _)| *id).collect();
         for id in gone {
             if let Some(pending) = self.pending.remove(&id) {
-                pending.abandon(Some(master));
+                pending.abandon(Some(master), Some(master));
             }
         }
     }
@@ -223,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_write_is_indeterminate_and_a_lost_read_or_step_down_is_retryable() {
+    fn a_lost_write_or_step_down_is_indeterminate_and_a_lost_read_is_retryable() {
         let mut forwards = Forwards::default();
         let start = Instant::now();
         let (_, mut write) = forward(
@@ -240,8 +267,26 @@ mod tests {
         forwards.expire(start + FORWARD_TIMEOUT, Some(NodeId(2)));
         assert!(matches!(write.try_recv(), Ok(Err(RequestError::Indeterminate { .. }))));
         assert!(matches!(read.try_recv(), Ok(Err(RequestError::NotMaster { .. }))));
-        assert!(matches!(step_down.try_recv(), Ok(Err(RequestError::NotMaster { .. }))));
+        assert!(matches!(step_down.try_recv(), Ok(Err(RequestError::Indeterminate { .. }))));
         assert_eq!(forwards.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_step_down_whose_master_was_replaced_has_succeeded() {
+        // The old master's answer may trail the election's news of its successor (it
+        // travels behind the log lane's backlog); failing the step-down as retryable would
+        // have the client depose the new master too.
+        let mut forwards = Forwards::default();
+        let start = Instant::now();
+        let (_, mut step_down) = forward(&mut forwards, MasterRequest::StepDown, NodeId(2), start);
+        let (_, mut write) =
+            forward(&mut forwards, MasterRequest::Propose(Command::LeaseRevoke { id: 7 }), NodeId(2), start);
+        let (_, mut read) = forward(&mut forwards, read(), NodeId(2), start);
+        forwards.master_changed(NodeId(3));
+        assert!(matches!(step_down.try_recv(), Ok(Ok(MasterAnswer::SteppedDown))));
+        assert!(matches!(write.try_recv(), Ok(Err(RequestError::Indeterminate { hint: Some(NodeId(3)) }))));
+        assert!(matches!(read.try_recv(), Ok(Err(RequestError::NotMaster { hint: Some(NodeId(3)) }))));
+        assert!(forwards.is_empty());
     }
 
     #[test]

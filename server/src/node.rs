@@ -68,15 +68,25 @@ pub struct NodeHandle {
     pub election: Arc<dyn ElectionBackend>,
 }
 
-fn stopping() -> RequestError {
-    RequestError::ShuttingDown
+/// Why the node loop dropped a request it had taken without answering it: it stopped.
+/// A write may already be proposed here or forwarded to the master, so its outcome is
+/// unknown and it must not be retried elsewhere; anything else may be.
+fn dropped_by_stopping_loop(write: bool) -> RequestError {
+    if write {
+        RequestError::Indeterminate { hint: None }
+    } else {
+        RequestError::ShuttingDown
+    }
 }
 
 impl NodeHandle {
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, RequestError> {
+    /// Hands a request to the node loop and waits for its answer. `write` says whether the
+    /// loop may have set it going before it stopped without answering.
+    async fn ask<T>(&self, write: bool, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, RequestError> {
         let (reply, answer) = oneshot::channel();
-        self.tx.send(make(reply)).await.map_err(|_| stopping())?;
-        answer.await.map_err(|_| stopping())
+        // Not taken: the loop had stopped, nothing was done.
+        self.tx.send(make(reply)).await.map_err(|_| RequestError::ShuttingDown)?;
+        answer.await.map_err(|_| dropped_by_stopping_loop(write))
     }
 
     /// Has the master answer `request`; `pick` takes the answer of the expected kind.
@@ -85,7 +95,8 @@ impl NodeHandle {
         request: MasterRequest,
         pick: impl FnOnce(MasterAnswer) -> Option<T>,
     ) -> Result<T, RequestError> {
-        expect_answer(self.ask(|reply| Request::Master(request, reply)).await?, pick)
+        let write = request.is_write();
+        expect_answer(self.ask(write, |reply| Request::Master(request, reply)).await?, pick)
     }
 
     /// Proposes a command.
@@ -111,7 +122,7 @@ impl NodeHandle {
                 })
                 .await
             }
-            ReadConsistency::Serializable => self.ask(|r| Request::LocalRead(request, r)).await?,
+            ReadConsistency::Serializable => self.ask(false, |r| Request::LocalRead(request, r)).await?,
         }
     }
 
@@ -153,7 +164,7 @@ impl NodeHandle {
 
     /// Resolves a lease name from this node's state.
     pub async fn resolve_name(&self, name: String) -> Result<Option<LeaseId>, RequestError> {
-        self.ask(|r| Request::ResolveName(name, r)).await
+        self.ask(false, |r| Request::ResolveName(name, r)).await
     }
 
     /// The store revision on this node, as of the node loop's last answers: never older
@@ -166,7 +177,7 @@ impl NodeHandle {
 
     /// This node's figures.
     pub async fn status(&self) -> Result<NodeStatus, RequestError> {
-        self.ask(Request::Status).await
+        self.ask(false, Request::Status).await
     }
 
     /// Hands a peer's message to the loop (dropped when the loop is gone or full: the

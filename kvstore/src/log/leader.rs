@@ -150,6 +150,17 @@ impl Role {
         }
     }
 
+    /// Slot `slot` was applied. If it is this leader's barrier, the leader is ready (it has
+    /// taken over the log): returns its ballot round, once.
+    pub(super) fn slot_applied(&mut self, slot: Slot) -> Option<u64> {
+        let Role::Leader(leader) = self else { return None };
+        if leader.ready || leader.barrier != slot {
+            return None;
+        }
+        leader.ready = true;
+        Some(leader.ballot.round)
+    }
+
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
         match self {
             Role::Candidate(c) => c.queue.push_back(proposal),

@@ -2,7 +2,6 @@
 //! catching up from peers, and compacting the log behind snapshots.
 
 use super::acceptor::Acceptor;
-use super::leader::Role;
 use super::message::LogMessage;
 use super::replica::{AppliedTrace, Replica};
 use super::request::Completion;
@@ -312,12 +311,7 @@ impl<S: Storage> Replica<S> {
     }
 
     fn on_applied_barrier(&mut self, now: Instant, slot: Slot) {
-        let Role::Leader(leader) = &mut self.role else { return };
-        if leader.ready || leader.barrier != slot {
-            return;
-        }
-        leader.ready = true;
-        let round = leader.ballot.round;
+        let Some(round) = self.role.slot_applied(slot) else { return };
         tracing::info!(node = %self.me, round, applied = slot, leases = self.learner.machine().lease_count(), "master ready: log taken over");
         let keep_stale = self.config.broken(super::config::LogBreakage::DeposedExpiry) && self.lessor.is_running();
         if !keep_stale {
