@@ -26,32 +26,32 @@ pub(super) enum Role {
 /// Phase 1 in progress.
 #[derive(Debug)]
 pub(super) struct Candidate {
-    pub(super) ballot: LogBallot,
-    pub(super) promises: BTreeMap<NodeId, PromiseInfo>,
-    pub(super) queue: VecDeque<Proposal>,
+    ballot: LogBallot,
+    promises: BTreeMap<NodeId, PromiseInfo>,
+    queue: VecDeque<Proposal>,
 }
 
 /// What one acceptor promised.
 #[derive(Debug)]
 pub(super) struct PromiseInfo {
-    pub(super) slots: Vec<(Slot, AcceptedSlot)>,
-    pub(super) commit: Slot,
-    pub(super) compacted: Slot,
+    slots: Vec<(Slot, AcceptedSlot)>,
+    commit: Slot,
+    compacted: Slot,
 }
 
 /// Phase 2: the steady state.
 #[derive(Debug)]
 pub(super) struct Leader {
-    pub(super) ballot: LogBallot,
-    pub(super) next_slot: Slot,
-    pub(super) inflight: BTreeMap<Slot, Inflight>,
-    pub(super) queue: VecDeque<Proposal>,
+    ballot: LogBallot,
+    next_slot: Slot,
+    inflight: BTreeMap<Slot, Inflight>,
+    queue: VecDeque<Proposal>,
     /// The barrier slot; linearizable reads and the lease tracker wait until it is applied.
-    pub(super) barrier: Slot,
-    pub(super) ready: bool,
+    barrier: Slot,
+    ready: bool,
     /// LeaseExpire proposals of this tenure not yet applied (bounds the expiry backlog).
-    pub(super) pending_expiries: BTreeSet<ProposalId>,
-    pub(super) commit_sent: Slot,
+    pending_expiries: BTreeSet<ProposalId>,
+    commit_sent: Slot,
 }
 
 impl Candidate {
@@ -113,9 +113,9 @@ impl Leader {
 /// A proposed slot waiting for a quorum.
 #[derive(Debug)]
 pub(super) struct Inflight {
-    pub(super) entry: Entry,
-    pub(super) acks: BTreeSet<NodeId>,
-    pub(super) sent: Instant,
+    entry: Entry,
+    acks: BTreeSet<NodeId>,
+    sent: Instant,
 }
 
 impl Role {
