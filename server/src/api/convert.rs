@@ -1,6 +1,7 @@
 //! Conversions between etcd's wire types and the store's commands, and the mapping of the
 //! store's errors to the gRPC status codes and messages etcd clients expect.
 
+use super::range_shape::RangeShape;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::mvccpb;
 use leasekv_kvstore::log::RequestError;
@@ -22,24 +23,22 @@ pub fn kv_out(kv: KeyValue) -> mvccpb::KeyValue {
     }
 }
 
-/// A range request, refusing what we do not serve (history, sorting, revision filters).
-pub fn range_in(r: pb::RangeRequest) -> Result<(RangeRequest, bool), Status> {
+/// A range request as the store reads it, whether it may be served serializably, and its
+/// sorting and revision filters ([`RangeShape`], applied to the store's answer). Reading at
+/// a past revision is refused: there is no history yet.
+pub fn range_in(r: pb::RangeRequest) -> Result<(RangeRequest, bool, Option<RangeShape>), Status> {
     if r.revision > 0 {
         return Err(Status::unimplemented("reading at a past revision is not served by leasekv (no MVCC history)"));
     }
-    if r.sort_order != 0 || r.sort_target != 0 {
-        return Err(Status::unimplemented("sorted range results are not served by leasekv; results come in key order"));
-    }
-    if r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0 {
-        return Err(Status::unimplemented("revision filters on range are not served by leasekv"));
-    }
+    let shape = RangeShape::of(&r)?;
     let request = RangeRequest {
         range: KeyRange { key: r.key, range_end: r.range_end },
-        limit: r.limit,
+        // Sorted or filtered: read everything, the shape cuts at the limit afterwards.
+        limit: if shape.is_some() { 0 } else { r.limit },
         count_only: r.count_only,
-        keys_only: r.keys_only,
+        keys_only: r.keys_only && !shape.as_ref().is_some_and(RangeShape::needs_values),
     };
-    Ok((request, r.serializable))
+    Ok((request, r.serializable, shape))
 }
 
 /// A range answer.
@@ -119,7 +118,13 @@ fn compare_in(c: pb::Compare) -> Result<Compare, Status> {
 fn op_in(op: pb::RequestOp) -> Result<TxnOp, Status> {
     use pb::request_op::Request;
     match op.request {
-        Some(Request::RequestRange(r)) => Ok(TxnOp::Range(range_in(r)?.0)),
+        Some(Request::RequestRange(r)) => match range_in(r)? {
+            (range, _, None) => Ok(TxnOp::Range(range)),
+            (_, _, Some(_)) => Err(Status::unimplemented(
+                "sorted or revision-filtered ranges inside a Txn are not served by leasekv; \
+                 they are served as plain Range requests",
+            )),
+        },
         Some(Request::RequestPut(p)) => Ok(TxnOp::Put(put_in(p)?)),
         Some(Request::RequestDeleteRange(d)) => Ok(TxnOp::DeleteRange(delete_in(d))),
         Some(Request::RequestTxn(_)) => Err(Status::unimplemented("nested transactions are not served by leasekv")),

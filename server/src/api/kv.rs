@@ -14,10 +14,14 @@ pub struct KvService(pub Arc<Shared>);
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        let (range, serializable) = range_in(request.into_inner())?;
+        let (range, serializable, shape) = range_in(request.into_inner())?;
         let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
         let shared = &self.0;
         let (answer, revision) = shared.serve(|| shared.node.read(range.clone(), consistency)).await?;
+        let answer = match shape {
+            Some(shape) => shape.apply(answer),
+            None => answer,
+        };
         Ok(Response::new(range_out(answer, shared.header(revision))))
     }
 

@@ -9,6 +9,7 @@ mod ext;
 mod kv;
 mod lease;
 mod maintenance;
+mod range_shape;
 
 pub use ext::ExtService;
 pub use kv::KvService;
