@@ -778,7 +778,7 @@ fn line_diff(a: &[String], b: &[String]) -> String {
 }
 
 /// Range's min/max mod and create revision filters, with sorting, a limit and count_only,
-/// give the same answers from leasekv as from etcd (over gRPC: etcdctl 3.4 has no flags for
+/// alone and inside a Txn, give the same answers from leasekv as from etcd (over gRPC: etcdctl 3.4 has no flags for
 /// them). Revisions are named relative to the first put, so the two stores need not be at
 /// the same revision.
 fn revision_filters_answer_as_etcd(ours: &Cluster, etcd: &Cluster) {
@@ -791,8 +791,13 @@ fn revision_filters_answer_as_etcd(ours: &Cluster, etcd: &Cluster) {
 /// Writes /f/a, /f/b, /f/c, /f/a, /f/c (first revision r), reads them back through each
 /// filter, and deletes them; each answer as `keys count more`, revisions relative to r.
 async fn filtered_ranges(endpoint: String) -> Vec<String> {
+    use leasekv::client::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
     use leasekv::client::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
-    use leasekv::client::proto::etcdserverpb::{kv_client::KvClient, DeleteRangeRequest, PutRequest, RangeRequest};
+    use leasekv::client::proto::etcdserverpb::request_op::Request;
+    use leasekv::client::proto::etcdserverpb::response_op::Response;
+    use leasekv::client::proto::etcdserverpb::{
+        kv_client::KvClient, Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    };
     let mut kv = KvClient::connect(format!("http://{endpoint}")).await.expect("connect over gRPC");
     let mut first = None;
     for (key, value) in [("/f/a", "1"), ("/f/b", "2"), ("/f/c", "3"), ("/f/a", "4"), ("/f/c", "5")] {
@@ -859,6 +864,51 @@ async fn filtered_ranges(endpoint: String) -> Vec<String> {
             }
             Err(status) => format!("{described}: {:?} {}", status.code(), status.message()),
         });
+    }
+    // The same inside a Txn: a sorted, filtered, limited range in the branch that runs (no
+    // compares: success), and one in each branch of a Txn whose compare fails.
+    let shaped = || {
+        range(&|q| {
+            q.sort_target = SortTarget::Mod as i32;
+            q.sort_order = SortOrder::Descend as i32;
+            q.min_mod_revision = r + 1;
+            q.limit = 2;
+        })
+    };
+    let op = |request: RangeRequest| RequestOp { request: Some(Request::RequestRange(request)) };
+    let missing = Compare {
+        key: b"/f/none".to_vec(),
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Version as i32,
+        target_union: Some(TargetUnion::Version(0)),
+        ..Default::default()
+    };
+    let txns = [
+        TxnRequest { success: vec![op(shaped())], ..Default::default() },
+        TxnRequest {
+            compare: vec![missing],
+            success: vec![op(shaped())],
+            failure: vec![op(range(&|q| q.sort_target = SortTarget::Value as i32)), op(shaped())],
+        },
+    ];
+    for (case, txn) in txns.into_iter().enumerate() {
+        let answer = kv.txn(txn).await.expect("txn").into_inner();
+        let ranges: Vec<Vec<String>> = answer
+            .responses
+            .iter()
+            .filter_map(|op| match &op.response {
+                Some(Response::ResponseRange(range)) => Some(
+                    range
+                        .kvs
+                        .iter()
+                        .map(|kv| format!("{} mod r+{}", String::from_utf8_lossy(&kv.key), kv.mod_revision - r))
+                        .chain([format!("count {} more {}", range.count, range.more)])
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect();
+        answers.push(format!("txn {case}: succeeded {} {ranges:?}", answer.succeeded));
     }
     let delete = DeleteRangeRequest { key: b"/f/".to_vec(), range_end: b"/f0".to_vec(), ..Default::default() };
     kv.delete_range(delete).await.expect("delete /f/");

@@ -115,37 +115,47 @@ fn compare_in(c: pb::Compare) -> Result<Compare, Status> {
     Ok(Compare { range: KeyRange { key: c.key, range_end: c.range_end }, target, result })
 }
 
-fn op_in(op: pb::RequestOp) -> Result<TxnOp, Status> {
+/// One operation of a Txn, with the sorting and filters of a range ([`RangeShape`]).
+fn op_in(op: pb::RequestOp) -> Result<(TxnOp, Option<RangeShape>), Status> {
     use pb::request_op::Request;
     match op.request {
-        Some(Request::RequestRange(r)) => match range_in(r)? {
-            (range, _, None) => Ok(TxnOp::Range(range)),
-            (_, _, Some(_)) => Err(Status::unimplemented(
-                "sorted or revision-filtered ranges inside a Txn are not served by leasekv; \
-                 they are served as plain Range requests",
-            )),
-        },
-        Some(Request::RequestPut(p)) => Ok(TxnOp::Put(put_in(p)?)),
-        Some(Request::RequestDeleteRange(d)) => Ok(TxnOp::DeleteRange(delete_in(d))),
+        Some(Request::RequestRange(r)) => {
+            let (range, _, shape) = range_in(r)?;
+            Ok((TxnOp::Range(range), shape))
+        }
+        Some(Request::RequestPut(p)) => Ok((TxnOp::Put(put_in(p)?), None)),
+        Some(Request::RequestDeleteRange(d)) => Ok((TxnOp::DeleteRange(delete_in(d)), None)),
         Some(Request::RequestTxn(_)) => Err(Status::unimplemented("nested transactions are not served by leasekv")),
         None => Err(Status::invalid_argument("etcdserver: empty operation in txn request")),
     }
 }
 
-/// A transaction.
-pub fn txn_in(t: pb::TxnRequest) -> Result<TxnRequest, Status> {
-    Ok(TxnRequest {
-        compare: t.compare.into_iter().map(compare_in).collect::<Result<_, _>>()?,
-        success: t.success.into_iter().map(op_in).collect::<Result<_, _>>()?,
-        failure: t.failure.into_iter().map(op_in).collect::<Result<_, _>>()?,
-    })
+/// The sorting and filters of each range in a Txn's two branches, by operation index,
+/// applied to the answer of the branch that ran.
+#[derive(Debug, Default)]
+pub struct TxnShapes {
+    success: Vec<Option<RangeShape>>,
+    failure: Vec<Option<RangeShape>>,
+}
+
+/// A transaction, and the shapes of its ranges.
+pub fn txn_in(t: pb::TxnRequest) -> Result<(TxnRequest, TxnShapes), Status> {
+    let branch = |ops: Vec<pb::RequestOp>| -> Result<(Vec<TxnOp>, Vec<Option<RangeShape>>), Status> {
+        Ok(ops.into_iter().map(op_in).collect::<Result<Vec<_>, _>>()?.into_iter().unzip())
+    };
+    let (success, success_shapes) = branch(t.success)?;
+    let (failure, failure_shapes) = branch(t.failure)?;
+    let compare = t.compare.into_iter().map(compare_in).collect::<Result<_, _>>()?;
+    Ok((TxnRequest { compare, success, failure }, TxnShapes { success: success_shapes, failure: failure_shapes }))
 }
 
 /// A transaction's answer. As in etcd, each operation's answer has a header holding only the
 /// revision that operation saw: the revision before the transaction until the transaction's
 /// first write, the transaction's own revision (`header.revision`) from that write on.
-pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader) -> pb::TxnResponse {
+/// `shapes` sort and filter its ranges as [`txn_in`] found them.
+pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader, shapes: &TxnShapes) -> pb::TxnResponse {
     use pb::response_op::Response;
+    let branch_shapes = if t.succeeded { &shapes.success } else { &shapes.failure };
     let writes = |r: &TxnOpResponse| match r {
         TxnOpResponse::Put(_) => true,
         TxnOpResponse::DeleteRange(d) => d.deleted > 0,
@@ -156,13 +166,20 @@ pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader) -> pb::TxnResponse {
     let responses = t
         .responses
         .into_iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             written |= writes(&r);
             let op_header =
                 pb::ResponseHeader { revision: if written { header.revision } else { before }, ..Default::default() };
             pb::ResponseOp {
                 response: Some(match r {
-                    TxnOpResponse::Range(r) => Response::ResponseRange(range_out(r, op_header)),
+                    TxnOpResponse::Range(r) => {
+                        let r = match branch_shapes.get(i) {
+                            Some(Some(shape)) => shape.apply(r),
+                            _ => r,
+                        };
+                        Response::ResponseRange(range_out(r, op_header))
+                    }
                     TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, op_header)),
                     TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, op_header)),
                 }),
@@ -247,15 +264,15 @@ mod tests {
         let delete = |deleted| TxnOpResponse::DeleteRange(DeleteRangeResponse { deleted, prev_kvs: Vec::new() });
         // Read, write, read, delete nothing, write: the transaction wrote revision 19.
         let t = TxnResponse { succeeded: true, responses: vec![range(), put(), range(), delete(0), put()] };
-        let out = txn_out(t, header(19));
+        let out = txn_out(t, header(19), &TxnShapes::default());
         assert_eq!(out.header, Some(header(19)));
         assert_eq!(op_revisions(&out), [18, 19, 19, 19, 19]);
         // Reads and a delete of nothing write nothing: every header is the current revision.
         let t = TxnResponse { succeeded: false, responses: vec![range(), delete(0), range()] };
-        assert_eq!(op_revisions(&txn_out(t, header(20))), [20, 20, 20]);
+        assert_eq!(op_revisions(&txn_out(t, header(20), &TxnShapes::default())), [20, 20, 20]);
         // A delete that deletes is a write.
         let t = TxnResponse { succeeded: true, responses: vec![range(), delete(2), range()] };
-        assert_eq!(op_revisions(&txn_out(t, header(21))), [20, 21, 21]);
+        assert_eq!(op_revisions(&txn_out(t, header(21), &TxnShapes::default())), [20, 21, 21]);
     }
 
     #[test]

@@ -47,9 +47,9 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let command = Command::Txn(txn_in(request.into_inner())?);
-        let reply = self.0.serve_command(command, |response, header| match response {
-            CommandResponse::Txn(t) => Some(txn_out(t, header)),
+        let (txn, shapes) = txn_in(request.into_inner())?;
+        let reply = self.0.serve_command(Command::Txn(txn), move |response, header| match response {
+            CommandResponse::Txn(t) => Some(txn_out(t, header, &shapes)),
             _ => None,
         });
         reply.await.map(Response::new)
