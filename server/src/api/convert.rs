@@ -174,11 +174,8 @@ pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader, shapes: &TxnShapes) -
             pb::ResponseOp {
                 response: Some(match r {
                     TxnOpResponse::Range(r) => {
-                        let r = match branch_shapes.get(i) {
-                            Some(Some(shape)) => shape.apply(r),
-                            _ => r,
-                        };
-                        Response::ResponseRange(range_out(r, op_header))
+                        let shape = branch_shapes.get(i).and_then(Option::as_ref);
+                        Response::ResponseRange(range_out(RangeShape::apply_if(shape, r), op_header))
                     }
                     TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, op_header)),
                     TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, op_header)),

@@ -1,6 +1,7 @@
 //! etcd's KV service.
 
 use super::convert::{delete_in, delete_out, put_in, put_out, range_in, range_out, txn_in, txn_out};
+use super::range_shape::RangeShape;
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ReadConsistency;
@@ -18,10 +19,7 @@ impl pb::kv_server::Kv for KvService {
         let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
         let shared = &self.0;
         let (answer, revision) = shared.serve(|| shared.node.read(range.clone(), consistency)).await?;
-        let answer = match shape {
-            Some(shape) => shape.apply(answer),
-            None => answer,
-        };
+        let answer = RangeShape::apply_if(shape.as_ref(), answer);
         Ok(Response::new(range_out(answer, shared.header(revision))))
     }
 

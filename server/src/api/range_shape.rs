@@ -53,8 +53,7 @@ impl RangeShape {
         // etcd: a target other than the key with no order sorts ascending; the key ascending
         // is the order the store reads in anyway.
         let sort = match (order, target) {
-            (pb::range_request::SortOrder::None, SortTarget::Key) => None,
-            (pb::range_request::SortOrder::Ascend, SortTarget::Key) => None,
+            (pb::range_request::SortOrder::None | pb::range_request::SortOrder::Ascend, SortTarget::Key) => None,
             (pb::range_request::SortOrder::None | pb::range_request::SortOrder::Ascend, target) => {
                 Some((target, false))
             }
@@ -81,6 +80,14 @@ impl RangeShape {
     /// Whether the store must read values although the client asked for keys only.
     pub fn needs_values(&self) -> bool {
         matches!(self.sort, Some((SortTarget::Value, _)))
+    }
+
+    /// The store's answer shaped by `shape`, if the request had one.
+    pub fn apply_if(shape: Option<&RangeShape>, response: RangeResponse) -> RangeResponse {
+        match shape {
+            Some(shape) => shape.apply(response),
+            None => response,
+        }
     }
 
     /// Filters, sorts and cuts the store's answer, read without a limit.
