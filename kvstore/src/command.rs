@@ -150,6 +150,14 @@ pub enum Command {
         /// The new master's tenure.
         tenure: Tenure,
     },
+    /// Forget the history below `revision` (etcd `CompactionRequest`). Reads and watches
+    /// from below it are refused afterwards; the revision itself stays readable. It changes
+    /// no key and does not move the store revision. Appended after the variants above so
+    /// that log records written before it existed still decode.
+    Compact {
+        /// The new compaction point: above the current one, at most the store revision.
+        revision: Revision,
+    },
 }
 
 impl Command {
@@ -240,6 +248,11 @@ pub enum CommandResponse {
     },
     /// From [`Command::Barrier`].
     Barrier,
+    /// From [`Command::Compact`]: how many history entries were dropped.
+    Compact {
+        /// History entries dropped.
+        dropped: u64,
+    },
 }
 
 /// What applying one command produced: the store's revision after it (the response

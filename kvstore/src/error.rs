@@ -1,7 +1,7 @@
 //! Errors a request can get from the store. The messages are the ones etcd clients expect
 //! (prefixed `etcdserver: `) where etcd has one, so that the gRPC layer can pass them on.
 
-use crate::types::LeaseId;
+use crate::types::{LeaseId, Revision};
 use thiserror::Error;
 
 /// Why the store refused a request. Deterministic: every replica that applies the same
@@ -64,6 +64,24 @@ pub enum KvError {
     /// A command only the master itself may issue (lease expiry, barrier).
     #[error("etcdserver: {0} commands are issued by the master itself, not by clients")]
     ReservedCommand(String),
+    /// A read, watch or compaction asked for a revision below the compaction point
+    /// (etcd's `ErrCompacted`).
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted {
+        /// The revision asked for.
+        requested: Revision,
+        /// The compaction point.
+        compacted: Revision,
+    },
+    /// A read or compaction asked for a revision the store has not reached
+    /// (etcd's `ErrFutureRev`).
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision {
+        /// The revision asked for.
+        requested: Revision,
+        /// The store's revision.
+        current: Revision,
+    },
     /// A range end that is below its start.
     #[error("etcdserver: range end {end:?} is before the key {key:?}")]
     InvalidRange {

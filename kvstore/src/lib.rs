@@ -23,4 +23,4 @@ pub use command::*;
 pub use error::KvError;
 pub use limits::Limits;
 pub use state::StateMachine;
-pub use types::{KeyRange, KeyValue, LeaseId, Revision, NO_LEASE};
+pub use types::{Event, EventKind, KeyRange, KeyValue, LeaseId, Revision, NO_LEASE};

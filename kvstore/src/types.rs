@@ -29,6 +29,40 @@ pub struct KeyValue {
     pub lease: LeaseId,
 }
 
+/// What a watch [`Event`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    /// The key was written (created or updated).
+    Put,
+    /// The key was deleted (by a delete, or with its lease's revocation or expiry).
+    Delete,
+}
+
+/// One change to one key, as etcd's `mvccpb.Event`: the history the store keeps and what
+/// watchers receive.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Event {
+    /// Put or delete.
+    pub kind: EventKind,
+    /// After a put, the key-value written; after a delete, a tombstone: the key and, as
+    /// `mod_revision`, the revision of the deletion, every other field zero (as etcd sends).
+    pub kv: KeyValue,
+    /// The key-value before the change (`None` for a put that created the key).
+    pub prev_kv: Option<KeyValue>,
+}
+
+impl Event {
+    /// The revision of the change (etcd's main revision).
+    pub fn revision(&self) -> Revision {
+        self.kv.mod_revision
+    }
+
+    /// Whether this is a put that created the key (etcd's `IsCreate`).
+    pub fn is_create(&self) -> bool {
+        self.kind == EventKind::Put && self.kv.version == 1
+    }
+}
+
 /// A set of keys, with etcd's `key`/`range_end` convention:
 /// - `range_end` empty: the single key `key`;
 /// - `range_end == [0]`: every key `>= key` (and with `key == [0]` too: every key);

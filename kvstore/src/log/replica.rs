@@ -330,6 +330,28 @@ impl<S: Storage> Replica<S> {
         Ok((response, self.learner.machine().revision()))
     }
 
+    /// [`Self::read`] at a past revision (etcd's `RangeRequest.revision`; 0 or less is the
+    /// current one), served from the history; compacted and future revisions are etcd's
+    /// errors.
+    pub fn read_at(
+        &self,
+        now: Instant,
+        request: &RangeRequest,
+        revision: Revision,
+        consistency: ReadConsistency,
+    ) -> Result<(RangeResponse, Revision), RequestError> {
+        if revision <= 0 {
+            return self.read(now, request, consistency);
+        }
+        self.check_stopped()?;
+        validate_range(request, &self.limits)?;
+        if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
+            self.require_ready(now)?;
+        }
+        let response = self.learner.machine().range_at(request, revision)?;
+        Ok((response, self.learner.machine().revision()))
+    }
+
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
     /// (seconds); an unknown or expiring lease is [`KvError::LeaseNotFound`].
     pub fn keep_alive(&mut self, now: Instant, id: LeaseId) -> Result<i64, RequestError> {

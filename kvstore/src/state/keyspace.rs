@@ -246,6 +246,27 @@ impl Keyspace {
     }
 }
 
+impl Keyspace {
+    /// Answers `request` (its range already applied) over `kvs`, which are in key order, by
+    /// the same limit, count and value rules as [`Self::read`]: for reads at a past revision.
+    pub(super) fn read_from(kvs: impl Iterator<Item = KeyValue>, request: &RangeRequest) -> RangeResponse {
+        let limit = if request.limit > 0 { usize::try_from(request.limit).unwrap_or(usize::MAX) } else { usize::MAX };
+        let mut count = 0usize;
+        let mut out = Vec::new();
+        for mut kv in kvs {
+            count += 1;
+            if request.count_only || out.len() >= limit {
+                continue;
+            }
+            if request.keys_only {
+                kv.value = Vec::new();
+            }
+            out.push(kv);
+        }
+        RangeResponse { more: !request.count_only && count > out.len(), count: to_i64(count), kvs: out }
+    }
+}
+
 /// Counts as etcd's int64 fields; a key space cannot hold more than `i64::MAX` keys.
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

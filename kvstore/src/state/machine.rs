@@ -12,6 +12,7 @@
 
 use super::compare;
 use super::digest;
+use super::history::{Compacted, History};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
@@ -20,7 +21,8 @@ use crate::command::{
     PutResponse, RangeRequest, RangeResponse, Tenure, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
 };
 use crate::error::KvError;
-use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
+use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
+use std::collections::BTreeMap;
 
 pub use super::lease_table::Lease;
 pub use super::snapshot::SnapshotError;
@@ -31,6 +33,8 @@ pub struct StateMachine {
     /// etcd's store revision: the revision of the last write that changed something.
     revision: Revision,
     keys: Keyspace,
+    /// Every change since the compaction point (see [`super::history`]).
+    history: History,
     leases: LeaseTable,
     /// The tenure of the newest master whose barrier was applied; older expiries are stale.
     tenure: Tenure,
@@ -69,6 +73,7 @@ impl StateMachine {
         StateMachine {
             revision: 1,
             keys: Keyspace::default(),
+            history: History::default(),
             leases: LeaseTable::default(),
             tenure: (0, 0),
             digest: digest::EMPTY,
@@ -94,6 +99,7 @@ impl StateMachine {
                 self.tenure = self.tenure.max(*tenure);
                 Ok(CommandResponse::Barrier)
             }
+            Command::Compact { revision } => self.apply_compact(*revision),
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         // After the command, so that a lease with at most a budget of keys is gone from
@@ -123,7 +129,7 @@ impl StateMachine {
 
     fn apply_delete(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
-        let response = self.delete(selection, request.prev_kv);
+        let response = self.delete(selection, request.prev_kv, self.next_revision());
         if response.deleted > 0 {
             self.revision = self.next_revision();
         }
@@ -161,7 +167,7 @@ impl StateMachine {
                     TxnOpResponse::Put(self.put_at(put, at))
                 }
                 Planned::Delete(selection, prev_kv) => {
-                    let response = self.delete(selection, prev_kv);
+                    let response = self.delete(selection, prev_kv, at);
                     changed |= response.deleted > 0;
                     TxnOpResponse::DeleteRange(response)
                 }
@@ -215,28 +221,32 @@ impl StateMachine {
             self.leases.detach(old_lease, &request.key);
             self.leases.attach(request.lease, &request.key);
         }
-        let old = self.keys.replace(KeyValue {
+        let kv = KeyValue {
             key: request.key.clone(),
             value: request.value.clone(),
             create_revision,
             mod_revision: at,
             version,
             lease: request.lease,
-        });
-        PutResponse { prev_kv: old.filter(|_| request.prev_kv) }
+        };
+        let old = self.keys.replace(kv.clone());
+        let response = PutResponse { prev_kv: old.clone().filter(|_| request.prev_kv) };
+        self.history.put(kv, old);
+        response
     }
 
-    /// Deletes the selected keys. Deleting changes nothing that depends on the revision
-    /// (there is no history), so the caller only decides whether the revision moves.
-    fn delete(&mut self, selection: Selection<'_>, prev_kv: bool) -> DeleteRangeResponse {
+    /// Deletes the selected keys at revision `at`; the caller moves the store revision to
+    /// `at` if anything was deleted.
+    fn delete(&mut self, selection: Selection<'_>, prev_kv: bool, at: Revision) -> DeleteRangeResponse {
         let mut response = DeleteRangeResponse::default();
         let mut remove = |this: &mut Self, key: &[u8]| {
             if let Some(kv) = this.keys.take(key) {
                 this.leases.detach(kv.lease, &kv.key);
                 response.deleted += 1;
                 if prev_kv {
-                    response.prev_kvs.push(kv);
+                    response.prev_kvs.push(kv.clone());
                 }
+                this.history.delete(kv, at);
             }
         };
         match selection {
@@ -257,13 +267,78 @@ impl StateMachine {
         // The table keeps a lease's key set equal to the live keys attached to it, so every
         // one of them is deleted (and each was written before `at`, as the graveyard needs).
         let deleted = i64::try_from(lease.keys.len()).unwrap_or(i64::MAX);
+        // Watchers see one delete per key, in key order, all at `at`; the history needs each
+        // key's last value (prev_kv) while it is still readable.
+        for key in &lease.keys {
+            if let Some(kv) = self.keys.get(key) {
+                self.history.delete(kv.clone(), at);
+            }
+        }
         self.keys.bury(lease.id, at, lease.keys);
         deleted
+    }
+
+    /// Forgets the history below `revision`; see [`Command::Compact`].
+    fn apply_compact(&mut self, revision: Revision) -> Result<CommandResponse, KvError> {
+        if revision > self.revision {
+            return Err(KvError::FutureRevision { requested: revision, current: self.revision });
+        }
+        if revision <= self.history.compacted() {
+            return Err(KvError::Compacted { requested: revision, compacted: self.history.compacted() });
+        }
+        let dropped = self.history.compact(revision);
+        Ok(CommandResponse::Compact { dropped: u64::try_from(dropped).unwrap_or(u64::MAX) })
     }
 
     /// Reads at the current revision.
     pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
         self.keys.range(request)
+    }
+
+    /// Reads at `revision` (etcd's `RangeRequest.revision`): `revision <= 0` or the current
+    /// revision reads the current state; below the compaction point is
+    /// [`KvError::Compacted`], above the current revision [`KvError::FutureRevision`].
+    /// A past read costs the live keys in the range plus the changes since `revision`.
+    pub fn range_at(&self, request: &RangeRequest, revision: Revision) -> Result<RangeResponse, KvError> {
+        if revision <= 0 || revision == self.revision {
+            return self.range(request);
+        }
+        self.check_readable(revision)?;
+        let selection = Selection::of(&request.range)?;
+        let now: BTreeMap<Vec<u8>, KeyValue> =
+            self.keys.select(selection).map(|kv| (kv.key.clone(), kv.clone())).collect();
+        let then = self.history.rewind(now, &request.range, revision);
+        Ok(Keyspace::read_from(then.into_values(), request))
+    }
+
+    /// Whether a read at `revision` can be served: not above the store revision, not below
+    /// the compaction point.
+    fn check_readable(&self, revision: Revision) -> Result<(), KvError> {
+        if revision > self.revision {
+            return Err(KvError::FutureRevision { requested: revision, current: self.revision });
+        }
+        if revision < self.history.compacted() {
+            return Err(KvError::Compacted { requested: revision, compacted: self.history.compacted() });
+        }
+        Ok(())
+    }
+
+    /// The changes at revision `from` and later, oldest first (the events of one revision
+    /// in their order within it), for watchers; [`KvError::Compacted`] when `from` is below
+    /// the compaction point. A `from` above the current revision gives nothing.
+    pub fn events_since(&self, from: Revision) -> Result<impl Iterator<Item = &Event> + '_, KvError> {
+        self.history.since(from).map_err(|Compacted(compacted)| KvError::Compacted { requested: from, compacted })
+    }
+
+    /// The compaction point: the oldest revision still readable (0 if never compacted:
+    /// everything since revision 1 is).
+    pub fn compacted_revision(&self) -> Revision {
+        self.history.compacted()
+    }
+
+    /// Number of changes held in the history window.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
     }
 
     /// The current revision.
@@ -325,6 +400,7 @@ impl StateMachine {
             digest: self.digest,
             keys: &self.keys,
             leases: &self.leases,
+            history: &self.history,
         })
     }
 
@@ -335,6 +411,7 @@ impl StateMachine {
             revision: restored.revision,
             tenure: restored.tenure,
             keys: restored.keys,
+            history: restored.history,
             leases: restored.leases,
             digest: restored.digest,
             cleanup_budget: Self::CLEANUP_PER_APPLY,

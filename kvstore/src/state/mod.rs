@@ -4,6 +4,7 @@
 mod compare;
 mod digest;
 mod graveyard;
+mod history;
 mod keyspace;
 mod lease_table;
 mod machine;

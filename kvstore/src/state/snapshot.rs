@@ -16,10 +16,11 @@
 //! [`SnapshotError`], never a panic.
 
 use super::graveyard::{Death, Graveyard};
+use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
 use crate::command::Tenure;
-use crate::types::{KeyValue, LeaseId, Revision, NO_LEASE};
+use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
 use serde::de::{Deserializer, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,11 @@ pub struct SnapshotError(pub String);
 /// Bumped whenever the layout below changes, so that an old snapshot is refused with a
 /// clear message instead of being misread.
 /// 3: lease deaths still being swept, with their dead keys.
-const FORMAT: u32 = 3;
+/// 4: format 3 followed by the MVCC history (compaction point and retained changes). A
+///    format 3 snapshot is still read: its history starts, compacted, at its revision.
+const FORMAT: u32 = 4;
+/// The last format without history, still accepted.
+const FORMAT_WITHOUT_HISTORY: u32 = 3;
 
 /// Everything a snapshot holds, borrowed from the live state.
 pub(super) struct Parts<'a> {
@@ -48,6 +53,8 @@ pub(super) struct Parts<'a> {
     pub(super) keys: &'a Keyspace,
     /// The lease table.
     pub(super) leases: &'a LeaseTable,
+    /// The history window.
+    pub(super) history: &'a History,
 }
 
 /// Everything a snapshot holds, decoded and checked.
@@ -62,6 +69,8 @@ pub(super) struct Restored {
     pub(super) keys: Keyspace,
     /// The lease table, key sets included.
     pub(super) leases: LeaseTable,
+    /// The history window.
+    pub(super) history: History,
 }
 
 #[derive(Serialize)]
@@ -86,6 +95,35 @@ struct SnapshotIn {
     leases: Vec<LeaseRecord>,
     deaths: Vec<Death>,
     kvs: Vec<KvIn>,
+}
+
+/// The section format 4 appends: the compaction point and every retained change, each as
+/// `(kind, kv, prev_kv)` with key-values written like the key space's.
+#[derive(Serialize)]
+struct HistoryOut<'a> {
+    compacted: Revision,
+    events: EventsOut<'a>,
+}
+
+#[derive(Deserialize)]
+struct HistoryIn {
+    compacted: Revision,
+    events: Vec<(u8, KvIn, Option<KvIn>)>,
+}
+
+struct EventsOut<'a>(&'a History);
+
+impl Serialize for EventsOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|e| (kind_code(e.kind), KvOut(&e.kv), e.prev_kv.as_ref().map(KvOut))))
+    }
+}
+
+fn kind_code(kind: EventKind) -> u8 {
+    match kind {
+        EventKind::Put => 0,
+        EventKind::Delete => 1,
+    }
 }
 
 /// A lease without its keys.
@@ -174,22 +212,68 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
     // error here would be a bug in this module. Sized first: the state can be tens of
     // megabytes, and growing by doubling copied it several times over.
     let size = postcard::experimental::serialized_size(&out).expect("snapshot size of in-memory values cannot fail");
-    postcard::to_extend(&out, Vec::with_capacity(size)).expect("snapshot serialisation into memory cannot fail")
+    let history = HistoryOut { compacted: parts.history.compacted(), events: EventsOut(parts.history) };
+    let history_size =
+        postcard::experimental::serialized_size(&history).expect("snapshot size of in-memory values cannot fail");
+    let bytes = postcard::to_extend(&out, Vec::with_capacity(size + history_size))
+        .expect("snapshot serialisation into memory cannot fail");
+    postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail")
+}
+
+/// Decodes the history section of a format 4 snapshot and checks it against the store
+/// revision: changes in `(main, sub)` order, none below the compaction point or above the
+/// store.
+fn decode_history(bytes: &[u8], revision: Revision) -> Result<History, SnapshotError> {
+    let (section, rest): (HistoryIn, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
+    if !rest.is_empty() {
+        return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len())));
+    }
+    if !(0..=revision).contains(&section.compacted) {
+        return Err(SnapshotError(format!("compaction point {} is outside 0..={revision}", section.compacted)));
+    }
+    let mut events = Vec::with_capacity(section.events.len());
+    let mut last = section.compacted;
+    for (kind, kv, prev) in section.events {
+        let kind = match kind {
+            0 => EventKind::Put,
+            1 => EventKind::Delete,
+            other => return Err(SnapshotError(format!("history event kind {other} is unknown"))),
+        };
+        let kv = key_value(kv);
+        let at = kv.mod_revision;
+        if at < last || at > revision || at < 1 {
+            return Err(SnapshotError(format!(
+                "history event at revision {at} is out of order (previous {last}, store {revision})"
+            )));
+        }
+        last = at;
+        events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
+    }
+    Ok(History::from_parts(events, section.compacted))
+}
+
+fn key_value(KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn) -> KeyValue {
+    KeyValue { key, value, create_revision, mod_revision, version, lease }
 }
 
 /// Decodes and checks a snapshot.
 pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     let (snap, rest): (SnapshotIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
-    if !rest.is_empty() {
-        return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len())));
-    }
-    if snap.format != FORMAT {
-        return Err(SnapshotError(format!("unsupported format {} (this build reads {FORMAT})", snap.format)));
-    }
     if snap.revision < 1 {
         return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
     }
+    let history = match snap.format {
+        FORMAT => decode_history(rest, snap.revision)?,
+        FORMAT_WITHOUT_HISTORY if rest.is_empty() => History::from_parts(Vec::new(), snap.revision),
+        FORMAT_WITHOUT_HISTORY => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
+        other => {
+            return Err(SnapshotError(format!(
+                "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} and {FORMAT})"
+            )))
+        }
+    };
     let mut leases = BTreeMap::new();
     let mut names = BTreeSet::new();
     for l in snap.leases {
@@ -257,5 +341,6 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         digest: snap.digest,
         keys: Keyspace::from_sorted(kvs, Graveyard::from_parts(buried)),
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
+        history,
     })
 }

@@ -32,6 +32,12 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
             }
         }
         Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } | Command::Barrier { .. } => Ok(()),
+        // Checked against the history when applied (future and compacted revisions); only a
+        // revision that can never be valid is refused here.
+        Command::Compact { revision } if *revision < 1 => {
+            Err(KvError::Compacted { requested: *revision, compacted: 1 })
+        }
+        Command::Compact { .. } => Ok(()),
     }
 }
 
