@@ -19,77 +19,104 @@
 
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// The retained changes, oldest first.
+/// The retained changes and where they end. Shared (behind a lock) between the state
+/// machine, which appends, and the [`HistoryReader`]s of watch streams, which copy bounded
+/// batches out; a writer waits at most for one such copy.
 #[derive(Debug, Clone, Default)]
-pub(super) struct History {
+struct Window {
     /// Every change with revision `>= compacted`, in `(main, sub)` order.
     events: VecDeque<Event>,
     /// The compaction point: reads and watches below it are refused. 0 until the first
     /// compaction (everything since revision 1 is kept).
     compacted: Revision,
+    /// The store revision: every change up to it is in `events` (or compacted away).
+    head: Revision,
 }
 
-/// A read or watch asked for a revision the history no longer holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Compacted(pub(super) Revision);
+impl Window {
+    /// The index of the first change at revision `revision` or later.
+    fn first_at_or_after(&self, revision: Revision) -> usize {
+        self.events.partition_point(|e| e.kv.mod_revision < revision)
+    }
+}
+
+/// The retained changes, oldest first.
+#[derive(Debug)]
+pub(super) struct History {
+    window: Arc<RwLock<Window>>,
+}
+
+impl Clone for History {
+    /// A separate copy: a cloned state machine must not share its history with the original.
+    fn clone(&self) -> Self {
+        History { window: Arc::new(RwLock::new(self.read().clone())) }
+    }
+}
 
 impl History {
-    /// A history holding `events` (in order, all at or above `compacted`; the caller checked).
-    pub(super) fn from_parts(events: Vec<Event>, compacted: Revision) -> Self {
-        History { events: events.into(), compacted }
+    /// A history holding `events` (in order, all at or above `compacted`, none above `head`;
+    /// the caller checked).
+    pub(super) fn from_parts(events: Vec<Event>, compacted: Revision, head: Revision) -> Self {
+        History { window: Arc::new(RwLock::new(Window { events: events.into(), compacted, head })) }
+    }
+
+    // A panic while the lock is held can only come from a bug in this module (the
+    // critical sections copy or push values), so a poisoned lock still holds a
+    // consistent window.
+    fn read(&self) -> RwLockReadGuard<'_, Window> {
+        self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Window> {
+        self.window.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A handle that watch streams read the history through, following it as it grows.
+    pub(super) fn reader(&self) -> HistoryReader {
+        HistoryReader { window: Arc::clone(&self.window) }
     }
 
     /// The compaction point (0 if never compacted).
     pub(super) fn compacted(&self) -> Revision {
-        self.compacted
+        self.read().compacted
     }
 
     /// Number of retained changes.
     pub(super) fn len(&self) -> usize {
-        self.events.len()
+        self.read().events.len()
     }
 
-    /// Every retained change, oldest first (for snapshots).
-    pub(super) fn iter(&self) -> impl ExactSizeIterator<Item = &Event> + '_ {
-        self.events.iter()
+    /// Calls `f` with every retained change, oldest first (for snapshots).
+    pub(super) fn with_events<T>(&self, f: impl FnOnce(&VecDeque<Event>) -> T) -> T {
+        f(&self.read().events)
     }
 
-    /// Records a put at `revision` of `kv` (already stored), which replaced `prev`.
+    /// Records a put of `kv`, which replaced `prev`.
     pub(super) fn put(&mut self, kv: KeyValue, prev: Option<KeyValue>) {
-        self.events.push_back(Event { kind: EventKind::Put, kv, prev_kv: prev });
+        self.write().events.push_back(Event { kind: EventKind::Put, kv, prev_kv: prev });
     }
 
     /// Records the deletion at `revision` of `prev`, a live key.
     pub(super) fn delete(&mut self, prev: KeyValue, revision: Revision) {
-        self.events.push_back(Event {
-            kind: EventKind::Delete,
-            kv: tombstone(&prev.key, revision),
-            prev_kv: Some(prev),
-        });
+        let event = Event { kind: EventKind::Delete, kv: tombstone(&prev.key, revision), prev_kv: Some(prev) };
+        self.write().events.push_back(event);
+    }
+
+    /// Publishes the store revision after a command: readers see its changes from now on.
+    pub(super) fn set_head(&mut self, revision: Revision) {
+        self.write().head = revision;
     }
 
     /// Drops every change below `revision`, which the caller checked is above the current
     /// compaction point and at most the store revision. Returns how many were dropped.
     pub(super) fn compact(&mut self, revision: Revision) -> usize {
-        let keep_from = self.first_at_or_after(revision);
-        self.events.drain(..keep_from);
-        self.compacted = revision;
+        let mut w = self.write();
+        let keep_from = w.first_at_or_after(revision);
+        w.events.drain(..keep_from);
+        w.compacted = revision;
         keep_from
-    }
-
-    /// The index of the first change at revision `revision` or later.
-    fn first_at_or_after(&self, revision: Revision) -> usize {
-        self.events.partition_point(|e| e.kv.mod_revision < revision)
-    }
-
-    /// The changes at revision `from` and later, oldest first, or [`Compacted`] when `from`
-    /// is below the compaction point.
-    pub(super) fn since(&self, from: Revision) -> Result<impl Iterator<Item = &Event> + '_, Compacted> {
-        if from < self.compacted {
-            return Err(Compacted(self.compacted));
-        }
-        Ok(self.events.range(self.first_at_or_after(from)..))
     }
 
     /// Turns `current`, the live key-values in `range` now, into the ones that were live at
@@ -101,8 +128,9 @@ impl History {
         range: &KeyRange,
         revision: Revision,
     ) -> BTreeMap<Vec<u8>, KeyValue> {
-        let after = self.first_at_or_after(revision + 1);
-        for event in self.events.range(after..).rev() {
+        let w = self.read();
+        let after = w.first_at_or_after(revision + 1);
+        for event in w.events.range(after..).rev() {
             if !range.contains(&event.kv.key) {
                 continue;
             }
@@ -112,6 +140,71 @@ impl History {
             };
         }
         current
+    }
+}
+
+/// What [`HistoryReader::read`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryRead {
+    /// The changes from the revision asked for through `through`, whole revisions only.
+    Events {
+        /// The changes, oldest first.
+        events: Vec<Event>,
+        /// Every change up to this revision is in `events` (the store revision, unless the
+        /// batch was cut short).
+        through: Revision,
+    },
+    /// The revision asked for is below the compaction point, which is this.
+    Compacted(Revision),
+}
+
+/// A read-only handle on a state machine's history for watch streams, which may run on
+/// other threads than the one applying commands. It follows the history as it grows and is
+/// compacted; after a snapshot is installed the state machine has a new history, and its
+/// driver takes a new reader ([`crate::StateMachine::history_reader`]).
+#[derive(Debug, Clone)]
+pub struct HistoryReader {
+    window: Arc<RwLock<Window>>,
+}
+
+impl HistoryReader {
+    fn read_window(&self) -> RwLockReadGuard<'_, Window> {
+        self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The store revision: every change up to it can be read.
+    pub fn head(&self) -> Revision {
+        self.read_window().head
+    }
+
+    /// The compaction point: reads from below it are refused.
+    pub fn compacted(&self) -> Revision {
+        self.read_window().compacted
+    }
+
+    /// The changes at revision `from` and later, in order, stopping after the revision at
+    /// which at least `max_events` were collected (a revision is never cut: one revision's
+    /// changes always come together, however many there are).
+    pub fn read(&self, from: Revision, max_events: usize) -> HistoryRead {
+        let w = self.read_window();
+        if from < w.compacted {
+            return HistoryRead::Compacted(w.compacted);
+        }
+        let mut events = Vec::new();
+        let mut through = w.head;
+        for event in w.events.range(w.first_at_or_after(from)..) {
+            if events.len() >= max_events && events.last().is_some_and(|e: &Event| e.revision() != event.revision()) {
+                through = events.last().map_or(w.head, Event::revision);
+                break;
+            }
+            events.push(event.clone());
+        }
+        HistoryRead::Events { events, through }
+    }
+
+    /// Whether `other` reads the same history (it is a handle on the same state machine).
+    pub fn same_as(&self, other: &HistoryReader) -> bool {
+        Arc::ptr_eq(&self.window, &other.window)
     }
 }
 
@@ -137,11 +230,12 @@ mod tests {
 
     /// a=1@2, b=1@3, a=2@4, delete b@5.
     fn sample() -> History {
-        let mut h = History::default();
+        let mut h = History::from_parts(Vec::new(), 0, 1);
         h.put(kv("a", "1", 2, 2, 1), None);
         h.put(kv("b", "1", 3, 3, 1), None);
         h.put(kv("a", "2", 2, 4, 2), Some(kv("a", "1", 2, 2, 1)));
         h.delete(kv("b", "1", 3, 3, 1), 5);
+        h.set_head(5);
         h
     }
 
@@ -167,16 +261,29 @@ mod tests {
         let mut h = sample();
         assert_eq!(h.compact(5), 3);
         assert_eq!(h.compacted(), 5);
-        let left: Vec<_> = h.since(5).unwrap().map(|e| (e.kind, e.kv.mod_revision)).collect();
-        assert_eq!(left, vec![(EventKind::Delete, 5)]);
-        assert_eq!(h.since(4).err(), Some(Compacted(5)));
-        assert_eq!(h.since(9).unwrap().count(), 0);
+        let r = h.reader();
+        let HistoryRead::Events { events, through } = r.read(5, 100) else { panic!("compacted") };
+        let left: Vec<_> = events.iter().map(|e| (e.kind, e.kv.mod_revision)).collect();
+        assert_eq!((left, through), (vec![(EventKind::Delete, 5)], 5));
+        assert_eq!(r.read(4, 100), HistoryRead::Compacted(5));
+        assert_eq!(r.read(9, 100), HistoryRead::Events { events: Vec::new(), through: 5 });
     }
 
     #[test]
-    fn since_starts_at_the_first_change_of_a_revision() {
-        let h = sample();
-        let revs: Vec<_> = h.since(3).unwrap().map(|e| e.kv.mod_revision).collect();
-        assert_eq!(revs, vec![3, 4, 5]);
+    fn reads_start_at_the_first_change_of_a_revision_and_never_cut_one() {
+        let mut h = sample();
+        h.put(kv("c", "1", 5, 5, 1), None);
+        h.set_head(5);
+        let revs = |from, max| match h.reader().read(from, max) {
+            HistoryRead::Events { events, through } => {
+                (events.iter().map(|e| e.revision()).collect::<Vec<_>>(), through)
+            }
+            HistoryRead::Compacted(c) => panic!("compacted at {c}"),
+        };
+        assert_eq!(revs(3, 100), (vec![3, 4, 5, 5], 5));
+        assert_eq!(revs(3, 1), (vec![3], 3));
+        // Revision 5 has two changes: a batch that reaches it takes both.
+        assert_eq!(revs(5, 1), (vec![5, 5], 5));
+        assert_eq!(revs(4, 2), (vec![4, 5, 5], 5));
     }
 }

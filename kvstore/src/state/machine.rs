@@ -12,7 +12,7 @@
 
 use super::compare;
 use super::digest;
-use super::history::{Compacted, History};
+use super::history::{History, HistoryRead, HistoryReader};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
@@ -73,7 +73,7 @@ impl StateMachine {
         StateMachine {
             revision: 1,
             keys: Keyspace::default(),
-            history: History::default(),
+            history: History::from_parts(Vec::new(), 0, 1),
             leases: LeaseTable::default(),
             tenure: (0, 0),
             digest: digest::EMPTY,
@@ -102,6 +102,7 @@ impl StateMachine {
             Command::Compact { revision } => self.apply_compact(*revision),
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
+        self.history.set_head(self.revision);
         // After the command, so that a lease with at most a budget of keys is gone from
         // memory by the end of the apply that revoked it.
         self.keys.sweep(self.cleanup_budget);
@@ -323,11 +324,20 @@ impl StateMachine {
         Ok(())
     }
 
-    /// The changes at revision `from` and later, oldest first (the events of one revision
-    /// in their order within it), for watchers; [`KvError::Compacted`] when `from` is below
-    /// the compaction point. A `from` above the current revision gives nothing.
-    pub fn events_since(&self, from: Revision) -> Result<impl Iterator<Item = &Event> + '_, KvError> {
-        self.history.since(from).map_err(|Compacted(compacted)| KvError::Compacted { requested: from, compacted })
+    /// Every change at revision `from` and later, oldest first (the events of one revision
+    /// in their order within it); [`KvError::Compacted`] when `from` is below the compaction
+    /// point. A `from` above the current revision gives nothing. Watch streams read through
+    /// a [`HistoryReader`] instead, in bounded batches.
+    pub fn events_since(&self, from: Revision) -> Result<Vec<Event>, KvError> {
+        match self.history.reader().read(from, usize::MAX) {
+            HistoryRead::Events { events, .. } => Ok(events),
+            HistoryRead::Compacted(compacted) => Err(KvError::Compacted { requested: from, compacted }),
+        }
+    }
+
+    /// A handle on this state machine's history for watch streams (see [`HistoryReader`]).
+    pub fn history_reader(&self) -> HistoryReader {
+        self.history.reader()
     }
 
     /// The compaction point: the oldest revision still readable (0 if never compacted:

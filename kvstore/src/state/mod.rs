@@ -11,5 +11,6 @@ mod machine;
 mod snapshot;
 mod validate;
 
+pub use history::{HistoryRead, HistoryReader};
 pub use machine::{Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};

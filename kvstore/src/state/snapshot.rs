@@ -115,7 +115,10 @@ struct EventsOut<'a>(&'a History);
 
 impl Serialize for EventsOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|e| (kind_code(e.kind), KvOut(&e.kv), e.prev_kv.as_ref().map(KvOut))))
+        self.0.with_events(|events| {
+            serializer
+                .collect_seq(events.iter().map(|e| (kind_code(e.kind), KvOut(&e.kv), e.prev_kv.as_ref().map(KvOut))))
+        })
     }
 }
 
@@ -250,7 +253,7 @@ fn decode_history(bytes: &[u8], revision: Revision) -> Result<History, SnapshotE
         last = at;
         events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
     }
-    Ok(History::from_parts(events, section.compacted))
+    Ok(History::from_parts(events, section.compacted, revision))
 }
 
 fn key_value(KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn) -> KeyValue {
@@ -266,7 +269,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     }
     let history = match snap.format {
         FORMAT => decode_history(rest, snap.revision)?,
-        FORMAT_WITHOUT_HISTORY if rest.is_empty() => History::from_parts(Vec::new(), snap.revision),
+        FORMAT_WITHOUT_HISTORY if rest.is_empty() => History::from_parts(Vec::new(), snap.revision, snap.revision),
         FORMAT_WITHOUT_HISTORY => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
         other => {
             return Err(SnapshotError(format!(

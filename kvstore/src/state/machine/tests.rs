@@ -857,8 +857,8 @@ proptest! {
         // Replaying the events from the oldest retained state reproduces every later one.
         let start = compacted.max(1);
         let mut state: BTreeMap<Vec<u8>, KeyValue> = all_at(&sm, start).unwrap().kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
-        let events: Vec<Event> = sm.events_since(start + 1).unwrap().cloned().collect();
-        prop_assert_eq!(&events, &restored.events_since(start + 1).unwrap().cloned().collect::<Vec<_>>());
+        let events: Vec<Event> = sm.events_since(start + 1).unwrap();
+        prop_assert_eq!(&events, &restored.events_since(start + 1).unwrap());
         let mut i = 0;
         while i < events.len() {
             let revision = events[i].revision();
@@ -906,6 +906,7 @@ fn lease_revoke_leaves_one_delete_per_key_at_one_revision() {
     let deletes: Vec<_> = sm
         .events_since(sm.revision())
         .unwrap()
+        .iter()
         .map(|e| (e.kind, e.kv.key.clone(), e.revision(), e.prev_kv.as_ref().map(|p| p.value.clone())))
         .collect();
     assert_eq!(
