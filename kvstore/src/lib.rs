@@ -6,6 +6,7 @@
 //! - [`log`]: the sans-IO Multi-Paxos replica core under the elected master.
 //! - [`lessor`]: the master's TTL-lease deadlines.
 //! - [`sim`]: a deterministic simulator of whole replicas with a linearizability checker.
+//! - [`watch`]: the sans-IO core of etcd's Watch streams, over the state machine's history.
 
 #![deny(missing_docs)]
 
@@ -18,6 +19,7 @@ pub mod sim;
 pub mod state;
 pub mod storage;
 pub mod types;
+pub mod watch;
 
 pub use command::*;
 pub use error::KvError;

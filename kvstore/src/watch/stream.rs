@@ -1,0 +1,280 @@
+//! One client stream's watchers and the responses owed to them.
+
+use super::{EventSource, StreamConfig, WatchBreakage, WatchId, WatchResponse, WatchSpec, STREAM_PROGRESS_ID};
+use crate::state::HistoryRead;
+use crate::types::{Event, EventKind, Revision};
+use std::collections::BTreeMap;
+
+/// etcd's reason for refusing a client-chosen id already in use on the stream.
+const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+
+/// Most history batches one [`WatchStream::poll`] reads, so that one call stays short even
+/// for a stream far behind; the driver polls again while there is room.
+const MAX_BATCHES_PER_POLL: usize = 64;
+
+/// One watcher: what it watches and how far it has been sent.
+#[derive(Debug, Clone)]
+struct Watcher {
+    spec: WatchSpec,
+    /// Every matching event below this revision was sent; none at or above it was.
+    next: Revision,
+    /// Whether a response went out since the last progress tick (then no notification is
+    /// needed: the client learned the revision from it).
+    sent_since_tick: bool,
+}
+
+impl Watcher {
+    fn wants(&self, event: &Event) -> bool {
+        let filtered = match event.kind {
+            EventKind::Put => self.spec.no_put,
+            EventKind::Delete => self.spec.no_delete,
+        };
+        !filtered && self.spec.range.contains(&event.kv.key)
+    }
+}
+
+/// The watchers of one client stream (see the [module](super) documentation).
+#[derive(Debug)]
+pub struct WatchStream {
+    config: StreamConfig,
+    watchers: BTreeMap<WatchId, Watcher>,
+    /// The next id to try for a watcher that did not choose one (etcd starts at 0).
+    next_auto_id: WatchId,
+    /// A `WatchProgressRequest` is waiting for every watcher to be synced.
+    progress_requested: bool,
+}
+
+impl WatchStream {
+    /// A stream with no watchers.
+    pub fn new(config: StreamConfig) -> Self {
+        WatchStream { config, watchers: BTreeMap::new(), next_auto_id: 0, progress_requested: false }
+    }
+
+    /// Number of watchers on the stream.
+    pub fn len(&self) -> usize {
+        self.watchers.len()
+    }
+
+    /// Whether the stream has no watchers.
+    pub fn is_empty(&self) -> bool {
+        self.watchers.is_empty()
+    }
+
+    /// The ids of the watchers, in order.
+    pub fn ids(&self) -> impl Iterator<Item = WatchId> + '_ {
+        self.watchers.keys().copied()
+    }
+
+    /// Opens a watcher; `head` is the store revision now. The answer is the `created`
+    /// response, which must be sent before anything [`Self::poll`] returns later; a refused
+    /// watcher's answer is also `canceled`, with the reason.
+    pub fn create(&mut self, spec: WatchSpec, head: Revision) -> WatchResponse {
+        let refuse = |reason: String| WatchResponse {
+            watch_id: STREAM_PROGRESS_ID,
+            header_revision: head,
+            created: true,
+            canceled: true,
+            cancel_reason: reason,
+            ..WatchResponse::default()
+        };
+        if spec.watch_id != 0 && self.watchers.contains_key(&spec.watch_id) {
+            return refuse(DUPLICATE_ID.to_string());
+        }
+        if self.watchers.len() >= self.config.max_watchers {
+            return refuse(format!("too many watchers on this stream (at most {})", self.config.max_watchers));
+        }
+        let id = if spec.watch_id != 0 {
+            spec.watch_id
+        } else {
+            while self.watchers.contains_key(&self.next_auto_id) {
+                self.next_auto_id += 1;
+            }
+            self.next_auto_id += 1;
+            self.next_auto_id - 1
+        };
+        let next = if spec.start_revision > 0 { spec.start_revision } else { head + 1 };
+        self.watchers.insert(id, Watcher { spec, next, sent_since_tick: false });
+        WatchResponse { watch_id: id, header_revision: head, created: true, ..WatchResponse::default() }
+    }
+
+    /// Closes a watcher at the client's request; an unknown id is ignored (as etcd does).
+    pub fn cancel(&mut self, id: WatchId, head: Revision) -> Option<WatchResponse> {
+        self.watchers.remove(&id)?;
+        Some(WatchResponse { watch_id: id, header_revision: head, canceled: true, ..WatchResponse::default() })
+    }
+
+    /// Answers a `WatchProgressRequest`: a notification at `head` if every watcher has been
+    /// sent everything up to it, otherwise later, from the [`Self::poll`] that syncs them
+    /// (answering early would vouch for events not sent yet, etcd #15220).
+    pub fn request_progress(&mut self, head: Revision) -> Option<WatchResponse> {
+        if self.is_synced(head) || self.config.broken(WatchBreakage::ProgressWhileUnsynced) {
+            self.progress_requested = false;
+            return Some(progress(STREAM_PROGRESS_ID, head));
+        }
+        self.progress_requested = true;
+        None
+    }
+
+    /// Whether every watcher has been sent everything up to `head`.
+    pub fn is_synced(&self, head: Revision) -> bool {
+        self.watchers.values().all(|w| w.next > head)
+    }
+
+    /// Whether [`Self::poll`] has something to do at store revision `head`.
+    pub fn has_work(&self, head: Revision) -> bool {
+        !self.is_synced(head) || (self.progress_requested && self.is_synced(head))
+    }
+
+    /// Reads what the watchers are owed from `source` and returns the responses, in the
+    /// order they must be sent. `room` is how many responses the client's buffer can take:
+    /// reading stops once that many are produced (a batch's responses are never cut), and
+    /// the watchers left behind catch up at a later poll.
+    pub fn poll(&mut self, source: &impl EventSource, room: usize) -> Vec<WatchResponse> {
+        let mut out = Vec::new();
+        let drop_when_full = self.config.broken(WatchBreakage::DropWhenFull);
+        for _ in 0..MAX_BATCHES_PER_POLL {
+            let head = source.head();
+            let Some(from) = self.watchers.values().map(|w| w.next).filter(|&n| n <= head).min() else { break };
+            if out.len() >= room && !drop_when_full {
+                break;
+            }
+            match source.read(from, self.config.batch_events) {
+                HistoryRead::Compacted(compacted) => self.cancel_compacted(compacted, head, &mut out),
+                HistoryRead::Events { events, through } => self.deliver(&events, through, &mut out),
+            }
+            if drop_when_full {
+                out.truncate(room);
+            }
+        }
+        let head = source.head();
+        if self.progress_requested && self.is_synced(head) {
+            self.progress_requested = false;
+            out.push(progress(STREAM_PROGRESS_ID, head));
+        }
+        out
+    }
+
+    /// Sends a periodic progress notification at `head` to each watcher that asked for them,
+    /// is synced, and was sent nothing since the last tick; starts the next period.
+    pub fn progress_tick(&mut self, head: Revision) -> Vec<WatchResponse> {
+        let mut out = Vec::new();
+        for (&id, w) in &mut self.watchers {
+            if w.spec.progress_notify && w.next > head && !w.sent_since_tick {
+                out.push(progress(id, head));
+            }
+            w.sent_since_tick = false;
+        }
+        out
+    }
+
+    /// Cancels every watcher whose next revision is below the compaction point.
+    fn cancel_compacted(&mut self, compacted: Revision, head: Revision, out: &mut Vec<WatchResponse>) {
+        self.watchers.retain(|&id, w| {
+            if w.next >= compacted {
+                return true;
+            }
+            out.push(WatchResponse {
+                watch_id: id,
+                header_revision: head,
+                canceled: true,
+                compact_revision: compacted,
+                cancel_reason: "mvcc: required revision has been compacted".to_string(),
+                ..WatchResponse::default()
+            });
+            false
+        });
+    }
+
+    /// Hands each watcher that is owed part of `events` (every change from the smallest
+    /// `next` through `through`) the ones it wants, in one response (or in fragments).
+    fn deliver(&mut self, events: &[Event], through: Revision, out: &mut Vec<WatchResponse>) {
+        for (&id, w) in &mut self.watchers {
+            if w.next > through {
+                continue;
+            }
+            let start = events.partition_point(|e| e.revision() < w.next);
+            let wanted: Vec<Event> =
+                events[start..].iter().filter(|e| w.wants(e)).map(|e| shaped(e, w, &self.config)).collect();
+            w.next = through + 1;
+            if wanted.is_empty() {
+                continue;
+            }
+            w.sent_since_tick = true;
+            let response =
+                WatchResponse { watch_id: id, header_revision: through, events: wanted, ..WatchResponse::default() };
+            if w.spec.fragment {
+                out.extend(fragments(response, self.config.max_response_bytes));
+            } else if self.config.broken(WatchBreakage::SplitRevision) {
+                out.extend(split_a_revision(response));
+            } else {
+                out.push(response);
+            }
+        }
+    }
+}
+
+/// A progress notification for `id` at `revision`.
+fn progress(id: WatchId, revision: Revision) -> WatchResponse {
+    WatchResponse { watch_id: id, header_revision: revision, ..WatchResponse::default() }
+}
+
+/// `event` as watcher `w` receives it: with the previous key-value only if it asked.
+fn shaped(event: &Event, w: &Watcher, config: &StreamConfig) -> Event {
+    let prev_kv = if !w.spec.prev_kv {
+        None
+    } else if config.broken(WatchBreakage::PrevKvFromCurrent) && event.kind == EventKind::Put {
+        Some(event.kv.clone())
+    } else {
+        event.prev_kv.clone()
+    };
+    Event { kind: event.kind, kv: event.kv.clone(), prev_kv }
+}
+
+/// About how many bytes `event` takes on the wire.
+fn event_bytes(event: &Event) -> usize {
+    let kv = |k: &crate::types::KeyValue| k.key.len() + k.value.len() + 40;
+    kv(&event.kv) + event.prev_kv.as_ref().map_or(0, kv)
+}
+
+/// `response` split into pieces of at most `max_bytes` of events (at least one event
+/// each), every piece but the last marked as a fragment (etcd's `fragment`).
+fn fragments(response: WatchResponse, max_bytes: usize) -> Vec<WatchResponse> {
+    let total: usize = response.events.iter().map(event_bytes).sum();
+    if total <= max_bytes || response.events.len() < 2 {
+        return vec![response];
+    }
+    let header = header_of(&response);
+    let mut pieces: Vec<WatchResponse> = Vec::new();
+    let mut current = Vec::new();
+    let mut size = 0;
+    for event in response.events {
+        let bytes = event_bytes(&event);
+        if !current.is_empty() && size + bytes > max_bytes {
+            pieces.push(WatchResponse { events: std::mem::take(&mut current), fragment: true, ..header.clone() });
+            size = 0;
+        }
+        size += bytes;
+        current.push(event);
+    }
+    pieces.push(WatchResponse { events: current, fragment: false, ..header });
+    pieces
+}
+
+fn header_of(response: &WatchResponse) -> WatchResponse {
+    WatchResponse { watch_id: response.watch_id, header_revision: response.header_revision, ..WatchResponse::default() }
+}
+
+/// The [`WatchBreakage::SplitRevision`] control: the first revision with two or more events
+/// is cut between two responses.
+fn split_a_revision(response: WatchResponse) -> Vec<WatchResponse> {
+    let events = &response.events;
+    let cut = (1..events.len()).find(|&i| events[i].revision() == events[i - 1].revision());
+    let Some(cut) = cut else { return vec![response] };
+    let mut first = response.clone();
+    let second_events = first.events.split_off(cut);
+    let second = WatchResponse { events: second_events, ..header_of(&response) };
+    vec![first, second]
+}
+
+#[cfg(test)]
+mod tests;
