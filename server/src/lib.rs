@@ -5,6 +5,7 @@
 //! - [`run`]: starting and stopping a node.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
+//! - [`history_feed`]: how watch streams follow the applied history.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod config;
 pub mod forward;
+pub mod history_feed;
 pub mod node;
 pub mod peer;
 pub mod run;

@@ -6,6 +6,7 @@
 //! [`NodeHandle`].
 
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
+use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
@@ -66,6 +67,8 @@ pub struct NodeHandle {
     revision: Arc<AtomicI64>,
     /// The election backend.
     pub election: Arc<dyn ElectionBackend>,
+    /// The node's history as the node loop last published it, for watch streams.
+    history: HistoryFeed,
 }
 
 /// Why the node loop dropped a request it had taken without answering it: it stopped.
@@ -175,6 +178,11 @@ impl NodeHandle {
         self.revision.load(Ordering::Acquire)
     }
 
+    /// A feed of this node's applied history, for a watch stream (see [`HistoryFeed`]).
+    pub fn history(&self) -> HistoryFeed {
+        self.history.clone()
+    }
+
     /// This node's figures.
     pub async fn status(&self) -> Result<NodeStatus, RequestError> {
         self.ask(false, Request::Status).await
@@ -204,8 +212,10 @@ pub fn start(
         }
     };
     let revision = Arc::new(AtomicI64::new(replica.state().revision()));
+    let (feed, history) = history_feed::channel(replica.state().history_reader());
     let node = NodeLoop {
         revision: revision.clone(),
+        feed,
         election: election.clone(),
         replica,
         clock,
@@ -218,7 +228,7 @@ pub fn start(
         last_sync_took: Duration::ZERO,
     };
     tokio::spawn(node.run(rx, status, synced));
-    NodeHandle { tx, revision, election }
+    NodeHandle { tx, revision, election, history }
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -245,6 +255,8 @@ struct NodeLoop {
     election: Arc<dyn ElectionBackend>,
     /// Shared with every [`NodeHandle`].
     revision: Arc<AtomicI64>,
+    /// Wakes the watch streams when the history grew.
+    feed: FeedPublisher,
     clock: MonotonicClock,
     peers: PeerNetwork,
     /// Who waits for each proposal this node made as master.
@@ -439,6 +451,7 @@ impl NodeLoop {
     /// `flush`), so a client that got an answer and asks again never sees an older revision.
     fn publish_revision(&self) {
         self.revision.store(self.replica.state().revision(), Ordering::Release);
+        self.feed.publish(&self.replica.state().history_reader());
     }
 
     /// Serves a master request on this node and answers `asker`: at once, when its
