@@ -19,195 +19,17 @@
 //! `BENCH_SECONDS` sets the length of each run (default 3); `BENCH_LEASEKV_CONFIG` adds TOML
 //! to every leasekv node's config (`\n` for a line break), e.g. `[log]\nmax_inflight_slots = 4`.
 
-use leasekv::client::{Client, GetOptions};
+mod common;
+
+use common::{connect, leader, median, run_length, selected, try_connect, Cluster, Target};
+use leasekv::client::GetOptions;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 const VALUE: [u8; 256] = [b'v'; 256];
-const DEFAULT_RUN_SECONDS: u64 = 3;
 const REPEATS: usize = 3;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Target {
-    LeaseKv(&'static str),
-    Etcd,
-}
-
-impl Target {
-    fn name(self) -> String {
-        match self {
-            Target::LeaseKv(backend) => format!("leasekv/{backend}"),
-            Target::Etcd => "etcd".to_string(),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-fn binary(name: &str, env: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
-    }
-    if name == "kvserver" {
-        // The bench lives in the package that owns kvserver, so cargo builds it first.
-        return PathBuf::from(env!("CARGO_BIN_EXE_kvserver"));
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()))
-        .unwrap_or_else(|| panic!("{name} not found on PATH (Debian: apt-get install etcd-server) or in {env}"))
-}
-
-struct Cluster {
-    target: Target,
-    dir: tempfile::TempDir,
-    nodes: Vec<Option<Child>>,
-    client_ports: Vec<u16>,
-    peer_ports: Vec<u16>,
-}
-
-impl Cluster {
-    fn start(target: Target) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let client_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let peer_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let mut cluster = Cluster { target, dir, nodes: vec![None, None, None], client_ports, peer_ports };
-        for i in 0..3 {
-            cluster.start_node(i, true);
-        }
-        cluster
-    }
-
-    fn start_node(&mut self, i: usize, first: bool) {
-        let log = std::fs::File::create(self.dir.path().join(format!("log{i}"))).expect("log");
-        let mut command = match self.target {
-            Target::LeaseKv(backend) => {
-                let mut peers = String::new();
-                for j in 0..3 {
-                    peers.push_str(&format!(
-                        "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                        j + 1,
-                        self.client_ports[j],
-                        self.peer_ports[j]
-                    ));
-                }
-                // BENCH_LEASEKV_CONFIG: extra TOML for every node (tables after [election]),
-                // e.g. "[log]\nmax_inflight_slots = 4", to compare settings in one command.
-                let extra = std::env::var("BENCH_LEASEKV_CONFIG").unwrap_or_default().replace("\\n", "\n");
-                let config = format!(
-                    "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}\n",
-                    i + 1,
-                    self.client_ports[i],
-                    self.peer_ports[i],
-                    self.dir.path().join(format!("data{i}")).display()
-                );
-                let path = self.dir.path().join(format!("n{i}.toml"));
-                std::fs::write(&path, config).expect("config");
-                let mut c = Command::new(binary("kvserver", "KVSERVER_BIN"));
-                c.arg("--config").arg(path).env("RUST_LOG", "warn");
-                c
-            }
-            Target::Etcd => {
-                let cluster: Vec<String> =
-                    (0..3).map(|j| format!("e{j}=http://127.0.0.1:{}", self.peer_ports[j])).collect();
-                let mut c = Command::new(binary("etcd", "ETCD_BIN"));
-                c.arg(format!("--name=e{i}"))
-                    .arg(format!("--data-dir={}", self.dir.path().join(format!("data{i}")).display()))
-                    .arg(format!("--listen-client-urls=http://127.0.0.1:{}", self.client_ports[i]))
-                    .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", self.client_ports[i]))
-                    .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", self.peer_ports[i]))
-                    .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", self.peer_ports[i]))
-                    .arg(format!("--initial-cluster={}", cluster.join(",")))
-                    .arg(format!("--initial-cluster-state={}", if first { "new" } else { "existing" }))
-                    .arg("--log-level=error");
-                c
-            }
-        };
-        let child = command.stdout(Stdio::null()).stderr(log).spawn().expect("server starts");
-        self.nodes[i] = Some(child);
-    }
-
-    /// The last lines node `i` wrote to its log, to explain a node that never came up.
-    fn log_tail(&self, i: usize) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join(format!("log{i}"))).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn endpoint(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.client_ports[i])
-    }
-
-    fn stop(&mut self, i: usize, sigterm: bool) {
-        let Some(mut child) = self.nodes[i].take() else { return };
-        if sigterm {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..3 {
-            self.stop(i, false);
-        }
-    }
-}
-
-async fn connect(endpoint: String) -> Client {
-    match try_connect(endpoint.clone(), Duration::from_secs(30)).await {
-        Some(client) => client,
-        None => panic!("{endpoint} did not take a put within 30 s"),
-    }
-}
-
-/// A client of `endpoint` once a put through it succeeds, or `None` after `wait`.
-async fn try_connect(endpoint: String, wait: Duration) -> Option<Client> {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if let Ok(c) = Client::connect(std::slice::from_ref(&endpoint)).await {
-            if c.put("/bench/ready", "1", 0, false).await.is_ok() {
-                return Some(c);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
-}
-
-/// The index of the node the cluster says is leader.
-async fn leader(cluster: &Cluster) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for i in 0..3 {
-            if cluster.nodes[i].is_none() {
-                continue;
-            }
-            if let Ok(c) = Client::connect(&[cluster.endpoint(i)]).await {
-                if let Ok(s) = c.status().await {
-                    if s.leader != 0 && s.header.map(|h| h.member_id) == Some(s.leader) {
-                        return i;
-                    }
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Op {
@@ -316,28 +138,6 @@ async fn takeover(cluster: &mut Cluster, sigterm: bool) -> Option<f64> {
 /// Whether `name` is selected by the `;`-separated substrings in `var` (all when unset); an
 /// entry starting with `=` must equal the name (`=put, 64 clients` leaves out the lease
 /// workload of the same shape).
-fn selected(var: &str, name: &str) -> bool {
-    match std::env::var(var) {
-        Ok(filter) if !filter.trim().is_empty() => {
-            filter.split(';').map(str::trim).any(|f| match f.strip_prefix('=') {
-                Some(exact) => name == exact,
-                None => name.contains(f),
-            })
-        }
-        _ => true,
-    }
-}
-
-fn run_length() -> Duration {
-    let seconds = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_RUN_SECONDS);
-    Duration::from_secs(seconds.max(1))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let targets = [Target::LeaseKv("paxoslease"), Target::LeaseKv("lease-tracker"), Target::Etcd];
