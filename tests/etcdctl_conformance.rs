@@ -31,8 +31,10 @@
 //! Range's revision filters, which etcdctl 3.4 has no flags for, are compared over gRPC
 //! (`revision_filters_answer_as_etcd`).
 //!
-//! What leasekv does not serve (reads at a past revision, compaction, watch) is checked on
-//! leasekv alone: etcdctl must fail with an error naming the feature.
+//! Then the MVCC history both stores now hold (`history_answers_as_etcd`): `get --rev` at every
+//! revision, `watch --rev=1` replaying everything (simple and JSON, with and without
+//! `--prev-kv`, from a follower), a live watch through puts, a delete and a lease revocation,
+//! and `compaction` with reads and watches below, at and beyond the compaction point.
 //!
 //! Without etcd or etcdctl on PATH the test skips, except under `CI=true`, where it fails.
 //! `SHOW_ETCDCTL_TRANSCRIPT=1` prints leasekv's normalised transcript (run with `--nocapture`).
@@ -713,7 +715,7 @@ fn granted_id(run: &Run) -> Option<u64> {
 
 /// Runs the sequence against one cluster: the command line shown and the normalised
 /// transcript of every step.
-fn transcript(bin: &Path, cluster: &Cluster) -> Vec<(String, Vec<String>)> {
+fn transcript(bin: &Path, cluster: &Cluster) -> (Vec<(String, Vec<String>)>, Leases) {
     let mut leases = Leases::default();
     let client_endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
     let mut out = Vec::new();
@@ -738,7 +740,7 @@ fn transcript(bin: &Path, cluster: &Cluster) -> Vec<(String, Vec<String>)> {
         }
         out.push((shown, normalise(&run, step.shape, &leases, &client_endpoints)));
     }
-    out
+    (out, leases)
 }
 
 /// Where two normalised transcripts differ, step by step: a line diff (longest common
@@ -915,21 +917,161 @@ async fn filtered_ranges(endpoint: String) -> Vec<String> {
     answers
 }
 
-/// What leasekv does not serve fails with an error naming it (checked on leasekv only).
-fn unserved_features_are_named(bin: &Path, cluster: &Cluster) {
-    let one = cluster.endpoint(1);
-    let cases: [(&[&str], &str); 3] = [
-        (&["get", "/a", "--rev=1"], "reading at a past revision is not served by leasekv"),
-        (&["compaction", "1"], "compaction is not served by leasekv"),
-        (&["watch", "/a"], "watch is not served by leasekv"),
-    ];
-    for (args, expected) in cases {
-        let run = etcdctl(bin, &one, "5s", &strings(args), None);
-        assert!(
-            run.code != Some(0) && run.stderr.contains(expected),
-            "etcdctl {args:?} on leasekv should fail naming the feature ({expected:?}); got {run:?}"
-        );
+/// Runs `etcdctl watch ARGS` for `listen`, with `during` run meanwhile (writes the watch
+/// should see), then kills it (by pid) and returns what it printed. A watch only ends when it
+/// is cancelled, so this is how a watch's output is captured.
+fn watch_for(bin: &Path, endpoint: &str, args: &[String], listen: Duration, during: impl FnOnce()) -> Run {
+    let mut child = Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("watch")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl watch starts");
+    // The watch must be open before the writes it should see.
+    std::thread::sleep(Duration::from_millis(700));
+    during();
+    let started = Instant::now();
+    while started.elapsed() < listen {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("etcdctl watch output");
+    Run {
+        code: None,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// `etcdctl watch -w json` prints one response per line: each normalised, headers and all.
+fn normalise_watch_json(stdout: &str, leases: &Leases) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .flat_map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(mut v) => {
+                normalise_json(&mut v, leases);
+                pretty(&v)
+            }
+            Err(_) => vec![line.to_string()],
+        })
+        .collect()
+}
+
+/// The MVCC history: after the sequence both stores hold the same revisions, so every
+/// revision must read the same (`get --rev`), a watch from revision 1 must replay the same
+/// events (with and without `--prev-kv`), live watches must see the same new events (lease
+/// revocation: one DELETE per key at one revision), and compaction and reads or watches
+/// below it must give etcd's answers and errors.
+fn history_answers_as_etcd(
+    bin: &Path,
+    etcd: &Cluster,
+    etcd_leases: &Leases,
+    ours: &Cluster,
+    our_leases: &Leases,
+) -> String {
+    let head_of = |c: &Cluster| -> i64 {
+        let run = etcdctl(bin, &c.endpoint(1), "5s", &strings(&["get", "/", "-w", "json"]), None);
+        let v: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|_| panic!("get -w json: {run:?}"));
+        v["header"]["revision"].as_i64().expect("a header revision")
+    };
+    let head = head_of(etcd);
+    assert_eq!(head, head_of(ours), "the two stores should be at the same revision after the sequence");
+    let mut steps: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+    let mut both = |label: String, f: &(dyn Fn(&Cluster, &Leases) -> Vec<String> + Sync)| {
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| f(etcd, etcd_leases));
+            let b = s.spawn(|| f(ours, our_leases));
+            (a.join().expect("etcd side"), b.join().expect("leasekv side"))
+        });
+        steps.push((label, a, b));
+    };
+    let client_endpoints = |c: &Cluster| (0..3).map(|i| c.endpoint(i)).collect::<Vec<_>>();
+    // Every revision reads as it was (JSON: every field of every key).
+    for rev in 1..=head {
+        let args = strings(&["get", "", "--from-key", &format!("--rev={rev}"), "-w", "json"]);
+        both(format!("etcdctl get '' --from-key --rev={rev} -w json"), &|c, leases| {
+            normalise(&etcdctl(bin, &c.endpoint(1), "5s", &args, None), Shape::Json, leases, &client_endpoints(c))
+        });
+    }
+    // The whole history replayed, on a follower and with prev_kv.
+    for args in [&["--prefix", "", "--rev=1"][..], &["--prefix", "", "--rev=1", "--prev-kv"], &["/t", "--rev=2"]] {
+        let args = strings(args);
+        both(format!("etcdctl watch {args:?} (simple)"), &|c, _| {
+            let run = watch_for(bin, &c.endpoint(2), &args, Duration::from_millis(1500), || {});
+            run.stdout.lines().map(str::to_string).collect()
+        });
+        let json: Vec<String> = args.iter().cloned().chain(strings(&["-w", "json"])).collect();
+        both(format!("etcdctl watch {json:?}"), &|c, leases| {
+            normalise_watch_json(
+                &watch_for(bin, &c.endpoint(2), &json, Duration::from_millis(1500), || {}).stdout,
+                leases,
+            )
+        });
+    }
+    // Live events: puts, deletes and a lease revocation taking two keys at one revision.
+    both("live watch of /live/ during puts, a delete and a lease revoke".to_string(), &|c, _| {
+        let one = c.endpoint(1);
+        let writes = || {
+            let run = |args: &[&str]| etcdctl(bin, &one, "5s", &strings(args), None);
+            let grant = run(&["lease", "grant", "60"]);
+            let id = granted_id(&grant).expect("a lease id");
+            let id = format!("{id:x}");
+            run(&["put", "/live/a", "1"]);
+            run(&["put", "/live/b", "2", &format!("--lease={id}")]);
+            run(&["put", "/live/c", "3", &format!("--lease={id}")]);
+            run(&["put", "/live/a", "4"]);
+            run(&["del", "/live/a"]);
+            run(&["lease", "revoke", &id]);
+        };
+        let args = strings(&["--prefix", "/live/", "--prev-kv"]);
+        let run = watch_for(bin, &c.endpoint(2), &args, Duration::from_millis(1500), writes);
+        run.stdout.lines().map(str::to_string).collect()
+    });
+    // Compaction: below it, reads and watches are refused; at it, they are served.
+    let head = head_of(etcd);
+    let at = head - 5;
+    let compact_steps: Vec<Vec<String>> = vec![
+        strings(&["compaction", &at.to_string()]),
+        strings(&["compaction", &at.to_string()]),
+        strings(&["compaction", &(head + 100).to_string()]),
+        strings(&["get", "", "--from-key", &format!("--rev={}", at - 1)]),
+        strings(&["get", "", "--from-key", &format!("--rev={at}"), "-w", "json"]),
+        strings(&["get", "", "--from-key", &format!("--rev={}", head + 100)]),
+    ];
+    for args in compact_steps {
+        both(format!("etcdctl {args:?}"), &|c, leases| {
+            normalise(&etcdctl(bin, &c.endpoint(1), "5s", &args, None), Shape::Json, leases, &client_endpoints(c))
+        });
+    }
+    for rev in [at - 1, at] {
+        let args = strings(&["--prefix", "", &format!("--rev={rev}")]);
+        both(format!("etcdctl watch {args:?} around the compaction point"), &|c, _| {
+            let run = watch_for(bin, &c.endpoint(2), &args, Duration::from_millis(1500), || {});
+            run.stdout.lines().chain(run.stderr.lines()).map(str::to_string).collect()
+        });
+    }
+    let lines: usize = steps.iter().map(|(_, a, _)| a.len()).sum();
+    eprintln!("history: {} steps, {lines} lines of etcd's answers compared", steps.len());
+    if std::env::var_os("SHOW_ETCDCTL_TRANSCRIPT").is_some() {
+        for (label, _, ours) in &steps {
+            eprintln!("{label}\n    {}", ours.join("\n    "));
+        }
+    }
+    let mut report = String::new();
+    for (n, (label, a, b)) in steps.iter().enumerate() {
+        if a != b {
+            report.push_str(&format!("\nhistory step {}: {label}\n{}", n + 1, line_diff(a, b)));
+        }
+    }
+    report
 }
 
 #[test]
@@ -954,7 +1096,7 @@ fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
     let etcd_ready = etcd_ready.unwrap_or_else(|e| panic!("{e}"));
     eprintln!("ready: leasekv after {ours_ready:?}, etcd after {etcd_ready:?}");
 
-    let (expected, actual) = std::thread::scope(|s| {
+    let ((expected, etcd_leases), (actual, our_leases)) = std::thread::scope(|s| {
         let a = s.spawn(|| transcript(&bin, &etcd));
         let b = s.spawn(|| transcript(&bin, &ours));
         (a.join().expect("the etcd transcript"), b.join().expect("the leasekv transcript"))
@@ -973,6 +1115,11 @@ fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
     );
 
     revision_filters_answer_as_etcd(&ours, &etcd);
-    unserved_features_are_named(&bin, &ours);
+    let history = history_answers_as_etcd(&bin, &etcd, &etcd_leases, &ours, &our_leases);
+    assert!(
+        history.is_empty(),
+        "etcdctl's history answers (get --rev, watch, compaction) from leasekv differ from etcd's ('-' lines \
+         are etcd's, '+' lines leasekv's):\n{history}"
+    );
     eprintln!("done after {:?}", started.elapsed());
 }

@@ -32,6 +32,13 @@
 //! # max_batch_commands = 256
 //! # max_inflight_slots = 2
 //!
+//! [compaction]                      # etcd's auto-compaction
+//! # mode = "revision"             # or "periodic" (retention a duration) or "off"
+//! # retention = 10000             # revisions kept; periodic: e.g. "5m"
+//!
+//! [watch]
+//! # progress_notify_interval_ms = 600000   # etcd's default, 10 minutes
+//!
 //! [runtime]
 //! # worker_threads = 1            # default: half of this host's CPUs, at least 1
 //! ```
@@ -41,12 +48,14 @@
 //! [`NodeConfig::check_environment`] then checks what only the host can tell: that the data
 //! directory is writable and the ports are free.
 
+mod compaction;
 mod error;
 mod file;
 #[cfg(test)]
 mod tests;
 mod validate;
 
+pub use compaction::CompactionPolicy;
 pub use error::{ConfigError, ConfigErrorKind, Origin, Position};
 pub use validate::{
     MAX_KEY_BYTES, MAX_LEASE_NAME_BYTES, MAX_RETAIN_AFTER_SNAPSHOT, MAX_TXN_OPS, MAX_VALUE_BYTES, MAX_WORKER_THREADS,
@@ -106,6 +115,10 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// `[log]`: tuning of the replicated log.
     pub log: LogConfig,
+    /// `[compaction]`: how much MVCC history is kept.
+    pub compaction: CompactionPolicy,
+    /// `[watch]`: how watch streams are served.
+    pub watch: WatchConfig,
     /// `[runtime]`: the threads that serve this node.
     pub runtime: RuntimeConfig,
     /// Where the configuration came from, so later errors (e.g. from
@@ -155,6 +168,20 @@ pub struct LogConfig {
     pub max_batch_commands: usize,
     /// Most slots proposed and not yet chosen at once.
     pub max_inflight_slots: usize,
+}
+
+/// `[watch]`: how this node serves watch streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchConfig {
+    /// How often a quiet watcher that asked for progress notifications gets one.
+    pub progress_notify_interval: Duration,
+}
+
+impl WatchConfig {
+    /// etcd's default progress-notify interval, ten minutes.
+    pub const DEFAULT_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(600);
+    /// The shortest interval allowed: shorter would flood every stream with notifications.
+    pub const MIN_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_millis(100);
 }
 
 /// `[runtime]`: how many threads run this node's asynchronous work.
@@ -256,6 +283,14 @@ impl NodeConfig {
     /// The request size limits (a copy of [`NodeConfig::limits`](field@NodeConfig::limits)).
     pub fn limits(&self) -> Limits {
         self.limits.clone()
+    }
+
+    /// How the Watch service serves streams on this node.
+    pub fn watch_settings(&self) -> crate::api::WatchSettings {
+        crate::api::WatchSettings {
+            progress_notify_interval: self.watch.progress_notify_interval,
+            ..crate::api::WatchSettings::default()
+        }
     }
 
     /// The ids of every member, this node included, in ascending order.

@@ -35,8 +35,8 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
 pub enum MasterRequest {
     /// A command through the log.
     Propose(Command),
-    /// A linearizable read.
-    Read(RangeRequest),
+    /// A linearizable read, at a past revision or (0) the current one.
+    Read(RangeRequest, Revision),
     /// Renew a lease.
     KeepAlive(LeaseId),
     /// One lease's remaining life.
@@ -217,7 +217,7 @@ mod tests {
     }
 
     fn read() -> MasterRequest {
-        MasterRequest::Read(RangeRequest::default())
+        MasterRequest::Read(RangeRequest::default(), 0)
     }
 
     fn revision_of(answer: MasterAnswer) -> Option<Revision> {

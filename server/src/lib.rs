@@ -3,6 +3,7 @@
 //! - [`config`]: one TOML file per node, command-line overrides, defaults, and the checks
 //!   that make a bad configuration fail at start with one clear line.
 //! - [`run`]: starting and stopping a node.
+//! - [`compactor`]: auto-compaction of the MVCC history, proposed by the master.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`history_feed`]: how watch streams follow the applied history.
@@ -12,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod compactor;
 pub mod config;
 pub mod forward;
 pub mod history_feed;

@@ -26,8 +26,8 @@ pub enum Request {
     /// Something only the master can answer: served here on the master, forwarded to it
     /// from anywhere else.
     Master(MasterRequest, Reply),
-    /// A serializable read of this node's state.
-    LocalRead(RangeRequest, oneshot::Sender<Result<(RangeResponse, Revision), RequestError>>),
+    /// A serializable read of this node's state, at a past revision or (0) the current one.
+    LocalRead(RangeRequest, Revision, oneshot::Sender<Result<(RangeResponse, Revision), RequestError>>),
     /// Resolve a lease name from local state.
     ResolveName(String, oneshot::Sender<Option<LeaseId>>),
     /// Local figures.
@@ -45,6 +45,8 @@ pub enum Request {
 pub struct NodeStatus {
     /// The store revision.
     pub revision: Revision,
+    /// The history's compaction point (0 if never compacted).
+    pub compacted: Revision,
     /// Highest applied slot.
     pub applied: u64,
     /// Highest chosen slot.
@@ -111,21 +113,22 @@ impl NodeHandle {
         .await
     }
 
-    /// Reads.
+    /// Reads at `revision` (a past one from the history; 0 for the current one).
     pub async fn read(
         &self,
         request: RangeRequest,
+        revision: Revision,
         consistency: ReadConsistency,
     ) -> Result<(RangeResponse, Revision), RequestError> {
         match consistency {
             ReadConsistency::Linearizable => {
-                self.ask_master(MasterRequest::Read(request), |answer| match answer {
+                self.ask_master(MasterRequest::Read(request, revision), |answer| match answer {
                     MasterAnswer::Read(response, revision) => Some((response, revision)),
                     _ => None,
                 })
                 .await
             }
-            ReadConsistency::Serializable => self.ask(false, |r| Request::LocalRead(request, r)).await?,
+            ReadConsistency::Serializable => self.ask(false, |r| Request::LocalRead(request, revision, r)).await?,
         }
     }
 
@@ -424,8 +427,8 @@ impl NodeLoop {
             // once, so a stale hint costs one "not master" answer, never a loop.
             Request::Forwarded(from, id, request) => self.serve_here(request, Asker::Remote(from, id)),
             Request::Answered(from, id, result) => self.forwards.answer(from, id, result),
-            Request::LocalRead(request, reply) => {
-                let _ = reply.send(self.replica.read(now, &request, ReadConsistency::Serializable));
+            Request::LocalRead(request, revision, reply) => {
+                let _ = reply.send(self.replica.read_at(now, &request, revision, ReadConsistency::Serializable));
             }
             Request::ResolveName(name, reply) => {
                 let _ = reply.send(self.replica.state().lease_id_by_name(&name));
@@ -434,6 +437,7 @@ impl NodeLoop {
                 let state = self.replica.state();
                 let _ = reply.send(NodeStatus {
                     revision: state.revision(),
+                    compacted: state.compacted_revision(),
                     applied: self.replica.applied_index(),
                     commit: self.replica.commit_index(),
                     ready_master: self.replica.is_ready_master(now),
@@ -467,9 +471,9 @@ impl NodeLoop {
                 }
                 Err(error) => Err(error),
             },
-            MasterRequest::Read(request) => self
+            MasterRequest::Read(request, revision) => self
                 .replica
-                .read(now, &request, ReadConsistency::Linearizable)
+                .read_at(now, &request, revision, ReadConsistency::Linearizable)
                 .map(|(response, revision)| MasterAnswer::Read(response, revision)),
             MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
             MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),

@@ -137,6 +137,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let peer_task = tokio::spawn(peer_server);
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // Watch streams never end by themselves; the graceful shutdown below would wait for them.
+    let (stop_watches, watches_stopping) = tokio::sync::watch::channel(false);
+    let watch_service = WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone());
+    tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping));
     let client_server = tonic::transport::Server::builder()
         .add_service(
             pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
@@ -144,7 +148,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         .add_service(pb::lease_server::LeaseServer::new(LeaseService(shared.clone())))
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
         .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
-        .add_service(pb::watch_server::WatchServer::new(WatchService))
+        .add_service(pb::watch_server::WatchServer::new(watch_service))
         .add_service(LeaseKvServer::new(ExtService(shared.clone())))
         .serve_with_incoming_shutdown(no_delay(client_listener), async {
             let _ = stop_rx.await;
@@ -159,6 +163,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // The release goes out through the peer senders' queues; exiting at once would drop it
     // and the others would wait a whole lease time instead of taking over now.
     tokio::time::sleep(RELEASE_GRACE).await;
+    let _ = stop_watches.send(true);
     let _ = stop_tx.send(());
     if let Ok(Err(source)) = client_task.await {
         return Err(ServerError::Serve { what: "client", source });

@@ -23,13 +23,20 @@ pub fn kv_out(kv: KeyValue) -> mvccpb::KeyValue {
     }
 }
 
-/// A range request as the store reads it, whether it may be served serializably, and its
-/// sorting and revision filters ([`RangeShape`], applied to the store's answer). Reading at
-/// a past revision is refused: there is no history yet.
-pub fn range_in(r: pb::RangeRequest) -> Result<(RangeRequest, bool, Option<RangeShape>), Status> {
-    if r.revision > 0 {
-        return Err(Status::unimplemented("reading at a past revision is not served by leasekv (no MVCC history)"));
-    }
+/// A range request as the store reads it.
+pub struct RangeIn {
+    /// The read.
+    pub request: RangeRequest,
+    /// The revision to read at (0 or less: the current one).
+    pub revision: i64,
+    /// Whether it may be served from this node's state (etcd's `serializable`).
+    pub serializable: bool,
+    /// Sorting and revision filters, applied to the store's answer ([`RangeShape`]).
+    pub shape: Option<RangeShape>,
+}
+
+/// Converts etcd's range request.
+pub fn range_in(r: pb::RangeRequest) -> Result<RangeIn, Status> {
     let shape = RangeShape::of(&r)?;
     let request = RangeRequest {
         range: KeyRange { key: r.key, range_end: r.range_end },
@@ -38,7 +45,7 @@ pub fn range_in(r: pb::RangeRequest) -> Result<(RangeRequest, bool, Option<Range
         count_only: r.count_only,
         keys_only: r.keys_only && !shape.as_ref().is_some_and(RangeShape::needs_values),
     };
-    Ok((request, r.serializable, shape))
+    Ok(RangeIn { request, revision: r.revision, serializable: r.serializable, shape })
 }
 
 /// A range answer.
@@ -120,8 +127,13 @@ fn op_in(op: pb::RequestOp) -> Result<(TxnOp, Option<RangeShape>), Status> {
     use pb::request_op::Request;
     match op.request {
         Some(Request::RequestRange(r)) => {
-            let (range, _, shape) = range_in(r)?;
-            Ok((TxnOp::Range(range), shape))
+            let range = range_in(r)?;
+            if range.revision > 0 {
+                return Err(Status::unimplemented(
+                    "a range at a past revision inside a txn is not served by leasekv; read it with its own Range",
+                ));
+            }
+            Ok((TxnOp::Range(range.request), range.shape))
         }
         Some(Request::RequestPut(p)) => Ok((TxnOp::Put(put_in(p)?), None)),
         Some(Request::RequestDeleteRange(d)) => Ok((TxnOp::DeleteRange(delete_in(d)), None)),
@@ -200,6 +212,7 @@ pub fn kv_error(error: &KvError) -> Status {
     };
     let code = match error {
         KvError::LeaseNotFound(_) => Code::NotFound,
+        KvError::Compacted { .. } | KvError::FutureRevision { .. } => Code::OutOfRange,
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
         _ => Code::InvalidArgument,
     };

@@ -9,17 +9,19 @@ use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// KV: Range, Put, DeleteRange, Txn.
+/// KV: Range (at any retained revision), Put, DeleteRange, Txn, Compact.
 pub struct KvService(pub Arc<Shared>);
 
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        let (range, serializable, shape) = range_in(request.into_inner())?;
-        let consistency = if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
+        let range = range_in(request.into_inner())?;
+        let consistency =
+            if range.serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
         let shared = &self.0;
-        let (answer, revision) = shared.serve(|| shared.node.read(range.clone(), consistency)).await?;
-        let answer = RangeShape::apply_if(shape.as_ref(), answer);
+        let (answer, revision) =
+            shared.serve(|| shared.node.read(range.request.clone(), range.revision, consistency)).await?;
+        let answer = RangeShape::apply_if(range.shape.as_ref(), answer);
         Ok(Response::new(range_out(answer, shared.header(revision))))
     }
 
@@ -53,10 +55,17 @@ impl pb::kv_server::Kv for KvService {
         reply.await.map(Response::new)
     }
 
+    /// Compaction goes through the log and is complete on a replica once applied there, so
+    /// the answer (after the master applied it) is already "physical" in etcd's sense.
     async fn compact(
         &self,
-        _request: Request<pb::CompactionRequest>,
+        request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        Err(Status::unimplemented("compaction is not served by leasekv: it keeps no MVCC history to compact"))
+        let command = Command::Compact { revision: request.into_inner().revision };
+        let reply = self.0.serve_command(command, |response, header| match response {
+            CommandResponse::Compact { .. } => Some(pb::CompactionResponse { header: Some(header) }),
+            _ => None,
+        });
+        reply.await.map(Response::new)
     }
 }

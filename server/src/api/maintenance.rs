@@ -1,12 +1,9 @@
-//! etcd's Cluster (MemberList) and Maintenance (Status) services, and Watch, which is not
-//! served yet and says so.
+//! etcd's Cluster (MemberList) and Maintenance (Status) services.
 
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
-use std::pin::Pin;
 use std::sync::Arc;
-use tokio_stream::Stream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status};
 
 /// Cluster: the member list from the configuration.
 pub struct ClusterService(pub Arc<Shared>);
@@ -52,20 +49,5 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             raft_applied_index: node.applied,
             ..Default::default()
         }))
-    }
-}
-
-/// Watch: not served yet.
-pub struct WatchService;
-
-/// The (never produced) watch answer stream.
-pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl pb::watch_server::Watch for WatchService {
-    type WatchStream = WatchStream;
-
-    async fn watch(&self, _request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchStream>, Status> {
-        Err(Status::unimplemented("watch is not served by leasekv yet"))
     }
 }

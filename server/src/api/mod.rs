@@ -1,5 +1,5 @@
-//! The client-facing gRPC services: etcd's KV, Lease, Cluster and Maintenance (the subset
-//! leasekv serves) and the `leasekv.v1` extension. Any node answers any request: what only
+//! The client-facing gRPC services: etcd's KV, Watch, Lease, Cluster and Maintenance (the
+//! subset leasekv serves) and the `leasekv.v1` extension. Any node answers any request: what only
 //! the master can do (writes, linearizable reads, lease keepalive and status) the node loop
 //! forwards one hop to the master; while there is no master a request waits a bounded
 //! time, then fails with UNAVAILABLE.
@@ -10,11 +10,13 @@ mod kv;
 mod lease;
 mod maintenance;
 mod range_shape;
+mod watch;
 
 pub use ext::ExtService;
 pub use kv::KvService;
 pub use lease::LeaseService;
-pub use maintenance::{ClusterService, MaintenanceService, WatchService};
+pub use maintenance::{ClusterService, MaintenanceService};
+pub use watch::{WatchService, WatchSettings};
 
 use crate::node::NodeHandle;
 use convert::request_error;

@@ -148,6 +148,12 @@ pub enum ConfigErrorKind {
         /// The member ids, comma separated.
         members: String,
     },
+    /// `[compaction]` is not a valid policy.
+    #[error("[compaction] {0}")]
+    Compaction(String),
+    /// `[watch]` has a setting out of range.
+    #[error("[watch] {0}")]
+    Watch(String),
     /// A size limit out of range.
     #[error("[limits] {field} = {value} is out of range; allowed is {min} to {max}")]
     Limit {

@@ -6,7 +6,9 @@
 //! lease time, the log tuning on the lease time) are derived from the final values.
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
-use super::{ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig};
+use super::{
+    CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig, WatchConfig,
+};
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
 use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
@@ -34,6 +36,10 @@ pub(super) struct FileConfig {
     limits: FileLimits,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    compaction: FileCompaction,
+    #[serde(default)]
+    watch: FileWatch,
     #[serde(default)]
     runtime: FileRuntime,
 }
@@ -77,6 +83,29 @@ struct FileLog {
     retain_after_snapshot: Option<u64>,
     max_batch_commands: Option<usize>,
     max_inflight_slots: Option<usize>,
+}
+
+/// `[compaction]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCompaction {
+    mode: Option<String>,
+    retention: Option<Retention>,
+}
+
+/// A retention written as a number (`retention = 10000`) or a string (`"5m"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Retention {
+    Number(u64),
+    Text(String),
+}
+
+/// `[watch]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWatch {
+    progress_notify_interval_ms: Option<u64>,
 }
 
 /// `[runtime]`.
@@ -162,6 +191,24 @@ pub(super) fn resolve(
         max_inflight_slots: file.log.max_inflight_slots.unwrap_or(default_log.max_inflight_slots),
     };
 
+    let compaction = match (&file.compaction.mode, &file.compaction.retention) {
+        (None, None) => CompactionPolicy::DEFAULT,
+        (mode, retention) => {
+            let retention = retention.as_ref().map(|r| match r {
+                Retention::Number(n) => n.to_string(),
+                Retention::Text(t) => t.clone(),
+            });
+            CompactionPolicy::parse(mode.as_deref().unwrap_or("revision"), retention.as_deref())
+                .map_err(|problem| err(ConfigErrorKind::Compaction(problem)))?
+        }
+    };
+    let watch = WatchConfig {
+        progress_notify_interval: file
+            .watch
+            .progress_notify_interval_ms
+            .map_or(WatchConfig::DEFAULT_PROGRESS_NOTIFY_INTERVAL, Duration::from_millis),
+    };
+
     let runtime = RuntimeConfig {
         worker_threads: overrides
             .worker_threads
@@ -181,6 +228,8 @@ pub(super) fn resolve(
         election,
         limits,
         log,
+        compaction,
+        watch,
         runtime,
         origin: origin.clone(),
     })

@@ -2,7 +2,7 @@
 //! [`NodeConfig::check_environment`] (the configuration against this host).
 
 use super::error::{id_list, ConfigError, ConfigErrorKind};
-use super::NodeConfig;
+use super::{NodeConfig, WatchConfig};
 use leasekv_kvstore::log::ReplicaConfigError;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -66,6 +66,13 @@ impl NodeConfig {
         }
 
         self.replica_config().validate().map_err(|e| err(ConfigErrorKind::Replica(e)))?;
+        if self.watch.progress_notify_interval < WatchConfig::MIN_PROGRESS_NOTIFY_INTERVAL {
+            return Err(err(ConfigErrorKind::Watch(format!(
+                "progress_notify_interval_ms = {} is too short; at least {} ms",
+                self.watch.progress_notify_interval.as_millis(),
+                WatchConfig::MIN_PROGRESS_NOTIFY_INTERVAL.as_millis()
+            ))));
+        }
         if self.log.retain_after_snapshot > MAX_RETAIN_AFTER_SNAPSHOT {
             return Err(err(ConfigErrorKind::Replica(ReplicaConfigError {
                 field: "retain_after_snapshot",

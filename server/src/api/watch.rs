@@ -1,0 +1,217 @@
+//! etcd's Watch service, served by every node from its own applied history (never
+//! forwarded: a follower's watchers see what it applied, in the same order as everywhere).
+//!
+//! Each gRPC stream gets one task that owns the stream's [`WatchStream`] core and three
+//! inputs: the client's requests, the node's [`HistoryFeed`] (a wake-up after every batch
+//! the node applied) and a progress ticker. Responses go out through a bounded channel; the
+//! core is polled only while that channel has room, so a client that reads slowly costs a
+//! bounded amount of memory and holds up nobody: its watchers fall behind and catch up
+//! from the history when it reads again (or are cancelled with the compaction revision if
+//! the history moved past them).
+
+use super::convert::kv_out;
+use super::Shared;
+use crate::history_feed::HistoryFeed;
+use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::proto::etcdserverpb::watch_request::RequestUnion;
+use leasekv_client::proto::mvccpb;
+use leasekv_kvstore::watch::{StreamConfig, WatchResponse, WatchSpec, WatchStream};
+use leasekv_kvstore::{EventKind, KeyRange, Revision};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// How a node serves watch streams.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// How often a watcher that asked for progress notifications and got no events gets
+    /// one (etcd's `--experimental-watch-progress-notify-interval`, default 10 minutes).
+    pub progress_notify_interval: Duration,
+    /// Responses queued for one client before the stream stops reading the history for it.
+    pub outbound_responses: usize,
+    /// The stream core's limits.
+    pub stream: StreamConfig,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            progress_notify_interval: Duration::from_secs(600),
+            outbound_responses: 64,
+            stream: StreamConfig::default(),
+        }
+    }
+}
+
+/// The Watch service.
+pub struct WatchService {
+    shared: Arc<Shared>,
+    settings: WatchSettings,
+    /// Becomes `true` when the node stops: every stream ends with UNAVAILABLE, so that the
+    /// server's graceful shutdown does not wait for watch streams that never end by
+    /// themselves, and clients move to another node.
+    stopping: watch::Receiver<bool>,
+}
+
+impl WatchService {
+    /// The service; `stopping` turning `true` ends every stream.
+    pub fn new(shared: Arc<Shared>, settings: WatchSettings, stopping: watch::Receiver<bool>) -> Self {
+        WatchService { shared, settings, stopping }
+    }
+}
+
+/// The response stream handed to tonic.
+pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::watch_server::Watch for WatchService {
+    type WatchStream = ResponseStream;
+
+    async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<ResponseStream>, Status> {
+        let (tx, rx) = mpsc::channel(self.settings.outbound_responses.max(1));
+        let task = StreamTask { shared: self.shared.clone(), core: WatchStream::new(self.settings.stream.clone()), tx };
+        tokio::spawn(task.run(
+            request.into_inner(),
+            self.shared.node.history(),
+            self.stopping.clone(),
+            self.settings.progress_notify_interval,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// One client stream.
+struct StreamTask {
+    shared: Arc<Shared>,
+    core: WatchStream,
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+}
+
+/// Why a stream task stops.
+enum Ended {
+    /// The client went away (closed its side, or the connection broke).
+    ClientGone,
+}
+
+impl StreamTask {
+    async fn run(
+        mut self,
+        mut incoming: Streaming<pb::WatchRequest>,
+        mut feed: HistoryFeed,
+        mut stopping: watch::Receiver<bool>,
+        progress_every: Duration,
+    ) {
+        let mut published = feed.latest();
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *stopping.borrow() {
+                let _ = self.tx.send(Err(Status::unavailable("etcdserver: server stopped"))).await;
+                return;
+            }
+            let head = published.reader.head();
+            let owed = self.core.has_work(head);
+            let room = self.tx.capacity();
+            let tx = self.tx.clone();
+            // Requests, the node's progress and shutdown come before sending what is owed,
+            // so a stream that always has something to send still hears its client.
+            let outcome = tokio::select! {
+                biased;
+                _ = stopping.changed() => Ok(()),
+                request = incoming.message() => match request {
+                    Ok(Some(request)) => self.handle(request, head).await,
+                    Ok(None) | Err(_) => Err(Ended::ClientGone),
+                },
+                changed = feed.changed() => {
+                    if !changed {
+                        let _ = self.tx.send(Err(Status::unavailable("etcdserver: server stopped"))).await;
+                        return;
+                    }
+                    published = feed.latest();
+                    Ok(())
+                }
+                _ = ticker.tick() => {
+                    let notifications = self.core.progress_tick(head);
+                    self.send_all(notifications).await
+                }
+                _ = tx.closed() => Err(Ended::ClientGone),
+                _ = std::future::ready(()), if owed && room > 0 => {
+                    let responses = self.core.poll(&published.reader, room);
+                    self.send_all(responses).await
+                }
+                // Owed but the client's buffer is full: wait until it reads.
+                permit = tx.reserve(), if owed && room == 0 => permit.map(drop).map_err(|_| Ended::ClientGone),
+            };
+            if let Err(Ended::ClientGone) = outcome {
+                return;
+            }
+        }
+    }
+
+    /// Serves one client request.
+    async fn handle(&mut self, request: pb::WatchRequest, head: Revision) -> Result<(), Ended> {
+        let response = match request.request_union {
+            Some(RequestUnion::CreateRequest(create)) => Some(self.core.create(spec_in(create), head)),
+            Some(RequestUnion::CancelRequest(cancel)) => self.core.cancel(cancel.watch_id, head),
+            Some(RequestUnion::ProgressRequest(_)) => self.core.request_progress(head),
+            // etcd ignores a request with nothing in it.
+            None => None,
+        };
+        self.send_all(response.into_iter().collect()).await
+    }
+
+    async fn send_all(&self, responses: Vec<WatchResponse>) -> Result<(), Ended> {
+        for response in responses {
+            let out = response_out(response, &self.shared);
+            self.tx.send(Ok(out)).await.map_err(|_| Ended::ClientGone)?;
+        }
+        Ok(())
+    }
+}
+
+/// A create request as the stream core takes it, with etcd's conventions: an empty key is
+/// the key `"\0"` (the smallest), and a `range_end` of `"\0"` means every key from `key` on.
+fn spec_in(create: pb::WatchCreateRequest) -> WatchSpec {
+    let key = if create.key.is_empty() { vec![0] } else { create.key };
+    let no_put = create.filters.contains(&(pb::watch_create_request::FilterType::Noput as i32));
+    let no_delete = create.filters.contains(&(pb::watch_create_request::FilterType::Nodelete as i32));
+    WatchSpec {
+        range: KeyRange { key, range_end: create.range_end },
+        start_revision: create.start_revision,
+        no_put,
+        no_delete,
+        prev_kv: create.prev_kv,
+        progress_notify: create.progress_notify,
+        fragment: create.fragment,
+        watch_id: create.watch_id,
+    }
+}
+
+/// etcd's wire form of a stream response.
+fn response_out(response: WatchResponse, shared: &Shared) -> pb::WatchResponse {
+    pb::WatchResponse {
+        header: Some(shared.header(response.header_revision)),
+        watch_id: response.watch_id,
+        created: response.created,
+        canceled: response.canceled,
+        compact_revision: response.compact_revision,
+        cancel_reason: response.cancel_reason,
+        fragment: response.fragment,
+        events: response
+            .events
+            .into_iter()
+            .map(|e| mvccpb::Event {
+                r#type: match e.kind {
+                    EventKind::Put => mvccpb::event::EventType::Put as i32,
+                    EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+                },
+                kv: Some(kv_out(e.kv)),
+                prev_kv: e.prev_kv.map(kv_out),
+            })
+            .collect(),
+    }
+}
