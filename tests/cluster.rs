@@ -357,3 +357,170 @@ fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
     assert!(!logs.contains("transfer from peer failed"), "a transfer failed:\n{logs}");
     eprintln!("chunked snapshot catch-up: {line}\n(test took {:?})", started.elapsed());
 }
+
+/// One event as a watcher saw it: (revision, type, key, value).
+type Seen = (i64, i32, String, String);
+
+fn seen(e: &leasekv::client::proto::mvccpb::Event) -> Seen {
+    let kv = e.kv.clone().unwrap_or_default();
+    (
+        kv.mod_revision,
+        e.r#type,
+        String::from_utf8_lossy(&kv.key).into_owned(),
+        String::from_utf8_lossy(&kv.value).into_owned(),
+    )
+}
+
+/// Collects what a resuming watch delivers until `stop` is set, then for a grace period.
+async fn collect(mut watch: leasekv::client::Watch, stop: tokio::sync::watch::Receiver<bool>) -> (Vec<Seen>, usize) {
+    let mut events = Vec::new();
+    let mut resumed = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if *stop.borrow() {
+            break;
+        }
+        match tokio::time::timeout(Duration::from_millis(200), watch.next()).await {
+            Ok(Ok(leasekv::client::WatchUpdate::Response(r))) => events.extend(r.events.iter().map(seen)),
+            Ok(Ok(leasekv::client::WatchUpdate::Resumed { .. })) => resumed += 1,
+            Ok(Err(e)) => panic!("a watch ended: {e}"),
+            Err(_) => {}
+        }
+    }
+    (events, resumed)
+}
+
+/// Watchers on a follower and on the master (through the client library, and `kvcli watch`
+/// as a process) while a writer puts and a lease expires; the master is killed with -9 in the
+/// middle. Every watcher must see every change exactly once, in revision order, without a
+/// gap: the same sequence a fresh watch replays from the history afterwards, which holds
+/// every acknowledged put and the DELETE of the expired lease's key.
+#[test]
+fn watchers_see_every_change_once_through_kill_9_of_the_master() {
+    let mut cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    let kvcli_out = cluster.dir.path().join("kvcli-watch.out");
+    let kvcli_err = cluster.dir.path().join("kvcli-watch.err");
+    let mut kvcli: Option<Child> = None;
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let follower = (master + 1) % 3;
+        let other = (master + 2) % 3;
+        let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+        let order = |first: usize| (0..3).map(|k| endpoints[(first + k) % 3].clone()).collect::<Vec<_>>();
+        let c = client(&cluster.endpoint(follower)).await;
+        let start = eventually(Duration::from_secs(10), || c.put("/w/start", "0", 0, false)).await;
+        let start = start.header.map_or(0, |h| h.revision);
+        let options = leasekv::client::WatchOptions {
+            range_end: leasekv::client::prefix_range_end(b"/w/"),
+            start_revision: start,
+            prev_kv: true,
+            ..Default::default()
+        };
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let mut watchers = Vec::new();
+        for first in [follower, master] {
+            let wc = Client::connect(&order(first)).await.expect("watch client");
+            let watch = wc.watch("/w/", options.clone()).await.expect("watch opens");
+            watchers.push(tokio::spawn(collect(watch, stop.clone())));
+        }
+        kvcli = Some(
+            Command::new(env!("CARGO_BIN_EXE_kvcli"))
+                .arg("--endpoints")
+                .arg(order(master).join(","))
+                .args(["watch", "/w/", "--prefix", "--rev", &start.to_string(), "-w", "json"])
+                .stdout(std::fs::File::create(&kvcli_out).expect("kvcli output file"))
+                .stderr(std::fs::File::create(&kvcli_err).expect("kvcli error file"))
+                .spawn()
+                .expect("kvcli watch starts"),
+        );
+        // A lease nobody keeps alive: its key's DELETE must reach every watcher.
+        let lease = eventually(Duration::from_secs(10), || c.lease_grant(2, 0)).await;
+        eventually(Duration::from_secs(10), || c.put("/w/leased", "x", lease.id, false)).await;
+        let writer = Client::connect(&order(follower)).await.expect("writer");
+        let mut acknowledged = Vec::new();
+        for i in 0..120 {
+            if i == 40 {
+                cluster.kill(master);
+            }
+            let value = format!("v{i}");
+            // Retried until acknowledged; a retry after an unknown outcome may write twice,
+            // which the watchers must then show twice too.
+            let put =
+                eventually(Duration::from_secs(15), || writer.put(format!("/w/k{}", i % 7), value.clone(), 0, false))
+                    .await;
+            acknowledged.push((put.header.map_or(0, |h| h.revision), value));
+        }
+        // The lease expires (TTL 2 s, counted again by the new master).
+        eventually(Duration::from_secs(15), || async {
+            match value(&writer, "/w/leased", false).await {
+                None => Ok(()),
+                Some(_) => Err("the leased key is still there"),
+            }
+        })
+        .await;
+        cluster.start_node(master);
+        let last = eventually(Duration::from_secs(10), || writer.put("/w/end", "1", 0, false)).await;
+        let last = last.header.map_or(0, |h| h.revision);
+        // Let every watcher reach the last revision, then stop them.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = stop_tx.send(true);
+        let mut results = Vec::new();
+        for w in watchers {
+            results.push(w.await.expect("watcher task"));
+        }
+        // The truth: a fresh watch replaying the history from a survivor.
+        let replay_client = Client::connect(&order(other)).await.expect("replay client");
+        let truth: Vec<Seen> = {
+            let again = replay_client.watch("/w/", options.clone()).await.expect("replay watch");
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            let task = tokio::spawn(collect(again, rx));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let _ = tx.send(true);
+            task.await.expect("replay").0
+        };
+        assert_eq!(truth.last().map(|e| e.0), Some(last), "the replay reaches the last write");
+        for (revision, value) in &acknowledged {
+            assert!(
+                truth.iter().any(|e| e.0 == *revision && &e.3 == value),
+                "acknowledged put {value} at {revision} missing"
+            );
+        }
+        assert!(truth.iter().any(|e| e.1 == 1 && e.2 == "/w/leased"), "the expired lease's key has no DELETE event");
+        eprintln!(
+            "history: {} events from revision {start} to {last}; watchers resumed {:?} times",
+            truth.len(),
+            results.iter().map(|r| r.1).collect::<Vec<_>>()
+        );
+        for (n, (events, resumed)) in results.iter().enumerate() {
+            assert_eq!(events, &truth, "watcher {n} (resumed {resumed} times) differs from the history");
+        }
+        assert!(results[1].1 >= 1, "the watcher on the killed master resumed elsewhere");
+        // kvcli: one JSON object per event, the same sequence.
+        let text = std::fs::read_to_string(&kvcli_out).unwrap_or_default();
+        let printed: Vec<Seen> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| {
+                let kind = if v["type"] == "DELETE" { 1 } else { 0 };
+                let kv = &v["kv"];
+                (
+                    kv["mod_revision"].as_i64().unwrap_or(0),
+                    kind,
+                    kv["key"].as_str().unwrap_or("").to_string(),
+                    kv["value"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        let errors = std::fs::read_to_string(&kvcli_err).unwrap_or_default();
+        assert_eq!(printed, truth, "kvcli watch printed a different sequence; its stderr:\n{errors}");
+        assert!(errors.contains("resumed on"), "kvcli watch should say it resumed: {errors}");
+    });
+    if let Some(mut child) = kvcli {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop(rt);
+    let logs: String = (0..3).map(|i| cluster.log(i)).collect();
+    assert!(!logs.contains("panicked"), "a node panicked:\n{logs}");
+}

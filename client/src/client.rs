@@ -173,6 +173,8 @@ pub struct GetOptions {
     pub limit: i64,
     /// Only count the keys.
     pub count_only: bool,
+    /// Read at this past revision; 0 for the current one.
+    pub revision: i64,
 }
 
 /// The `range_end` that makes a range cover every key starting with `prefix`.
@@ -283,8 +285,16 @@ impl Client {
         let _ = self.inner.current.compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 
+    /// Moves to the endpoint after `endpoint` (a stream on it broke), unless another task
+    /// already moved on.
+    pub(crate) fn fail_over_from_endpoint(&self, endpoint: &str) {
+        if let Some(index) = self.inner.endpoints.iter().position(|e| e == endpoint) {
+            self.fail_over_from(index);
+        }
+    }
+
     /// Runs one unary call with failover: `f` is invoked with the channel of the endpoint to try.
-    async fn call<T, F, Fut>(&self, method: &'static str, mut f: F) -> Result<T, ClientError>
+    pub(crate) async fn call<T, F, Fut>(&self, method: &'static str, mut f: F) -> Result<T, ClientError>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -345,6 +355,7 @@ impl Client {
             serializable: options.serializable,
             keys_only: options.keys_only,
             count_only: options.count_only,
+            revision: options.revision,
             ..Default::default()
         };
         self.range(request).await

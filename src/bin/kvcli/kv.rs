@@ -40,6 +40,20 @@ pub struct GetArgs {
     /// Local, possibly stale read instead of linearizable.
     #[arg(long)]
     pub serializable: bool,
+    /// Read the keys as they were at this revision (kept until compacted).
+    #[arg(long, value_name = "REVISION", value_parser = clap::value_parser!(i64).range(1..))]
+    pub rev: Option<i64>,
+}
+
+/// `compact REVISION [--physical]`.
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Forget the history below this revision.
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    pub revision: i64,
+    /// Answer only once the compaction is done (leasekv's always is when it answers).
+    #[arg(long)]
+    pub physical: bool,
 }
 
 /// `del KEY [--prefix]`.
@@ -120,6 +134,7 @@ pub async fn get(client: &Client, format: OutputFormat, args: GetArgs) -> Result
         prefix: args.prefix,
         keys_only: args.keys_only,
         serializable: args.serializable,
+        revision: args.rev.unwrap_or(0),
         ..Default::default()
     };
     let response = client.get(args.key.clone(), options).await?;
@@ -127,6 +142,14 @@ pub async fn get(client: &Client, format: OutputFormat, args: GetArgs) -> Result
         bail!("key {:?} not found", args.key);
     }
     print!("{}", output::kvs(format, &response, args.keys_only));
+    Ok(())
+}
+
+/// Runs `compact`.
+pub async fn compact(client: &Client, format: OutputFormat, args: CompactArgs) -> Result<()> {
+    let response = client.compact(args.revision, args.physical).await?;
+    let revision = response.header.as_ref().map_or(0, |h| h.revision);
+    print!("{}", output::compacted(format, args.revision, revision));
     Ok(())
 }
 

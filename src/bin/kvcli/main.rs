@@ -11,6 +11,7 @@ mod kv;
 mod lease;
 mod lease_ref;
 mod output;
+mod watch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -42,6 +43,11 @@ pub enum Command {
     Get(kv::GetArgs),
     /// Delete a key or a prefix.
     Del(kv::DelArgs),
+    /// Print changes to a key or a prefix as they happen, until Ctrl-C (resumes on another
+    /// endpoint without losing events when its node fails).
+    Watch(watch::WatchArgs),
+    /// Forget the history below a revision.
+    Compact(kv::CompactArgs),
     /// Grant, keep alive, revoke and inspect leases.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
@@ -60,6 +66,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Put(args) => kv::put(&client, format, args).await,
         Command::Get(args) => kv::get(&client, format, args).await,
         Command::Del(args) => kv::del(&client, format, args).await,
+        Command::Watch(args) => watch::watch(&client, format, args).await,
+        Command::Compact(args) => kv::compact(&client, format, args).await,
         Command::Lease(command) => lease::run(&client, format, command).await,
         Command::Status => cluster::status(&client, format).await,
         Command::StepDown => cluster::step_down(&client).await,

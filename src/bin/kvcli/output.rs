@@ -6,6 +6,7 @@
 use super::lease_ref::hex_id;
 use clap::ValueEnum;
 use leasekv::client::proto::etcdserverpb::{DeleteRangeResponse, LeaseTimeToLiveResponse, Member, RangeResponse};
+use leasekv::client::proto::mvccpb::{event::EventType, Event, KeyValue};
 use serde_json::{json, Value};
 
 /// The `-w/--write-out` choices.
@@ -121,6 +122,67 @@ fn lease_cell(id: i64) -> String {
         String::new()
     } else {
         hex_id(id)
+    }
+}
+
+/// Watch events: in simple form as etcdctl prints them (the type, the previous key and
+/// value when asked for, the key and value); one JSON object per line; or a table.
+pub fn events(format: OutputFormat, events: &[Event]) -> String {
+    let kind = |e: &Event| if e.r#type == EventType::Delete as i32 { "DELETE" } else { "PUT" };
+    match format {
+        OutputFormat::Simple => {
+            let mut out = String::new();
+            for e in events {
+                out.push_str(kind(e));
+                out.push('\n');
+                for kv in e.prev_kv.iter().chain(e.kv.iter()) {
+                    out.push_str(&format!("{}\n{}\n", text(&kv.key), text(&kv.value)));
+                }
+            }
+            out
+        }
+        OutputFormat::Json => {
+            let kv_json = |kv: &KeyValue| {
+                json!({
+                    "key": text(&kv.key),
+                    "value": text(&kv.value),
+                    "create_revision": kv.create_revision,
+                    "mod_revision": kv.mod_revision,
+                    "version": kv.version,
+                    "lease": kv.lease,
+                })
+            };
+            let mut out = String::new();
+            for e in events {
+                let mut v = json!({ "type": kind(e), "kv": e.kv.as_ref().map(kv_json) });
+                if let Some(prev) = &e.prev_kv {
+                    v["prev_kv"] = kv_json(prev);
+                }
+                out.push_str(&v.to_string());
+                out.push('\n');
+            }
+            out
+        }
+        OutputFormat::Table => {
+            let rows: Vec<Vec<String>> = events
+                .iter()
+                .map(|e| {
+                    let kv = e.kv.clone().unwrap_or_default();
+                    let prev = e.prev_kv.as_ref().map_or(String::new(), |p| text(&p.value));
+                    vec![kind(e).to_string(), text(&kv.key), text(&kv.value), kv.mod_revision.to_string(), prev]
+                })
+                .collect();
+            table(&["EVENT", "KEY", "VALUE", "REVISION", "PREVIOUS VALUE"], &rows)
+        }
+    }
+}
+
+/// A compaction, as etcdctl prints it.
+pub fn compacted(format: OutputFormat, compacted: i64, revision: i64) -> String {
+    match format {
+        OutputFormat::Simple => format!("compacted revision {compacted}\n"),
+        OutputFormat::Json => pretty(json!({ "compacted": compacted, "revision": revision })) + "\n",
+        OutputFormat::Table => table(&["COMPACTED", "REVISION"], &[vec![compacted.to_string(), revision.to_string()]]),
     }
 }
 
@@ -409,6 +471,22 @@ mod tests {
         assert_eq!(value["revision"], 7);
         assert_eq!(value["kvs"][1]["value"], "two");
         assert_eq!(value["kvs"][1]["lease"], 42);
+    }
+
+    #[test]
+    fn watch_events_print_like_etcdctl() {
+        let kv = |k: &str, v: &str, rev: i64| KeyValue {
+            key: k.into(),
+            value: v.into(),
+            mod_revision: rev,
+            ..Default::default()
+        };
+        let put = Event { r#type: EventType::Put as i32, kv: Some(kv("/a", "2", 5)), prev_kv: Some(kv("/a", "1", 4)) };
+        let del = Event { r#type: EventType::Delete as i32, kv: Some(kv("/a", "", 6)), prev_kv: None };
+        assert_eq!(events(OutputFormat::Simple, &[put.clone(), del]), "PUT\n/a\n1\n/a\n2\nDELETE\n/a\n\n");
+        let line: Value = serde_json::from_str(events(OutputFormat::Json, &[put]).trim()).unwrap();
+        assert_eq!((line["type"].as_str(), line["kv"]["mod_revision"].as_i64()), (Some("PUT"), Some(5)));
+        assert_eq!(line["prev_kv"]["value"].as_str(), Some("1"));
     }
 
     #[test]
