@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use leasekv_kvstore::log::LogBreakage;
 use leasekv_kvstore::sim::{run_seeds, KvSimConfig};
+use leasekv_kvstore::watch::WatchBreakage;
 use leasekv_lease::BackendKind;
 use std::time::Instant;
 
@@ -42,7 +43,9 @@ struct Args {
     /// Election backend: paxoslease or lease-tracker.
     #[arg(long, default_value = "paxoslease")]
     backend: String,
-    /// A negative control: follower-reads, early-ack, skip-phase1, deposed-expiry.
+    /// A negative control: follower-reads, early-ack, skip-phase1, deposed-expiry (the log);
+    /// split-revision, progress-unsynced, resume-at-last, drop-when-full, prev-kv-current
+    /// (watch).
     #[arg(long = "break", default_value = "none")]
     breakage: String,
     /// Print the event trace of each seed (use with --seeds 1).
@@ -52,11 +55,15 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let Some(breakage) = LogBreakage::from_name(&args.breakage) else {
+    let watch_breakage = WatchBreakage::from_name(&args.breakage).unwrap_or_default();
+    let Some(breakage) = LogBreakage::from_name(&args.breakage)
+        .or_else(|| (watch_breakage != WatchBreakage::None).then_some(LogBreakage::None))
+    else {
         bail!(
-            "unknown --break {:?}; expected one of: none, {}",
+            "unknown --break {:?}; expected one of: none, {}, {}",
             args.breakage,
-            LogBreakage::ALL.map(|b| b.name()).join(", ")
+            LogBreakage::ALL.map(|b| b.name()).join(", "),
+            WatchBreakage::ALL.map(|b| b.name()).join(", ")
         );
     };
     let backend: BackendKind = args.backend.parse()?;
@@ -66,7 +73,9 @@ fn main() -> Result<()> {
     if !(0.0..1.0).contains(&args.loss) || !(0.0..0.5).contains(&args.drift) {
         bail!("--loss must be in [0, 1) and --drift in [0, 0.5)");
     }
-    let mut config = KvSimConfig::new(args.nodes, args.ops, args.loss, args.drift).with_breakage(breakage);
+    let mut config = KvSimConfig::new(args.nodes, args.ops, args.loss, args.drift)
+        .with_breakage(breakage)
+        .with_watch_breakage(watch_breakage);
     config.backend = backend;
     config.clients = args.clients.max(1);
     config.trace = args.trace;
@@ -86,7 +95,7 @@ fn main() -> Result<()> {
         "backend={} nodes={} break={} acked_writes={} slots_snapshots_installed={} leases_expired={} inconclusive_keys={} elapsed_s={:.1}",
         backend,
         args.nodes,
-        breakage.name(),
+        if watch_breakage == WatchBreakage::None { breakage.name() } else { watch_breakage.name() },
         summary.acked_writes,
         summary.snapshots_installed,
         summary.leases_expired,

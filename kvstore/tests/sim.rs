@@ -1,9 +1,10 @@
 //! The whole-replica simulator inside `cargo test`: a bounded number of clean seeds for 3
-//! and 5 nodes and both election backends, and every negative control, each of which its
-//! oracle must catch.
+//! and 5 nodes and both election backends (with watch clients, whose every response the watch
+//! oracle checks), and every negative control, each of which its oracle must catch.
 
 use leasekv_kvstore::log::LogBreakage;
 use leasekv_kvstore::sim::{run_seed, run_seeds, KvSimConfig};
+use leasekv_kvstore::watch::WatchBreakage;
 use leasekv_lease::BackendKind;
 
 fn assert_clean(config: KvSimConfig, seeds: u64, base: u64) {
@@ -17,6 +18,7 @@ fn assert_clean(config: KvSimConfig, seeds: u64, base: u64) {
     assert!(summary.acked_writes > seeds * 200, "too few writes acknowledged: {}", summary.acked_writes);
     assert!(summary.snapshots_installed > 0, "no replica ever caught up through a snapshot");
     assert!(summary.leases_expired > 0, "no lease ever expired");
+    assert!(summary.watch_responses > seeds * 100, "too few watch responses checked: {}", summary.watch_responses);
 }
 
 #[test]
@@ -81,4 +83,41 @@ fn a_seed_replays_exactly() {
     let b = run_seed(&config, 77);
     assert!(a.trace.len() > 1000);
     assert_eq!(a.trace, b.trace);
+}
+
+/// Runs seeds until the watch control is caught by `oracle`; fails if it never is.
+fn watch_control_caught_by(breakage: WatchBreakage, oracle: &str, max_seeds: u64) {
+    let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_watch_breakage(breakage);
+    for seed in 0..max_seeds {
+        let report = run_seed(&config, seed);
+        if report.violations.iter().any(|v| v.kind == oracle) {
+            return;
+        }
+    }
+    panic!("watch negative control {} was not caught by {oracle} in {max_seeds} seeds", breakage.name());
+}
+
+#[test]
+fn a_revision_split_across_responses_is_caught() {
+    watch_control_caught_by(WatchBreakage::SplitRevision, "watch-sequence", 20);
+}
+
+#[test]
+fn progress_while_a_watcher_is_behind_is_caught() {
+    watch_control_caught_by(WatchBreakage::ProgressWhileUnsynced, "watch-bookmark", 20);
+}
+
+#[test]
+fn resuming_at_the_last_revision_is_caught_as_a_duplicate() {
+    watch_control_caught_by(WatchBreakage::ResumeAtLast, "watch-sequence", 20);
+}
+
+#[test]
+fn an_event_dropped_on_a_full_buffer_is_caught_as_a_gap() {
+    watch_control_caught_by(WatchBreakage::DropWhenFull, "watch-sequence", 20);
+}
+
+#[test]
+fn prev_kv_from_the_current_value_is_caught() {
+    watch_control_caught_by(WatchBreakage::PrevKvFromCurrent, "watch-prevkv", 20);
 }

@@ -11,10 +11,14 @@
 //! - no acknowledged write lost, even after every node crashed — `early-ack`;
 //! - replicas agree: equal applied slot, equal state digest — `skip-phase1`;
 //! - leases: never expired earlier than TTL/(1+ε) after the last acknowledged keepalive,
-//!   and gone by the end of the quiet phase — `deposed-expiry`.
+//!   and gone by the end of the quiet phase — `deposed-expiry`;
+//! - watch ([`watch_oracle`]): every watch response against the applied history — ordered,
+//!   unique, reliable, atomic, resumable, bookmarkable, filtered, IsCreate, PrevKV — with
+//!   one negative control per property group in [`crate::watch::WatchBreakage`].
 
 pub mod linearizability;
 mod oracle;
+pub mod watch_oracle;
 mod workload;
 mod world;
 

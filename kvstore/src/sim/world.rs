@@ -13,11 +13,14 @@ use crate::log::LogBreakage;
 use crate::log::{LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket};
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
+use crate::watch::StreamConfig;
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::sim::{EventQueue, Network, NetworkFaults, SimClock};
 use leasekv_lease::{BackendKind, ElectionCore, ElectionMessage, EpochStore, LeaseConfig, MemoryEpochStore, NodeId};
 use std::collections::HashMap;
 use std::time::Duration;
+
+mod watchers;
 
 const MS: u64 = 1_000_000;
 
@@ -43,6 +46,10 @@ pub struct KvSimConfig {
     pub chaos: Duration,
     /// Record a readable trace (for replaying one seed).
     pub trace: bool,
+    /// Simulated watch clients, each with one stream and a few watchers (0: none).
+    pub watch_clients: usize,
+    /// The watch streams' limits, and the watch negative control under test.
+    pub watch: StreamConfig,
 }
 
 impl KvSimConfig {
@@ -75,6 +82,9 @@ impl KvSimConfig {
             },
             chaos: Duration::from_secs(12),
             trace: false,
+            watch_clients: 3,
+            // Small batches, so that catching up takes several polls.
+            watch: StreamConfig { batch_events: 8, ..StreamConfig::default() },
         }
     }
 
@@ -82,6 +92,13 @@ impl KvSimConfig {
     #[cfg(feature = "negative-controls")]
     pub fn with_breakage(mut self, breakage: LogBreakage) -> Self {
         self.replica.breakage = breakage;
+        self
+    }
+
+    /// Selects a negative control of the watch path.
+    #[cfg(feature = "negative-controls")]
+    pub fn with_watch_breakage(mut self, breakage: crate::watch::WatchBreakage) -> Self {
+        self.watch.breakage = breakage;
         self
     }
 
@@ -132,6 +149,10 @@ pub struct SeedReport {
     pub snapshots_installed: u64,
     /// Leases that expired.
     pub leases_expired: u64,
+    /// Watch responses the watch oracle checked.
+    pub watch_responses: u64,
+    /// Watch streams reopened on another node.
+    pub watch_resumed: u64,
     /// The trace, when asked for.
     pub trace: Vec<String>,
 }
@@ -157,6 +178,8 @@ pub struct SimSummary {
     pub snapshots_installed: u64,
     /// Leases expired.
     pub leases_expired: u64,
+    /// Watch responses checked.
+    pub watch_responses: u64,
     /// The first violations, for the report.
     pub first: Vec<Violation>,
 }
@@ -177,13 +200,14 @@ impl SimSummary {
         self.acked_lost += report.acked_lost;
         self.snapshots_installed += report.snapshots_installed;
         self.leases_expired += report.leases_expired;
+        self.watch_responses += report.watch_responses;
     }
 
     /// The summary line the example prints last.
     pub fn line(&self) -> String {
         format!(
-            "seeds={} violations={} ops_checked={} acked_writes_lost={}",
-            self.seeds, self.violations, self.ops_checked, self.acked_lost
+            "seeds={} violations={} ops_checked={} acked_writes_lost={} watch_responses_checked={}",
+            self.seeds, self.violations, self.ops_checked, self.acked_lost, self.watch_responses
         )
     }
 }
@@ -224,6 +248,8 @@ enum Event {
     ClientTimeout { client: usize, request_id: u64 },
     ClientNext { client: usize },
     Restart { node: usize },
+    WatchTick { client: usize },
+    WatchWrite,
     Heal,
     Chaos,
     Quiet,
@@ -260,6 +286,7 @@ struct World {
     oracles: Oracles,
     report: SeedReport,
     quiet: bool,
+    watch: watchers::WatchSide,
 }
 
 impl World {
@@ -294,7 +321,9 @@ impl World {
         let clients = (0..config.clients)
             .map(|c| Client::new(c as u32 + 1, rng.range_u64(0, config.nodes as u64 - 1) as usize))
             .collect();
+        let watch = watchers::WatchSide::new(config.watch_clients, config.nodes, config.watch.clone(), |c| c % 3 == 2);
         let mut world = World {
+            watch,
             network: Network::new(faults),
             oracles: Oracles::new(seed, drift),
             report: SeedReport { seed, ..Default::default() },
@@ -315,6 +344,13 @@ impl World {
         for client in 0..world.clients.len() {
             let at = 200 * MS + world.rng.range_u64(0, 50) * MS;
             world.queue.push(at, Event::ClientNext { client });
+        }
+        for client in 0..world.watch.clients() {
+            let at = 300 * MS + world.rng.range_u64(0, 50) * MS;
+            world.queue.push(at, Event::WatchTick { client });
+        }
+        if world.watch.clients() > 0 {
+            world.queue.push(world.config.chaos_start(), Event::WatchWrite);
         }
         world.queue.push(world.config.chaos_start(), Event::Chaos);
         world.queue.push(world.config.quiet_start(), Event::Quiet);
@@ -449,6 +485,8 @@ impl World {
             }
             Event::ClientNext { client } => self.client_next(client),
             Event::Restart { node } => self.start(node),
+            Event::WatchTick { client } => self.watch_tick(client),
+            Event::WatchWrite => self.watch_write(),
             Event::Heal => {
                 self.trace(|| "heal".to_string());
                 self.network.heal();
@@ -604,6 +642,9 @@ impl World {
             let at = self.nodes[node].clock.real_at(deadline).max(self.now);
             let generation = self.nodes[node].replica_generation;
             self.queue.push(at, Event::ReplicaTimer { node, generation });
+        }
+        if self.watch.clients() > 0 {
+            self.observe_history(node);
         }
     }
 
@@ -925,6 +966,8 @@ impl World {
             }
             CheckResult::Inconclusive { .. } => self.report.inconclusive += 1,
         }
+        self.report.watch_responses = self.watch.responses;
+        self.report.watch_resumed = self.watch.resumed;
         self.report.acked_writes = self.oracles.acked_writes;
         self.report.acked_lost = self.oracles.acked_lost;
         self.report.violations = std::mem::take(&mut self.oracles.violations);

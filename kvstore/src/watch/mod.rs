@@ -180,6 +180,25 @@ impl WatchBreakage {
     ];
 }
 
+impl WatchBreakage {
+    /// The command-line name (`--break NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WatchBreakage::None => "none",
+            WatchBreakage::SplitRevision => "split-revision",
+            WatchBreakage::ProgressWhileUnsynced => "progress-unsynced",
+            WatchBreakage::ResumeAtLast => "resume-at-last",
+            WatchBreakage::DropWhenFull => "drop-when-full",
+            WatchBreakage::PrevKvFromCurrent => "prev-kv-current",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        std::iter::once(WatchBreakage::None).chain(WatchBreakage::ALL).find(|b| b.name() == name)
+    }
+}
+
 /// The revision a client resumes a broken watch from after receiving everything up to
 /// `last_received`: the next one (resuming at `last_received` would send its events twice,
 /// etcd #15248). Used by kvcli and the simulator's clients.
