@@ -917,6 +917,114 @@ async fn filtered_ranges(endpoint: String) -> Vec<String> {
     answers
 }
 
+/// Watch requests etcdctl cannot send, over gRPC on one stream each, answered as etcd
+/// answers them: an empty key, `range_end` "\\0", a negative and a future start revision,
+/// a client-chosen id and its duplicate, a cancel of an unknown id, a request with nothing
+/// in it, a progress request, a filter, and the events that follow. Revisions relative to a
+/// put made first.
+fn odd_watch_requests_answer_as_etcd(ours: &Cluster, etcd: &Cluster) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let (etcds, leasekvs) = runtime
+        .block_on(async { tokio::join!(odd_watch_requests(etcd.endpoint(1)), odd_watch_requests(ours.endpoint(1))) });
+    assert_eq!(leasekvs, etcds, "odd watch requests: leasekv's answers (left) differ from etcd's (right)");
+}
+
+async fn odd_watch_requests(endpoint: String) -> Vec<String> {
+    use leasekv::client::proto::etcdserverpb::watch_request::RequestUnion;
+    use leasekv::client::proto::etcdserverpb::{
+        kv_client::KvClient, watch_client::WatchClient, PutRequest, WatchCancelRequest, WatchCreateRequest,
+        WatchProgressRequest, WatchRequest,
+    };
+    let mut kv = KvClient::connect(format!("http://{endpoint}")).await.expect("connect over gRPC");
+    let put = |key: &str, value: &str| PutRequest { key: key.into(), value: value.into(), ..Default::default() };
+    let base = kv.put(put("/o/base", "0")).await.expect("put").into_inner().header.expect("header").revision;
+    let create = |f: &dyn Fn(&mut WatchCreateRequest)| {
+        let mut c = WatchCreateRequest { key: b"/o/a".to_vec(), ..Default::default() };
+        f(&mut c);
+        WatchRequest { request_union: Some(RequestUnion::CreateRequest(c)) }
+    };
+    let cases: Vec<(&str, Vec<WatchRequest>)> = vec![
+        ("empty key", vec![create(&|c| c.key.clear())]),
+        (
+            "range_end \\0 from /o/",
+            vec![create(&|c| {
+                c.key = b"/o/".to_vec();
+                c.range_end = vec![0];
+            })],
+        ),
+        ("negative start", vec![create(&|c| c.start_revision = -5)]),
+        ("future start", vec![create(&|c| c.start_revision = base + 1000)]),
+        ("chosen id and its duplicate", vec![create(&|c| c.watch_id = 7), create(&|c| c.watch_id = 7)]),
+        (
+            "cancel of an unknown id, then a watch",
+            vec![
+                WatchRequest { request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id: 42 })) },
+                create(&|_| {}),
+            ],
+        ),
+        ("nothing in the request, then a watch", vec![WatchRequest { request_union: None }, create(&|_| {})]),
+        (
+            "progress request with one synced watcher",
+            vec![
+                create(&|_| {}),
+                WatchRequest { request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})) },
+            ],
+        ),
+        (
+            "no-put filter with prev_kv from the base",
+            vec![create(&|c| {
+                c.key = b"/o/".to_vec();
+                c.range_end = b"/o0".to_vec();
+                c.start_revision = base;
+                c.filters = vec![0];
+                c.prev_kv = true;
+            })],
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, requests) in cases {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        for r in requests {
+            tx.send(r).await.expect("queue a request");
+        }
+        let mut watch = WatchClient::connect(format!("http://{endpoint}")).await.expect("connect");
+        let mut stream =
+            watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("watch stream").into_inner();
+        // Give the creates time to land, then write what some of them watch.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        kv.put(put("/o/a", "1")).await.expect("put");
+        kv.delete_range(leasekv::client::proto::etcdserverpb::DeleteRangeRequest {
+            key: b"/o/a".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+        let mut answers = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(800);
+        while let Ok(Ok(Some(r))) =
+            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), stream.message()).await
+        {
+            let rel = |rev: i64| if rev == 0 { "0".to_string() } else { format!("base{:+}", rev - base) };
+            let events: Vec<String> = r
+                .events
+                .iter()
+                .map(|e| {
+                    let kv = e.kv.clone().unwrap_or_default();
+                    let prev = e.prev_kv.as_ref().map(|p| String::from_utf8_lossy(&p.value).into_owned());
+                    format!("{}:{}@{}:prev={prev:?}", e.r#type, String::from_utf8_lossy(&kv.key), rel(kv.mod_revision))
+                })
+                .collect();
+            answers.push(format!(
+                "id={} created={} canceled={} reason={:?} compact={} events={events:?}",
+                r.watch_id, r.created, r.canceled, r.cancel_reason, r.compact_revision
+            ));
+        }
+        drop(tx);
+        out.push(format!("{name}: {}", answers.join(" | ")));
+    }
+    out
+}
+
 /// Runs `etcdctl watch ARGS` for `listen`, with `during` run meanwhile (writes the watch
 /// should see), then kills it (by pid) and returns what it printed. A watch only ends when it
 /// is cancelled, so this is how a watch's output is captured.
@@ -1115,6 +1223,7 @@ fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
     );
 
     revision_filters_answer_as_etcd(&ours, &etcd);
+    odd_watch_requests_answer_as_etcd(&ours, &etcd);
     let history = history_answers_as_etcd(&bin, &etcd, &etcd_leases, &ours, &our_leases);
     assert!(
         history.is_empty(),

@@ -88,6 +88,8 @@ impl WatchResponse {
 pub trait EventSource {
     /// The store revision: every change up to it can be read.
     fn head(&self) -> Revision;
+    /// The compaction point (0 if never compacted).
+    fn compacted(&self) -> Revision;
     /// The changes from `from` on, in whole revisions, at least `max_events` unless fewer
     /// exist (see [`HistoryReader::read`]).
     fn read(&self, from: Revision, max_events: usize) -> HistoryRead;
@@ -96,6 +98,10 @@ pub trait EventSource {
 impl EventSource for HistoryReader {
     fn head(&self) -> Revision {
         HistoryReader::head(self)
+    }
+
+    fn compacted(&self) -> Revision {
+        HistoryReader::compacted(self)
     }
 
     fn read(&self, from: Revision, max_events: usize) -> HistoryRead {

@@ -92,7 +92,8 @@ impl WatchStream {
             self.next_auto_id += 1;
             self.next_auto_id - 1
         };
-        let next = if spec.start_revision > 0 { spec.start_revision } else { head + 1 };
+        // A negative start is below any compaction point; `poll` cancels it as etcd does.
+        let next = if spec.start_revision != 0 { spec.start_revision } else { head + 1 };
         self.watchers.insert(id, Watcher { spec, next, sent_since_tick: false });
         WatchResponse { watch_id: id, header_revision: head, created: true, ..WatchResponse::default() }
     }
@@ -131,6 +132,12 @@ impl WatchStream {
     /// the watchers left behind catch up at a later poll.
     pub fn poll(&mut self, source: &impl EventSource, room: usize) -> Vec<WatchResponse> {
         let mut out = Vec::new();
+        if self.watchers.values().any(|w| w.next < 1) {
+            // etcd cancels a negative start like a compacted one, naming its compaction
+            // point, which is -1 before the first compaction.
+            let compacted = source.compacted();
+            self.cancel_compacted(1, if compacted > 0 { compacted } else { -1 }, source.head(), &mut out);
+        }
         let drop_when_full = self.config.broken(WatchBreakage::DropWhenFull);
         for _ in 0..MAX_BATCHES_PER_POLL {
             let head = source.head();
@@ -139,7 +146,7 @@ impl WatchStream {
                 break;
             }
             match source.read(from, self.config.batch_events) {
-                HistoryRead::Compacted(compacted) => self.cancel_compacted(compacted, head, &mut out),
+                HistoryRead::Compacted(compacted) => self.cancel_compacted(compacted, compacted, head, &mut out),
                 HistoryRead::Events { events, through } => self.deliver(&events, through, &mut out),
             }
             if drop_when_full {
@@ -167,10 +174,12 @@ impl WatchStream {
         out
     }
 
-    /// Cancels every watcher whose next revision is below the compaction point.
-    fn cancel_compacted(&mut self, compacted: Revision, head: Revision, out: &mut Vec<WatchResponse>) {
+    /// Cancels every watcher whose next revision is below `below`, telling it the
+    /// compaction point `compacted` (etcd gives no cancel reason: the compact revision says
+    /// it, and clients turn it into `ErrCompacted`).
+    fn cancel_compacted(&mut self, below: Revision, compacted: Revision, head: Revision, out: &mut Vec<WatchResponse>) {
         self.watchers.retain(|&id, w| {
-            if w.next >= compacted {
+            if w.next >= below {
                 return true;
             }
             out.push(WatchResponse {
@@ -178,7 +187,6 @@ impl WatchStream {
                 header_revision: head,
                 canceled: true,
                 compact_revision: compacted,
-                cancel_reason: "mvcc: required revision has been compacted".to_string(),
                 ..WatchResponse::default()
             });
             false
