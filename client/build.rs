@@ -6,7 +6,13 @@
 use std::error::Error;
 
 /// Every .proto file we generate code for; imports are resolved from `proto/`.
-const PROTOS: &[&str] = &["proto/mvccpb/kv.proto", "proto/etcdserverpb/rpc.proto", "proto/leasekv/v1/leasekv.proto"];
+const PROTOS: &[&str] = &[
+    "proto/mvccpb/kv.proto",
+    "proto/etcdserverpb/rpc.proto",
+    "proto/v3lockpb/v3lock.proto",
+    "proto/v3electionpb/v3election.proto",
+    "proto/leasekv/v1/leasekv.proto",
+];
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed=proto");

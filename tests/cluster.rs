@@ -524,3 +524,121 @@ fn watchers_see_every_change_once_through_kill_9_of_the_master() {
     let logs: String = (0..3).map(|i| cluster.log(i)).collect();
     assert!(!logs.contains("panicked"), "a node panicked:\n{logs}");
 }
+
+/// `etcdctl` with `args` against every node of `cluster`, its output going to `out`.
+fn etcdctl_spawn(bin: &std::path::Path, cluster: &Cluster, args: &[&str], out: &std::path::Path) -> Child {
+    let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+    Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out).expect("etcdctl output file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcdctl starts")
+}
+
+/// Waits (bounded) until `file` holds a line equal to `line`.
+fn wait_for_line(file: &std::path::Path, line: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(file).unwrap_or_default().lines().any(|l| l == line) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn kill_child(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// etcd's own recipes through etcdctl (they run client-side on KV, leases and watch): a lock
+/// passes to the second contender only when the first releases it, or when the first is
+/// killed with -9 and its session lease runs out, also after kill -9 of the leasekv master;
+/// an election's observer sees the leader change when the leader is killed.
+#[test]
+fn etcdctl_lock_and_elect_hand_over_through_kill_9() {
+    let Some(bin) = common::tool("etcdctl", "etcd-client") else {
+        eprintln!("etcdctl not installed (Debian: etcd-client); skipping (required under CI=true)");
+        return;
+    };
+    let mut cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    let master = rt.block_on(master_index(&cluster));
+    let dir = cluster.dir.path().to_path_buf();
+    let log = dir.join("lock.log");
+    let log_arg = log.display().to_string();
+    let mut children: Vec<Child> = Vec::new();
+    // Release: B runs only after A's command finished.
+    let a = format!("echo A >> {log_arg}; sleep 1; echo A-done >> {log_arg}");
+    children.push(etcdctl_spawn(&bin, &cluster, &["lock", "--ttl=2", "L", "--", "sh", "-c", &a], &dir.join("a.out")));
+    assert!(wait_for_line(&log, "A", Duration::from_secs(15)), "the first contender never got the lock");
+    let b = format!("echo B >> {log_arg}");
+    children.push(etcdctl_spawn(&bin, &cluster, &["lock", "--ttl=2", "L", "--", "sh", "-c", &b], &dir.join("b.out")));
+    assert!(wait_for_line(&log, "B", Duration::from_secs(15)), "the second contender never got the lock");
+    let order: Vec<String> = std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect();
+    assert_eq!(order, ["A", "A-done", "B"], "the lock was held by two at once");
+
+    // kill -9 of the leasekv master, then of the lock holder: the lease ends, C gets it.
+    cluster.kill(master);
+    let holder_out = dir.join("holder.out");
+    let mut holder = etcdctl_spawn(&bin, &cluster, &["lock", "--ttl=2", "L2"], &holder_out);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&holder_out).unwrap_or_default().trim().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !std::fs::read_to_string(&holder_out).unwrap_or_default().trim().is_empty(),
+        "no holder after the failover"
+    );
+    let c = format!("echo C >> {log_arg}");
+    children.push(etcdctl_spawn(&bin, &cluster, &["lock", "--ttl=2", "L2", "--", "sh", "-c", &c], &dir.join("c.out")));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!wait_for_line(&log, "C", Duration::from_millis(10)), "C got the lock while it was held");
+    kill_child(&mut holder);
+    let killed_at = Instant::now();
+    assert!(wait_for_line(&log, "C", Duration::from_secs(15)), "the lock never passed on after kill -9 of its holder");
+    eprintln!("the lock passed on {:?} after kill -9 of its holder (session TTL 2 s)", killed_at.elapsed());
+    cluster.start_node(master);
+
+    // Elections: the observer follows the leader when it is killed.
+    let seen = dir.join("observe.out");
+    children.push(etcdctl_spawn(&bin, &cluster, &["elect", "-l", "E"], &seen));
+    let mut p1 = etcdctl_spawn(&bin, &cluster, &["elect", "E", "p1"], &dir.join("p1.out"));
+    assert!(
+        wait_for_line(&seen, "p1", Duration::from_secs(15)),
+        "the observer never saw p1 lead; it printed {:?}, p1 printed {:?}",
+        std::fs::read_to_string(&seen).unwrap_or_default(),
+        std::fs::read_to_string(dir.join("p1.out")).unwrap_or_default()
+    );
+    children.push(etcdctl_spawn(&bin, &cluster, &["elect", "E", "p2"], &dir.join("p2.out")));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!wait_for_line(&seen, "p2", Duration::from_millis(10)), "p2 led while p1 was alive");
+    kill_child(&mut p1);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!wait_for_line(&seen, "p2", Duration::from_millis(10)), "p2 led while p1's session lease was alive");
+    // etcdctl 3.4's elect has no --ttl: its session lease lasts 60 s. Rather than wait that
+    // out, revoke the dead leader's lease, as an operator would; its key goes, p2 leads.
+    let leader = rt.block_on(async {
+        let c = client(&cluster.endpoint((master + 1) % 3)).await;
+        let options = GetOptions { prefix: true, ..Default::default() };
+        let found = eventually(Duration::from_secs(10), || c.get("E/", options.clone())).await;
+        let first = found.kvs.iter().min_by_key(|kv| kv.create_revision).map(|kv| kv.lease).expect("a leader key");
+        eventually(Duration::from_secs(10), || c.lease_revoke(first)).await;
+        first
+    });
+    assert!(
+        wait_for_line(&seen, "p2", Duration::from_secs(15)),
+        "the observer never saw p2 take over after the lease {leader:x} of the killed leader was revoked"
+    );
+    for child in &mut children {
+        kill_child(child);
+    }
+    drop(rt);
+    let logs: String = (0..3).map(|i| cluster.log(i)).collect();
+    assert!(!logs.contains("panicked"), "a node panicked:\n{logs}");
+}

@@ -29,7 +29,10 @@
 //! what, exactly one leader that every member agrees on), since their order depends on ids.
 //!
 //! Range's revision filters, which etcdctl 3.4 has no flags for, are compared over gRPC
-//! (`revision_filters_answer_as_etcd`).
+//! (`revision_filters_answer_as_etcd`), and so are watch requests etcdctl cannot send
+//! (`odd_watch_requests_answer_as_etcd`) and etcd's Lock and Election services
+//! (`lock_and_election_answer_as_etcd`: etcdctl's lock and elect run those recipes
+//! client-side, see `etcdctl_recipes.rs`).
 //!
 //! Then the MVCC history both stores now hold (`history_answers_as_etcd`): `get --rev` at every
 //! revision, `watch --rev=1` replaying everything (simple and JSON, with and without
@@ -60,19 +63,7 @@ const READY_LIMIT: Duration = Duration::from_secs(15);
 /// etcd's default request size limit (`--max-request-bytes`) and leasekv's value limit.
 const REQUEST_LIMIT: usize = 1536 * 1024;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// A program on PATH. Missing under `CI=true` is a failure naming the Debian package.
-fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
-    if found.is_none() && in_ci() {
-        panic!("{name} is required under CI=true: install the Debian package {package} (.ci/run does)");
-    }
-    found
-}
+use common::tool;
 
 /// Three server processes, killed (by pid) when dropped.
 struct Cluster {
@@ -1025,6 +1016,138 @@ async fn odd_watch_requests(endpoint: String) -> Vec<String> {
     out
 }
 
+/// etcd's Lock and Election gRPC services (which etcdctl does not use: its lock and elect run
+/// the recipes client-side), called the same way on both, answers and errors compared.
+fn lock_and_election_answer_as_etcd(ours: &Cluster, etcd: &Cluster) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let (etcds, leasekvs) = runtime.block_on(async {
+        tokio::join!(lock_and_election_calls(etcd.endpoint(1)), lock_and_election_calls(ours.endpoint(1)))
+    });
+    assert_eq!(leasekvs, etcds, "Lock/Election: leasekv's answers (left) differ from etcd's (right)");
+}
+
+async fn lock_and_election_calls(endpoint: String) -> Vec<String> {
+    use leasekv::client::proto::etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest};
+    use leasekv::client::proto::v3electionpb::{
+        election_client::ElectionClient, CampaignRequest, LeaderKey, LeaderRequest, ProclaimRequest, ResignRequest,
+    };
+    use leasekv::client::proto::v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest};
+    let url = format!("http://{endpoint}");
+    let mut leases = LeaseClient::connect(url.clone()).await.expect("connect");
+    let mut grant = || {
+        let mut leases = leases.clone();
+        async move { leases.lease_grant(LeaseGrantRequest { ttl: 60, id: 0 }).await.expect("grant").into_inner().id }
+    };
+    let (l1, l2) = (grant().await, grant().await);
+    let _ = &mut leases;
+    let name = |id: i64| {
+        if id == l1 {
+            "<L1>".to_string()
+        } else if id == l2 {
+            "<L2>".to_string()
+        } else {
+            id.to_string()
+        }
+    };
+    let show_key = |key: &[u8]| {
+        String::from_utf8_lossy(key).replace(&format!("{l1:x}"), "<L1>").replace(&format!("{l2:x}"), "<L2>")
+    };
+    let err = |s: tonic::Status| format!("error {:?}: {}", s.code(), s.message());
+    let mut out = Vec::new();
+    let mut election = ElectionClient::connect(url.clone()).await.expect("connect");
+    let mut lock = LockClient::connect(url.clone()).await.expect("connect");
+    let leader_of = |mut e: ElectionClient<tonic::transport::Channel>| async move {
+        match e.leader(LeaderRequest { name: b"e".to_vec() }).await {
+            Ok(r) => format!(
+                "leader value {:?}",
+                r.into_inner().kv.map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+            ),
+            Err(s) => format!("error {:?}: {}", s.code(), s.message()),
+        }
+    };
+    out.push(format!("leader of an empty election: {}", leader_of(election.clone()).await));
+    let won = election
+        .campaign(CampaignRequest { name: b"e".to_vec(), lease: l1, value: b"v1".to_vec() })
+        .await
+        .expect("campaign")
+        .into_inner()
+        .leader
+        .expect("a leader key");
+    out.push(format!("campaign: key {} lease {}", show_key(&won.key), name(won.lease)));
+    out.push(format!("leader: {}", leader_of(election.clone()).await));
+    let proclaim =
+        |leader: LeaderKey, value: &str| ProclaimRequest { leader: Some(leader), value: value.as_bytes().to_vec() };
+    out.push(format!(
+        "proclaim v2: {:?}",
+        election.proclaim(proclaim(won.clone(), "v2")).await.map(|_| ()).map_err(err)
+    ));
+    out.push(format!("leader: {}", leader_of(election.clone()).await));
+    let stale = LeaderKey { rev: won.rev + 1000, ..won.clone() };
+    out.push(format!(
+        "proclaim with a stale key: {:?}",
+        election.proclaim(proclaim(stale.clone(), "x")).await.map(|_| ()).map_err(err)
+    ));
+    let missing = ProclaimRequest { leader: None, value: b"x".to_vec() };
+    out.push(format!("proclaim without a leader key: {:?}", election.proclaim(missing).await.map(|_| ()).map_err(err)));
+    // A second campaigner waits until the first resigns.
+    let mut second = election.clone();
+    let waiting = tokio::spawn(async move {
+        second.campaign(CampaignRequest { name: b"e".to_vec(), lease: l2, value: b"w".to_vec() }).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    out.push(format!("second campaigner done before the resign: {}", waiting.is_finished()));
+    out.push(format!(
+        "resign: {:?}",
+        election.resign(ResignRequest { leader: Some(won.clone()) }).await.map(|_| ()).map_err(err)
+    ));
+    let second_won = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    let second_won = second_won.ok().and_then(|j| j.ok()).and_then(|r| r.ok()).and_then(|r| r.into_inner().leader);
+    out.push(format!("second campaign: {:?}", second_won.as_ref().map(|l| show_key(&l.key))));
+    out.push(format!("leader: {}", leader_of(election.clone()).await));
+    out.push(format!(
+        "resign with a stale key: {:?}",
+        election.resign(ResignRequest { leader: Some(stale) }).await.map(|_| ()).map_err(err)
+    ));
+    let mut observe = election.observe(LeaderRequest { name: b"e".to_vec() }).await.expect("observe").into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), observe.message()).await;
+    let first = first
+        .ok()
+        .and_then(|r| r.ok())
+        .flatten()
+        .and_then(|r| r.kv)
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+    out.push(format!("observe: {first:?}"));
+    if let Some(l) = second_won {
+        out.push(format!("proclaim w2: {:?}", election.proclaim(proclaim(l, "w2")).await.map(|_| ()).map_err(err)));
+        let next = tokio::time::timeout(Duration::from_secs(5), observe.message()).await;
+        let next = next
+            .ok()
+            .and_then(|r| r.ok())
+            .flatten()
+            .and_then(|r| r.kv)
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+        out.push(format!("observe after proclaim: {next:?}"));
+    }
+    // Locks.
+    let held = lock.lock(LockRequest { name: b"l".to_vec(), lease: l1 }).await.expect("lock").into_inner().key;
+    out.push(format!("lock: {}", show_key(&held)));
+    let mut other = lock.clone();
+    let waiting = tokio::spawn(async move { other.lock(LockRequest { name: b"l".to_vec(), lease: l2 }).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    out.push(format!("second locker done before the unlock: {}", waiting.is_finished()));
+    out.push(format!("unlock: {:?}", lock.unlock(UnlockRequest { key: held.clone() }).await.map(|_| ()).map_err(err)));
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    let got = got.ok().and_then(|j| j.ok()).and_then(|r| r.ok()).map(|r| show_key(&r.into_inner().key));
+    out.push(format!("second lock: {got:?}"));
+    out.push(format!(
+        "unlock of a key that is gone: {:?}",
+        lock.unlock(UnlockRequest { key: held }).await.map(|_| ()).map_err(err)
+    ));
+    let unknown = lock.lock(LockRequest { name: b"l2".to_vec(), lease: 0x1234_5678 }).await;
+    out.push(format!("lock with an unknown lease: {:?}", unknown.map(|r| show_key(&r.into_inner().key)).map_err(err)));
+    out
+}
+
 /// Runs `etcdctl watch ARGS` for `listen`, with `during` run meanwhile (writes the watch
 /// should see), then kills it (by pid) and returns what it printed. A watch only ends when it
 /// is cancelled, so this is how a watch's output is captured.
@@ -1230,5 +1353,7 @@ fn etcdctl_gets_the_same_answers_from_leasekv_as_from_etcd() {
         "etcdctl's history answers (get --rev, watch, compaction) from leasekv differ from etcd's ('-' lines \
          are etcd's, '+' lines leasekv's):\n{history}"
     );
+    // After the history comparison: the contenders' keys hold lease ids, which differ.
+    lock_and_election_answer_as_etcd(&ours, &etcd);
     eprintln!("done after {:?}", started.elapsed());
 }

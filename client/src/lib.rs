@@ -33,6 +33,18 @@ pub mod proto {
         tonic::include_proto!("etcdserverpb");
     }
 
+    /// etcd's Lock service (`v3lockpb.Lock`).
+    pub mod v3lockpb {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("v3lockpb");
+    }
+
+    /// etcd's Election service (`v3electionpb.Election`).
+    pub mod v3electionpb {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("v3electionpb");
+    }
+
     /// leasekv's extension service (`leasekv.v1.LeaseKv`): named leases, election status.
     pub mod leasekv {
         #![allow(missing_docs, clippy::all)]

@@ -1,7 +1,10 @@
 //! Starting a node: storage, election, replica, node loop, the peer and client gRPC servers;
 //! and stopping it: the master releases its lease first so another node takes over at once.
 
-use crate::api::{ClusterService, ExtService, KvService, LeaseService, MaintenanceService, Shared, WatchService};
+use crate::api::{
+    ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService, Shared,
+    WatchService,
+};
 use crate::config::NodeConfig;
 use crate::node;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
@@ -9,6 +12,8 @@ use crate::peer::proto::peer_server::PeerServer;
 use crate::peer::service::PeerService;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
+use leasekv_client::proto::v3electionpb::election_server::ElectionServer;
+use leasekv_client::proto::v3lockpb::lock_server::LockServer;
 use leasekv_kvstore::log::{OpenError, Replica};
 use leasekv_kvstore::storage::{SledStorage, StorageError};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
@@ -140,7 +145,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // Watch streams never end by themselves; the graceful shutdown below would wait for them.
     let (stop_watches, watches_stopping) = tokio::sync::watch::channel(false);
     let watch_service = WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone());
-    tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping));
+    tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping.clone()));
     let client_server = tonic::transport::Server::builder()
         .add_service(
             pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
@@ -149,6 +154,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
         .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
         .add_service(pb::watch_server::WatchServer::new(watch_service))
+        .add_service(LockServer::new(LockService(shared.clone())))
+        .add_service(ElectionServer::new(ElectionService::new(shared.clone(), watches_stopping.clone())))
         .add_service(LeaseKvServer::new(ExtService(shared.clone())))
         .serve_with_incoming_shutdown(no_delay(client_listener), async {
             let _ = stop_rx.await;

@@ -39,3 +39,20 @@ pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backe
         })
         .collect()
 }
+
+/// Whether the tests run under CI (`CI=true`), where a missing tool is a failure.
+#[allow(dead_code)] // not every test file runs external tools
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A program on PATH. Missing under `CI=true` is a failure naming the Debian package.
+#[allow(dead_code)] // not every test file runs external tools
+pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.is_file()));
+    if found.is_none() && in_ci() {
+        panic!("{name} is required under CI=true: install the Debian package {package} (.ci/run does)");
+    }
+    found
+}

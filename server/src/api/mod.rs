@@ -1,20 +1,25 @@
-//! The client-facing gRPC services: etcd's KV, Watch, Lease, Cluster and Maintenance (the
-//! subset leasekv serves) and the `leasekv.v1` extension. Any node answers any request: what only
+//! The client-facing gRPC services: etcd's KV, Watch, Lease, Cluster, Maintenance, Lock and
+//! Election (the subset leasekv serves) and the `leasekv.v1` extension. Any node answers any request: what only
 //! the master can do (writes, linearizable reads, lease keepalive and status) the node loop
 //! forwards one hop to the master; while there is no master a request waits a bounded
 //! time, then fails with UNAVAILABLE.
 
 pub mod convert;
+mod election;
 mod ext;
 mod kv;
 mod lease;
+mod lock;
 mod maintenance;
 mod range_shape;
+mod recipe;
 mod watch;
 
+pub use election::ElectionService;
 pub use ext::ExtService;
 pub use kv::KvService;
 pub use lease::LeaseService;
+pub use lock::LockService;
 pub use maintenance::{ClusterService, MaintenanceService};
 pub use watch::{WatchService, WatchSettings};
 
