@@ -626,7 +626,7 @@ fn etcdctl_lock_and_elect_hand_over_through_kill_9() {
     let leader = rt.block_on(async {
         let c = client(&cluster.endpoint((master + 1) % 3)).await;
         let options = GetOptions { prefix: true, ..Default::default() };
-        let found = eventually(Duration::from_secs(10), || c.get("E/", options.clone())).await;
+        let found = eventually(Duration::from_secs(10), || c.get("E/", options)).await;
         let first = found.kvs.iter().min_by_key(|kv| kv.create_revision).map(|kv| kv.lease).expect("a leader key");
         eventually(Duration::from_secs(10), || c.lease_revoke(first)).await;
         first

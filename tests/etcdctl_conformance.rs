@@ -47,7 +47,7 @@ mod common;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -1033,13 +1033,12 @@ async fn lock_and_election_calls(endpoint: String) -> Vec<String> {
     };
     use leasekv::client::proto::v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest};
     let url = format!("http://{endpoint}");
-    let mut leases = LeaseClient::connect(url.clone()).await.expect("connect");
-    let mut grant = || {
+    let leases = LeaseClient::connect(url.clone()).await.expect("connect");
+    let grant = || {
         let mut leases = leases.clone();
         async move { leases.lease_grant(LeaseGrantRequest { ttl: 60, id: 0 }).await.expect("grant").into_inner().id }
     };
     let (l1, l2) = (grant().await, grant().await);
-    let _ = &mut leases;
     let name = |id: i64| {
         if id == l1 {
             "<L1>".to_string()
