@@ -642,3 +642,62 @@ fn etcdctl_lock_and_elect_hand_over_through_kill_9() {
     let logs: String = (0..3).map(|i| cluster.log(i)).collect();
     assert!(!logs.contains("panicked"), "a node panicked:\n{logs}");
 }
+
+/// `kvcli lock` runs commands one at a time, each with a larger fencing token, passes the
+/// command's exit status on; `kvcli elect --listen` sees a `kvcli elect` campaigner lead.
+#[test]
+fn kvcli_lock_serialises_commands_and_elect_leads() {
+    let cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    rt.block_on(master_index(&cluster));
+    let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+    let log = cluster.dir.path().join("tokens.log");
+    let kvcli = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kvcli"));
+        c.arg("--endpoints").arg(endpoints.join(",")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    let script = format!(
+        "echo start $LEASEKV_LOCK_TOKEN >> {0}; sleep 0.5; echo end $LEASEKV_LOCK_TOKEN >> {0}; exit 7",
+        log.display()
+    );
+    let mut holders: Vec<Child> = (0..3)
+        .map(|_| kvcli(&["lock", "L", "--ttl", "3", "--", "sh", "-c", &script]).spawn().expect("kvcli lock"))
+        .collect();
+    let mut codes = Vec::new();
+    for h in &mut holders {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = h.try_wait() {
+                codes.push(status.code());
+                break;
+            }
+            assert!(Instant::now() < deadline, "kvcli lock did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(codes, [Some(7), Some(7), Some(7)], "the command's exit status is kvcli's");
+    let lines: Vec<(String, i64)> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' ').and_then(|(what, token)| Some((what.to_string(), token.parse().ok()?))))
+        .collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    for pair in lines.chunks(2) {
+        assert_eq!((pair[0].0.as_str(), pair[1].0.as_str()), ("start", "end"), "two commands overlapped: {lines:?}");
+        assert_eq!(pair[0].1, pair[1].1);
+    }
+    assert!(lines.windows(3).all(|w| w[0].1 <= w[2].1) && lines[0].1 < lines[4].1, "tokens must grow: {lines:?}");
+
+    let mut listener = kvcli(&["elect", "E", "--listen"]).spawn().expect("kvcli elect --listen");
+    let mut campaigner = kvcli(&["elect", "E", "the-one"]).spawn().expect("kvcli elect");
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = campaigner.kill();
+    let won = campaigner.wait_with_output().expect("campaigner output");
+    let _ = listener.kill();
+    let seen = listener.wait_with_output().expect("listener output");
+    let won = String::from_utf8_lossy(&won.stdout).into_owned();
+    let seen = String::from_utf8_lossy(&seen.stdout).into_owned();
+    assert!(won.lines().nth(1) == Some("the-one"), "the campaigner should print its key and value: {won:?}");
+    assert!(seen.lines().any(|l| l == "the-one"), "the listener should print the leader: {seen:?}");
+}

@@ -294,18 +294,34 @@ impl Client {
     }
 
     /// Runs one unary call with failover: `f` is invoked with the channel of the endpoint to try.
-    pub(crate) async fn call<T, F, Fut>(&self, method: &'static str, mut f: F) -> Result<T, ClientError>
+    pub(crate) async fn call<T, F, Fut>(&self, method: &'static str, f: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.call_with_deadline(method, Some(self.inner.policy.request_timeout), f).await
+    }
+
+    /// [`Self::call`] with another deadline per attempt, or none for calls that wait by
+    /// design (Lock, Campaign): they end when the server answers or the caller drops them.
+    pub(crate) async fn call_with_deadline<T, F, Fut>(
+        &self,
+        method: &'static str,
+        deadline: Option<Duration>,
+        mut f: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let policy = self.inner.policy;
+        let deadline = deadline.unwrap_or(Duration::MAX);
         let attempts = policy.attempts.max(1);
         let mut failures = Vec::new();
         for attempt in 1..=attempts {
             let index = self.current_index();
             let endpoint = &self.inner.endpoints[index];
-            match tokio::time::timeout(policy.request_timeout, f(self.inner.channels[index].clone())).await {
+            match timeout_or_wait(deadline, f(self.inner.channels[index].clone())).await {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) if is_retryable(&status) => {
                     failures.push(format!("{endpoint}: {}", status_summary(&status)));
@@ -314,13 +330,7 @@ impl Client {
                 Ok(Err(status)) => {
                     return Err(ClientError::Rpc { endpoint: endpoint.clone(), method, status: Box::new(status) })
                 }
-                Err(_) => {
-                    return Err(ClientError::Timeout {
-                        endpoint: endpoint.clone(),
-                        method,
-                        after: policy.request_timeout,
-                    })
-                }
+                Err(_) => return Err(ClientError::Timeout { endpoint: endpoint.clone(), method, after: deadline }),
             }
             if attempt < attempts {
                 tokio::time::sleep(policy.backoff(attempt)).await;
@@ -544,6 +554,14 @@ impl KeepAliveStream {
             Err(_) => Err(ClientError::Timeout { endpoint: self.endpoint.clone(), method, after }),
         }
     }
+}
+
+/// `future` within `deadline` (`Duration::MAX`: no deadline).
+async fn timeout_or_wait<F: Future>(deadline: Duration, future: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+    if deadline == Duration::MAX {
+        return Ok(future.await);
+    }
+    tokio::time::timeout(deadline, future).await
 }
 
 /// The status message with its cause chain, which for connection failures holds the reason

@@ -3,6 +3,7 @@
 //! - [`proto`]: code generated from `client/proto/`: etcd's v3 API subset (`etcdserverpb`,
 //!   `mvccpb`) and leasekv's extension service (`leasekv`).
 //!   Both client stubs and server traits are generated; the server crate implements the traits.
+//! - [`Session`], locks and elections ([`recipes`]): etcd's Lock and Election services.
 //! - [`Watch`]: a watch that resumes on another endpoint when its stream breaks.
 //! - [`Client`]: an ergonomic wrapper that tries endpoints in order and fails over on
 //!   connection errors and `UNAVAILABLE`.
@@ -12,11 +13,13 @@
 pub mod client;
 pub mod endpoint;
 pub mod outcome;
+pub mod recipes;
 pub mod watch;
 
 pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
 pub use outcome::{indeterminate_write, is_indeterminate, INDETERMINATE_WRITE};
+pub use recipes::Session;
 pub use watch::{Watch, WatchError, WatchOptions, WatchUpdate};
 
 /// Generated protobuf messages, gRPC clients and server traits.

@@ -7,9 +7,11 @@
 //! anyhow or serde_json.
 
 mod cluster;
+mod elect;
 mod kv;
 mod lease;
 mod lease_ref;
+mod lock;
 mod output;
 mod watch;
 
@@ -48,6 +50,10 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Forget the history below a revision.
     Compact(kv::CompactArgs),
+    /// Hold a distributed lock while a command runs (or until Ctrl-C); prints its fencing token.
+    Lock(lock::LockArgs),
+    /// Campaign in an election and lead until Ctrl-C, or `--listen` to its leaders.
+    Elect(elect::ElectArgs),
     /// Grant, keep alive, revoke and inspect leases.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
@@ -57,12 +63,18 @@ pub enum Command {
     StepDown,
 }
 
-/// Connects and runs the command; the caller prints the error and sets the exit code.
-pub async fn run(cli: Cli) -> Result<()> {
+/// Connects and runs the command; the caller prints the error and sets the exit code. A
+/// command run under `lock` passes its exit status back.
+pub async fn run(cli: Cli) -> Result<Option<i32>> {
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
     let client = Client::connect(&endpoints).await?;
     let format = cli.write_out;
+    if let Command::Lock(args) = cli.command {
+        return lock::lock(&client, args).await;
+    }
     match cli.command {
+        Command::Lock(_) => unreachable!("handled above"),
+        Command::Elect(args) => elect::elect(&client, format, args).await,
         Command::Put(args) => kv::put(&client, format, args).await,
         Command::Get(args) => kv::get(&client, format, args).await,
         Command::Del(args) => kv::del(&client, format, args).await,
@@ -72,6 +84,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Status => cluster::status(&client, format).await,
         Command::StepDown => cluster::step_down(&client).await,
     }
+    .map(|()| None)
 }
 
 fn main() -> ExitCode {
@@ -84,7 +97,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(code)) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             // `{:#}` puts anyhow's context chain on one line: "what we did: why it failed".
             eprintln!("kvcli: error: {e:#}");
@@ -156,6 +170,21 @@ mod tests {
         assert!(matches!(cli.command, Command::Lease(lease::LeaseCommand::Ttl { keys: true, .. })));
         assert!(parse(&["lease", "grant", "server1"]).is_err(), "--ttl is required");
         assert!(matches!(parse(&["lease", "list"]).unwrap().command, Command::Lease(lease::LeaseCommand::List)));
+    }
+
+    #[test]
+    fn watch_lock_elect_and_history_flags() {
+        let cli = parse(&["watch", "/s/", "--prefix", "--rev", "5", "--prev-kv"]).unwrap();
+        assert!(matches!(cli.command, Command::Watch(ref w) if w.prefix && w.rev == Some(5) && w.prev_kv));
+        let cli = parse(&["lock", "L", "--ttl", "3", "--", "sh", "-c", "echo hi"]).unwrap();
+        assert!(matches!(cli.command, Command::Lock(ref l) if l.ttl == 3 && l.command == ["sh", "-c", "echo hi"]));
+        assert!(matches!(parse(&["elect", "E", "--listen"]).unwrap().command, Command::Elect(ref e) if e.listen));
+        assert!(parse(&["elect", "E"]).is_err(), "a proposal or --listen is required");
+        assert!(parse(&["elect", "E", "p", "--listen"]).is_err());
+        assert!(
+            matches!(parse(&["get", "/k", "--rev", "3"]).unwrap().command, Command::Get(ref g) if g.rev == Some(3))
+        );
+        assert!(parse(&["compact", "0"]).is_err());
     }
 
     #[test]

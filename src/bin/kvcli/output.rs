@@ -177,6 +177,20 @@ pub fn events(format: OutputFormat, events: &[Event]) -> String {
     }
 }
 
+/// An election's leader: its key and value, as etcdctl prints them (and the key's create
+/// revision in JSON and table form).
+pub fn leader(format: OutputFormat, key: &[u8], value: &[u8], revision: i64) -> String {
+    match format {
+        OutputFormat::Simple => format!("{}\n{}\n", text(key), text(value)),
+        OutputFormat::Json => {
+            json!({ "key": text(key), "value": text(value), "revision": revision }).to_string() + "\n"
+        }
+        OutputFormat::Table => {
+            table(&["KEY", "VALUE", "REVISION"], &[vec![text(key), text(value), revision.to_string()]])
+        }
+    }
+}
+
 /// A compaction, as etcdctl prints it.
 pub fn compacted(format: OutputFormat, compacted: i64, revision: i64) -> String {
     match format {
