@@ -154,10 +154,18 @@ async fn fan_out(cluster: &Cluster, watchers: usize, streams: usize, rate: u64) 
     for mut stream in opened {
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u64> = Vec::new();
-            while let Ok(Ok(Some(response))) =
-                tokio::time::timeout(stop_at.saturating_duration_since(Instant::now()), stream.responses.message())
-                    .await
-            {
+            loop {
+                let next =
+                    tokio::time::timeout(stop_at.saturating_duration_since(Instant::now()), stream.responses.message())
+                        .await;
+                let response = match next {
+                    Ok(Ok(Some(response))) => response,
+                    Err(_) => break,
+                    other => {
+                        eprintln!("a watch stream ended early: {other:?}");
+                        break;
+                    }
+                };
                 let now = now_micros();
                 for event in response.events {
                     let sent: u64 =

@@ -701,3 +701,46 @@ fn kvcli_lock_serialises_commands_and_elect_leads() {
     assert!(won.lines().nth(1) == Some("the-one"), "the campaigner should print its key and value: {won:?}");
     assert!(seen.lines().any(|l| l == "the-one"), "the listener should print the leader: {seen:?}");
 }
+
+/// Many watchers on one stream, created in one burst before the client reads anything,
+/// each on its own key, all get their key's live events (on a follower).
+#[test]
+fn a_burst_of_watchers_on_one_stream_all_see_their_events() {
+    use leasekv::client::proto::etcdserverpb::watch_client::WatchClient;
+    use leasekv::client::proto::etcdserverpb::watch_request::RequestUnion;
+    use leasekv::client::proto::etcdserverpb::{WatchCreateRequest, WatchRequest};
+    let cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let follower = (master + 1) % 3;
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        for i in 0..200 {
+            let create = WatchCreateRequest { key: format!("/burst/{}", i % 20).into_bytes(), ..Default::default() };
+            tx.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) }).await.expect("queue");
+        }
+        let mut watch = WatchClient::connect(format!("http://{}", cluster.endpoint(follower))).await.expect("connect");
+        let mut stream =
+            watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("watch").into_inner();
+        let mut created = 0;
+        while created < 200 {
+            let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+            let r = r.expect("created in time").expect("stream ok").expect("stream open");
+            created += usize::from(r.created);
+        }
+        let c = client(&cluster.endpoint(master)).await;
+        for k in 0..20 {
+            eventually(Duration::from_secs(10), || c.put(format!("/burst/{k}"), "v", 0, false)).await;
+        }
+        let mut events = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while events < 200 && Instant::now() < deadline {
+            match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+                Ok(Ok(Some(r))) => events += r.events.len(),
+                other => panic!("the stream ended after {events} events: {other:?}"),
+            }
+        }
+        assert_eq!(events, 200, "every watcher gets its key's put");
+        drop(tx);
+    });
+}

@@ -23,6 +23,16 @@ pub struct PutRequest {
     pub prev_kv: bool,
 }
 
+/// Which parts of the existing key a put keeps (etcd's `ignore_value` and `ignore_lease`):
+/// the put then fails with [`KvError::KeyNotFound`] if the key does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Keep {
+    /// Keep the current value (etcd's `ignore_value`); the request's value must be empty.
+    pub value: bool,
+    /// Keep the current lease (etcd's `ignore_lease`); the request's lease must be 0.
+    pub lease: bool,
+}
+
 /// Delete one key, a range or a prefix (etcd `DeleteRangeRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeleteRangeRequest {
@@ -84,7 +94,8 @@ pub struct Compare {
     pub result: CompareResult,
 }
 
-/// One operation in a Txn branch (etcd `RequestOp`; nested Txn is not supported).
+/// One operation in a Txn branch (etcd `RequestOp`). Variants are only ever appended, so
+/// that log records written by an older build still decode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TxnOp {
     /// A read, at the revision the Txn sees.
@@ -93,6 +104,12 @@ pub enum TxnOp {
     Put(PutRequest),
     /// A delete.
     DeleteRange(DeleteRangeRequest),
+    /// A put that keeps the key's current value and/or lease.
+    PutKeeping(PutRequest, Keep),
+    /// A nested transaction: its compares are evaluated, like the outer ones, against the
+    /// state before the outer transaction (etcd's rule), and its writes share the outer
+    /// transaction's revision.
+    Txn(TxnRequest),
 }
 
 /// A transaction (etcd `TxnRequest`): if every compare holds, run `success`, else `failure`,
@@ -158,6 +175,9 @@ pub enum Command {
         /// The new compaction point: above the current one, at most the store revision.
         revision: Revision,
     },
+    /// A put that keeps the key's current value and/or lease (etcd's `ignore_value` /
+    /// `ignore_lease`); answered like [`Command::Put`].
+    PutKeeping(PutRequest, Keep),
 }
 
 impl Command {
@@ -203,6 +223,8 @@ pub enum TxnOpResponse {
     Put(PutResponse),
     /// From a delete.
     DeleteRange(DeleteRangeResponse),
+    /// From a nested transaction.
+    Txn(TxnResponse),
 }
 
 /// The answer to a [`TxnRequest`].

@@ -82,6 +82,15 @@ pub enum KvError {
         /// The store's revision.
         current: Revision,
     },
+    /// A put with `ignore_value` or `ignore_lease` on a key that does not exist.
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    /// A put with `ignore_value` that also gives a value.
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    /// A put with `ignore_lease` that also gives a lease.
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
     /// A range end that is below its start.
     #[error("etcdserver: range end {end:?} is before the key {key:?}")]
     InvalidRange {

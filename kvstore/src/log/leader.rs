@@ -513,6 +513,8 @@ pub(super) fn command_size(command: &Command) -> usize {
             crate::command::TxnOp::Range(r) => r.range.key.len() + r.range.range_end.len() + 16,
             crate::command::TxnOp::Put(p) => p.key.len() + p.value.len() + 16,
             crate::command::TxnOp::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
+            crate::command::TxnOp::PutKeeping(p, _) => p.key.len() + p.value.len() + 18,
+            crate::command::TxnOp::Txn(t) => txn_size(t),
         }
     }
     fn compare_size(compare: &crate::command::Compare) -> usize {
@@ -522,13 +524,15 @@ pub(super) fn command_size(command: &Command) -> usize {
         };
         compare.range.key.len() + compare.range.range_end.len() + value + 32
     }
+    fn txn_size(t: &crate::command::TxnRequest) -> usize {
+        let compares: usize = t.compare.iter().map(compare_size).sum();
+        compares + t.success.iter().chain(&t.failure).map(op_size).sum::<usize>() + 16
+    }
     match command {
         Command::Put(p) => p.key.len() + p.value.len() + 16,
         Command::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
-        Command::Txn(t) => {
-            let compares: usize = t.compare.iter().map(compare_size).sum();
-            compares + t.success.iter().chain(&t.failure).map(op_size).sum::<usize>() + 16
-        }
+        Command::Txn(t) => txn_size(t),
+        Command::PutKeeping(p, _) => p.key.len() + p.value.len() + 18,
         Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
         Command::LeaseRevoke { .. } => 16,
         Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,

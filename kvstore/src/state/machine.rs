@@ -10,15 +10,14 @@
 //! that revoking a lease with 100,000 keys does not stall the apply loop for tens of
 //! milliseconds.
 
-use super::compare;
 use super::digest;
 use super::history::{History, HistoryRead, HistoryReader};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
 use crate::command::{
-    Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, Tenure, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+    Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, Keep, LeaseGrantResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, Tenure,
 };
 use crate::error::KvError;
 use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
@@ -53,13 +52,6 @@ impl Default for StateMachine {
     }
 }
 
-/// One Txn operation after its checks: running it cannot fail.
-enum Planned<'a> {
-    Range(Selection<'a>, &'a RangeRequest),
-    Put(&'a PutRequest),
-    Delete(Selection<'a>, bool),
-}
-
 impl StateMachine {
     /// How many keys of revoked or expired leases each apply (of any command, refused ones
     /// included) removes from memory. Removing one key costs well under a microsecond, so
@@ -87,6 +79,9 @@ impl StateMachine {
     pub fn apply(&mut self, command: &Command) -> Applied {
         let result = match command {
             Command::Put(request) => self.apply_put(request).map(CommandResponse::Put),
+            Command::PutKeeping(request, keep) => {
+                self.resolve_kept(request, *keep).and_then(|put| self.apply_put(&put)).map(CommandResponse::Put)
+            }
             Command::DeleteRange(request) => self.apply_delete(request).map(CommandResponse::DeleteRange),
             Command::Txn(txn) => self.apply_txn(txn).map(CommandResponse::Txn),
             Command::LeaseGrant { id, name, ttl } => self
@@ -128,6 +123,18 @@ impl StateMachine {
         Ok(response)
     }
 
+    /// `request` with the parts `keep` names taken from the key as it is now; the key must
+    /// exist (etcd's `ignore_value` / `ignore_lease`).
+    fn resolve_kept(&self, request: &PutRequest, keep: Keep) -> Result<PutRequest, KvError> {
+        let current = self.keys.get(&request.key).ok_or(KvError::KeyNotFound)?;
+        Ok(PutRequest {
+            key: request.key.clone(),
+            value: if keep.value { current.value.clone() } else { request.value.clone() },
+            lease: if keep.lease { current.lease } else { request.lease },
+            prev_kv: request.prev_kv,
+        })
+    }
+
     fn apply_delete(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
         let response = self.delete(selection, request.prev_kv, self.next_revision());
@@ -135,49 +142,6 @@ impl StateMachine {
             self.revision = self.next_revision();
         }
         Ok(response)
-    }
-
-    fn apply_txn(&mut self, txn: &TxnRequest) -> Result<TxnResponse, KvError> {
-        // Check every range of the request, whichever branch runs, so that whether a
-        // malformed Txn is refused does not depend on the data.
-        for op in txn.success.iter().chain(&txn.failure) {
-            plan(op)?;
-        }
-        let mut succeeded = true;
-        for c in &txn.compare {
-            // No short-circuit: a later compare's malformed range must still be reported.
-            succeeded &= compare::holds(&self.keys, c)?;
-        }
-        let branch = if succeeded { &txn.success } else { &txn.failure };
-        let planned = branch.iter().map(plan).collect::<Result<Vec<_>, _>>()?;
-        for op in &planned {
-            if let Planned::Put(put) = op {
-                self.leases.can_attach(put.lease)?;
-            }
-        }
-        // From here nothing can fail. Reads see the writes made before them in the branch,
-        // and every write gets the same revision.
-        let at = self.next_revision();
-        let mut changed = false;
-        let mut responses = Vec::with_capacity(planned.len());
-        for op in planned {
-            responses.push(match op {
-                Planned::Range(selection, request) => TxnOpResponse::Range(self.keys.read(selection, request)),
-                Planned::Put(put) => {
-                    changed = true;
-                    TxnOpResponse::Put(self.put_at(put, at))
-                }
-                Planned::Delete(selection, prev_kv) => {
-                    let response = self.delete(selection, prev_kv, at);
-                    changed |= response.deleted > 0;
-                    TxnOpResponse::DeleteRange(response)
-                }
-            });
-        }
-        if changed {
-            self.revision = at;
-        }
-        Ok(TxnResponse { succeeded, responses })
     }
 
     fn apply_revoke(&mut self, id: LeaseId) -> Result<CommandResponse, KvError> {
@@ -429,14 +393,6 @@ impl StateMachine {
     }
 }
 
-/// Resolves a Txn operation's range, the only thing about it that can be malformed.
-fn plan(op: &TxnOp) -> Result<Planned<'_>, KvError> {
-    Ok(match op {
-        TxnOp::Range(request) => Planned::Range(Selection::of(&request.range)?, request),
-        TxnOp::Put(put) => Planned::Put(put),
-        TxnOp::DeleteRange(request) => Planned::Delete(Selection::of(&request.range)?, request.prev_kv),
-    })
-}
-
 #[cfg(test)]
 mod tests;
+mod txn;

@@ -5,7 +5,7 @@
 //! what it must to stay panic-free and deterministic (ranges, leases) when it applies.
 
 use super::lease_table::lease_name_problem;
-use crate::command::{Command, PutRequest, RangeRequest, TxnOp, TxnRequest};
+use crate::command::{Command, Keep, PutRequest, RangeRequest, TxnOp, TxnRequest};
 use crate::error::KvError;
 use crate::limits::Limits;
 use crate::types::KeyRange;
@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvError> {
     match command {
         Command::Put(put) => check_put(put, limits),
+        Command::PutKeeping(put, keep) => check_put_keeping(put, *keep, limits),
         Command::DeleteRange(delete) => check_range(&delete.range, limits),
         Command::Txn(txn) => check_txn(txn, limits),
         Command::LeaseGrant { id, name, ttl } => {
@@ -68,6 +69,18 @@ fn check_put(put: &PutRequest, limits: &Limits) -> Result<(), KvError> {
     check_value(&put.value, limits)
 }
 
+/// etcd's rules for `ignore_value` / `ignore_lease`: the ignored field must be left empty.
+fn check_put_keeping(put: &PutRequest, keep: Keep, limits: &Limits) -> Result<(), KvError> {
+    check_put(put, limits)?;
+    if keep.value && !put.value.is_empty() {
+        return Err(KvError::ValueProvided);
+    }
+    if keep.lease && put.lease != crate::types::NO_LEASE {
+        return Err(KvError::LeaseProvided);
+    }
+    Ok(())
+}
+
 fn check_range(range: &KeyRange, limits: &Limits) -> Result<(), KvError> {
     check_key(&range.key, limits)?;
     // The end is a key too and travels in the same request: same size limit.
@@ -100,34 +113,56 @@ fn check_txn(txn: &TxnRequest, limits: &Limits) -> Result<(), KvError> {
             match op {
                 TxnOp::Range(read) => check_range(&read.range, limits)?,
                 TxnOp::Put(put) => check_put(put, limits)?,
+                TxnOp::PutKeeping(put, keep) => check_put_keeping(put, *keep, limits)?,
                 TxnOp::DeleteRange(delete) => check_range(&delete.range, limits)?,
+                TxnOp::Txn(inner) => check_txn(inner, limits)?,
             }
         }
-        check_no_duplicate_writes(branch)?;
+        writes_of(branch)?;
     }
     Ok(())
 }
 
-/// etcd's rule: within one branch, a key may be put at most once and may not be both put
-/// and deleted (deletes may overlap each other). The outcome would otherwise depend on the
-/// order of operations in a way clients rarely mean.
-fn check_no_duplicate_writes(branch: &[TxnOp]) -> Result<(), KvError> {
+/// The keys a branch may put and the ranges it may delete, nested transactions included
+/// (both of their branches, as either may run), refusing etcd's conflicts:
+/// a key put twice, or put and deleted, on one branch.
+fn writes_of(branch: &[TxnOp]) -> Result<(BTreeSet<&[u8]>, Vec<&KeyRange>), KvError> {
     let mut puts: BTreeSet<&[u8]> = BTreeSet::new();
+    let mut deletes: Vec<&KeyRange> = Vec::new();
+    let mut nested: Vec<(BTreeSet<&[u8]>, Vec<&KeyRange>)> = Vec::new();
     for op in branch {
-        if let TxnOp::Put(put) = op {
-            if !puts.insert(&put.key) {
-                return Err(KvError::DuplicateKeyInTxn);
+        match op {
+            TxnOp::Put(put) | TxnOp::PutKeeping(put, _) => {
+                if !puts.insert(&put.key) {
+                    return Err(KvError::DuplicateKeyInTxn);
+                }
             }
+            TxnOp::DeleteRange(delete) => deletes.push(&delete.range),
+            TxnOp::Txn(inner) => {
+                // Either branch of the nested transaction may run with this one's writes.
+                let (mut a, mut da) = writes_of(&inner.success)?;
+                let (b, db) = writes_of(&inner.failure)?;
+                a.extend(b);
+                da.extend(db);
+                nested.push((a, da));
+            }
+            TxnOp::Range(_) => {}
         }
     }
-    for op in branch {
-        if let TxnOp::DeleteRange(delete) = op {
-            if puts.iter().any(|key| delete.range.contains(key)) {
-                return Err(KvError::DuplicateKeyInTxn);
-            }
+    for (inner_puts, inner_deletes) in nested {
+        if inner_puts.iter().any(|k| puts.contains(k) || deletes.iter().any(|d| d.contains(k))) {
+            return Err(KvError::DuplicateKeyInTxn);
         }
+        if inner_deletes.iter().any(|d| puts.iter().any(|k| d.contains(k))) {
+            return Err(KvError::DuplicateKeyInTxn);
+        }
+        puts.extend(inner_puts);
+        deletes.extend(inner_deletes);
     }
-    Ok(())
+    if deletes.iter().any(|d| puts.iter().any(|k| d.contains(k))) {
+        return Err(KvError::DuplicateKeyInTxn);
+    }
+    Ok((puts, deletes))
 }
 
 #[cfg(test)]

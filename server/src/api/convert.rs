@@ -6,8 +6,8 @@ use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::mvccpb;
 use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{
-    Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, KvError,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+    Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Keep, KeyRange, KeyValue,
+    KvError, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
 };
 use tonic::{Code, Status};
 
@@ -58,12 +58,18 @@ pub fn range_out(r: RangeResponse, header: pb::ResponseHeader) -> pb::RangeRespo
     }
 }
 
-/// A put request.
-pub fn put_in(p: pb::PutRequest) -> Result<PutRequest, Status> {
-    if p.ignore_value || p.ignore_lease {
-        return Err(Status::unimplemented("put with ignore_value or ignore_lease is not served by leasekv"));
+/// A put request, and what it keeps of the existing key (`ignore_value`, `ignore_lease`).
+pub fn put_in(p: pb::PutRequest) -> (PutRequest, Option<Keep>) {
+    let keep = (p.ignore_value || p.ignore_lease).then_some(Keep { value: p.ignore_value, lease: p.ignore_lease });
+    (PutRequest { key: p.key, value: p.value, lease: p.lease, prev_kv: p.prev_kv }, keep)
+}
+
+/// A put as a log command.
+pub fn put_command(p: pb::PutRequest) -> Command {
+    match put_in(p) {
+        (put, None) => Command::Put(put),
+        (put, Some(keep)) => Command::PutKeeping(put, keep),
     }
-    Ok(PutRequest { key: p.key, value: p.value, lease: p.lease, prev_kv: p.prev_kv })
 }
 
 /// A put answer.
@@ -122,8 +128,8 @@ fn compare_in(c: pb::Compare) -> Result<Compare, Status> {
     Ok(Compare { range: KeyRange { key: c.key, range_end: c.range_end }, target, result })
 }
 
-/// One operation of a Txn, with the sorting and filters of a range ([`RangeShape`]).
-fn op_in(op: pb::RequestOp) -> Result<(TxnOp, Option<RangeShape>), Status> {
+/// One operation of a Txn, with the sorting and filters of its ranges.
+fn op_in(op: pb::RequestOp) -> Result<(TxnOp, OpShape), Status> {
     use pb::request_op::Request;
     match op.request {
         Some(Request::RequestRange(r)) => {
@@ -133,26 +139,47 @@ fn op_in(op: pb::RequestOp) -> Result<(TxnOp, Option<RangeShape>), Status> {
                     "a range at a past revision inside a txn is not served by leasekv; read it with its own Range",
                 ));
             }
-            Ok((TxnOp::Range(range.request), range.shape))
+            Ok((TxnOp::Range(range.request), range.shape.map_or(OpShape::Plain, OpShape::Range)))
         }
-        Some(Request::RequestPut(p)) => Ok((TxnOp::Put(put_in(p)?), None)),
-        Some(Request::RequestDeleteRange(d)) => Ok((TxnOp::DeleteRange(delete_in(d)), None)),
-        Some(Request::RequestTxn(_)) => Err(Status::unimplemented("nested transactions are not served by leasekv")),
+        Some(Request::RequestPut(p)) => Ok((
+            match put_in(p) {
+                (put, None) => TxnOp::Put(put),
+                (put, Some(keep)) => TxnOp::PutKeeping(put, keep),
+            },
+            OpShape::Plain,
+        )),
+        Some(Request::RequestDeleteRange(d)) => Ok((TxnOp::DeleteRange(delete_in(d)), OpShape::Plain)),
+        Some(Request::RequestTxn(t)) => {
+            let (txn, shapes) = txn_in(t)?;
+            Ok((TxnOp::Txn(txn), OpShape::Txn(shapes)))
+        }
         None => Err(Status::invalid_argument("etcdserver: empty operation in txn request")),
     }
 }
 
-/// The sorting and filters of each range in a Txn's two branches, by operation index,
-/// applied to the answer of the branch that ran.
+/// How one operation's answer is shaped on its way out.
+#[derive(Debug, Default)]
+pub enum OpShape {
+    /// As the store answered.
+    #[default]
+    Plain,
+    /// A range with sorting or filters.
+    Range(RangeShape),
+    /// A nested transaction, with the shapes of its own operations.
+    Txn(TxnShapes),
+}
+
+/// The shapes of the operations in a Txn's two branches, by operation index, applied to the
+/// answer of the branch that ran.
 #[derive(Debug, Default)]
 pub struct TxnShapes {
-    success: Vec<Option<RangeShape>>,
-    failure: Vec<Option<RangeShape>>,
+    success: Vec<OpShape>,
+    failure: Vec<OpShape>,
 }
 
 /// A transaction, and the shapes of its ranges.
 pub fn txn_in(t: pb::TxnRequest) -> Result<(TxnRequest, TxnShapes), Status> {
-    let branch = |ops: Vec<pb::RequestOp>| -> Result<(Vec<TxnOp>, Vec<Option<RangeShape>>), Status> {
+    let branch = |ops: Vec<pb::RequestOp>| -> Result<(Vec<TxnOp>, Vec<OpShape>), Status> {
         Ok(ops.into_iter().map(op_in).collect::<Result<Vec<_>, _>>()?.into_iter().unzip())
     };
     let (success, success_shapes) = branch(t.success)?;
@@ -166,36 +193,75 @@ pub fn txn_in(t: pb::TxnRequest) -> Result<(TxnRequest, TxnShapes), Status> {
 /// first write, the transaction's own revision (`header.revision`) from that write on.
 /// `shapes` sort and filter its ranges as [`txn_in`] found them.
 pub fn txn_out(t: TxnResponse, header: pb::ResponseHeader, shapes: &TxnShapes) -> pb::TxnResponse {
-    use pb::response_op::Response;
-    let branch_shapes = if t.succeeded { &shapes.success } else { &shapes.failure };
-    let writes = |r: &TxnOpResponse| match r {
+    let before = if t.responses.iter().any(writes) { header.revision - 1 } else { header.revision };
+    let mut written = false;
+    let responses = ops_out(t.responses, t.succeeded, header.revision, before, &mut written, shapes);
+    pb::TxnResponse { header: Some(header), succeeded: t.succeeded, responses }
+}
+
+/// Whether an operation's answer shows it wrote something.
+fn writes(r: &TxnOpResponse) -> bool {
+    match r {
         TxnOpResponse::Put(_) => true,
         TxnOpResponse::DeleteRange(d) => d.deleted > 0,
         TxnOpResponse::Range(_) => false,
-    };
-    let before = if t.responses.iter().any(writes) { header.revision - 1 } else { header.revision };
-    let mut written = false;
-    let responses = t
-        .responses
+        TxnOpResponse::Txn(t) => t.responses.iter().any(writes),
+    }
+}
+
+/// The answers of one branch: each header holds `before` until the first write of the
+/// whole transaction (`written`, shared with nested ones), `revision` from it on.
+fn ops_out(
+    responses: Vec<TxnOpResponse>,
+    succeeded: bool,
+    revision: i64,
+    before: i64,
+    written: &mut bool,
+    shapes: &TxnShapes,
+) -> Vec<pb::ResponseOp> {
+    use pb::response_op::Response;
+    let branch_shapes = if succeeded { &shapes.success } else { &shapes.failure };
+    responses
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            written |= writes(&r);
-            let op_header =
-                pb::ResponseHeader { revision: if written { header.revision } else { before }, ..Default::default() };
-            pb::ResponseOp {
-                response: Some(match r {
-                    TxnOpResponse::Range(r) => {
-                        let shape = branch_shapes.get(i).and_then(Option::as_ref);
-                        Response::ResponseRange(range_out(RangeShape::apply_if(shape, r), op_header))
+            let shape = branch_shapes.get(i);
+            let response = match r {
+                TxnOpResponse::Txn(nested) => {
+                    let empty = TxnShapes::default();
+                    let shapes = match shape {
+                        Some(OpShape::Txn(shapes)) => shapes,
+                        _ => &empty,
+                    };
+                    let responses = ops_out(nested.responses, nested.succeeded, revision, before, written, shapes);
+                    // etcd fills only the outer transaction's header; a nested one's is empty.
+                    Response::ResponseTxn(pb::TxnResponse {
+                        header: Some(pb::ResponseHeader::default()),
+                        succeeded: nested.succeeded,
+                        responses,
+                    })
+                }
+                other => {
+                    *written |= writes(&other);
+                    let op_header =
+                        pb::ResponseHeader { revision: if *written { revision } else { before }, ..Default::default() };
+                    match other {
+                        TxnOpResponse::Range(r) => {
+                            let shape = match shape {
+                                Some(OpShape::Range(shape)) => Some(shape),
+                                _ => None,
+                            };
+                            Response::ResponseRange(range_out(RangeShape::apply_if(shape, r), op_header))
+                        }
+                        TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, op_header)),
+                        TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, op_header)),
+                        TxnOpResponse::Txn(_) => unreachable!("matched above"),
                     }
-                    TxnOpResponse::Put(p) => Response::ResponsePut(put_out(p, op_header)),
-                    TxnOpResponse::DeleteRange(d) => Response::ResponseDeleteRange(delete_out(d, op_header)),
-                }),
-            }
+                }
+            };
+            pb::ResponseOp { response: Some(response) }
         })
-        .collect();
-    pb::TxnResponse { header: Some(header), succeeded: t.succeeded, responses }
+        .collect()
 }
 
 /// The status etcd clients expect for a store error.
@@ -213,6 +279,7 @@ pub fn kv_error(error: &KvError) -> Status {
     let code = match error {
         KvError::LeaseNotFound(_) => Code::NotFound,
         KvError::Compacted { .. } | KvError::FutureRevision { .. } => Code::OutOfRange,
+        // etcd's ErrGRPCKeyNotFound / ValueProvided / LeaseProvided are InvalidArgument.
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
         _ => Code::InvalidArgument,
     };

@@ -1,6 +1,6 @@
 //! etcd's KV service.
 
-use super::convert::{delete_in, delete_out, put_in, put_out, range_in, range_out, txn_in, txn_out};
+use super::convert::{delete_in, delete_out, put_command, put_out, range_in, range_out, txn_in, txn_out};
 use super::range_shape::RangeShape;
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
@@ -26,7 +26,7 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let command = Command::Put(put_in(request.into_inner())?);
+        let command = put_command(request.into_inner());
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Put(p) => Some(put_out(p, header)),
             _ => None,

@@ -106,6 +106,9 @@ impl StreamTask {
         progress_every: Duration,
     ) {
         let mut published = feed.latest();
+        // A client that closes its side of the stream still gets its events, as from etcd:
+        // only the client cancelling the call (or going away) ends it.
+        let mut requests_open = true;
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -122,9 +125,13 @@ impl StreamTask {
             let outcome = tokio::select! {
                 biased;
                 _ = stopping.changed() => Ok(()),
-                request = incoming.message() => match request {
+                request = incoming.message(), if requests_open => match request {
                     Ok(Some(request)) => self.handle(request, head).await,
-                    Ok(None) | Err(_) => Err(Ended::ClientGone),
+                    Ok(None) => {
+                        requests_open = false;
+                        Ok(())
+                    }
+                    Err(_) => Err(Ended::ClientGone),
                 },
                 changed = feed.changed() => {
                     if !changed {
