@@ -2,7 +2,7 @@
 //! snapshots.
 
 use super::*;
-use crate::command::{Compare, CompareResult, CompareTarget};
+use crate::command::{Compare, CompareResult, CompareTarget, Keep, TxnOp, TxnOpResponse, TxnRequest, TxnResponse};
 use crate::types::{EventKind, KeyRange};
 use proptest::prelude::*;
 
@@ -425,14 +425,34 @@ fn arb_command() -> impl Strategy<Value = Command> {
         CompareResult::Less,
     ]);
     let compare = (range.clone(), target, result).prop_map(|(range, target, result)| Compare { range, target, result });
-    let op = prop_oneof![
+    // Keeps the value or the lease (or both) of a key that may not exist.
+    let keeping = (put.clone(), any::<bool>(), any::<bool>()).prop_map(|(mut p, value, lease)| {
+        let keep = Keep { value, lease: lease || !value };
+        if keep.value {
+            p.value.clear();
+        }
+        if keep.lease {
+            p.lease = NO_LEASE;
+        }
+        (p, keep)
+    });
+    let simple_op = prop_oneof![
         put.clone().prop_map(TxnOp::Put),
+        keeping.clone().prop_map(|(p, keep)| TxnOp::PutKeeping(p, keep)),
         range.clone().prop_map(|range| TxnOp::Range(RangeRequest { range, limit: 2, ..Default::default() })),
         (range.clone(), any::<bool>())
             .prop_map(|(range, prev_kv)| TxnOp::DeleteRange(DeleteRangeRequest { range, prev_kv })),
     ];
+    let nested = (
+        prop::collection::vec(compare.clone(), 0..2),
+        prop::collection::vec(simple_op.clone(), 0..3),
+        prop::collection::vec(simple_op.clone(), 0..3),
+    )
+        .prop_map(|(compare, success, failure)| TxnOp::Txn(TxnRequest { compare, success, failure }));
+    let op = prop_oneof![4 => simple_op, 1 => nested];
     prop_oneof![
         4 => put.prop_map(Command::Put),
+        1 => keeping.prop_map(|(p, keep)| Command::PutKeeping(p, keep)),
         2 => (range, any::<bool>()).prop_map(|(range, prev_kv)| Command::DeleteRange(DeleteRangeRequest { range, prev_kv })),
         3 => (prop::collection::vec(compare, 0..3), prop::collection::vec(op.clone(), 0..4), prop::collection::vec(op, 0..4))
             .prop_map(|(compare, success, failure)| Command::Txn(TxnRequest { compare, success, failure })),
