@@ -3,7 +3,7 @@
 use super::{EventSource, StreamConfig, WatchBreakage, WatchId, WatchResponse, WatchSpec, STREAM_PROGRESS_ID};
 use crate::state::HistoryRead;
 use crate::types::{Event, EventKind, Revision};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// etcd's reason for refusing a client-chosen id already in use on the stream.
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
@@ -38,6 +38,11 @@ impl Watcher {
 pub struct WatchStream {
     config: StreamConfig,
     watchers: BTreeMap<WatchId, Watcher>,
+    /// The watchers of one key each, by key: matching an event to them is one lookup, so a
+    /// stream with many such watchers does not test every watcher against every event.
+    by_key: HashMap<Vec<u8>, BTreeSet<WatchId>>,
+    /// The watchers of a range, tested against every event.
+    ranged: BTreeSet<WatchId>,
     /// The next id to try for a watcher that did not choose one (etcd starts at 0).
     next_auto_id: WatchId,
     /// A `WatchProgressRequest` is waiting for every watcher to be synced.
@@ -47,7 +52,14 @@ pub struct WatchStream {
 impl WatchStream {
     /// A stream with no watchers.
     pub fn new(config: StreamConfig) -> Self {
-        WatchStream { config, watchers: BTreeMap::new(), next_auto_id: 0, progress_requested: false }
+        WatchStream {
+            config,
+            watchers: BTreeMap::new(),
+            by_key: HashMap::new(),
+            ranged: BTreeSet::new(),
+            next_auto_id: 0,
+            progress_requested: false,
+        }
     }
 
     /// Number of watchers on the stream.
@@ -94,13 +106,19 @@ impl WatchStream {
         };
         // A negative start is below any compaction point; `poll` cancels it as etcd does.
         let next = if spec.start_revision != 0 { spec.start_revision } else { head + 1 };
+        if spec.range.is_single() {
+            self.by_key.entry(spec.range.key.clone()).or_default().insert(id);
+        } else {
+            self.ranged.insert(id);
+        }
         self.watchers.insert(id, Watcher { spec, next, sent_since_tick: false });
         WatchResponse { watch_id: id, header_revision: head, created: true, ..WatchResponse::default() }
     }
 
     /// Closes a watcher at the client's request; an unknown id is ignored (as etcd does).
     pub fn cancel(&mut self, id: WatchId, head: Revision) -> Option<WatchResponse> {
-        self.watchers.remove(&id)?;
+        let watcher = self.watchers.remove(&id)?;
+        self.unindex(id, &watcher);
         Some(WatchResponse { watch_id: id, header_revision: head, canceled: true, ..WatchResponse::default() })
     }
 
@@ -178,9 +196,10 @@ impl WatchStream {
     /// compaction point `compacted` (etcd gives no cancel reason: the compact revision says
     /// it, and clients turn it into `ErrCompacted`).
     fn cancel_compacted(&mut self, below: Revision, compacted: Revision, head: Revision, out: &mut Vec<WatchResponse>) {
-        self.watchers.retain(|&id, w| {
-            if w.next >= below {
-                return true;
+        let behind: Vec<WatchId> = self.watchers.iter().filter(|(_, w)| w.next < below).map(|(&id, _)| id).collect();
+        for id in behind {
+            if let Some(watcher) = self.watchers.remove(&id) {
+                self.unindex(id, &watcher);
             }
             out.push(WatchResponse {
                 watch_id: id,
@@ -189,20 +208,55 @@ impl WatchStream {
                 compact_revision: compacted,
                 ..WatchResponse::default()
             });
-            false
-        });
+        }
+    }
+
+    /// Removes a watcher that left from the key index.
+    fn unindex(&mut self, id: WatchId, watcher: &Watcher) {
+        if watcher.spec.range.is_single() {
+            if let Some(ids) = self.by_key.get_mut(&watcher.spec.range.key) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.by_key.remove(&watcher.spec.range.key);
+                }
+            }
+        } else {
+            self.ranged.remove(&id);
+        }
     }
 
     /// Hands each watcher that is owed part of `events` (every change from the smallest
     /// `next` through `through`) the ones it wants, in one response (or in fragments).
     fn deliver(&mut self, events: &[Event], through: Revision, out: &mut Vec<WatchResponse>) {
+        // Which events each watcher's range matches: single-key watchers by lookup, range
+        // watchers by test; event indices stay in order.
+        let mut matches: BTreeMap<WatchId, Vec<usize>> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate() {
+            for &id in self.by_key.get(&e.kv.key).into_iter().flatten() {
+                matches.entry(id).or_default().push(i);
+            }
+        }
+        for &id in &self.ranged {
+            if let Some(w) = self.watchers.get(&id) {
+                let hits: Vec<usize> =
+                    (0..events.len()).filter(|&i| w.spec.range.contains(&events[i].kv.key)).collect();
+                if !hits.is_empty() {
+                    matches.insert(id, hits);
+                }
+            }
+        }
         for (&id, w) in &mut self.watchers {
             if w.next > through {
                 continue;
             }
-            let start = events.partition_point(|e| e.revision() < w.next);
-            let wanted: Vec<Event> =
-                events[start..].iter().filter(|e| w.wants(e)).map(|e| shaped(e, w, &self.config)).collect();
+            let wanted: Vec<Event> = matches
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(|&i| &events[i])
+                .filter(|e| e.revision() >= w.next && w.wants(e))
+                .map(|e| shaped(e, w, &self.config))
+                .collect();
             w.next = through + 1;
             if wanted.is_empty() {
                 continue;
