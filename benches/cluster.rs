@@ -21,10 +21,9 @@
 
 mod common;
 
-use common::{connect, leader, median, run_length, selected, try_connect, Cluster, Target};
+use common::{connect, leader, median, run_length, selected, Cluster, Target};
 use leasekv::client::GetOptions;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use std::time::{Duration, Instant};
 
@@ -153,27 +152,8 @@ fn main() {
         ("lease grant + put, 64 clients", 64, Op::LeaseGrantPut),
     ];
     let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
-    let mut clusters: Vec<Cluster> = targets
-        .into_iter()
-        .filter(|t| selected("BENCH_TARGETS", &t.name()))
-        .map(|target| {
-            eprintln!("[{}] starting a 3-node cluster", target.name());
-            Cluster::start(target)
-        })
-        .collect();
+    let mut clusters = common::start_selected(&runtime, &targets);
     runtime.block_on(async {
-        for cluster in &clusters {
-            for i in 0..3 {
-                if try_connect(cluster.endpoint(i), Duration::from_secs(30)).await.is_none() {
-                    panic!(
-                        "[{}] node {i} at {} did not take a put within 30 s; its log:\n{}",
-                        cluster.target.name(),
-                        cluster.endpoint(i),
-                        cluster.log_tail(i)
-                    );
-                }
-            }
-        }
         // The systems take turns run by run (all clusters up, the idle ones only
         // heartbeating), so a shared host that speeds up or slows down over the minutes of a
         // full run moves them alike, and the ratio of one run means something.
@@ -245,13 +225,5 @@ fn main() {
         let f = |k: &str| v[k].as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
         println!("| {label} | {name} | {} | {} | {} | {ratio} |", f("ops_per_sec"), f("p50_ms"), f("p99_ms"));
     }
-    let json: Vec<serde_json::Value> = results
-        .iter()
-        .map(|((label, name), v)| serde_json::json!({"workload": label, "target": name, "figures": v}))
-        .collect();
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("leasekv-bench-cluster.json");
-    match serde_json::to_string_pretty(&json).map(|text| std::fs::write(&out, text)) {
-        Ok(Ok(())) => eprintln!("wrote {}", out.display()),
-        _ => eprintln!("could not write {}", out.display()),
-    }
+    common::write_json(&results, "leasekv-bench-cluster.json");
 }

@@ -25,13 +25,12 @@
 
 mod common;
 
-use common::{median, rss_bytes, run_length, selected, try_connect, Cluster, Target};
+use common::{median, rss_bytes, run_length, selected, Cluster, Target};
 use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
 use leasekv::client::proto::etcdserverpb::watch_client::WatchClient;
 use leasekv::client::proto::etcdserverpb::watch_request::RequestUnion;
 use leasekv::client::proto::etcdserverpb::{PutRequest, WatchCreateRequest, WatchRequest, WatchResponse};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -325,22 +324,8 @@ fn main() {
     let extra = std::env::var("BENCH_LEASEKV_CONFIG").unwrap_or_default();
     std::env::set_var("BENCH_LEASEKV_CONFIG", format!("{}\\n{extra}", LEASEKV_RETENTION.replace('\n', "\\n")));
     let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
-    let clusters: Vec<Cluster> = targets
-        .into_iter()
-        .filter(|t| selected("BENCH_TARGETS", &t.name()))
-        .map(|target| {
-            eprintln!("[{}] starting a 3-node cluster", target.name());
-            Cluster::start(target)
-        })
-        .collect();
+    let clusters = common::start_selected(&runtime, &targets);
     runtime.block_on(async {
-        for cluster in &clusters {
-            for i in 0..3 {
-                if try_connect(cluster.endpoint(i), Duration::from_secs(30)).await.is_none() {
-                    panic!("[{}] node {i} did not take a put within 30 s; its log:\n{}", cluster.target.name(), cluster.log_tail(i));
-                }
-            }
-        }
         for (watchers, streams, rate) in [(1000usize, 10usize, WRITE_RATE), (10_000, 100, WRITE_RATE), (10_000, 100, UNTHROTTLED)] {
             let pace = if rate == UNTHROTTLED { "writer unthrottled".to_string() } else { format!("{rate} puts/s") };
             let label = format!("fan-out, {watchers} watchers on {streams} streams, {pace}");
@@ -421,13 +406,5 @@ fn main() {
     for ((label, name), v) in &results {
         println!("| {label} | {name} | {v} |");
     }
-    let json: Vec<serde_json::Value> = results
-        .iter()
-        .map(|((label, name), v)| serde_json::json!({"workload": label, "target": name, "figures": v}))
-        .collect();
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("leasekv-bench-watch.json");
-    match serde_json::to_string_pretty(&json).map(|text| std::fs::write(&out, text)) {
-        Ok(Ok(())) => eprintln!("wrote {}", out.display()),
-        _ => eprintln!("could not write {}", out.display()),
-    }
+    common::write_json(&results, "leasekv-bench-watch.json");
 }

@@ -233,3 +233,44 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
+
+/// Starts a 3-node cluster of every selected target, and waits until every node of each
+/// takes a put (panicking with the node's log if one does not within 30 s).
+pub fn start_selected(runtime: &tokio::runtime::Runtime, targets: &[Target]) -> Vec<Cluster> {
+    let clusters: Vec<Cluster> = targets
+        .iter()
+        .filter(|t| selected("BENCH_TARGETS", &t.name()))
+        .map(|&target| {
+            eprintln!("[{}] starting a 3-node cluster", target.name());
+            Cluster::start(target)
+        })
+        .collect();
+    runtime.block_on(async {
+        for cluster in &clusters {
+            for i in 0..3 {
+                if try_connect(cluster.endpoint(i), Duration::from_secs(30)).await.is_none() {
+                    panic!(
+                        "[{}] node {i} at {} did not take a put within 30 s; its log:\n{}",
+                        cluster.target.name(),
+                        cluster.endpoint(i),
+                        cluster.log_tail(i)
+                    );
+                }
+            }
+        }
+    });
+    clusters
+}
+
+/// Writes `results` (by workload and target) as JSON to `target/<file>`.
+pub fn write_json(results: &std::collections::BTreeMap<(String, String), serde_json::Value>, file: &str) {
+    let json: Vec<serde_json::Value> = results
+        .iter()
+        .map(|((label, name), v)| serde_json::json!({"workload": label, "target": name, "figures": v}))
+        .collect();
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join(file);
+    match serde_json::to_string_pretty(&json).map(|text| std::fs::write(&out, text)) {
+        Ok(Ok(())) => eprintln!("wrote {}", out.display()),
+        _ => eprintln!("could not write {}", out.display()),
+    }
+}

@@ -24,6 +24,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A key-value as a JSON object, keys and values as text.
+fn kv_json(kv: &KeyValue) -> Value {
+    json!({
+        "key": text(&kv.key),
+        "value": text(&kv.value),
+        "create_revision": kv.create_revision,
+        "mod_revision": kv.mod_revision,
+        "version": kv.version,
+        "lease": kv.lease,
+    })
+}
+
 fn pretty(value: Value) -> String {
     // Serialising a Value cannot fail; fall back to the compact form anyway rather than panic.
     serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
@@ -77,20 +89,7 @@ pub fn kvs(format: OutputFormat, response: &RangeResponse, keys_only: bool) -> S
             out
         }
         OutputFormat::Json => {
-            let kvs: Vec<Value> = response
-                .kvs
-                .iter()
-                .map(|kv| {
-                    json!({
-                        "key": text(&kv.key),
-                        "value": text(&kv.value),
-                        "create_revision": kv.create_revision,
-                        "mod_revision": kv.mod_revision,
-                        "version": kv.version,
-                        "lease": kv.lease,
-                    })
-                })
-                .collect();
+            let kvs: Vec<Value> = response.kvs.iter().map(kv_json).collect();
             let revision = response.header.as_ref().map_or(0, |h| h.revision);
             pretty(json!({ "revision": revision, "count": response.count, "more": response.more, "kvs": kvs })) + "\n"
         }
@@ -142,16 +141,6 @@ pub fn events(format: OutputFormat, events: &[Event]) -> String {
             out
         }
         OutputFormat::Json => {
-            let kv_json = |kv: &KeyValue| {
-                json!({
-                    "key": text(&kv.key),
-                    "value": text(&kv.value),
-                    "create_revision": kv.create_revision,
-                    "mod_revision": kv.mod_revision,
-                    "version": kv.version,
-                    "lease": kv.lease,
-                })
-            };
             let mut out = String::new();
             for e in events {
                 let mut v = json!({ "type": kind(e), "kv": e.kv.as_ref().map(kv_json) });
