@@ -38,9 +38,11 @@ impl Watcher {
 pub struct WatchStream {
     config: StreamConfig,
     watchers: BTreeMap<WatchId, Watcher>,
-    /// The watchers of one key each, by key: matching an event to them is one lookup, so a
-    /// stream with many such watchers does not test every watcher against every event.
-    by_key: HashMap<Vec<u8>, BTreeSet<WatchId>>,
+    /// The watchers of one key each, by a hash of the key: matching an event to them is one
+    /// lookup, so a stream with many such watchers does not test every watcher against every
+    /// event. A hash, not the key, keeps the index small (a collision only costs the range
+    /// test that every match goes through anyway).
+    by_key: HashMap<u64, Ids>,
     /// The watchers of a range, tested against every event.
     ranged: BTreeSet<WatchId>,
     /// The next id to try for a watcher that did not choose one (etcd starts at 0).
@@ -107,7 +109,13 @@ impl WatchStream {
         // A negative start is below any compaction point; `poll` cancels it as etcd does.
         let next = if spec.start_revision != 0 { spec.start_revision } else { head + 1 };
         if spec.range.is_single() {
-            self.by_key.entry(spec.range.key.clone()).or_default().insert(id);
+            let hash = key_hash(&spec.range.key);
+            match self.by_key.get_mut(&hash) {
+                Some(ids) => ids.push(id),
+                None => {
+                    self.by_key.insert(hash, Ids::One(id));
+                }
+            }
         } else {
             self.ranged.insert(id);
         }
@@ -214,11 +222,9 @@ impl WatchStream {
     /// Removes a watcher that left from the key index.
     fn unindex(&mut self, id: WatchId, watcher: &Watcher) {
         if watcher.spec.range.is_single() {
-            if let Some(ids) = self.by_key.get_mut(&watcher.spec.range.key) {
-                ids.remove(&id);
-                if ids.is_empty() {
-                    self.by_key.remove(&watcher.spec.range.key);
-                }
+            let hash = key_hash(&watcher.spec.range.key);
+            if self.by_key.get_mut(&hash).is_some_and(|ids| ids.remove(id)) {
+                self.by_key.remove(&hash);
             }
         } else {
             self.ranged.remove(&id);
@@ -232,7 +238,7 @@ impl WatchStream {
         // watchers by test; event indices stay in order.
         let mut matches: BTreeMap<WatchId, Vec<usize>> = BTreeMap::new();
         for (i, e) in events.iter().enumerate() {
-            for &id in self.by_key.get(&e.kv.key).into_iter().flatten() {
+            for &id in self.by_key.get(&key_hash(&e.kv.key)).map_or(&[][..], Ids::as_slice) {
                 matches.entry(id).or_default().push(i);
             }
         }
@@ -273,6 +279,49 @@ impl WatchStream {
             }
         }
     }
+}
+
+/// The watchers under one key hash: almost always one, which needs no allocation.
+#[derive(Debug)]
+enum Ids {
+    One(WatchId),
+    Many(Vec<WatchId>),
+}
+
+impl Ids {
+    fn push(&mut self, id: WatchId) {
+        match self {
+            Ids::One(first) => *self = Ids::Many(vec![*first, id]),
+            Ids::Many(ids) => ids.push(id),
+        }
+    }
+
+    /// Removes `id`; true when none is left.
+    fn remove(&mut self, id: WatchId) -> bool {
+        match self {
+            Ids::One(only) => *only == id,
+            Ids::Many(ids) => {
+                ids.retain(|&other| other != id);
+                ids.is_empty()
+            }
+        }
+    }
+
+    fn as_slice(&self) -> &[WatchId] {
+        match self {
+            Ids::One(id) => std::slice::from_ref(id),
+            Ids::Many(ids) => ids,
+        }
+    }
+}
+
+/// The index's hash of a key (std's SipHash with fixed keys: the same in every process, so
+/// the simulator stays deterministic).
+fn key_hash(key: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A progress notification for `id` at `revision`.
