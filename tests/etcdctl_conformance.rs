@@ -1309,6 +1309,28 @@ async fn txn_extensions(endpoint: String) -> Vec<String> {
             },
         ),
         (
+            "ranges at past revisions next to a put of the same key",
+            TxnRequest {
+                success: vec![
+                    op(Request::RequestPut(put("/x/a", "9"))),
+                    op(Request::RequestRange(RangeRequest { revision: base, ..range("/x/a") })),
+                    op(Request::RequestRange(RangeRequest { revision: base + 2, ..range("/x/a") })),
+                    op(Request::RequestRange(range("/x/a"))),
+                ],
+                ..Default::default()
+            },
+        ),
+        (
+            "a range at a future revision in a txn",
+            TxnRequest {
+                success: vec![
+                    op(Request::RequestPut(put("/x/g", "1"))),
+                    op(Request::RequestRange(RangeRequest { revision: base + 10_000, ..range("/x/a") })),
+                ],
+                ..Default::default()
+            },
+        ),
+        (
             "ignore_value of a missing key in a txn",
             TxnRequest {
                 success: vec![op(Request::RequestPut(PutRequest { ignore_value: true, ..put("/x/none", "") }))],

@@ -110,6 +110,9 @@ pub enum TxnOp {
     /// state before the outer transaction (etcd's rule), and its writes share the outer
     /// transaction's revision.
     Txn(TxnRequest),
+    /// A read at a past revision (etcd's `RangeRequest.revision` inside a Txn): refused
+    /// with the whole transaction if the revision is compacted or in the future.
+    RangeAt(RangeRequest, Revision),
 }
 
 /// A transaction (etcd `TxnRequest`): if every compare holds, run `success`, else `failure`,

@@ -515,6 +515,7 @@ pub(super) fn command_size(command: &Command) -> usize {
             crate::command::TxnOp::DeleteRange(d) => d.range.key.len() + d.range.range_end.len() + 8,
             crate::command::TxnOp::PutKeeping(p, _) => p.key.len() + p.value.len() + 18,
             crate::command::TxnOp::Txn(t) => txn_size(t),
+            crate::command::TxnOp::RangeAt(r, _) => r.range.key.len() + r.range.range_end.len() + 24,
         }
     }
     fn compare_size(compare: &crate::command::Compare) -> usize {

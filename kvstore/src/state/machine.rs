@@ -269,6 +269,12 @@ impl StateMachine {
             return self.range(request);
         }
         self.check_readable(revision)?;
+        self.rewound(request, revision)
+    }
+
+    /// The keys of `request` as they were at `revision` (readable: checked), with every
+    /// later change undone, including those of a transaction being applied.
+    pub(super) fn rewound(&self, request: &RangeRequest, revision: Revision) -> Result<RangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
         let now: BTreeMap<Vec<u8>, KeyValue> =
             self.keys.select(selection).map(|kv| (kv.key.clone(), kv.clone())).collect();
@@ -278,7 +284,7 @@ impl StateMachine {
 
     /// Whether a read at `revision` can be served: not above the store revision, not below
     /// the compaction point.
-    fn check_readable(&self, revision: Revision) -> Result<(), KvError> {
+    pub(super) fn check_readable(&self, revision: Revision) -> Result<(), KvError> {
         if revision > self.revision {
             return Err(KvError::FutureRevision { requested: revision, current: self.revision });
         }

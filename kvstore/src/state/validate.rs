@@ -111,7 +111,7 @@ fn check_txn(txn: &TxnRequest, limits: &Limits) -> Result<(), KvError> {
     for branch in [&txn.success, &txn.failure] {
         for op in branch {
             match op {
-                TxnOp::Range(read) => check_range(&read.range, limits)?,
+                TxnOp::Range(read) | TxnOp::RangeAt(read, _) => check_range(&read.range, limits)?,
                 TxnOp::Put(put) => check_put(put, limits)?,
                 TxnOp::PutKeeping(put, keep) => check_put_keeping(put, *keep, limits)?,
                 TxnOp::DeleteRange(delete) => check_range(&delete.range, limits)?,
@@ -146,7 +146,7 @@ fn writes_of(branch: &[TxnOp]) -> Result<(BTreeSet<&[u8]>, Vec<&KeyRange>), KvEr
                 da.extend(db);
                 nested.push((a, da));
             }
-            TxnOp::Range(_) => {}
+            TxnOp::Range(_) | TxnOp::RangeAt(..) => {}
         }
     }
     for (inner_puts, inner_deletes) in nested {

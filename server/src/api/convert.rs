@@ -134,12 +134,12 @@ fn op_in(op: pb::RequestOp) -> Result<(TxnOp, OpShape), Status> {
     match op.request {
         Some(Request::RequestRange(r)) => {
             let range = range_in(r)?;
-            if range.revision > 0 {
-                return Err(Status::unimplemented(
-                    "a range at a past revision inside a txn is not served by leasekv; read it with its own Range",
-                ));
-            }
-            Ok((TxnOp::Range(range.request), range.shape.map_or(OpShape::Plain, OpShape::Range)))
+            let op = if range.revision > 0 {
+                TxnOp::RangeAt(range.request, range.revision)
+            } else {
+                TxnOp::Range(range.request)
+            };
+            Ok((op, range.shape.map_or(OpShape::Plain, OpShape::Range)))
         }
         Some(Request::RequestPut(p)) => Ok((
             match put_in(p) {

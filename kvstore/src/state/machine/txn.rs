@@ -21,6 +21,8 @@ struct Path {
 /// One operation after its checks: running it cannot fail.
 enum Planned<'a> {
     Range(Selection<'a>, &'a RangeRequest),
+    /// A read at a past revision, checked readable when the transaction began.
+    RangeAt(&'a RangeRequest, Revision),
     Put(&'a PutRequest),
     /// A put keeping parts of the key; the key existed when the transaction began.
     PutKeeping(&'a PutRequest, Keep),
@@ -79,7 +81,8 @@ impl StateMachine {
                     let inner_path = nested.next().expect("path() made one path per nested txn");
                     self.check_path(inner, inner_path)?;
                 }
-                TxnOp::Range(_) | TxnOp::DeleteRange(_) => {}
+                TxnOp::RangeAt(_, revision) if *revision > 0 => self.check_readable(*revision)?,
+                TxnOp::Range(_) | TxnOp::RangeAt(..) | TxnOp::DeleteRange(_) => {}
             }
         }
         Ok(())
@@ -95,6 +98,11 @@ impl StateMachine {
             let Ok(planned) = plan(op) else { continue };
             responses.push(match planned {
                 Planned::Range(selection, request) => TxnOpResponse::Range(self.keys.read(selection, request)),
+                // Readable: checked by `check_path` (the transaction's own changes are newer
+                // than the revision and are undone like any later change).
+                Planned::RangeAt(request, revision) => {
+                    TxnOpResponse::Range(self.rewound(request, revision).unwrap_or_default())
+                }
                 Planned::Put(put) => {
                     *changed = true;
                     TxnOpResponse::Put(self.put_at(put, at))
@@ -135,6 +143,10 @@ fn check_ranges(txn: &TxnRequest) -> Result<(), KvError> {
 fn plan(op: &TxnOp) -> Result<Planned<'_>, KvError> {
     Ok(match op {
         TxnOp::Range(request) => Planned::Range(Selection::of(&request.range)?, request),
+        TxnOp::RangeAt(request, revision) => {
+            Selection::of(&request.range)?;
+            Planned::RangeAt(request, *revision)
+        }
         TxnOp::Put(put) => Planned::Put(put),
         TxnOp::PutKeeping(put, keep) => Planned::PutKeeping(put, *keep),
         TxnOp::DeleteRange(request) => Planned::Delete(Selection::of(&request.range)?, request.prev_kv),
