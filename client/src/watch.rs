@@ -74,6 +74,9 @@ pub struct Watch {
     /// The revision to resume from: one past the last delivered event or progress.
     next_revision: i64,
     stream: Option<Open>,
+    /// Streams reopened since the last response: each waits a back-off, and too many in a
+    /// row (a cluster that keeps ending streams, e.g. while it shuts down) end the watch.
+    resumes_in_a_row: u32,
 }
 
 #[derive(Debug)]
@@ -88,7 +91,8 @@ impl Client {
     /// Opens a watch on `key` (and `options.range_end`).
     pub async fn watch(&self, key: impl Into<Vec<u8>>, options: WatchOptions) -> Result<Watch, WatchError> {
         let next_revision = options.start_revision;
-        let mut watch = Watch { client: self.clone(), key: key.into(), options, next_revision, stream: None };
+        let mut watch =
+            Watch { client: self.clone(), key: key.into(), options, next_revision, stream: None, resumes_in_a_row: 0 };
         watch.open().await?;
         Ok(watch)
     }
@@ -166,6 +170,7 @@ impl Watch {
         let cause = match open.responses.message().await {
             Ok(Some(response)) if response.canceled => return Err(cancelled(open.endpoint.clone(), &response)),
             Ok(Some(response)) => {
+                self.resumes_in_a_row = 0;
                 if let Some(last) = response.events.last().and_then(|e| e.kv.as_ref()) {
                     self.next_revision = last.mod_revision + 1;
                 } else if let Some(header) = &response.header {
@@ -183,6 +188,19 @@ impl Watch {
     async fn resume(&mut self, cause: String) -> Result<WatchUpdate, WatchError> {
         if let Some(old) = self.stream.take() {
             self.client.fail_over_from_endpoint(&old.endpoint);
+        }
+        let policy = self.client.policy();
+        self.resumes_in_a_row += 1;
+        if self.resumes_in_a_row > policy.attempts.max(1) {
+            return Err(ClientError::Unavailable {
+                method: "Watch",
+                attempts: self.resumes_in_a_row - 1,
+                failures: format!("every reopened stream ended at once; last: {cause}"),
+            }
+            .into());
+        }
+        if self.resumes_in_a_row > 1 {
+            tokio::time::sleep(policy.backoff(self.resumes_in_a_row - 1)).await;
         }
         self.open().await?;
         Ok(WatchUpdate::Resumed {
