@@ -17,6 +17,9 @@
 //!   written) on 100 streams, divided by the watchers [≤ 350 B].
 //! - **put throughput with idle watchers**: 64 clients putting, without and with 1,000 idle
 //!   watchers [within 10%].
+//! - **memory per key and per history entry**: RSS growth of node 2 after 100,000 puts of
+//!   new keys, then after overwriting each once (the docs' bytes per live key and per
+//!   history entry, measured).
 //! - **catch-up**: after 100,000 puts, a watcher starting 100,000 revisions back on another
 //!   node receives all of them; time and events/s.
 //!
@@ -27,7 +30,7 @@
 
 mod common;
 
-use common::{median, rss_bytes, run_length, selected, Cluster, Target};
+use common::{cpu_seconds, median, rss_bytes, run_length, selected, Cluster, Target};
 use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
 use leasekv::client::proto::etcdserverpb::watch_client::WatchClient;
 use leasekv::client::proto::etcdserverpb::watch_request::RequestUnion;
@@ -53,6 +56,8 @@ const KEYS: usize = 100;
 /// Revisions a catching-up watcher starts behind.
 const CATCH_UP: i64 = 100_000;
 const REPEATS: usize = 3;
+/// Keys written by the memory-per-key workload.
+const MEMORY_KEYS: u64 = 100_000;
 
 async fn channel(endpoint: &str) -> Channel {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -134,6 +139,9 @@ async fn write_at_rate(channel: Channel, keys: usize, prefix: &str, rate: u64, l
 
 struct FanOut {
     events_per_sec: f64,
+    /// Events delivered per CPU-second spent by the two watch-serving nodes during the run:
+    /// what the watch path costs, whatever limits the writer on this shared machine.
+    events_per_cpu_sec: f64,
     expected_per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -179,17 +187,21 @@ async fn fan_out(cluster: &Cluster, watchers: usize, streams: usize, rate: u64, 
             latencies
         }));
     }
+    let serving_cpu = || [1, 2].iter().filter_map(|&i| cluster.pid(i).and_then(cpu_seconds)).sum::<f64>();
+    let cpu_before = serving_cpu();
     let puts = write_at_rate(writer, keys, &prefix, rate, length).await;
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.extend(task.await.unwrap_or_default());
     }
+    let cpu_used = serving_cpu() - cpu_before;
     latencies.sort_unstable();
     let pct = |p: f64| {
         latencies.get(((latencies.len() as f64 - 1.0) * p) as usize).map_or(f64::NAN, |&us| us as f64 / 1000.0)
     };
     FanOut {
         events_per_sec: latencies.len() as f64 / length.as_secs_f64(),
+        events_per_cpu_sec: if cpu_used > 0.0 { latencies.len() as f64 / cpu_used } else { f64::NAN },
         expected_per_sec: (puts as f64 * (watchers as f64 / keys as f64)) / length.as_secs_f64(),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
@@ -227,6 +239,27 @@ async fn memory_per_watcher(cluster: &Cluster, watchers: usize) -> Option<f64> {
     Some(after.saturating_sub(before) as f64 / watchers as f64)
 }
 
+/// Resident memory of node 2 per key and per history entry: the growth after
+/// [`MEMORY_KEYS`] puts of new keys (each a live key and its create event), then after as
+/// many overwrites of them (each one more history entry, holding the previous value too).
+/// Keys are 26 bytes, values 64. Returns (bytes per new key, bytes per overwrite).
+async fn memory_per_key(cluster: &Cluster) -> Option<(f64, f64)> {
+    let pid = cluster.pid(1)?;
+    let writer = channel(&cluster.endpoint(0)).await;
+    let prefix = format!("/mk/{}/", now_micros());
+    let settle = Duration::from_secs(2);
+    tokio::time::sleep(settle).await;
+    let before = rss_bytes(pid)?;
+    write_count(writer.clone(), &prefix, MEMORY_KEYS, MEMORY_KEYS).await;
+    tokio::time::sleep(settle).await;
+    let created = rss_bytes(pid)?;
+    write_count(writer, &prefix, MEMORY_KEYS, MEMORY_KEYS).await;
+    tokio::time::sleep(settle).await;
+    let overwritten = rss_bytes(pid)?;
+    let per = |from: u64, to: u64| to.saturating_sub(from) as f64 / MEMORY_KEYS as f64;
+    Some((per(before, created), per(created, overwritten)))
+}
+
 /// Puts/s of 64 clients over `run_length`, spread over the three nodes.
 async fn put_throughput(cluster: &Cluster) -> f64 {
     let channels =
@@ -255,9 +288,10 @@ async fn put_throughput(cluster: &Cluster) -> f64 {
     total as f64 / length.as_secs_f64()
 }
 
-/// Puts `count` keys under `prefix` with 64 clients; returns the revision of the last one
-/// (the store revision after them all, since only this bench writes).
-async fn write_count(channel: Channel, prefix: &str, count: u64) -> i64 {
+/// Puts `count` times under `prefix` with 64 clients, cycling through `distinct` keys, a
+/// 64-byte value each; returns the revision of the last one (the store revision after them
+/// all, since only this bench writes).
+async fn write_count(channel: Channel, prefix: &str, count: u64, distinct: u64) -> i64 {
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..64 {
@@ -272,7 +306,7 @@ async fn write_count(channel: Channel, prefix: &str, count: u64) -> i64 {
                     return highest;
                 }
                 let put = PutRequest {
-                    key: format!("{prefix}{}", i % 1000).into_bytes(),
+                    key: format!("{prefix}{:06}", i % distinct).into_bytes(),
                     value: vec![b'c'; 64],
                     ..Default::default()
                 };
@@ -297,7 +331,7 @@ async fn write_count(channel: Channel, prefix: &str, count: u64) -> i64 {
 /// cancelled or fell short.
 async fn catch_up(cluster: &Cluster) -> Option<(f64, f64)> {
     let prefix = format!("/cu/{}/", now_micros());
-    let head = write_count(channel(&cluster.endpoint(0)).await, &prefix, CATCH_UP as u64).await;
+    let head = write_count(channel(&cluster.endpoint(0)).await, &prefix, CATCH_UP as u64, 1000).await;
     let start = head - CATCH_UP + 1;
     let mut range_end = prefix.clone().into_bytes();
     if let Some(last) = range_end.last_mut() {
@@ -330,6 +364,21 @@ fn main() {
     let mut results: BTreeMap<(String, String), serde_json::Value> = BTreeMap::new();
     let clusters = common::start_selected(&runtime, &targets);
     runtime.block_on(async {
+        // First, while no compaction has run: the retained history must grow with the writes.
+        let label = "memory per key and per history entry, 100,000 keys";
+        if selected("BENCH_WORKLOADS", label) {
+            for cluster in &clusters {
+                let name = cluster.target.name();
+                eprintln!("[{name}] {label} …");
+                let figures = memory_per_key(cluster).await;
+                eprintln!("[{name}] {label}: {figures:?} (bytes per new key, per overwrite)");
+                let (key, entry) = figures.map_or((None, None), |(k, e)| (Some(k), Some(e)));
+                results.insert(
+                    (label.to_string(), name),
+                    serde_json::json!({"bytes_per_new_key": key, "bytes_per_overwrite": entry}),
+                );
+            }
+        }
         // The last run offers more events than either system delivers (every put reaches all
         // 10,000 watchers), so it measures the watch path's capacity rather than the writer's.
         for (watchers, streams, rate, keys) in [
@@ -360,10 +409,15 @@ fn main() {
                 let expected = median(runs.iter().map(|f| f.expected_per_sec).collect());
                 let p50 = median(runs.iter().map(|f| f.p50_ms).collect());
                 let p99 = median(runs.iter().map(|f| f.p99_ms).collect());
-                eprintln!("[{name}] {label}: {events:.0} events/s (of {expected:.0} sent), p50 {p50:.2} ms, p99 {p99:.2} ms");
+                let per_cpu = median(runs.iter().map(|f| f.events_per_cpu_sec).collect());
+                eprintln!(
+                    "[{name}] {label}: {events:.0} events/s (of {expected:.0} sent), p50 {p50:.2} ms, p99 {p99:.2} ms, \
+                     {per_cpu:.0} events per CPU-second of the serving nodes"
+                );
                 results.insert(
                     (label.clone(), name),
-                    serde_json::json!({"events_per_sec": events, "expected_per_sec": expected, "p50_ms": p50, "p99_ms": p99}),
+                    serde_json::json!({"events_per_sec": events, "expected_per_sec": expected, "p50_ms": p50,
+                        "p99_ms": p99, "events_per_serving_cpu_sec": per_cpu}),
                 );
             }
         }

@@ -31,6 +31,19 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// CPU time (user + system) the process `pid` has used so far, in seconds. Linux's
+/// `/proc/PID/stat` counts it in clock ticks, which are 1/100 s on every Linux this runs on
+/// (`getconf CLK_TCK`).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after its closing ')' do not.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 #[derive(Clone, Copy, PartialEq)]
 pub enum Target {
     /// leasekv with this election backend.

@@ -107,12 +107,18 @@ impl KeyRange {
 
     /// Whether `candidate` lies in the range.
     pub fn contains(&self, candidate: &[u8]) -> bool {
-        if self.range_end.is_empty() {
-            return candidate == self.key.as_slice();
+        Self::range_contains(&self.key, &self.range_end, candidate)
+    }
+
+    /// Whether `candidate` lies in the range of `key` and `range_end`, for holders that keep
+    /// the two apart (a watcher stores them as boxed slices).
+    pub fn range_contains(key: &[u8], range_end: &[u8], candidate: &[u8]) -> bool {
+        if range_end.is_empty() {
+            return candidate == key;
         }
-        let from_start = self.key.as_slice() == [0];
-        let to_end = self.range_end.as_slice() == [0];
-        (from_start || candidate >= self.key.as_slice()) && (to_end || candidate < self.range_end.as_slice())
+        let from_start = key == [0];
+        let to_end = range_end == [0];
+        (from_start || candidate >= key) && (to_end || candidate < range_end)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::api::{
     ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService, Shared,
-    WatchService,
+    WatchServer, WatchService,
 };
 use crate::config::NodeConfig;
 use crate::node;
@@ -153,7 +153,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         .add_service(pb::lease_server::LeaseServer::new(LeaseService(shared.clone())))
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
         .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
-        .add_service(pb::watch_server::WatchServer::new(watch_service))
+        .add_service(WatchServer::new(watch_service))
         .add_service(LockServer::new(LockService(shared.clone())))
         .add_service(ElectionServer::new(ElectionService::new(shared.clone(), watches_stopping.clone())))
         .add_service(LeaseKvServer::new(ExtService(shared.clone())))

@@ -21,6 +21,9 @@ use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// Below this capacity a compacted window's queue is not shrunk (regrowing would cost more).
+const MIN_SHRINK_CAPACITY: usize = 1024;
+
 /// The retained changes and where they end. Shared (behind a lock) between the state
 /// machine, which appends, and the [`HistoryReader`]s of watch streams, which copy bounded
 /// batches out; a writer waits at most for one such copy.
@@ -115,6 +118,12 @@ impl History {
         let mut w = self.write();
         let keep_from = w.first_at_or_after(revision);
         w.events.drain(..keep_from);
+        // A queue never gives back what a burst made it grow to; without this, a window
+        // that once held a million changes would keep their slots (168 bytes each) forever.
+        let len = w.events.len();
+        if w.events.capacity() > 4 * len.max(MIN_SHRINK_CAPACITY) {
+            w.events.shrink_to(2 * len);
+        }
         w.compacted = revision;
         keep_from
     }

@@ -25,6 +25,7 @@ pub use stream::WatchStream;
 
 use crate::state::{HistoryRead, HistoryReader};
 use crate::types::{Event, KeyRange, Revision};
+use std::sync::Arc;
 
 /// A watcher's id on its stream (etcd's `watch_id`).
 pub type WatchId = i64;
@@ -73,8 +74,11 @@ pub struct WatchResponse {
     pub compact_revision: Revision,
     /// More fragments of this response follow.
     pub fragment: bool,
-    /// The events, in revision order.
-    pub events: Vec<Event>,
+    /// The events, in revision order. Shared: every watcher of a stream that gets an event
+    /// in the same shape (with or without `prev_kv`) holds the same one, so a stream with
+    /// thousands of watchers on a key copies and encodes each change once, not once per
+    /// watcher.
+    pub events: Vec<Arc<Event>>,
 }
 
 impl WatchResponse {

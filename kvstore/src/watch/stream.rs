@@ -2,8 +2,9 @@
 
 use super::{EventSource, StreamConfig, WatchBreakage, WatchId, WatchResponse, WatchSpec, STREAM_PROGRESS_ID};
 use crate::state::HistoryRead;
-use crate::types::{Event, EventKind, Revision};
+use crate::types::{Event, EventKind, KeyRange, Revision};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// etcd's reason for refusing a client-chosen id already in use on the stream.
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
@@ -12,24 +13,57 @@ const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream
 /// for a stream far behind; the driver polls again while there is room.
 const MAX_BATCHES_PER_POLL: usize = 64;
 
-/// One watcher: what it watches and how far it has been sent.
+/// One watcher: what it watches and how far it has been sent. Kept small (48 bytes plus
+/// its key), because a node may hold hundreds of thousands: the key range as two boxed
+/// slices rather than the [`WatchSpec`]'s vectors, and only the options that matter after
+/// creation.
 #[derive(Debug, Clone)]
 struct Watcher {
-    spec: WatchSpec,
+    /// The first key (or the only one), as in [`KeyRange::key`].
+    key: Box<[u8]>,
+    /// As in [`KeyRange::range_end`]: empty for a single key.
+    range_end: Box<[u8]>,
     /// Every matching event below this revision was sent; none at or above it was.
     next: Revision,
+    no_put: bool,
+    no_delete: bool,
+    prev_kv: bool,
+    progress_notify: bool,
+    fragment: bool,
     /// Whether a response went out since the last progress tick (then no notification is
     /// needed: the client learned the revision from it).
     sent_since_tick: bool,
 }
 
 impl Watcher {
+    fn new(spec: WatchSpec, next: Revision) -> Self {
+        Watcher {
+            key: spec.range.key.into_boxed_slice(),
+            range_end: spec.range.range_end.into_boxed_slice(),
+            next,
+            no_put: spec.no_put,
+            no_delete: spec.no_delete,
+            prev_kv: spec.prev_kv,
+            progress_notify: spec.progress_notify,
+            fragment: spec.fragment,
+            sent_since_tick: false,
+        }
+    }
+
+    fn is_single(&self) -> bool {
+        self.range_end.is_empty()
+    }
+
+    fn covers(&self, key: &[u8]) -> bool {
+        KeyRange::range_contains(&self.key, &self.range_end, key)
+    }
+
     fn wants(&self, event: &Event) -> bool {
         let filtered = match event.kind {
-            EventKind::Put => self.spec.no_put,
-            EventKind::Delete => self.spec.no_delete,
+            EventKind::Put => self.no_put,
+            EventKind::Delete => self.no_delete,
         };
-        !filtered && self.spec.range.contains(&event.kv.key)
+        !filtered && self.covers(&event.kv.key)
     }
 }
 
@@ -119,7 +153,7 @@ impl WatchStream {
         } else {
             self.ranged.insert(id);
         }
-        self.watchers.insert(id, Watcher { spec, next, sent_since_tick: false });
+        self.watchers.insert(id, Watcher::new(spec, next));
         WatchResponse { watch_id: id, header_revision: head, created: true, ..WatchResponse::default() }
     }
 
@@ -173,7 +207,7 @@ impl WatchStream {
             }
             match source.read(from, self.config.batch_events) {
                 HistoryRead::Compacted(compacted) => self.cancel_compacted(compacted, compacted, head, &mut out),
-                HistoryRead::Events { events, through } => self.deliver(&events, through, &mut out),
+                HistoryRead::Events { events, through } => self.deliver(events, through, &mut out),
             }
             if drop_when_full {
                 out.truncate(room);
@@ -192,7 +226,7 @@ impl WatchStream {
     pub fn progress_tick(&mut self, head: Revision) -> Vec<WatchResponse> {
         let mut out = Vec::new();
         for (&id, w) in &mut self.watchers {
-            if w.spec.progress_notify && w.next > head && !w.sent_since_tick {
+            if w.progress_notify && w.next > head && !w.sent_since_tick {
                 out.push(progress(id, head));
             }
             w.sent_since_tick = false;
@@ -221,8 +255,8 @@ impl WatchStream {
 
     /// Removes a watcher that left from the key index.
     fn unindex(&mut self, id: WatchId, watcher: &Watcher) {
-        if watcher.spec.range.is_single() {
-            let hash = key_hash(&watcher.spec.range.key);
+        if watcher.is_single() {
+            let hash = key_hash(&watcher.key);
             if self.by_key.get_mut(&hash).is_some_and(|ids| ids.remove(id)) {
                 self.by_key.remove(&hash);
             }
@@ -233,7 +267,7 @@ impl WatchStream {
 
     /// Hands each watcher that is owed part of `events` (every change from the smallest
     /// `next` through `through`) the ones it wants, in one response (or in fragments).
-    fn deliver(&mut self, events: &[Event], through: Revision, out: &mut Vec<WatchResponse>) {
+    fn deliver(&mut self, events: Vec<Event>, through: Revision, out: &mut Vec<WatchResponse>) {
         // Which events each watcher's range matches: single-key watchers by lookup, range
         // watchers by test; event indices stay in order.
         let mut matches: BTreeMap<WatchId, Vec<usize>> = BTreeMap::new();
@@ -244,25 +278,23 @@ impl WatchStream {
         }
         for &id in &self.ranged {
             if let Some(w) = self.watchers.get(&id) {
-                let hits: Vec<usize> =
-                    (0..events.len()).filter(|&i| w.spec.range.contains(&events[i].kv.key)).collect();
+                let hits: Vec<usize> = (0..events.len()).filter(|&i| w.covers(&events[i].kv.key)).collect();
                 if !hits.is_empty() {
                     matches.insert(id, hits);
                 }
             }
         }
+        let mut shapes = Shapes::new(events);
         for (&id, w) in &mut self.watchers {
             if w.next > through {
                 continue;
             }
-            let wanted: Vec<Event> = matches
-                .get(&id)
-                .into_iter()
-                .flatten()
-                .map(|&i| &events[i])
-                .filter(|e| e.revision() >= w.next && w.wants(e))
-                .map(|e| shaped(e, w, &self.config))
-                .collect();
+            let mut wanted: Vec<Arc<Event>> = Vec::new();
+            for &i in matches.get(&id).into_iter().flatten() {
+                if shapes.event(i).revision() >= w.next && w.wants(shapes.event(i)) {
+                    wanted.push(shapes.shaped(i, w.prev_kv, &self.config));
+                }
+            }
             w.next = through + 1;
             if wanted.is_empty() {
                 continue;
@@ -270,7 +302,7 @@ impl WatchStream {
             w.sent_since_tick = true;
             let response =
                 WatchResponse { watch_id: id, header_revision: through, events: wanted, ..WatchResponse::default() };
-            if w.spec.fragment {
+            if w.fragment {
                 out.extend(fragments(response, self.config.max_response_bytes));
             } else if self.config.broken(WatchBreakage::SplitRevision) {
                 out.extend(split_a_revision(response));
@@ -281,17 +313,55 @@ impl WatchStream {
     }
 }
 
-/// The watchers under one key hash: almost always one, which needs no allocation.
+/// One history batch's events in the two shapes watchers take them, each made once and
+/// shared: as read (with the previous key-value) and, when a watcher without `prev_kv` needs
+/// it, without.
+struct Shapes {
+    full: Vec<Arc<Event>>,
+    bare: Vec<Option<Arc<Event>>>,
+}
+
+impl Shapes {
+    fn new(events: Vec<Event>) -> Self {
+        let bare = vec![None; events.len()];
+        Shapes { full: events.into_iter().map(Arc::new).collect(), bare }
+    }
+
+    fn event(&self, i: usize) -> &Event {
+        &self.full[i]
+    }
+
+    /// Event `i` as a watcher receives it: with the previous key-value only if it asked.
+    fn shaped(&mut self, i: usize, prev_kv: bool, config: &StreamConfig) -> Arc<Event> {
+        let full = &self.full[i];
+        if prev_kv {
+            if config.broken(WatchBreakage::PrevKvFromCurrent) && full.kind == EventKind::Put {
+                return Arc::new(Event { kind: full.kind, kv: full.kv.clone(), prev_kv: Some(full.kv.clone()) });
+            }
+            return full.clone();
+        }
+        if full.prev_kv.is_none() {
+            return full.clone();
+        }
+        self.bare[i]
+            .get_or_insert_with(|| Arc::new(Event { kind: full.kind, kv: full.kv.clone(), prev_kv: None }))
+            .clone()
+    }
+}
+
+/// The watchers under one key hash: almost always one, which needs no allocation. The
+/// list is boxed so that an index entry stays 16 bytes.
 #[derive(Debug)]
 enum Ids {
     One(WatchId),
-    Many(Vec<WatchId>),
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<WatchId>>),
 }
 
 impl Ids {
     fn push(&mut self, id: WatchId) {
         match self {
-            Ids::One(first) => *self = Ids::Many(vec![*first, id]),
+            Ids::One(first) => *self = Ids::Many(Box::new(vec![*first, id])),
             Ids::Many(ids) => ids.push(id),
         }
     }
@@ -329,18 +399,6 @@ fn progress(id: WatchId, revision: Revision) -> WatchResponse {
     WatchResponse { watch_id: id, header_revision: revision, ..WatchResponse::default() }
 }
 
-/// `event` as watcher `w` receives it: with the previous key-value only if it asked.
-fn shaped(event: &Event, w: &Watcher, config: &StreamConfig) -> Event {
-    let prev_kv = if !w.spec.prev_kv {
-        None
-    } else if config.broken(WatchBreakage::PrevKvFromCurrent) && event.kind == EventKind::Put {
-        Some(event.kv.clone())
-    } else {
-        event.prev_kv.clone()
-    };
-    Event { kind: event.kind, kv: event.kv.clone(), prev_kv }
-}
-
 /// About how many bytes `event` takes on the wire.
 fn event_bytes(event: &Event) -> usize {
     let kv = |k: &crate::types::KeyValue| k.key.len() + k.value.len() + 40;
@@ -350,7 +408,7 @@ fn event_bytes(event: &Event) -> usize {
 /// `response` split into pieces of at most `max_bytes` of events (at least one event
 /// each), every piece but the last marked as a fragment (etcd's `fragment`).
 fn fragments(response: WatchResponse, max_bytes: usize) -> Vec<WatchResponse> {
-    let total: usize = response.events.iter().map(event_bytes).sum();
+    let total: usize = response.events.iter().map(|e| event_bytes(e)).sum();
     if total <= max_bytes || response.events.len() < 2 {
         return vec![response];
     }

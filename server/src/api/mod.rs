@@ -21,7 +21,7 @@ pub use kv::KvService;
 pub use lease::LeaseService;
 pub use lock::LockService;
 pub use maintenance::{ClusterService, MaintenanceService};
-pub use watch::{WatchService, WatchSettings};
+pub use watch::{WatchServer, WatchService, WatchSettings};
 
 use crate::node::NodeHandle;
 use convert::request_error;

@@ -8,6 +8,11 @@
 //! bounded amount of memory and holds up nobody: its watchers fall behind and catch up
 //! from the history when it reads again (or are cancelled with the compaction revision if
 //! the history moved past them).
+//!
+//! Responses go out in the wire form of `proto/etcdserverpb/watch_wire.proto`: each event
+//! encoded once per stream and batch, and those bytes copied into every watcher's response
+//! (the stream core shares one event value among the watchers that receive it alike). With
+//! thousands of watchers on a key, encoding per watcher was most of the cost of a delivery.
 
 use super::convert::kv_out;
 use super::Shared;
@@ -16,7 +21,10 @@ use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::watch_request::RequestUnion;
 use leasekv_client::proto::mvccpb;
 use leasekv_kvstore::watch::{StreamConfig, WatchResponse, WatchSpec, WatchStream};
-use leasekv_kvstore::{EventKind, KeyRange, Revision};
+use leasekv_kvstore::{Event, EventKind, KeyRange, Revision};
+use prost::bytes::Bytes;
+use prost::Message;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +32,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
+
+/// The wire form of etcd's Watch service (see the module documentation).
+mod wire {
+    #![allow(missing_docs)]
+    tonic::include_proto!("etcdserverpb");
+}
+
+pub use wire::watch_server::WatchServer;
 
 /// How a node serves watch streams.
 #[derive(Debug, Clone)]
@@ -65,10 +81,10 @@ impl WatchService {
 }
 
 /// The response stream handed to tonic.
-pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<wire::WatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl pb::watch_server::Watch for WatchService {
+impl wire::watch_server::Watch for WatchService {
     type WatchStream = ResponseStream;
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<ResponseStream>, Status> {
@@ -88,7 +104,7 @@ impl pb::watch_server::Watch for WatchService {
 struct StreamTask {
     shared: Arc<Shared>,
     core: WatchStream,
-    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    tx: mpsc::Sender<Result<wire::WatchResponse, Status>>,
 }
 
 /// Why a stream task stops.
@@ -172,11 +188,38 @@ impl StreamTask {
     }
 
     async fn send_all(&self, responses: Vec<WatchResponse>) -> Result<(), Ended> {
+        // The events of one batch are shared among its responses: encode each once. The
+        // cache holds the responses' own events, which live until the loop ends, so an
+        // address stays unique while it is a key.
+        let mut encoded: HashMap<usize, Bytes> = HashMap::new();
+        let mut headers = Headers::new(&self.shared);
         for response in responses {
-            let out = response_out(response, &self.shared);
+            let out = response_out(response, &mut headers, &mut encoded);
             self.tx.send(Ok(out)).await.map_err(|_| Ended::ClientGone)?;
         }
         Ok(())
+    }
+}
+
+/// Response headers for one batch of responses: the election term is read once.
+struct Headers<'a> {
+    shared: &'a Shared,
+    last: Option<pb::ResponseHeader>,
+}
+
+impl<'a> Headers<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        Headers { shared, last: None }
+    }
+
+    fn at(&mut self, revision: Revision) -> pb::ResponseHeader {
+        match &mut self.last {
+            Some(header) => {
+                header.revision = revision;
+                *header
+            }
+            None => *self.last.insert(self.shared.header(revision)),
+        }
     }
 }
 
@@ -198,27 +241,110 @@ fn spec_in(create: pb::WatchCreateRequest) -> WatchSpec {
     }
 }
 
-/// etcd's wire form of a stream response.
-fn response_out(response: WatchResponse, shared: &Shared) -> pb::WatchResponse {
-    pb::WatchResponse {
-        header: Some(shared.header(response.header_revision)),
+/// etcd's wire form of a stream response, its events taken from (or added to) `encoded`.
+fn response_out(
+    response: WatchResponse,
+    headers: &mut Headers<'_>,
+    encoded: &mut HashMap<usize, Bytes>,
+) -> wire::WatchResponse {
+    let events = response
+        .events
+        .iter()
+        .map(|event| encoded.entry(Arc::as_ptr(event) as usize).or_insert_with(|| encode_event(event)).clone())
+        .collect();
+    wire::WatchResponse {
+        header: Some(headers.at(response.header_revision)),
         watch_id: response.watch_id,
         created: response.created,
         canceled: response.canceled,
         compact_revision: response.compact_revision,
         cancel_reason: response.cancel_reason,
         fragment: response.fragment,
-        events: response
-            .events
-            .into_iter()
-            .map(|e| mvccpb::Event {
-                r#type: match e.kind {
-                    EventKind::Put => mvccpb::event::EventType::Put as i32,
-                    EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+        events,
+    }
+}
+
+/// An event as etcd's `mvccpb.Event` message, encoded.
+fn encode_event(event: &Event) -> Bytes {
+    let message = mvccpb::Event {
+        r#type: match event.kind {
+            EventKind::Put => mvccpb::event::EventType::Put as i32,
+            EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+        },
+        kv: Some(kv_out(event.kv.clone())),
+        prev_kv: event.prev_kv.clone().map(kv_out),
+    };
+    Bytes::from(message.encode_to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasekv_kvstore::KeyValue;
+
+    fn kv(key: &str, value: &str, revision: Revision) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: value.into(),
+            create_revision: 2,
+            mod_revision: revision,
+            version: revision - 1,
+            lease: 7,
+        }
+    }
+
+    /// The wire form must decode, byte for byte, as etcd's own WatchResponse: a client sees
+    /// no difference.
+    #[test]
+    fn the_wire_form_decodes_as_etcds_watch_response() {
+        let put = Event { kind: EventKind::Put, kv: kv("/a", "2", 3), prev_kv: Some(kv("/a", "1", 2)) };
+        let delete = Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: b"/a".to_vec(),
+                value: Vec::new(),
+                create_revision: 0,
+                mod_revision: 4,
+                version: 0,
+                lease: 0,
+            },
+            prev_kv: None,
+        };
+        let header = pb::ResponseHeader { cluster_id: 1, member_id: 2, revision: 4, raft_term: 5 };
+        let sent = wire::WatchResponse {
+            header: Some(header),
+            watch_id: 9,
+            created: false,
+            canceled: true,
+            compact_revision: 3,
+            cancel_reason: "why".into(),
+            fragment: true,
+            events: vec![encode_event(&put), encode_event(&delete)],
+        };
+        let received = pb::WatchResponse::decode(sent.encode_to_vec().as_slice()).expect("decodes as etcd's");
+        let expected = pb::WatchResponse {
+            header: Some(header),
+            watch_id: 9,
+            created: false,
+            canceled: true,
+            compact_revision: 3,
+            cancel_reason: "why".into(),
+            fragment: true,
+            events: vec![
+                mvccpb::Event {
+                    r#type: mvccpb::event::EventType::Put as i32,
+                    kv: Some(kv_out(put.kv.clone())),
+                    prev_kv: Some(kv_out(kv("/a", "1", 2))),
                 },
-                kv: Some(kv_out(e.kv)),
-                prev_kv: e.prev_kv.map(kv_out),
-            })
-            .collect(),
+                mvccpb::Event {
+                    r#type: mvccpb::event::EventType::Delete as i32,
+                    kv: Some(kv_out(delete.kv.clone())),
+                    prev_kv: None,
+                },
+            ],
+        };
+        assert_eq!(received, expected);
+        // And the same bytes as etcd's own encoding.
+        assert_eq!(sent.encode_to_vec(), expected.encode_to_vec());
     }
 }
