@@ -15,6 +15,7 @@
 pub mod api;
 pub mod compactor;
 pub mod config;
+pub mod fault_injection;
 pub mod forward;
 pub mod history_feed;
 pub mod node;

@@ -13,6 +13,7 @@ use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency,
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
+use crate::fault_injection::{FaultInjection, NodeFaults};
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
 use std::collections::HashMap;
@@ -204,6 +205,7 @@ pub fn start(
     election: Arc<dyn ElectionBackend>,
     clock: MonotonicClock,
     peers: PeerNetwork,
+    faults: &FaultInjection,
 ) -> NodeHandle {
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
@@ -216,7 +218,9 @@ pub fn start(
     };
     let revision = Arc::new(AtomicI64::new(replica.state().revision()));
     let (feed, history) = history_feed::channel(replica.state().history_reader());
+    let faults = NodeFaults::new(faults, replica.id().0, clock);
     let node = NodeLoop {
+        faults,
         revision: revision.clone(),
         feed,
         election: election.clone(),
@@ -254,6 +258,8 @@ impl Asker {
 
 struct NodeLoop {
     replica: Replica<SledStorage>,
+    /// Test-only faults (nothing in a release build).
+    faults: NodeFaults,
     /// The election, for a step-down.
     election: Arc<dyn ElectionBackend>,
     /// Shared with every [`NodeHandle`].
@@ -337,6 +343,7 @@ impl NodeLoop {
             let mut one_input = true;
             let replica_deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
             let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
+            self.faults.before_wait(self.clock.now());
             tokio::select! {
                 changed = status.changed() => {
                     if changed.is_err() {
@@ -385,6 +392,7 @@ impl NodeLoop {
 
     fn apply_status(&mut self, status: &ElectionStatus) {
         let now = self.clock.now();
+        self.faults.mastership(now, status.master.map(|m| m.valid_until));
         self.replica.set_mastership(now, status.master, status.hint);
     }
 
@@ -473,7 +481,7 @@ impl NodeLoop {
             },
             MasterRequest::Read(request, revision) => self
                 .replica
-                .read_at(now, &request, revision, ReadConsistency::Linearizable)
+                .read_at(self.faults.read_time(now), &request, revision, ReadConsistency::Linearizable)
                 .map(|(response, revision)| MasterAnswer::Read(response, revision)),
             MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
             MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),

@@ -16,6 +16,7 @@ use leasekv_client::proto::v3electionpb::election_server::ElectionServer;
 use leasekv_client::proto::v3lockpb::lock_server::LockServer;
 use leasekv_kvstore::log::{OpenError, Replica};
 use leasekv_kvstore::storage::{SledStorage, StorageError};
+use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
 use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, EpochStore};
 use std::future::Future;
@@ -59,6 +60,9 @@ pub enum ServerError {
         /// What failed.
         source: leasekv_lease::epoch::EpochError,
     },
+    /// A fault-injection variable cannot be honoured.
+    #[error("{0}")]
+    FaultInjection(#[from] FaultInjectionError),
     /// The election could not be configured.
     #[error("election: {0}")]
     Election(#[from] LeaseConfigError),
@@ -90,6 +94,12 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
     let epoch =
         storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
+    let faults = FaultInjection::from_env()?;
+    if faults.is_active() {
+        tracing::warn!(?faults, "fault injection is on: this node is for tests only");
+    }
+    #[cfg(feature = "fault-injection")]
+    faults.start_clock();
     let me = config.id;
     let members = config.members();
     let clock = MonotonicClock::new();
@@ -122,10 +132,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
     let election_dyn: Arc<dyn ElectionBackend> = election.clone();
 
-    let replica = Replica::open(me, &members, config.replica_config(), config.limits(), storage, epoch.value)
+    let replica = Replica::open(me, &members, replica_config(&config, &faults), config.limits(), storage, epoch.value)
         .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
     let peers_for_service = peers.clone();
-    let node = node::start(replica, election_dyn.clone(), clock, peers);
+    let node = node::start(replica, election_dyn.clone(), clock, peers, &faults);
 
     let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
     let shared = Shared::new(node.clone(), me, config.cluster_id, member_addrs);
@@ -185,4 +195,23 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 /// for the peer's delayed ACK (40 ms on Linux).
 fn no_delay(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// The log's configuration, with a negative control of the fault-injection build applied.
+fn replica_config(config: &NodeConfig, faults: &FaultInjection) -> leasekv_kvstore::log::ReplicaConfig {
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
+    let mut replica = config.replica_config();
+    #[cfg(feature = "fault-injection")]
+    {
+        use crate::fault_injection::ServerBreakage;
+        use leasekv_kvstore::log::LogBreakage;
+        replica.breakage = match faults.breakage {
+            ServerBreakage::FollowerReads => LogBreakage::FollowerReads,
+            ServerBreakage::AckBeforeFsync => LogBreakage::EarlyAck,
+            ServerBreakage::None | ServerBreakage::StaleLeaseCheck => LogBreakage::None,
+        };
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = faults;
+    replica
 }

@@ -9,7 +9,9 @@ use super::{ElectionBackend, ElectionError, ElectionStatus};
 use crate::core::{ElectionCore, LeadershipChange, Mastership};
 use crate::ids::NodeId;
 use crate::message::ElectionMessage;
-use crate::time::{duration_nanos, Instant};
+#[cfg(not(feature = "clock-rate"))]
+use crate::time::duration_nanos;
+use crate::time::Instant;
 use async_trait::async_trait;
 use std::fmt;
 use std::sync::Arc;
@@ -34,15 +36,24 @@ impl MonotonicClock {
 
     /// The current reading.
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(duration_nanos(self.origin.elapsed()))
+        #[cfg(feature = "clock-rate")]
+        {
+            Instant::from_nanos(super::clock_rate::scaled(self.origin, tokio::time::Instant::now()))
+        }
+        #[cfg(not(feature = "clock-rate"))]
+        {
+            Instant::from_nanos(duration_nanos(self.origin.elapsed()))
+        }
     }
 
     /// The tokio instant of reading `at`, for sleeping until a core's deadline. Readings
     /// too far away to represent map to about thirty years from now, which is never.
     pub fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
-        self.origin
-            .checked_add(Duration::from_nanos(at.as_nanos()))
-            .unwrap_or_else(|| tokio::time::Instant::now() + FAR_FUTURE)
+        #[cfg(feature = "clock-rate")]
+        let real = super::clock_rate::unscaled(self.origin, at.as_nanos());
+        #[cfg(not(feature = "clock-rate"))]
+        let real = self.origin.checked_add(Duration::from_nanos(at.as_nanos()));
+        real.unwrap_or_else(|| tokio::time::Instant::now() + FAR_FUTURE)
     }
 }
 

@@ -8,6 +8,8 @@
 mod driver;
 mod transport;
 
+#[cfg(feature = "clock-rate")]
+pub mod clock_rate;
 pub use driver::{DrivenBackend, MonotonicClock};
 pub use transport::{Inbox, LocalNetwork, LocalTransport, Transport};
 

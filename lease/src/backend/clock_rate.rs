@@ -1,0 +1,122 @@
+//! A process-wide clock rate for fault injection: the node's [`MonotonicClock`] runs at
+//! `rate` × real time, and the rate may change while the node runs.
+//!
+//! Only builds with the `clock-rate` feature have this (the chaos harness's kvserver);
+//! release builds read the real monotonic clock and nothing else. The clock stays
+//! continuous and monotonic across rate changes: a reading is the integral of the rate
+//! over real time since the clock's origin, so a change bends the clock's slope without
+//! making it jump.
+//!
+//! [`MonotonicClock`]: super::MonotonicClock
+
+use std::sync::RwLock;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::time::Instant;
+
+/// The rates in force, each from its start until the next one's; before the first, 1.
+static PERIODS: RwLock<Vec<(Instant, f64)>> = RwLock::new(Vec::new());
+
+/// The allowed range: a clock may run fast or slow by up to 10×, never stop.
+pub const RATE_RANGE: std::ops::RangeInclusive<f64> = 0.1..=10.0;
+
+/// A rate outside [`RATE_RANGE`].
+#[derive(Debug, Error, PartialEq)]
+#[error("clock rate {0} is outside the allowed 0.1 to 10")]
+pub struct RateError(pub f64);
+
+/// Makes the clock run at `rate` × real time from now on.
+pub fn set(rate: f64) -> Result<(), RateError> {
+    if !RATE_RANGE.contains(&rate) {
+        return Err(RateError(rate));
+    }
+    let mut periods = PERIODS.write().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    // Periods start in order; a rate set at the same instant replaces the last.
+    if periods.last().is_some_and(|(start, _)| *start >= now) {
+        periods.pop();
+    }
+    periods.push((now, rate));
+    Ok(())
+}
+
+/// The rate in force now.
+pub fn current() -> f64 {
+    PERIODS.read().unwrap_or_else(|e| e.into_inner()).last().map_or(1.0, |(_, rate)| *rate)
+}
+
+/// The rate segments over `[origin, ∞)`: (start, rate), the first starting at `origin`.
+fn segments(origin: Instant) -> Vec<(Instant, f64)> {
+    let periods = PERIODS.read().unwrap_or_else(|e| e.into_inner());
+    let mut rate_at_origin = 1.0;
+    let mut later = Vec::new();
+    for &(start, rate) in periods.iter() {
+        if start <= origin {
+            rate_at_origin = rate;
+        } else {
+            later.push((start, rate));
+        }
+    }
+    let mut all = vec![(origin, rate_at_origin)];
+    all.extend(later);
+    all
+}
+
+/// Nanoseconds the scaled clock advanced from `origin` to `now`.
+pub(crate) fn scaled(origin: Instant, now: Instant) -> u64 {
+    let segments = segments(origin);
+    let mut total = 0f64;
+    for (i, &(start, rate)) in segments.iter().enumerate() {
+        if start >= now {
+            break;
+        }
+        let end = segments.get(i + 1).map_or(now, |(next, _)| (*next).min(now));
+        total += end.duration_since(start).as_nanos() as f64 * rate;
+    }
+    total as u64
+}
+
+/// The real instant at which the scaled clock started at `origin` reads `nanos`, assuming
+/// the current rate holds from now on.
+pub(crate) fn unscaled(origin: Instant, nanos: u64) -> Option<Instant> {
+    let segments = segments(origin);
+    let mut left = nanos as f64;
+    for (i, &(start, rate)) in segments.iter().enumerate() {
+        match segments.get(i + 1) {
+            Some(&(next, _)) => {
+                let span = next.duration_since(start).as_nanos() as f64 * rate;
+                if left <= span {
+                    return start.checked_add(Duration::from_nanos((left / rate) as u64));
+                }
+                left -= span;
+            }
+            None => return start.checked_add(Duration::from_secs_f64((left / rate) / 1e9)),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test only: the rate is process-wide, and tests run in parallel threads.
+    #[test]
+    fn the_clock_follows_the_rate_continuously_and_inverts() {
+        let origin = Instant::now() - Duration::from_secs(10);
+        assert!(set(20.0).is_err() && set(0.0).is_err() && set(f64::NAN).is_err());
+        // Rate 1 so far: ten seconds.
+        let before = scaled(origin, Instant::now());
+        assert!((9_900_000_000..11_000_000_000).contains(&before), "{before}");
+        set(2.0).expect("in range");
+        let changed = Instant::now();
+        let later = changed + Duration::from_secs(1);
+        let reading = scaled(origin, later);
+        let expected = scaled(origin, changed) + 2_000_000_000;
+        assert!(reading.abs_diff(expected) < 1_000, "{reading} vs {expected}");
+        let back = unscaled(origin, reading).expect("representable");
+        assert!(back.max(later).duration_since(back.min(later)) < Duration::from_micros(1));
+        set(1.0).expect("in range");
+        assert_eq!(current(), 1.0);
+    }
+}

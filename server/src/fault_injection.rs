@@ -1,0 +1,294 @@
+//! Fault injection for the chaos harness (`src/bin/chaos/`): a node clock at a chosen rate,
+//! deliberately broken variants the harness must catch, and a log of the master lease
+//! intervals the harness checks for overlap.
+//!
+//! Everything here is set through environment variables so that the configuration format
+//! has no test-only settings. Only a kvserver built with the `fault-injection` feature acts
+//! on them; any other build refuses to start when one is set, so a fault meant for a test
+//! never goes unnoticed in a production build (or the other way round).
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `LEASEKV_FAULT_CLOCK_RATE` | the node's monotonic clock runs at this × real time (0.1–10) |
+//! | `LEASEKV_FAULT_CLOCK_RATE_FILE` | a file holding a rate, re-read every 100 ms, to change it while running |
+//! | `LEASEKV_FAULT_BREAK` | a negative control: `follower-reads`, `ack-before-fsync`, `stale-lease-check` |
+//! | `LEASEKV_FAULT_LEASE_LOG` | a file the node appends its master lease intervals to (wall-clock ns) |
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// The environment variables this module reads.
+pub const VARIABLES: [&str; 4] =
+    ["LEASEKV_FAULT_CLOCK_RATE", "LEASEKV_FAULT_CLOCK_RATE_FILE", "LEASEKV_FAULT_BREAK", "LEASEKV_FAULT_LEASE_LOG"];
+
+/// A deliberately broken node, for the harness's negative controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServerBreakage {
+    /// The real thing.
+    #[default]
+    None,
+    /// Linearizable reads answered by any node from its own state.
+    FollowerReads,
+    /// Log acceptances acknowledged before they are on disk.
+    AckBeforeFsync,
+    /// Requests are checked against the lease with the time the node loop last read before
+    /// it waited for input, not the time it handles them: after a pause, a deposed master
+    /// serves reads as if no time had passed.
+    StaleLeaseCheck,
+}
+
+impl ServerBreakage {
+    /// Every broken variant with its name.
+    pub const ALL: [(&'static str, ServerBreakage); 3] = [
+        ("follower-reads", ServerBreakage::FollowerReads),
+        ("ack-before-fsync", ServerBreakage::AckBeforeFsync),
+        ("stale-lease-check", ServerBreakage::StaleLeaseCheck),
+    ];
+}
+
+/// What the environment asked for.
+#[derive(Debug, Clone, Default)]
+pub struct FaultInjection {
+    /// The clock rate at start.
+    pub clock_rate: Option<f64>,
+    /// Where to re-read the clock rate from while running.
+    pub clock_rate_file: Option<PathBuf>,
+    /// The negative control in force.
+    pub breakage: ServerBreakage,
+    /// Where to log master lease intervals.
+    pub lease_log: Option<PathBuf>,
+}
+
+/// A fault-injection variable that cannot be honoured.
+#[derive(Debug, Error)]
+pub enum FaultInjectionError {
+    /// This build has no fault injection.
+    #[error(
+        "{0} is set, but this kvserver was built without fault injection (build with `--features fault-injection`; release builds never act on it)"
+    )]
+    NotBuiltIn(&'static str),
+    /// A value that does not parse or is out of range.
+    #[error("{variable}={value:?}: {why}")]
+    Invalid {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What is allowed.
+        why: String,
+    },
+}
+
+impl FaultInjection {
+    /// Reads the variables of [`VARIABLES`].
+    pub fn from_env() -> Result<FaultInjection, FaultInjectionError> {
+        let var = |name: &'static str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if !cfg!(feature = "fault-injection") {
+            return match VARIABLES.iter().find(|name| var(name).is_some()) {
+                Some(name) => Err(FaultInjectionError::NotBuiltIn(name)),
+                None => Ok(FaultInjection::default()),
+            };
+        }
+        let clock_rate = match var("LEASEKV_FAULT_CLOCK_RATE") {
+            Some(value) => Some(parse_rate("LEASEKV_FAULT_CLOCK_RATE", &value)?),
+            None => None,
+        };
+        let breakage = match var("LEASEKV_FAULT_BREAK") {
+            Some(value) => ServerBreakage::ALL.iter().find(|(name, _)| *name == value).map(|(_, b)| *b).ok_or_else(
+                || FaultInjectionError::Invalid {
+                    variable: "LEASEKV_FAULT_BREAK",
+                    why: format!(
+                        "unknown; allowed: {}",
+                        ServerBreakage::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    ),
+                    value,
+                },
+            )?,
+            None => ServerBreakage::None,
+        };
+        Ok(FaultInjection {
+            clock_rate,
+            clock_rate_file: var("LEASEKV_FAULT_CLOCK_RATE_FILE").map(PathBuf::from),
+            breakage,
+            lease_log: var("LEASEKV_FAULT_LEASE_LOG").map(PathBuf::from),
+        })
+    }
+
+    /// Whether anything is injected.
+    pub fn is_active(&self) -> bool {
+        self.clock_rate.is_some()
+            || self.clock_rate_file.is_some()
+            || self.breakage != ServerBreakage::None
+            || self.lease_log.is_some()
+    }
+}
+
+fn parse_rate(variable: &'static str, value: &str) -> Result<f64, FaultInjectionError> {
+    let invalid = || FaultInjectionError::Invalid {
+        variable,
+        value: value.to_string(),
+        why: "a clock rate between 0.1 and 10 (1 is real time)".into(),
+    };
+    let rate: f64 = value.trim().parse().map_err(|_| invalid())?;
+    if (0.1..=10.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(invalid())
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+mod active {
+    use super::{parse_rate, FaultInjection};
+    use leasekv_lease::backend::{clock_rate, MonotonicClock};
+    use leasekv_lease::Instant;
+    use std::io::Write;
+    use std::path::PathBuf;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    impl FaultInjection {
+        /// Sets the clock rate and starts re-reading the rate file. Call before the node's
+        /// clock is first read.
+        pub fn start_clock(&self) {
+            if let Some(rate) = self.clock_rate {
+                // Range-checked when parsed.
+                let _ = clock_rate::set(rate);
+                tracing::warn!(rate, "fault injection: the node clock runs at this rate");
+            }
+            if let Some(path) = self.clock_rate_file.clone() {
+                tokio::spawn(follow_rate_file(path));
+            }
+        }
+    }
+
+    async fn follow_rate_file(path: PathBuf) {
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            interval.tick().await;
+            // A few bytes, read ten times a second: blocking the worker for it is harmless.
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            match parse_rate("LEASEKV_FAULT_CLOCK_RATE_FILE", &text) {
+                Ok(rate) if rate != clock_rate::current() => {
+                    let _ = clock_rate::set(rate);
+                    tracing::warn!(rate, "fault injection: the node clock rate changed");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "fault injection: ignoring the rate file"),
+            }
+        }
+    }
+
+    /// Appends `lease NODE FROM_NS UNTIL_NS` lines (wall-clock nanoseconds since the Unix
+    /// epoch) for each master lease interval this node believes in, and `end NODE AT_NS` when
+    /// it gives one up early: the harness checks that no two
+    /// nodes' intervals overlap. Wall clock, because every process on the machine shares it
+    /// and the harness compares across processes; the rate-scaled clock is mapped back to
+    /// real time through its own inverse.
+    pub struct LeaseLog {
+        file: std::fs::File,
+        node: u32,
+        clock: MonotonicClock,
+        last_until: Option<Instant>,
+    }
+
+    impl LeaseLog {
+        /// Opens (appends to) the log named by the environment, if any.
+        pub fn open(faults: &FaultInjection, node: u32, clock: MonotonicClock) -> Option<LeaseLog> {
+            let path = faults.lease_log.as_ref()?;
+            match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                Ok(file) => Some(LeaseLog { file, node, clock, last_until: None }),
+                Err(error) => {
+                    tracing::error!(%error, path = %path.display(), "fault injection: cannot open the lease log");
+                    None
+                }
+            }
+        }
+
+        /// Records that, at `now`, this node believes it is master until `valid_until`.
+        pub fn record(&mut self, now: Instant, valid_until: Option<Instant>) {
+            let wall_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let Some(until) = valid_until.filter(|u| now < *u) else {
+                // Given up before its end (a release or a step-down): the interval ends now.
+                if self.last_until.take().is_some_and(|last| now < last) {
+                    let _ = writeln!(self.file, "end {} {}", self.node, wall_now.as_nanos());
+                }
+                return;
+            };
+            if self.last_until == Some(until) {
+                return;
+            }
+            self.last_until = Some(until);
+            let real_left = self.clock.to_tokio(until).saturating_duration_since(tokio::time::Instant::now());
+            let from = wall_now.as_nanos();
+            let to = (wall_now + real_left).as_nanos();
+            let _ = writeln!(self.file, "lease {} {from} {to}", self.node);
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+pub use active::LeaseLog;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_checked() {
+        assert!(parse_rate("X", "1.01").is_ok());
+        for bad in ["0", "11", "fast", "NaN"] {
+            let message = parse_rate("X", bad).expect_err(bad).to_string();
+            assert!(message.contains("between 0.1 and 10"), "{message}");
+        }
+    }
+}
+
+/// The node loop's side of fault injection: the stale time of the `stale-lease-check`
+/// control and the lease log. In a build without the feature it holds nothing and does
+/// nothing.
+#[derive(Default)]
+pub struct NodeFaults {
+    /// `stale-lease-check`: the clock reading taken before the loop last waited.
+    stale_reads: bool,
+    before_wait: Option<leasekv_lease::Instant>,
+    #[cfg(feature = "fault-injection")]
+    lease_log: Option<LeaseLog>,
+}
+
+impl NodeFaults {
+    /// The node loop's faults for node `node` reading `clock`.
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
+    pub fn new(faults: &FaultInjection, node: u32, clock: leasekv_lease::backend::MonotonicClock) -> Self {
+        NodeFaults {
+            stale_reads: faults.breakage == ServerBreakage::StaleLeaseCheck,
+            before_wait: None,
+            #[cfg(feature = "fault-injection")]
+            lease_log: LeaseLog::open(faults, node, clock),
+        }
+    }
+
+    /// The loop is about to wait for input at `now`.
+    pub fn before_wait(&mut self, now: leasekv_lease::Instant) {
+        if self.stale_reads {
+            self.before_wait = Some(now);
+        }
+    }
+
+    /// The time a linearizable read is checked against the lease: `now`, except under
+    /// `stale-lease-check`.
+    pub fn read_time(&self, now: leasekv_lease::Instant) -> leasekv_lease::Instant {
+        match self.before_wait {
+            Some(stale) if self.stale_reads => stale.min(now),
+            _ => now,
+        }
+    }
+
+    /// The node's mastership as the loop sees it at `now`.
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
+    pub fn mastership(&mut self, now: leasekv_lease::Instant, valid_until: Option<leasekv_lease::Instant>) {
+        #[cfg(feature = "fault-injection")]
+        if let Some(log) = &mut self.lease_log {
+            log.record(now, valid_until);
+        }
+    }
+}
