@@ -94,16 +94,18 @@ impl FaultInjection {
             None => None,
         };
         let breakage = match var("LEASEKV_FAULT_BREAK") {
-            Some(value) => ServerBreakage::ALL.iter().find(|(name, _)| *name == value).map(|(_, b)| *b).ok_or_else(
-                || FaultInjectionError::Invalid {
-                    variable: "LEASEKV_FAULT_BREAK",
-                    why: format!(
-                        "unknown; allowed: {}",
-                        ServerBreakage::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                    ),
-                    value,
-                },
-            )?,
+            Some(value) => {
+                ServerBreakage::ALL.iter().find(|(name, _)| *name == value).map(|(_, b)| *b).ok_or_else(|| {
+                    FaultInjectionError::Invalid {
+                        variable: "LEASEKV_FAULT_BREAK",
+                        why: format!(
+                            "unknown; allowed: {}",
+                            ServerBreakage::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        ),
+                        value,
+                    }
+                })?
+            }
             None => ServerBreakage::None,
         };
         Ok(FaultInjection {

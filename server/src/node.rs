@@ -5,6 +5,7 @@
 //! from anywhere else ([`crate::forward`]). Everything else talks to the loop through a
 //! [`NodeHandle`].
 
+use crate::fault_injection::{FaultInjection, NodeFaults};
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
@@ -13,7 +14,6 @@ use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency,
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
-use crate::fault_injection::{FaultInjection, NodeFaults};
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
 use std::collections::HashMap;

@@ -6,6 +6,7 @@ use crate::api::{
     WatchServer, WatchService,
 };
 use crate::config::NodeConfig;
+use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
 use crate::peer::proto::peer_server::PeerServer;
@@ -16,7 +17,6 @@ use leasekv_client::proto::v3electionpb::election_server::ElectionServer;
 use leasekv_client::proto::v3lockpb::lock_server::LockServer;
 use leasekv_kvstore::log::{OpenError, Replica};
 use leasekv_kvstore::storage::{SledStorage, StorageError};
-use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
 use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, EpochStore};
 use std::future::Future;

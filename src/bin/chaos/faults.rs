@@ -1,0 +1,180 @@
+//! The fault classes and how each is injected and healed.
+
+use crate::cluster::{Cluster, DRIFT_BOUND, LEASE_TIME};
+use crate::net::Net;
+use anyhow::{bail, Result};
+use leasekv::lease::rng::SplitMix64;
+use std::time::Duration;
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultClass {
+    /// kill -9 of the master, restart after the hold.
+    KillMaster,
+    /// kill -9 of a majority at once.
+    KillMajority,
+    /// kill -9 of every node at once.
+    KillAll,
+    /// SIGSTOP of the master for 0.5–3× the lease time, then SIGCONT.
+    PauseMaster,
+    /// The master cut off from every other node (clients still reach it).
+    IsolateMaster,
+    /// A minority (with the master) cut off from the majority.
+    SplitMajority,
+    /// Two sides that cannot talk, and one node that talks to both.
+    Bridge,
+    /// The master's outgoing peer traffic dropped, its incoming kept.
+    OneWay,
+    /// A node's clock off by up to 90% of the drift bound, faster or slower.
+    ClockSkew,
+}
+
+impl FaultClass {
+    /// Every class with its command-line name.
+    pub const ALL: [(&'static str, FaultClass); 9] = [
+        ("kill-master", FaultClass::KillMaster),
+        ("kill-majority", FaultClass::KillMajority),
+        ("kill-all", FaultClass::KillAll),
+        ("pause-master", FaultClass::PauseMaster),
+        ("isolate-master", FaultClass::IsolateMaster),
+        ("split-majority", FaultClass::SplitMajority),
+        ("bridge", FaultClass::Bridge),
+        ("one-way", FaultClass::OneWay),
+        ("clock-skew", FaultClass::ClockSkew),
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        FaultClass::ALL.iter().find(|(_, c)| *c == self).map_or("?", |(n, _)| n)
+    }
+
+    /// Parses `all` or a comma-separated list.
+    pub fn parse_list(list: &str) -> Result<Vec<FaultClass>> {
+        if list == "all" {
+            return Ok(FaultClass::ALL.iter().map(|(_, c)| *c).collect());
+        }
+        if list == "none" {
+            return Ok(Vec::new());
+        }
+        list.split(',')
+            .map(|name| {
+                let name = name.trim();
+                match FaultClass::ALL.iter().find(|(n, _)| *n == name) {
+                    Some((_, c)) => Ok(*c),
+                    None => bail!(
+                        "unknown fault {name:?}; known: all, none, {}",
+                        FaultClass::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    ),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A fault in force, to be healed.
+pub struct Injected {
+    /// How long it is held.
+    pub hold: Duration,
+}
+
+/// Injects one fault of `class`. `clock_break` makes a clock fault go far outside the drift
+/// bound (the `fast-clock` negative control).
+pub async fn inject(
+    class: FaultClass,
+    cluster: &mut Cluster,
+    net: &Net,
+    rng: &mut SplitMix64,
+    clock_break: bool,
+) -> Result<Injected> {
+    let n = cluster.size();
+    let master = cluster.master().await.unwrap_or(rng.range_u64(0, n as u64 - 1) as usize);
+    let others = |excluded: &[usize]| (0..n).filter(|i| !excluded.contains(i)).collect::<Vec<_>>();
+    let hold = rng.duration_between(Duration::from_millis(1500), Duration::from_millis(3500));
+    match class {
+        FaultClass::KillMaster => cluster.kill(master),
+        FaultClass::KillMajority => {
+            let mut victims = vec![master];
+            while victims.len() < n / 2 + 1 {
+                let v = rng.range_u64(0, n as u64 - 1) as usize;
+                if !victims.contains(&v) {
+                    victims.push(v);
+                }
+            }
+            for v in victims {
+                cluster.kill(v);
+            }
+        }
+        FaultClass::KillAll => {
+            for i in 0..n {
+                cluster.kill(i);
+            }
+        }
+        FaultClass::PauseMaster => {
+            cluster.signal_pause(master, true);
+            let hold = LEASE_TIME.mul_f64(0.5 + 2.5 * rng.next_f64());
+            return Ok(Injected { hold });
+        }
+        FaultClass::IsolateMaster => {
+            for i in others(&[master]) {
+                net.cut(i, &[master], false)?;
+            }
+            net.cut(master, &others(&[master]), false)?;
+        }
+        FaultClass::SplitMajority => {
+            let mut minority = vec![master];
+            while minority.len() < (n - 1) / 2 {
+                let v = rng.range_u64(0, n as u64 - 1) as usize;
+                if !minority.contains(&v) {
+                    minority.push(v);
+                }
+            }
+            let majority = others(&minority);
+            for &i in &minority {
+                net.cut(i, &majority, false)?;
+            }
+            for &i in &majority {
+                net.cut(i, &minority, false)?;
+            }
+        }
+        FaultClass::Bridge => {
+            // The master on one side, the bridge the next node, the rest on the other.
+            let bridge = (master + 1) % n;
+            let side_a: Vec<usize> = vec![master];
+            let side_b = others(&[master, bridge]);
+            for &a in &side_a {
+                net.cut(a, &side_b, false)?;
+            }
+            for &b in &side_b {
+                net.cut(b, &side_a, false)?;
+            }
+        }
+        FaultClass::OneWay => net.cut(master, &others(&[master]), true)?,
+        FaultClass::ClockSkew => {
+            let node = rng.range_u64(0, n as u64 - 1) as usize;
+            let rate = if clock_break {
+                // The master's clock slow enough that it outlives its lease by far.
+                cluster.set_clock_rate(master, 0.4)?;
+                for i in others(&[master]) {
+                    net.cut(i, &[master], false)?;
+                }
+                net.cut(master, &others(&[master]), false)?;
+                return Ok(Injected { hold: hold.max(Duration::from_secs(3)) });
+            } else {
+                let off = DRIFT_BOUND * 0.9 * rng.next_f64();
+                if rng.chance(0.5) {
+                    1.0 + off
+                } else {
+                    1.0 - off
+                }
+            };
+            cluster.set_clock_rate(node, rate)?;
+        }
+    }
+    Ok(Injected { hold })
+}
+
+/// Ends every fault: heals the network, resumes and restarts nodes, resets clocks.
+pub fn heal(cluster: &mut Cluster, net: &Net) -> Result<()> {
+    net.heal();
+    cluster.restore()
+}

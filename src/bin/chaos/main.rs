@@ -1,0 +1,387 @@
+//! `chaos`: fault injection on real processes. Starts a cluster of `kvserver` (or `etcd`)
+//! processes, each in its own network namespace, drives a register workload through etcd's
+//! API, injects faults (kills, pauses, partitions, clock skew), heals, and checks the
+//! recorded history: linearizability per key, no acknowledged write lost, every node
+//! converged, and (leasekv) no two master leases overlapping in real time.
+//!
+//! ```sh
+//! cargo run --release -p leasekv --features fault-injection --bin chaos -- --duration 60
+//! ```
+//!
+//! It needs root (network namespaces), `ip` (iproute2) and `nft` (nftables). The last line
+//! it prints is `seed=… ops_checked=… lost=0 anomalies=0 …`; it exits 0 only when every
+//! check holds. See docs/chaos.md.
+
+mod check;
+mod cluster;
+mod faults;
+mod net;
+mod workload;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use cluster::{Cluster, Target};
+use faults::FaultClass;
+use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
+use leasekv::client::proto::etcdserverpb::RangeRequest;
+use leasekv::kvstore::sim::linearizability::{KvOp, Operation};
+use leasekv::lease::rng::SplitMix64;
+use net::Net;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use workload::Recorder;
+
+/// Fault injection on real kvserver processes, with checked histories.
+#[derive(Debug, Parser, Clone)]
+#[command(version)]
+struct Args {
+    /// Cluster size.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=7))]
+    nodes: u8,
+    /// How long to inject faults, seconds (the run takes a little longer: start, heal, checks).
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// The seed of every random choice (default: from the time).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
+    /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew.
+    #[arg(long, default_value = "all")]
+    faults: String,
+    /// A negative control the checks must catch: follower-reads, stale-lease-check,
+    /// ack-before-fsync (kvserver variants) or fast-clock (a master clock far outside the
+    /// drift bound, cut off).
+    #[arg(long = "break")]
+    breakage: Option<String>,
+    /// What runs on the nodes: leasekv or etcd.
+    #[arg(long, default_value = "leasekv")]
+    target: String,
+    /// The leasekv election backend: paxoslease or lease-tracker.
+    #[arg(long, default_value = "paxoslease")]
+    backend: String,
+    /// Closed-loop register clients (spread over the nodes), besides one open-loop reader per node.
+    #[arg(long, default_value_t = 6)]
+    clients: u32,
+    /// Registers (keys).
+    #[arg(long, default_value_t = 12)]
+    keys: usize,
+    /// The server program (default: the kvserver next to this program, or etcd on PATH).
+    #[arg(long)]
+    program: Option<PathBuf>,
+    /// Internal: the run's namespaces exist and this process runs inside them.
+    #[arg(long, hide = true)]
+    inner: Option<String>,
+}
+
+const BREAKS: [&str; 4] = ["follower-reads", "stale-lease-check", "ack-before-fsync", "fast-clock"];
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match &args.inner {
+        None => outer(&args),
+        Some(tag) => inner(&args, tag),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("chaos: error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Makes the namespaces, runs the harness inside the client namespace, removes them.
+fn outer(args: &Args) -> Result<ExitCode> {
+    if let Some(name) = &args.breakage {
+        if !BREAKS.contains(&name.as_str()) {
+            bail!("unknown --break {name:?}; known: {}", BREAKS.join(", "));
+        }
+    }
+    FaultClass::parse_list(&args.faults)?;
+    Net::remove_stale();
+    let net = Net::create(usize::from(args.nodes))
+        .context("creating network namespaces (needs root, iproute2 and a kernel with veth and bridge)")?;
+    let exe = std::env::current_exe().context("this program's path")?;
+    let status = Command::new("ip")
+        .args(["netns", "exec", &net.client_ns()])
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--inner")
+        .arg(net.tag())
+        .status();
+    net.teardown();
+    let status = status.context("running the harness in its namespace")?;
+    Ok(ExitCode::from(status.code().unwrap_or(2).clamp(0, 255) as u8))
+}
+
+/// What happened per fault class.
+#[derive(Default)]
+struct ClassFigures {
+    injected: usize,
+    /// (start, end) of each injection's window: from injection to the next one.
+    windows: Vec<(u64, u64)>,
+}
+
+fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
+    let nodes = usize::from(args.nodes);
+    let net = Net::existing(tag, nodes);
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    let target = match args.target.as_str() {
+        "leasekv" => Target::LeaseKv(args.backend.clone()),
+        "etcd" => Target::Etcd,
+        other => bail!("unknown --target {other:?}; known: leasekv, etcd"),
+    };
+    let program = match (&args.program, &target) {
+        (Some(p), _) => p.clone(),
+        (None, Target::LeaseKv(_)) => std::env::current_exe()?.with_file_name("kvserver"),
+        (None, Target::Etcd) => PathBuf::from("etcd"),
+    };
+    let classes = FaultClass::parse_list(&args.faults)?;
+    let kvserver_break = args.breakage.clone().filter(|b| b != "fast-clock");
+    if kvserver_break.is_some() && target == Target::Etcd {
+        bail!("--break {} needs --target leasekv", args.breakage.as_deref().unwrap_or(""));
+    }
+    let clock_break = args.breakage.as_deref() == Some("fast-clock");
+    let dir = std::env::temp_dir().join(format!("leasekv-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let outcome = runtime.block_on(async {
+        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break)?;
+        let report = run(args, seed, &classes, clock_break, &mut cluster, &net).await;
+        cluster.stop();
+        report
+    });
+    let report = outcome?;
+    let passed = report.anomalies.is_empty();
+    print_report(args, seed, &target, &report);
+    if passed {
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("chaos: the nodes' logs and the lease log are kept in {}", dir.display());
+        Ok(ExitCode::from(1))
+    }
+}
+
+struct Report {
+    duration_s: f64,
+    ops: usize,
+    ops_checked: usize,
+    acked_writes: usize,
+    lost: usize,
+    anomalies: Vec<String>,
+    lease_intervals: usize,
+    longest_unavailable_s: f64,
+    classes: BTreeMap<FaultClass, ClassFigures>,
+    history: Vec<Operation>,
+}
+
+async fn run(
+    args: &Args,
+    seed: u64,
+    classes: &[FaultClass],
+    clock_break: bool,
+    cluster: &mut Cluster,
+    net: &Net,
+) -> Result<Report> {
+    let nodes = cluster.size();
+    cluster.wait_for_master(Duration::from_secs(30)).await.context("no leader within 30 s of starting")?;
+    let recorder = Recorder::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..args.clients {
+        let node = c as usize % nodes;
+        clients.spawn(workload::register_client(c, node, args.keys, seed, recorder.clone(), stop.clone()));
+    }
+    for node in 0..nodes {
+        let client = 1000 + node as u32;
+        clients.spawn(workload::open_reader(client, node, args.keys, seed, recorder.clone(), stop.clone()));
+    }
+
+    let mut rng = SplitMix64::new(seed);
+    let mut figures: BTreeMap<FaultClass, ClassFigures> = BTreeMap::new();
+    let began = tokio::time::Instant::now();
+    let until = began + Duration::from_secs(args.duration);
+    let mut order: Vec<FaultClass> = Vec::new();
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(rng.duration_between(Duration::from_millis(800), Duration::from_millis(1600))).await;
+        if classes.is_empty() {
+            continue;
+        }
+        if order.is_empty() {
+            order = classes.to_vec();
+            // A seeded shuffle: every class once per round, in a new order each round.
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.range_u64(0, i as u64) as usize);
+            }
+        }
+        let class = order.pop().unwrap_or(FaultClass::KillMaster);
+        let start = recorder.now();
+        let injected = faults::inject(class, cluster, net, &mut rng, clock_break).await?;
+        eprintln!("[{:6.1}s] {} for {:.1}s", start as f64 / 1e9, class.name(), injected.hold.as_secs_f64());
+        tokio::time::sleep(injected.hold).await;
+        faults::heal(cluster, net)?;
+        let entry = figures.entry(class).or_default();
+        entry.injected += 1;
+        if let Some(last) = figures.values_mut().flat_map(|f| f.windows.last_mut()).max_by_key(|w| w.0) {
+            last.1 = start;
+        }
+        figures.entry(class).or_default().windows.push((start, u64::MAX));
+    }
+    faults::heal(cluster, net)?;
+    eprintln!("[{:6.1}s] healed; waiting for a leader", recorder.now() as f64 / 1e9);
+    // Let the cluster settle, then stop the clients and read every register once more.
+    cluster.wait_for_master(Duration::from_secs(30)).await.context("no leader within 30 s after healing")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = tokio::time::timeout(Duration::from_secs(20), async { while clients.join_next().await.is_some() {} }).await;
+    clients.abort_all();
+    let end = recorder.now();
+    eprintln!("[{:6.1}s] clients stopped; final reads", end as f64 / 1e9);
+    final_reads(cluster, args.keys, &recorder).await;
+    let history = recorder.take();
+    eprintln!("[{:6.1}s] checking {} operations", recorder.now() as f64 / 1e9, history.len());
+    let verdict = check::history(&history);
+    eprintln!("[{:6.1}s] checked; convergence", recorder.now() as f64 / 1e9);
+    let mut anomalies = verdict.anomalies;
+    let mut lease_intervals = 0;
+    if cluster.is_leasekv() {
+        let (intervals, overlaps) = check::lease_overlaps(&cluster.lease_log());
+        lease_intervals = intervals;
+        anomalies.extend(overlaps);
+    }
+    if let Err(why) = converged(nodes).await {
+        anomalies.push(why);
+    }
+    for f in figures.values_mut() {
+        for w in &mut f.windows {
+            w.1 = w.1.min(end);
+        }
+    }
+    Ok(Report {
+        duration_s: began.elapsed().as_secs_f64(),
+        ops: history.len(),
+        ops_checked: verdict.ops_checked,
+        acked_writes: verdict.acked_writes,
+        lost: verdict.lost,
+        anomalies,
+        lease_intervals,
+        longest_unavailable_s: verdict.longest_unavailable_s,
+        classes: figures,
+        history,
+    })
+}
+
+/// A linearizable read of every register through the leader, after healing: the end of
+/// every key's history.
+async fn final_reads(cluster: &Cluster, keys: usize, recorder: &Recorder) {
+    let master = cluster.wait_for_master(Duration::from_secs(10)).await.unwrap_or(0);
+    let mut kv = KvClient::new(workload::channel(master));
+    for k in 0..keys {
+        for _ in 0..20 {
+            if workload::perform(&mut kv, recorder, FINAL_READER, KvOp::Get { key: workload::key(k) }).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// The client id of the final reads.
+const FINAL_READER: u32 = 9999;
+
+/// Every node serves the same registers at the same revision (serializable reads, so each
+/// node answers from its own state), within 15 s of healing.
+async fn converged(nodes: usize) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        let mut states = Vec::new();
+        for i in 0..nodes {
+            let mut kv = KvClient::new(workload::channel(i));
+            let request = RangeRequest {
+                key: b"/chaos/".to_vec(),
+                range_end: b"/chaos0".to_vec(),
+                serializable: true,
+                ..Default::default()
+            };
+            match tokio::time::timeout(Duration::from_secs(2), kv.range(request)).await {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    let revision = r.header.map_or(0, |h| h.revision);
+                    let kvs: Vec<_> =
+                        r.kvs.iter().map(|kv| (kv.key.clone(), kv.value.clone(), kv.mod_revision)).collect();
+                    states.push((revision, kvs));
+                }
+                _ => states.push((-1, Vec::new())),
+            }
+        }
+        if states.windows(2).all(|w| w[0] == w[1]) && states[0].0 > 0 {
+            return Ok(());
+        }
+        last = states.iter().map(|s| s.0.to_string()).collect::<Vec<_>>().join(", ");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Err(format!("nodes did not converge within 15 s of healing (revisions {last})"))
+}
+
+fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
+    println!("| fault class | injected | ops in its windows | acknowledged writes | longest unavailability (s) |");
+    println!("|---|---|---|---|---|");
+    for (class, f) in &report.classes {
+        let inside = |o: &&Operation| f.windows.iter().any(|w| o.call >= w.0 && o.call < w.1);
+        let ops: Vec<&Operation> = report.history.iter().filter(inside).collect();
+        let acked = ops
+            .iter()
+            .filter(|o| {
+                use leasekv::kvstore::sim::linearizability::KvOutcome::*;
+                matches!(o.outcome, Put | Delete { .. } | Cas { succeeded: true })
+            })
+            .count();
+        let mut longest = 0f64;
+        for w in &f.windows {
+            let mut rets: Vec<u64> = report
+                .history
+                .iter()
+                .filter(|o| {
+                    !matches!(o.op, KvOp::Get { .. })
+                        && o.outcome != leasekv::kvstore::sim::linearizability::KvOutcome::Unknown
+                })
+                .map(|o| o.ret)
+                .filter(|r| *r >= w.0 && *r < w.1)
+                .collect();
+            rets.insert(0, w.0);
+            rets.sort_unstable();
+            longest = longest.max(rets.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0) as f64 / 1e9);
+        }
+        println!("| {} | {} | {} | {} | {:.2} |", class.name(), f.injected, ops.len(), acked, longest);
+    }
+    for anomaly in report.anomalies.iter().take(20) {
+        println!("anomaly: {anomaly}");
+    }
+    if report.anomalies.len() > 20 {
+        println!("… and {} more anomalies", report.anomalies.len() - 20);
+    }
+    let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
+    println!(
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        report.duration_s,
+        target.name(),
+        args.nodes,
+        if faults.is_empty() { "none".into() } else { faults.join(",") },
+        args.breakage.as_deref().unwrap_or("none"),
+        report.ops,
+        report.ops_checked,
+        report.acked_writes,
+        report.lost,
+        report.lease_intervals,
+        report.longest_unavailable_s,
+        report.anomalies.len()
+    );
+}

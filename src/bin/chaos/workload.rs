@@ -1,0 +1,203 @@
+//! The clients: closed-loop register clients (get, put, delete, compare-and-swap on a few
+//! keys, unique values) and open-loop readers that keep sending linearizable reads to
+//! their node even while it is paused or cut off, through etcd's KV API.
+//!
+//! Every operation is recorded with its call and return time on the harness's one
+//! monotonic clock. A write without a definite answer (timeout, transport error, any
+//! error status) is recorded as unknown: it may have taken effect at any time after its
+//! call, or never. A read without an answer constrains nothing and is not recorded.
+
+use crate::cluster::Cluster;
+use leasekv::client::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
+use leasekv::client::proto::etcdserverpb::request_op::Request as Op;
+use leasekv::client::proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+};
+use leasekv::kvstore::sim::linearizability::{KvOp, KvOutcome, Operation};
+use leasekv::lease::rng::SplitMix64;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+/// How long a client waits for an answer before the outcome is unknown. Longer than the
+/// longest pause, so that a paused node's late answers are seen and checked.
+const OP_TIMEOUT: Duration = Duration::from_secs(8);
+/// Pause between a closed-loop client's operations.
+const THINK: Duration = Duration::from_millis(15);
+/// How often an open-loop reader sends.
+const READ_EVERY: Duration = Duration::from_millis(60);
+
+/// What the clients recorded.
+#[derive(Default)]
+pub struct Recorded {
+    /// Every operation, in completion order.
+    pub ops: Vec<Operation>,
+}
+
+/// The shared recorder and the clock every time is read from.
+#[derive(Clone)]
+pub struct Recorder {
+    origin: Instant,
+    recorded: Arc<Mutex<Recorded>>,
+}
+
+impl Recorder {
+    /// A recorder whose times count from now.
+    pub fn new() -> Self {
+        Recorder { origin: Instant::now(), recorded: Arc::default() }
+    }
+
+    /// Nanoseconds since the run began.
+    pub fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// Records one operation.
+    pub fn record(&self, op: Operation) {
+        self.recorded.lock().unwrap_or_else(|e| e.into_inner()).ops.push(op);
+    }
+
+    /// Everything recorded so far.
+    pub fn take(&self) -> Vec<Operation> {
+        std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).ops)
+    }
+}
+
+/// The key of register `k`.
+pub fn key(k: usize) -> Vec<u8> {
+    format!("/chaos/r{k:02}").into_bytes()
+}
+
+/// A channel to node `i` that connects lazily and reconnects by itself.
+pub fn channel(i: usize) -> Channel {
+    tonic::transport::Endpoint::from_shared(Cluster::endpoint(i))
+        .expect("a valid endpoint")
+        .connect_timeout(Duration::from_millis(500))
+        .connect_lazy()
+}
+
+/// Runs one operation against `kv` and records it; returns whether it got an answer.
+pub async fn perform(kv: &mut KvClient<Channel>, recorder: &Recorder, client: u32, op: KvOp) -> bool {
+    let call = recorder.now();
+    let outcome = tokio::time::timeout(OP_TIMEOUT, execute(kv, &op)).await.ok().flatten();
+    let ret = recorder.now();
+    let answered = outcome.is_some();
+    let outcome = match (outcome, &op) {
+        (Some(outcome), _) => outcome,
+        (None, KvOp::Get { .. }) => return false,
+        (None, _) => KvOutcome::Unknown,
+    };
+    recorder.record(Operation { client, op, call, ret, outcome });
+    answered
+}
+
+async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Option<KvOutcome> {
+    let value = |v: u64| v.to_string().into_bytes();
+    match op {
+        KvOp::Get { key } => {
+            let response = kv.range(RangeRequest { key: key.clone(), ..Default::default() }).await.ok()?.into_inner();
+            let value = match response.kvs.first() {
+                Some(kv) => Some(std::str::from_utf8(&kv.value).ok()?.parse().ok()?),
+                None => None,
+            };
+            Some(KvOutcome::Get(value))
+        }
+        KvOp::Put { key, value: v } => {
+            kv.put(PutRequest { key: key.clone(), value: value(*v), ..Default::default() }).await.ok()?;
+            Some(KvOutcome::Put)
+        }
+        KvOp::Delete { key } => {
+            let response =
+                kv.delete_range(DeleteRangeRequest { key: key.clone(), ..Default::default() }).await.ok()?.into_inner();
+            Some(KvOutcome::Delete { deleted: response.deleted > 0 })
+        }
+        KvOp::Cas { key, expected, new } => {
+            let compare = match expected {
+                Some(v) => Compare {
+                    result: CompareResult::Equal as i32,
+                    target: CompareTarget::Value as i32,
+                    key: key.clone(),
+                    target_union: Some(TargetUnion::Value(value(*v))),
+                    ..Default::default()
+                },
+                None => Compare {
+                    result: CompareResult::Equal as i32,
+                    target: CompareTarget::Create as i32,
+                    key: key.clone(),
+                    target_union: Some(TargetUnion::CreateRevision(0)),
+                    ..Default::default()
+                },
+            };
+            let put = RequestOp {
+                request: Some(Op::RequestPut(PutRequest {
+                    key: key.clone(),
+                    value: value(*new),
+                    ..Default::default()
+                })),
+            };
+            let response = kv
+                .txn(TxnRequest { compare: vec![compare], success: vec![put], failure: vec![] })
+                .await
+                .ok()?
+                .into_inner();
+            Some(KvOutcome::Cas { succeeded: response.succeeded })
+        }
+    }
+}
+
+/// A closed-loop register client on node `node` until `stop`.
+pub async fn register_client(
+    client: u32,
+    node: usize,
+    keys: usize,
+    seed: u64,
+    recorder: Recorder,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = SplitMix64::new(seed ^ (u64::from(client) << 32));
+    let mut kv = KvClient::new(channel(node));
+    let mut seq = 0u64;
+    let mut last_seen: Vec<Option<u64>> = vec![None; keys];
+    while !stop.load(Ordering::Relaxed) {
+        let k = rng.range_u64(0, keys as u64 - 1) as usize;
+        seq += 1;
+        // Unique per write across the run: the client in the high bits.
+        let unique = (u64::from(client) << 40) | seq;
+        let roll = rng.next_f64();
+        let op = if roll < 0.4 {
+            KvOp::Get { key: key(k) }
+        } else if roll < 0.65 {
+            KvOp::Put { key: key(k), value: unique }
+        } else if roll < 0.72 {
+            KvOp::Delete { key: key(k) }
+        } else {
+            KvOp::Cas { key: key(k), expected: last_seen[k], new: unique }
+        };
+        perform(&mut kv, &recorder, client, op.clone()).await;
+        match op {
+            KvOp::Put { value, .. } | KvOp::Cas { new: value, .. } => last_seen[k] = Some(value),
+            KvOp::Delete { .. } => last_seen[k] = None,
+            KvOp::Get { .. } => {}
+        }
+        tokio::time::sleep(THINK).await;
+    }
+}
+
+/// An open-loop reader of node `node`: a linearizable read every [`READ_EVERY`], each on
+/// its own task, whatever state the node is in.
+pub async fn open_reader(client: u32, node: usize, keys: usize, seed: u64, recorder: Recorder, stop: Arc<AtomicBool>) {
+    let mut rng = SplitMix64::new(seed ^ (u64::from(client) << 32) ^ 0x5eed);
+    let kv = KvClient::new(channel(node));
+    let mut tasks = tokio::task::JoinSet::new();
+    while !stop.load(Ordering::Relaxed) {
+        let k = rng.range_u64(0, keys as u64 - 1) as usize;
+        let (mut kv, recorder) = (kv.clone(), recorder.clone());
+        tasks.spawn(async move { perform(&mut kv, &recorder, client, KvOp::Get { key: key(k) }).await });
+        tokio::time::sleep(READ_EVERY).await;
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
