@@ -31,9 +31,9 @@ pub enum ServerBreakage {
     FollowerReads,
     /// Log acceptances acknowledged before they are on disk.
     AckBeforeFsync,
-    /// Requests are checked against the lease with the time the node loop last read before
-    /// it waited for input, not the time it handles them: after a pause, a deposed master
-    /// serves reads as if no time had passed.
+    /// The node's lease clock stands still while the process is stopped (as a lease counted
+    /// in timer ticks would): after SIGCONT the node checks requests against a lease that
+    /// ran out during the pause, and a deposed master serves reads as if no time had passed.
     StaleLeaseCheck,
 }
 
@@ -160,6 +160,9 @@ mod active {
             if let Some(path) = self.clock_rate_file.clone() {
                 tokio::spawn(follow_rate_file(path));
             }
+            if self.breakage == super::ServerBreakage::StaleLeaseCheck {
+                clock_rate::ignore_stops();
+            }
         }
     }
 
@@ -182,7 +185,7 @@ mod active {
 
     /// Appends `lease NODE FROM_NS UNTIL_NS` lines (wall-clock nanoseconds since the Unix
     /// epoch) for each master lease interval this node believes in, and `end NODE AT_NS` when
-    /// it gives one up early: the harness checks that no two
+    /// its belief ends: the harness checks that no two
     /// nodes' intervals overlap. Wall clock, because every process on the machine shares it
     /// and the harness compares across processes; the rate-scaled clock is mapped back to
     /// real time through its own inverse.
@@ -210,9 +213,16 @@ mod active {
         pub fn record(&mut self, now: Instant, valid_until: Option<Instant>) {
             let wall_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
             let Some(until) = valid_until.filter(|u| now < *u) else {
-                // Given up before its end (a release or a step-down): the interval ends now.
-                if self.last_until.take().is_some_and(|last| now < last) {
-                    let _ = writeln!(self.file, "end {} {}", self.node, wall_now.as_nanos());
+                // The belief ends now: early on a release or a step-down, and otherwise when
+                // this node's clock reached the end, which is later than logged if the
+                // clock's rate fell since.
+                if let Some(last) = self.last_until.take() {
+                    // When this node's clock reached the end, in real time (a pause must not
+                    // count as belief: the node could not act while stopped).
+                    let tokio_now = tokio::time::Instant::now();
+                    let overdue = tokio_now.saturating_duration_since(self.clock.to_tokio(last));
+                    let end = wall_now.saturating_sub(overdue);
+                    let _ = writeln!(self.file, "end {} {}", self.node, end.as_nanos());
                 }
                 return;
             };
@@ -245,14 +255,10 @@ mod tests {
     }
 }
 
-/// The node loop's side of fault injection: the stale time of the `stale-lease-check`
-/// control and the lease log. In a build without the feature it holds nothing and does
-/// nothing.
+/// The node loop's side of fault injection: the lease log. In a build without the feature
+/// it holds nothing and does nothing.
 #[derive(Default)]
 pub struct NodeFaults {
-    /// `stale-lease-check`: the clock reading taken before the loop last waited.
-    stale_reads: bool,
-    before_wait: Option<leasekv_lease::Instant>,
     #[cfg(feature = "fault-injection")]
     lease_log: Option<LeaseLog>,
 }
@@ -262,26 +268,8 @@ impl NodeFaults {
     #[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))]
     pub fn new(faults: &FaultInjection, node: u32, clock: leasekv_lease::backend::MonotonicClock) -> Self {
         NodeFaults {
-            stale_reads: faults.breakage == ServerBreakage::StaleLeaseCheck,
-            before_wait: None,
             #[cfg(feature = "fault-injection")]
             lease_log: LeaseLog::open(faults, node, clock),
-        }
-    }
-
-    /// The loop is about to wait for input at `now`.
-    pub fn before_wait(&mut self, now: leasekv_lease::Instant) {
-        if self.stale_reads {
-            self.before_wait = Some(now);
-        }
-    }
-
-    /// The time a linearizable read is checked against the lease: `now`, except under
-    /// `stale-lease-check`.
-    pub fn read_time(&self, now: leasekv_lease::Instant) -> leasekv_lease::Instant {
-        match self.before_wait {
-            Some(stale) if self.stale_reads => stale.min(now),
-            _ => now,
         }
     }
 

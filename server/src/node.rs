@@ -343,7 +343,6 @@ impl NodeLoop {
             let mut one_input = true;
             let replica_deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
             let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
-            self.faults.before_wait(self.clock.now());
             tokio::select! {
                 changed = status.changed() => {
                     if changed.is_err() {
@@ -481,7 +480,7 @@ impl NodeLoop {
             },
             MasterRequest::Read(request, revision) => self
                 .replica
-                .read_at(self.faults.read_time(now), &request, revision, ReadConsistency::Linearizable)
+                .read_at(now, &request, revision, ReadConsistency::Linearizable)
                 .map(|(response, revision)| MasterAnswer::Read(response, revision)),
             MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
             MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),

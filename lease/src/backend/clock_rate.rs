@@ -9,6 +9,7 @@
 //!
 //! [`MonotonicClock`]: super::MonotonicClock
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 use thiserror::Error;
@@ -16,6 +17,12 @@ use tokio::time::Instant;
 
 /// The rates in force, each from its start until the next one's; before the first, 1.
 static PERIODS: RwLock<Vec<(Instant, f64)>> = RwLock::new(Vec::new());
+
+/// Real time the clock was made to skip (the `stale-lease-check` control), nanoseconds.
+static LOST: AtomicU64 = AtomicU64::new(0);
+/// The highest reading handed out, so that the clock never runs backwards when time is
+/// taken out of it.
+static HIGHEST: AtomicU64 = AtomicU64::new(0);
 
 /// The allowed range: a clock may run fast or slow by up to 10×, never stop.
 pub const RATE_RANGE: std::ops::RangeInclusive<f64> = 0.1..=10.0;
@@ -62,8 +69,42 @@ fn segments(origin: Instant) -> Vec<(Instant, f64)> {
     all
 }
 
+/// A negative control: from now on the clock does not advance while the process is
+/// stopped (SIGSTOP) or starved for more than 100 ms, as a lease counted in timer ticks
+/// would not; after such a stop the node acts on a lease that ran out meanwhile.
+pub fn ignore_stops() {
+    let spawned = std::thread::Builder::new().name("clock-ignore-stops".into()).spawn(|| {
+        const STEP: Duration = Duration::from_millis(5);
+        let mut last = std::time::Instant::now();
+        loop {
+            std::thread::sleep(STEP);
+            let now = std::time::Instant::now();
+            let gap = now.duration_since(last);
+            if gap > Duration::from_millis(100) {
+                LOST.fetch_add((gap - STEP).as_nanos() as u64, Ordering::SeqCst);
+            }
+            last = now;
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the clock's stop detector");
+    }
+}
+
+/// The clock's reading at real time `now`: the scaled time less what was skipped, never
+/// below an earlier reading.
+pub(crate) fn reading(origin: Instant, now: Instant) -> u64 {
+    let reading = scaled(origin, now).saturating_sub(LOST.load(Ordering::SeqCst));
+    HIGHEST.fetch_max(reading, Ordering::SeqCst).max(reading)
+}
+
+/// The real instant at which the clock reads `nanos`.
+pub(crate) fn real_instant(origin: Instant, nanos: u64) -> Option<Instant> {
+    unscaled(origin, nanos.saturating_add(LOST.load(Ordering::SeqCst)))
+}
+
 /// Nanoseconds the scaled clock advanced from `origin` to `now`.
-pub(crate) fn scaled(origin: Instant, now: Instant) -> u64 {
+fn scaled(origin: Instant, now: Instant) -> u64 {
     let segments = segments(origin);
     let mut total = 0f64;
     for (i, &(start, rate)) in segments.iter().enumerate() {
@@ -78,7 +119,7 @@ pub(crate) fn scaled(origin: Instant, now: Instant) -> u64 {
 
 /// The real instant at which the scaled clock started at `origin` reads `nanos`, assuming
 /// the current rate holds from now on.
-pub(crate) fn unscaled(origin: Instant, nanos: u64) -> Option<Instant> {
+fn unscaled(origin: Instant, nanos: u64) -> Option<Instant> {
     let segments = segments(origin);
     let mut left = nanos as f64;
     for (i, &(start, rate)) in segments.iter().enumerate() {
@@ -106,7 +147,7 @@ mod tests {
         let origin = Instant::now() - Duration::from_secs(10);
         assert!(set(20.0).is_err() && set(0.0).is_err() && set(f64::NAN).is_err());
         // Rate 1 so far: ten seconds.
-        let before = scaled(origin, Instant::now());
+        let before = reading(origin, Instant::now());
         assert!((9_900_000_000..11_000_000_000).contains(&before), "{before}");
         set(2.0).expect("in range");
         let changed = Instant::now();

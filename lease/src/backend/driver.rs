@@ -38,7 +38,7 @@ impl MonotonicClock {
     pub fn now(&self) -> Instant {
         #[cfg(feature = "clock-rate")]
         {
-            Instant::from_nanos(super::clock_rate::scaled(self.origin, tokio::time::Instant::now()))
+            Instant::from_nanos(super::clock_rate::reading(self.origin, tokio::time::Instant::now()))
         }
         #[cfg(not(feature = "clock-rate"))]
         {
@@ -50,7 +50,7 @@ impl MonotonicClock {
     /// too far away to represent map to about thirty years from now, which is never.
     pub fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
         #[cfg(feature = "clock-rate")]
-        let real = super::clock_rate::unscaled(self.origin, at.as_nanos());
+        let real = super::clock_rate::real_instant(self.origin, at.as_nanos());
         #[cfg(not(feature = "clock-rate"))]
         let real = self.origin.checked_add(Duration::from_nanos(at.as_nanos()));
         real.unwrap_or_else(|| tokio::time::Instant::now() + FAR_FUTURE)

@@ -110,10 +110,14 @@ pub fn lease_overlaps(log: &Path) -> (usize, Vec<String>) {
             }
             ["end", node, at] => {
                 if let (Ok(node), Ok(at)) = (node.parse::<u64>(), at.parse::<u128>()) {
-                    for interval in per_node.entry(node).or_default().iter_mut() {
-                        if interval.1 > at && interval.0 <= at {
-                            interval.1 = at;
-                        }
+                    // The belief ended at `at`: earlier than logged (a release) or later
+                    // (the node's clock slowed after the last renewal was logged).
+                    let intervals = per_node.entry(node).or_default();
+                    for interval in intervals.iter_mut().filter(|i| i.0 <= at) {
+                        interval.1 = interval.1.min(at);
+                    }
+                    if let Some(last) = intervals.iter_mut().filter(|i| i.0 <= at).max_by_key(|i| i.0) {
+                        last.1 = at;
                     }
                 }
             }
