@@ -20,26 +20,60 @@ pub struct Verdict {
 }
 
 /// Checks `ops`, whose last operations per key are the final reads after healing.
-pub fn history(ops: &[Operation]) -> Verdict {
+pub fn history(ops: &[Operation], steps_per_key: u64) -> Verdict {
     let acked_writes = ops
         .iter()
         .filter(|o| matches!(o.outcome, KvOutcome::Put | KvOutcome::Delete { .. } | KvOutcome::Cas { succeeded: true }))
         .count();
     let mut anomalies = Vec::new();
-    let history: History = ops.iter().cloned().collect();
-    let ops_checked = match check(&history, CheckBudget { max_steps: 20_000_000 }) {
-        CheckResult::Linearizable { ops_checked } => ops_checked,
-        CheckResult::Violation(report) => {
-            anomalies.push(format!("not linearizable: {report}"));
-            0
+    let mut by_key: BTreeMap<&[u8], History> = BTreeMap::new();
+    for op in ops {
+        by_key.entry(op.op.key()).or_default().push(op.clone());
+    }
+    let keys: Vec<(&[u8], History)> = by_key.into_iter().collect();
+    let results = check_keys_in_parallel(&keys, steps_per_key);
+    let mut ops_checked = 0;
+    for ((key, _), result) in keys.iter().zip(results) {
+        match result {
+            CheckResult::Linearizable { ops_checked: n } => ops_checked += n,
+            CheckResult::Violation(report) => anomalies.push(format!("not linearizable: {report}")),
+            CheckResult::Inconclusive { reason, .. } => anomalies.push(format!(
+                "no verdict for key {} (an unproven history counts as an anomaly): {reason:?}",
+                String::from_utf8_lossy(key)
+            )),
         }
-        CheckResult::Inconclusive { key, reason } => {
-            anomalies.push(format!("no verdict for key {}: {reason:?}", String::from_utf8_lossy(&key)));
-            0
-        }
-    };
+    }
     let lost = lost_writes(ops, &mut anomalies);
     Verdict { ops_checked, acked_writes, anomalies, lost, longest_unavailable_s: longest_gap(ops) }
+}
+
+/// The search budget per key. A linearizable history of a few thousand operations needs a
+/// few times its length in steps; a violation needs the whole space explored, and this bound
+/// keeps that to about a minute of CPU (a key that exhausts it counts as an anomaly).
+pub const STEPS_PER_KEY: u64 = 3_000_000;
+
+/// Checks each key's history on its own thread (at most as many at once as there are CPUs),
+/// in key order.
+fn check_keys_in_parallel(keys: &[(&[u8], History)], steps_per_key: u64) -> Vec<CheckResult> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(keys.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<CheckResult>>> = keys.iter().map(|_| Default::default()).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((_, history)) = keys.get(i) else { break };
+                let result = check(history, CheckBudget { max_steps: steps_per_key });
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or(CheckResult::Linearizable { ops_checked: 0 })
+        })
+        .collect()
 }
 
 /// A write is lost when it was the last write to its key, acknowledged, with no other write
@@ -143,4 +177,65 @@ pub fn lease_overlaps(log: &Path) -> (usize, Vec<String>) {
         }
     }
     (intervals, overlaps)
+}
+
+/// Writes `ops` to `path`, one operation per line, for `chaos --check FILE` to check again
+/// (with a larger budget, or after a fix to the checker).
+pub fn save_history(ops: &[Operation], path: &Path) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let mut text = String::new();
+    for o in ops {
+        let op = match &o.op {
+            KvOp::Put { value, .. } => format!("put:{value}"),
+            KvOp::Get { .. } => "get".into(),
+            KvOp::Delete { .. } => "del".into(),
+            KvOp::Cas { expected, new, .. } => format!("cas:{}:{new}", opt(*expected)),
+        };
+        let outcome = match o.outcome {
+            KvOutcome::Put => "put".into(),
+            KvOutcome::Get(v) => format!("get:{}", opt(v)),
+            KvOutcome::Delete { deleted } => format!("del:{}", u8::from(deleted)),
+            KvOutcome::Cas { succeeded } => format!("cas:{}", u8::from(succeeded)),
+            KvOutcome::Unknown => "unknown".into(),
+        };
+        let _ =
+            writeln!(text, "{} {} {} {} {op} {outcome}", o.client, o.call, o.ret, String::from_utf8_lossy(o.op.key()));
+    }
+    std::fs::write(path, text)
+}
+
+/// Reads a history written by [`save_history`].
+pub fn load_history(path: &Path) -> anyhow::Result<Vec<Operation>> {
+    use anyhow::Context as _;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let opt = |s: &str| -> anyhow::Result<Option<u64>> { Ok(if s == "-" { None } else { Some(s.parse()?) }) };
+    let mut ops = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let parse = || -> anyhow::Result<Operation> {
+            let f: Vec<&str> = line.split(' ').collect();
+            let [client, call, ret, key, op, outcome] = f.as_slice() else {
+                anyhow::bail!("expected 6 fields: client call ret key op outcome")
+            };
+            let key = key.as_bytes().to_vec();
+            let op = match op.split(':').collect::<Vec<_>>().as_slice() {
+                ["put", v] => KvOp::Put { key, value: v.parse()? },
+                ["get"] => KvOp::Get { key },
+                ["del"] => KvOp::Delete { key },
+                ["cas", e, n] => KvOp::Cas { key, expected: opt(e)?, new: n.parse()? },
+                _ => anyhow::bail!("unknown operation {op:?}"),
+            };
+            let outcome = match outcome.split(':').collect::<Vec<_>>().as_slice() {
+                ["put"] => KvOutcome::Put,
+                ["get", v] => KvOutcome::Get(opt(v)?),
+                ["del", d] => KvOutcome::Delete { deleted: *d == "1" },
+                ["cas", s] => KvOutcome::Cas { succeeded: *s == "1" },
+                ["unknown"] => KvOutcome::Unknown,
+                _ => anyhow::bail!("unknown outcome {outcome:?}"),
+            };
+            Ok(Operation { client: client.parse()?, op, call: call.parse()?, ret: ret.parse()?, outcome })
+        };
+        ops.push(parse().with_context(|| format!("{}:{}", path.display(), n + 1))?);
+    }
+    Ok(ops)
 }

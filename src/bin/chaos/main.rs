@@ -42,7 +42,8 @@ struct Args {
     /// Cluster size.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=7))]
     nodes: u8,
-    /// How long to inject faults, seconds (the run takes a little longer: start, heal, checks).
+    /// How long to inject faults, seconds; longer if needed to inject every class once (the
+    /// run takes a little longer: start, heal, checks).
     #[arg(long, default_value_t = 30)]
     duration: u64,
     /// The seed of every random choice (default: from the time).
@@ -72,6 +73,12 @@ struct Args {
     /// The server program (default: the kvserver next to this program, or etcd on PATH).
     #[arg(long)]
     program: Option<PathBuf>,
+    /// Check a history saved by an earlier run (its `history.txt`) instead of running.
+    #[arg(long, value_name = "FILE")]
+    check: Option<PathBuf>,
+    /// The linearizability checker's search budget per key, in steps.
+    #[arg(long, default_value_t = check::STEPS_PER_KEY)]
+    steps_per_key: u64,
     /// Internal: the run's namespaces exist and this process runs inside them.
     #[arg(long, hide = true)]
     inner: Option<String>,
@@ -81,9 +88,10 @@ const BREAKS: [&str; 4] = ["follower-reads", "stale-lease-check", "ack-before-fs
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let result = match &args.inner {
-        None => outer(&args),
-        Some(tag) => inner(&args, tag),
+    let result = match (&args.inner, &args.check) {
+        (None, Some(file)) => check_saved(&args, file),
+        (None, None) => outer(&args),
+        (Some(tag), _) => inner(&args, tag),
     };
     match result {
         Ok(code) => code,
@@ -92,6 +100,24 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Checks a saved history: linearizability and lost writes.
+fn check_saved(args: &Args, file: &std::path::Path) -> Result<ExitCode> {
+    let history = check::load_history(file)?;
+    let verdict = check::history(&history, args.steps_per_key);
+    for anomaly in &verdict.anomalies {
+        println!("anomaly: {anomaly}");
+    }
+    println!(
+        "ops={} ops_checked={} acked_writes={} lost={} anomalies={}",
+        history.len(),
+        verdict.ops_checked,
+        verdict.acked_writes,
+        verdict.lost,
+        verdict.anomalies.len()
+    );
+    Ok(if verdict.anomalies.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// Makes the namespaces, runs the harness inside the client namespace, removes them.
@@ -164,7 +190,15 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&dir);
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("chaos: the nodes' logs and the lease log are kept in {}", dir.display());
+        let saved = dir.join("history.txt");
+        if let Err(error) = check::save_history(&report.history, &saved) {
+            eprintln!("chaos: cannot save the history: {error}");
+        }
+        eprintln!(
+            "chaos: the nodes' logs, the lease log and the history (check it again with --check {}) are kept in {}",
+            saved.display(),
+            dir.display()
+        );
         Ok(ExitCode::from(1))
     }
 }
@@ -209,7 +243,8 @@ async fn run(
     let began = tokio::time::Instant::now();
     let until = began + Duration::from_secs(args.duration);
     let mut order: Vec<FaultClass> = Vec::new();
-    while tokio::time::Instant::now() < until {
+    // Until the duration is over and every class was injected at least once.
+    while tokio::time::Instant::now() < until || figures.len() < classes.len() {
         tokio::time::sleep(rng.duration_between(Duration::from_millis(800), Duration::from_millis(1600))).await;
         if classes.is_empty() {
             continue;
@@ -246,8 +281,11 @@ async fn run(
     eprintln!("[{:6.1}s] clients stopped; final reads", end as f64 / 1e9);
     final_reads(cluster, args.keys, &recorder).await;
     let history = recorder.take();
+    for (error, count) in recorder.errors().iter().take(8) {
+        eprintln!("chaos: {count} answers: {error}");
+    }
     eprintln!("[{:6.1}s] checking {} operations", recorder.now() as f64 / 1e9, history.len());
-    let verdict = check::history(&history);
+    let verdict = check::history(&history, args.steps_per_key);
     eprintln!("[{:6.1}s] checked; convergence", recorder.now() as f64 / 1e9);
     let mut anomalies = verdict.anomalies;
     let mut lease_intervals = 0;

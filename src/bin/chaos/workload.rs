@@ -35,6 +35,8 @@ const READ_EVERY: Duration = Duration::from_millis(60);
 pub struct Recorded {
     /// Every operation, in completion order.
     pub ops: Vec<Operation>,
+    /// How often each kind of error was answered (gRPC code and message), for the report.
+    pub errors: std::collections::BTreeMap<String, usize>,
 }
 
 /// The shared recorder and the clock every time is read from.
@@ -60,6 +62,22 @@ impl Recorder {
         self.recorded.lock().unwrap_or_else(|e| e.into_inner()).ops.push(op);
     }
 
+    /// Counts one error answer.
+    fn error(&self, status: &tonic::Status) {
+        let mut message = status.message().to_string();
+        message.truncate(120);
+        let kind = format!("{:?}: {message}", status.code());
+        *self.recorded.lock().unwrap_or_else(|e| e.into_inner()).errors.entry(kind).or_default() += 1;
+    }
+
+    /// The errors counted so far, most frequent first.
+    pub fn errors(&self) -> Vec<(String, usize)> {
+        let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut errors: Vec<(String, usize)> = recorded.errors.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        errors.sort_by(|a, b| b.1.cmp(&a.1));
+        errors
+    }
+
     /// Everything recorded so far.
     pub fn take(&self) -> Vec<Operation> {
         std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).ops)
@@ -82,7 +100,18 @@ pub fn channel(i: usize) -> Channel {
 /// Runs one operation against `kv` and records it; returns whether it got an answer.
 pub async fn perform(kv: &mut KvClient<Channel>, recorder: &Recorder, client: u32, op: KvOp) -> bool {
     let call = recorder.now();
-    let outcome = tokio::time::timeout(OP_TIMEOUT, execute(kv, &op)).await.ok().flatten();
+    let outcome = match tokio::time::timeout(OP_TIMEOUT, execute(kv, &op)).await {
+        Ok(Ok(outcome)) => Some(outcome),
+        Ok(Err(status)) => {
+            recorder.error(&status);
+            if never_sent(&status) {
+                // Nothing reached the node: the operation did not happen.
+                return false;
+            }
+            None
+        }
+        Err(_) => None,
+    };
     let ret = recorder.now();
     let answered = outcome.is_some();
     let outcome = match (outcome, &op) {
@@ -94,25 +123,43 @@ pub async fn perform(kv: &mut KvClient<Channel>, recorder: &Recorder, client: u3
     answered
 }
 
-async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Option<KvOutcome> {
+/// Whether the request surely never reached a server: the connection could not be made.
+/// Every other error leaves the outcome unknown (a node may have proposed it before failing).
+fn never_sent(status: &tonic::Status) -> bool {
+    let message = status.message();
+    status.code() == tonic::Code::Unavailable
+        && (message.contains("tcp connect error") || message.contains("error trying to connect"))
+}
+
+/// An answer that is not one of the expected messages (a value that is not a number).
+fn malformed(what: &str) -> tonic::Status {
+    tonic::Status::internal(format!("chaos: malformed answer: {what}"))
+}
+
+async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Result<KvOutcome, tonic::Status> {
     let value = |v: u64| v.to_string().into_bytes();
     match op {
         KvOp::Get { key } => {
-            let response = kv.range(RangeRequest { key: key.clone(), ..Default::default() }).await.ok()?.into_inner();
+            let response = kv.range(RangeRequest { key: key.clone(), ..Default::default() }).await?.into_inner();
             let value = match response.kvs.first() {
-                Some(kv) => Some(std::str::from_utf8(&kv.value).ok()?.parse().ok()?),
+                Some(kv) => Some(
+                    std::str::from_utf8(&kv.value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| malformed("a value that is not a number"))?,
+                ),
                 None => None,
             };
-            Some(KvOutcome::Get(value))
+            Ok(KvOutcome::Get(value))
         }
         KvOp::Put { key, value: v } => {
-            kv.put(PutRequest { key: key.clone(), value: value(*v), ..Default::default() }).await.ok()?;
-            Some(KvOutcome::Put)
+            kv.put(PutRequest { key: key.clone(), value: value(*v), ..Default::default() }).await?;
+            Ok(KvOutcome::Put)
         }
         KvOp::Delete { key } => {
             let response =
-                kv.delete_range(DeleteRangeRequest { key: key.clone(), ..Default::default() }).await.ok()?.into_inner();
-            Some(KvOutcome::Delete { deleted: response.deleted > 0 })
+                kv.delete_range(DeleteRangeRequest { key: key.clone(), ..Default::default() }).await?.into_inner();
+            Ok(KvOutcome::Delete { deleted: response.deleted > 0 })
         }
         KvOp::Cas { key, expected, new } => {
             let compare = match expected {
@@ -138,12 +185,9 @@ async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Option<KvOutcome> {
                     ..Default::default()
                 })),
             };
-            let response = kv
-                .txn(TxnRequest { compare: vec![compare], success: vec![put], failure: vec![] })
-                .await
-                .ok()?
-                .into_inner();
-            Some(KvOutcome::Cas { succeeded: response.succeeded })
+            let response =
+                kv.txn(TxnRequest { compare: vec![compare], success: vec![put], failure: vec![] }).await?.into_inner();
+            Ok(KvOutcome::Cas { succeeded: response.succeeded })
         }
     }
 }
