@@ -5,6 +5,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 /// `n` distinct free ports on 127.0.0.1 (all held open until every one is chosen).
+#[allow(dead_code)] // not every test file starts its own cluster
 pub fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> =
         (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1")).collect();
@@ -14,6 +15,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 /// Writes `n1.toml` … `n3.toml` into `dir` for a cluster on these ports, with data in
 /// `dir/data1` …, 800 ms election leases, `backend`, and `extra` appended to every file (e.g.
 /// a `[log]` section). Returns the three paths.
+#[allow(dead_code)] // not every test file starts its own cluster
 pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backend: &str, extra: &str) -> Vec<PathBuf> {
     let mut peers = String::new();
     for i in 0..3 {

@@ -394,7 +394,10 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
                 .map(|o| o.ret)
                 .filter(|r| *r >= w.0 && *r < w.1)
                 .collect();
-            rets.insert(0, w.0);
+            // From the injection to the window's end: a window without an acknowledged
+            // write was unavailable throughout.
+            rets.push(w.0);
+            rets.push(w.1);
             rets.sort_unstable();
             longest = longest.max(rets.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0) as f64 / 1e9);
         }

@@ -74,7 +74,7 @@ impl Recorder {
     pub fn errors(&self) -> Vec<(String, usize)> {
         let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
         let mut errors: Vec<(String, usize)> = recorded.errors.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        errors.sort_by(|a, b| b.1.cmp(&a.1));
+        errors.sort_by_key(|e| std::cmp::Reverse(e.1));
         errors
     }
 

@@ -1,0 +1,132 @@
+//! The chaos harness (`src/bin/chaos`) in CI: every fault class at least once on a 3-node
+//! cluster of real kvserver processes (both election backends) and of etcd, and every
+//! negative control caught. About five minutes in all.
+//!
+//! Needs root (network namespaces), `ip` (iproute2), `nft` (nftables) and, for the etcd
+//! run, `etcd` (etcd-server). Without them the tests are skipped with a note, except under
+//! `CI=true`, where they fail. `CHAOS_SEED` fixes the seeds; by default each run takes a new
+//! one and prints it, and a failure keeps the run's logs and history (the path is printed).
+
+mod common;
+
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One chaos run at a time: they share the machine's two cores and its namespaces' names.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Whether this process may create network namespaces and has the tools the harness runs.
+/// Missing under `CI=true` is a failure.
+fn can_run(needs_etcd: bool) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    if !root {
+        assert!(!common::in_ci(), "the chaos tests need root under CI=true (network namespaces)");
+        eprintln!("skipped: the chaos tests need root (network namespaces)");
+        return false;
+    }
+    let mut tools = vec![("ip", "iproute2"), ("nft", "nftables")];
+    if needs_etcd {
+        tools.push(("etcd", "etcd-server"));
+    }
+    for (name, package) in tools {
+        if common::tool(name, package).is_none() {
+            eprintln!("skipped: {name} is not installed (Debian package {package})");
+            return false;
+        }
+    }
+    true
+}
+
+/// The seed of a run: `CHAOS_SEED`, else new each time.
+fn seed() -> String {
+    std::env::var("CHAOS_SEED").unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos());
+        (nanos as u64).to_string()
+    })
+}
+
+/// Runs the harness with `args` and returns its exit code and output; the output is
+/// echoed so that a failing test shows the run's table and anomalies.
+fn chaos(args: &[&str]) -> (i32, String) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = seed();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_chaos"));
+    command.args(args).args(["--seed", &seed]);
+    if !args.contains(&"etcd") {
+        command.args(["--program", env!("CARGO_BIN_EXE_kvserver")]);
+    }
+    eprintln!("running chaos {} --seed {seed}", args.join(" "));
+    let output = command.output().expect("the chaos binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    eprintln!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), stdout)
+}
+
+/// Asserts a run passed: exit 0 and a last line with no anomaly and no lost write.
+fn assert_passed(args: &[&str]) {
+    let (code, stdout) = chaos(args);
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(
+        code == 0 && last.contains(" lost=0 ") && last.ends_with(" anomalies=0"),
+        "chaos {} failed (exit {code}): {last}",
+        args.join(" ")
+    );
+}
+
+#[test]
+fn every_fault_class_on_leasekv_with_paxoslease() {
+    if can_run(false) {
+        assert_passed(&["--nodes", "3", "--duration", "25", "--faults", "all", "--backend", "paxoslease"]);
+    }
+}
+
+/// The tracker is a single point of failure: its faults show as unavailability, never as
+/// an anomaly.
+#[test]
+fn every_fault_class_on_leasekv_with_the_lease_tracker() {
+    if can_run(false) {
+        assert_passed(&["--nodes", "3", "--duration", "25", "--faults", "all", "--backend", "lease-tracker"]);
+    }
+}
+
+/// The same workload and faults against etcd: validates the harness (minus the white-box
+/// lease log and the clock, which etcd does not have).
+#[test]
+fn every_fault_class_on_etcd() {
+    if can_run(true) {
+        assert_passed(&["--nodes", "3", "--duration", "25", "--faults", "all", "--target", "etcd"]);
+    }
+}
+
+/// Each negative control, with the fault that exposes it, must be caught by a safety check
+/// (a linearizability violation, a lost write or overlapping master leases), not merely by
+/// a missing verdict or a slow convergence.
+#[test]
+fn every_negative_control_is_caught() {
+    if !can_run(false) {
+        return;
+    }
+    let controls = [
+        ("follower-reads", "isolate-master"),
+        ("stale-lease-check", "pause-master"),
+        ("fast-clock", "clock-skew"),
+        ("ack-before-fsync", "kill-all"),
+    ];
+    let mut missed = Vec::new();
+    for (control, faults) in controls {
+        let (code, stdout) = chaos(&["--nodes", "3", "--duration", "12", "--faults", faults, "--break", control]);
+        let caught = stdout.lines().any(|l| {
+            l.starts_with("anomaly: not linearizable")
+                || l.starts_with("anomaly: lost write")
+                || l.starts_with("anomaly: master leases overlap")
+        });
+        if code != 1 || !caught {
+            missed.push(format!("{control} (exit {code})"));
+        }
+    }
+    assert!(missed.is_empty(), "negative controls not caught: {}", missed.join(", "));
+}
