@@ -15,6 +15,7 @@
 mod check;
 mod cluster;
 mod faults;
+mod leases;
 mod net;
 mod workload;
 
@@ -67,6 +68,9 @@ struct Args {
     /// Closed-loop register clients (spread over the nodes), besides one open-loop reader per node.
     #[arg(long, default_value_t = 6)]
     clients: u32,
+    /// Lease clients (spread over the nodes), each holding a few TTL leases with a key.
+    #[arg(long, default_value_t = 2)]
+    lease_clients: u32,
     /// Registers (keys).
     #[arg(long, default_value_t = 12)]
     keys: usize,
@@ -79,6 +83,9 @@ struct Args {
     /// The linearizability checker's search budget per key, in steps.
     #[arg(long, default_value_t = check::STEPS_PER_KEY)]
     steps_per_key: u64,
+    /// Keep the run's directory (node logs, lease log, history) even when it passes.
+    #[arg(long)]
+    keep: bool,
     /// Internal: the run's namespaces exist and this process runs inside them.
     #[arg(long, hide = true)]
     inner: Option<String>,
@@ -152,6 +159,13 @@ struct ClassFigures {
     windows: Vec<(u64, u64)>,
 }
 
+/// How long the clients go on after the last fault is healed and a master is back: long
+/// enough for a lease abandoned then to expire and be seen gone in a fault-free span.
+const QUIET: Duration = Duration::from_secs(9);
+/// How long a fault's effects may outlast its healing (restarts, an election, catch-up): the
+/// lease checks treat this span as faulty too.
+const AFTERMATH: Duration = Duration::from_secs(3);
+
 fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
     let nodes = usize::from(args.nodes);
     let net = Net::existing(tag, nodes);
@@ -186,7 +200,7 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
     let report = outcome?;
     let passed = report.anomalies.is_empty();
     print_report(args, seed, &target, &report);
-    if passed {
+    if passed && !args.keep {
         let _ = std::fs::remove_dir_all(&dir);
         Ok(ExitCode::SUCCESS)
     } else {
@@ -199,7 +213,7 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
             saved.display(),
             dir.display()
         );
-        Ok(ExitCode::from(1))
+        Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
     }
 }
 
@@ -214,6 +228,12 @@ struct Report {
     longest_unavailable_s: f64,
     classes: BTreeMap<FaultClass, ClassFigures>,
     history: Vec<Operation>,
+    /// TTL leases followed to their end.
+    leases_checked: usize,
+    /// Over abandoned leases: seen gone after the last keepalive, less the TTL (earliest,
+    /// latest), seconds.
+    expiry_error_s: Option<(f64, f64)>,
+    lives: Vec<leases::LeaseLife>,
 }
 
 async fn run(
@@ -227,11 +247,18 @@ async fn run(
     let nodes = cluster.size();
     cluster.wait_for_master(Duration::from_secs(30)).await.context("no leader within 30 s of starting")?;
     let recorder = Recorder::new();
+    let lives: leases::Lives = Arc::default();
+    let mut fault_spans: Vec<(u64, u64)> = Vec::new();
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = tokio::task::JoinSet::new();
     for c in 0..args.clients {
         let node = c as usize % nodes;
         clients.spawn(workload::register_client(c, node, args.keys, seed, recorder.clone(), stop.clone()));
+    }
+    for c in 0..args.lease_clients {
+        let node = (c as usize + 1) % nodes;
+        let (recorder, lives, stop) = (recorder.clone(), lives.clone(), stop.clone());
+        clients.spawn(leases::lease_client(2000 + c, node, seed, recorder, lives, stop));
     }
     for node in 0..nodes {
         let client = 1000 + node as u32;
@@ -262,6 +289,7 @@ async fn run(
         eprintln!("[{:6.1}s] {} for {:.1}s", start as f64 / 1e9, class.name(), injected.hold.as_secs_f64());
         tokio::time::sleep(injected.hold).await;
         faults::heal(cluster, net)?;
+        fault_spans.push((start, recorder.now() + AFTERMATH.as_nanos() as u64));
         let entry = figures.entry(class).or_default();
         entry.injected += 1;
         if let Some(last) = figures.values_mut().flat_map(|f| f.windows.last_mut()).max_by_key(|w| w.0) {
@@ -273,12 +301,14 @@ async fn run(
     eprintln!("[{:6.1}s] healed; waiting for a leader", recorder.now() as f64 / 1e9);
     // Let the cluster settle, then stop the clients and read every register once more.
     cluster.wait_for_master(Duration::from_secs(30)).await.context("no leader within 30 s after healing")?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(QUIET).await;
+    // The windows end when the clients are told to stop (the lease clients then follow
+    // their last leases to their end, with no register traffic to measure).
+    let end = recorder.now();
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::time::timeout(Duration::from_secs(20), async { while clients.join_next().await.is_some() {} }).await;
     clients.abort_all();
-    let end = recorder.now();
-    eprintln!("[{:6.1}s] clients stopped; final reads", end as f64 / 1e9);
+    eprintln!("[{:6.1}s] clients stopped; final reads", recorder.now() as f64 / 1e9);
     final_reads(cluster, args.keys, &recorder).await;
     let history = recorder.take();
     for (error, count) in recorder.errors().iter().take(8) {
@@ -288,6 +318,9 @@ async fn run(
     let verdict = check::history(&history, args.steps_per_key);
     eprintln!("[{:6.1}s] checked; convergence", recorder.now() as f64 / 1e9);
     let mut anomalies = verdict.anomalies;
+    let lives = std::mem::take(&mut *lives.lock().unwrap_or_else(|e| e.into_inner()));
+    let lease_verdict = leases::check(&lives, &fault_spans);
+    anomalies.extend(lease_verdict.anomalies);
     let mut lease_intervals = 0;
     if cluster.is_leasekv() {
         let (intervals, overlaps) = check::lease_overlaps(&cluster.lease_log());
@@ -313,6 +346,9 @@ async fn run(
         longest_unavailable_s: verdict.longest_unavailable_s,
         classes: figures,
         history,
+        leases_checked: lease_verdict.leases,
+        expiry_error_s: lease_verdict.expiry_error_s,
+        lives,
     })
 }
 
@@ -370,8 +406,27 @@ async fn converged(nodes: usize) -> Result<(), String> {
 }
 
 fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
-    println!("| fault class | injected | ops in its windows | acknowledged writes | longest unavailability (s) |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| fault class | injected | ops in its windows | acknowledged writes | longest unavailability (s) | \
+         TTL error (s): seen gone after last keepalive − TTL, earliest / latest |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let ttl_error = |windows: &[(u64, u64)]| {
+        let errors: Vec<f64> = report
+            .lives
+            .iter()
+            .filter_map(leases::expiry_error)
+            .filter(|(last, _)| windows.iter().any(|w| *last >= w.0 && *last < w.1))
+            .map(|(_, e)| e)
+            .collect();
+        if errors.is_empty() {
+            "–".to_string()
+        } else {
+            let min = errors.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = errors.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{min:+.2} / {max:+.2}")
+        }
+    };
     for (class, f) in &report.classes {
         let inside = |o: &&Operation| f.windows.iter().any(|w| o.call >= w.0 && o.call < w.1);
         let ops: Vec<&Operation> = report.history.iter().filter(inside).collect();
@@ -401,7 +456,15 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
             rets.sort_unstable();
             longest = longest.max(rets.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0) as f64 / 1e9);
         }
-        println!("| {} | {} | {} | {} | {:.2} |", class.name(), f.injected, ops.len(), acked, longest);
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {} |",
+            class.name(),
+            f.injected,
+            ops.len(),
+            acked,
+            longest,
+            ttl_error(&f.windows)
+        );
     }
     for anomaly in report.anomalies.iter().take(20) {
         println!("anomaly: {anomaly}");
@@ -411,7 +474,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -421,6 +484,8 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.ops_checked,
         report.acked_writes,
         report.lost,
+        report.leases_checked,
+        report.expiry_error_s.map_or("none".to_string(), |(a, b)| format!("{a:+.2}/{b:+.2}")),
         report.lease_intervals,
         report.longest_unavailable_s,
         report.anomalies.len()
