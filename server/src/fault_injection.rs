@@ -35,15 +35,32 @@ pub enum ServerBreakage {
     /// in timer ticks would): after SIGCONT the node checks requests against a lease that
     /// ran out during the pause, and a deposed master serves reads as if no time had passed.
     StaleLeaseCheck,
+    /// A watch created with a start revision begins one revision later (an off-by-one in
+    /// resumption): a client that resumes at `last + 1` misses an event.
+    WatchResumeGap,
 }
 
 impl ServerBreakage {
     /// Every broken variant with its name.
-    pub const ALL: [(&'static str, ServerBreakage); 3] = [
+    pub const ALL: [(&'static str, ServerBreakage); 4] = [
         ("follower-reads", ServerBreakage::FollowerReads),
         ("ack-before-fsync", ServerBreakage::AckBeforeFsync),
         ("stale-lease-check", ServerBreakage::StaleLeaseCheck),
+        ("watch-resume-gap", ServerBreakage::WatchResumeGap),
     ];
+}
+
+/// Set once at start under `watch-resume-gap`; read by the watch service.
+static WATCH_RESUME_GAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The revision a watch asked to start at `requested` really starts at: `requested`,
+/// except under the `watch-resume-gap` control.
+pub fn watch_start(requested: i64) -> i64 {
+    if requested > 1 && WATCH_RESUME_GAP.load(std::sync::atomic::Ordering::Relaxed) {
+        requested + 1
+    } else {
+        requested
+    }
 }
 
 /// What the environment asked for.
@@ -162,6 +179,9 @@ mod active {
             }
             if self.breakage == super::ServerBreakage::StaleLeaseCheck {
                 clock_rate::ignore_stops();
+            }
+            if self.breakage == super::ServerBreakage::WatchResumeGap {
+                super::WATCH_RESUME_GAP.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }

@@ -208,7 +208,9 @@ fn replica_config(config: &NodeConfig, faults: &FaultInjection) -> leasekv_kvsto
         replica.breakage = match faults.breakage {
             ServerBreakage::FollowerReads => LogBreakage::FollowerReads,
             ServerBreakage::AckBeforeFsync => LogBreakage::EarlyAck,
-            ServerBreakage::None | ServerBreakage::StaleLeaseCheck => LogBreakage::None,
+            ServerBreakage::None | ServerBreakage::StaleLeaseCheck | ServerBreakage::WatchResumeGap => {
+                LogBreakage::None
+            }
         };
     }
     #[cfg(not(feature = "fault-injection"))]

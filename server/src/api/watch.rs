@@ -231,7 +231,7 @@ fn spec_in(create: pb::WatchCreateRequest) -> WatchSpec {
     let no_delete = create.filters.contains(&(pb::watch_create_request::FilterType::Nodelete as i32));
     WatchSpec {
         range: KeyRange { key, range_end: create.range_end },
-        start_revision: create.start_revision,
+        start_revision: crate::fault_injection::watch_start(create.start_revision),
         no_put,
         no_delete,
         prev_kv: create.prev_kv,

@@ -84,7 +84,8 @@ impl Cluster {
             for i in 0..nodes {
                 let config = format!(
                     "id = {}\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"{ip}:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
-                     [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n",
+                     [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n\
+                     [compaction]\nmode = \"off\"\n",
                     i + 1,
                     dir.join(format!("data{i}")).display(),
                     LEASE_TIME.as_millis(),

@@ -290,3 +290,65 @@ pub fn check(lives: &[LeaseLife], fault_windows: &[(u64, u64)]) -> LeaseVerdict 
     }
     verdict
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A 2 s lease granted at 0, kept alive at 1 s, abandoned at 1.5 s, its key seen at
+    /// 0.5 s and gone at `gone` seconds.
+    fn life(gone: f64) -> LeaseLife {
+        let gone = (gone * S as f64) as u64;
+        LeaseLife {
+            id: 7,
+            key: "/chaos/lease/x".into(),
+            ttl_s: 2,
+            acked_keepalives: vec![0, S],
+            put_ret: S / 10,
+            abandoned: Some(3 * S / 2),
+            observations: vec![(S / 2, S / 2 + 1000, true), (gone - 1000, gone, false)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_expiry_within_its_bounds_passes() {
+        let verdict = check(&[life(3.2)], &[]);
+        assert!(verdict.anomalies.is_empty(), "{:?}", verdict.anomalies);
+        let (min, max) = verdict.expiry_error_s.expect("an abandoned lease seen gone");
+        assert!((min - 0.2).abs() < 1e-3 && (max - 0.2).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_key_gone_before_ttl_over_one_plus_epsilon_is_caught() {
+        let verdict = check(&[life(2.5)], &[]);
+        assert!(verdict.anomalies.iter().any(|a| a.contains("earlier than TTL/(1+ε)")), "{:?}", verdict.anomalies);
+    }
+
+    #[test]
+    fn a_keepalive_that_succeeds_after_the_key_was_seen_gone_is_caught() {
+        let mut life = life(3.2);
+        life.acked_keepalives.push(4 * S);
+        let verdict = check(&[life], &[]);
+        assert!(verdict.anomalies.iter().any(|a| a.contains("succeeded after its key")), "{:?}", verdict.anomalies);
+    }
+
+    #[test]
+    fn a_late_expiry_is_caught_only_without_faults_in_between() {
+        let late = life(6.0);
+        assert!(check(std::slice::from_ref(&late), &[])
+            .anomalies
+            .iter()
+            .any(|a| a.contains("with no fault in between")));
+        assert!(check(&[late], &[(2 * S, 5 * S)]).anomalies.is_empty());
+    }
+
+    #[test]
+    fn an_abandoned_lease_never_seen_gone_is_caught() {
+        let mut life = life(3.2);
+        life.observations.truncate(1);
+        assert!(check(&[life], &[]).anomalies.iter().any(|a| a.contains("still there at the end")));
+    }
+}

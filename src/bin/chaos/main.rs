@@ -17,6 +17,7 @@ mod cluster;
 mod faults;
 mod leases;
 mod net;
+mod watches;
 mod workload;
 
 use anyhow::{bail, Context, Result};
@@ -55,7 +56,7 @@ struct Args {
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
-    /// ack-before-fsync (kvserver variants) or fast-clock (a master clock far outside the
+    /// ack-before-fsync, watch-resume-gap (kvserver variants) or fast-clock (a master clock far outside the
     /// drift bound, cut off).
     #[arg(long = "break")]
     breakage: Option<String>,
@@ -91,7 +92,7 @@ struct Args {
     inner: Option<String>,
 }
 
-const BREAKS: [&str; 4] = ["follower-reads", "stale-lease-check", "ack-before-fsync", "fast-clock"];
+const BREAKS: [&str; 5] = ["follower-reads", "stale-lease-check", "ack-before-fsync", "watch-resume-gap", "fast-clock"];
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -228,6 +229,9 @@ struct Report {
     longest_unavailable_s: f64,
     classes: BTreeMap<FaultClass, ClassFigures>,
     history: Vec<Operation>,
+    /// Watch events received, over all watchers, and streams opened (each resumption).
+    watch_events: usize,
+    watch_streams: usize,
     /// TTL leases followed to their end.
     leases_checked: usize,
     /// Over abandoned leases: seen gone after the last keepalive, less the TTL (earliest,
@@ -259,6 +263,11 @@ async fn run(
         let node = (c as usize + 1) % nodes;
         let (recorder, lives, stop) = (recorder.clone(), lives.clone(), stop.clone());
         clients.spawn(leases::lease_client(2000 + c, node, seed, recorder, lives, stop));
+    }
+    let watch_logs: watches::Logs = Arc::default();
+    for node in 0..nodes {
+        let (logs, stop) = (watch_logs.clone(), stop.clone());
+        clients.spawn(watches::watcher(node as u32, node, nodes, 1, seed, logs, stop));
     }
     for node in 0..nodes {
         let client = 1000 + node as u32;
@@ -318,6 +327,16 @@ async fn run(
     let verdict = check::history(&history, args.steps_per_key);
     eprintln!("[{:6.1}s] checked; convergence", recorder.now() as f64 / 1e9);
     let mut anomalies = verdict.anomalies;
+    let watch_logs = std::mem::take(&mut *watch_logs.lock().unwrap_or_else(|e| e.into_inner()));
+    let watch_events: usize = watch_logs.iter().map(|l| l.events.len()).sum();
+    let watch_streams: usize = watch_logs.iter().map(|l| l.streams).sum();
+    match final_revision(cluster).await {
+        Ok((master, to)) => match watches::committed(master, 1, to).await {
+            Ok(truth) => anomalies.extend(watches::check(&watch_logs, &truth)),
+            Err(why) => anomalies.push(format!("the committed history for the watch check: {why}")),
+        },
+        Err(why) => anomalies.push(format!("the final revision for the watch check: {why}")),
+    }
     let lives = std::mem::take(&mut *lives.lock().unwrap_or_else(|e| e.into_inner()));
     let lease_verdict = leases::check(&lives, &fault_spans);
     anomalies.extend(lease_verdict.anomalies);
@@ -347,6 +366,8 @@ async fn run(
         classes: figures,
         history,
         leases_checked: lease_verdict.leases,
+        watch_events,
+        watch_streams,
         expiry_error_s: lease_verdict.expiry_error_s,
         lives,
     })
@@ -365,6 +386,20 @@ async fn final_reads(cluster: &Cluster, keys: usize, recorder: &Recorder) {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+}
+
+/// The master and its current revision, from a linearizable read.
+async fn final_revision(cluster: &Cluster) -> Result<(usize, i64), String> {
+    for _ in 0..10 {
+        let master = cluster.wait_for_master(Duration::from_secs(10)).await.unwrap_or(0);
+        let mut kv = KvClient::new(workload::channel(master));
+        let request = RangeRequest { key: b"/chaos/".to_vec(), limit: 1, ..Default::default() };
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(3), kv.range(request)).await {
+            return Ok((master, r.into_inner().header.map_or(0, |h| h.revision)));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Err("no linearizable read answered".into())
 }
 
 /// The client id of the final reads.
@@ -474,7 +509,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -484,6 +519,8 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.ops_checked,
         report.acked_writes,
         report.lost,
+        report.watch_events,
+        report.watch_streams,
         report.leases_checked,
         report.expiry_error_s.map_or("none".to_string(), |(a, b)| format!("{a:+.2}/{b:+.2}")),
         report.lease_intervals,
