@@ -66,6 +66,10 @@ struct Args {
     /// The leasekv election backend: paxoslease or lease-tracker.
     #[arg(long, default_value = "paxoslease")]
     backend: String,
+    /// The chance that a second fault is injected on top of one in force (overlapping
+    /// faults, for soaks), 0 to 1.
+    #[arg(long, default_value_t = 0.0)]
+    overlap: f64,
     /// Closed-loop register clients (spread over the nodes), besides one open-loop reader per node.
     #[arg(long, default_value_t = 6)]
     clients: u32,
@@ -296,15 +300,23 @@ async fn run(
         let start = recorder.now();
         let injected = faults::inject(class, cluster, net, &mut rng, clock_break).await?;
         eprintln!("[{:6.1}s] {} for {:.1}s", start as f64 / 1e9, class.name(), injected.hold.as_secs_f64());
-        tokio::time::sleep(injected.hold).await;
+        open_window(&mut figures, class, start);
+        let mut hold = injected.hold;
+        if rng.chance(args.overlap) {
+            // A second fault on top of the first, from halfway through its hold; both are
+            // healed together.
+            let half = hold / 2;
+            tokio::time::sleep(half).await;
+            let second = classes[rng.range_u64(0, classes.len() as u64 - 1) as usize];
+            let at = recorder.now();
+            let more = faults::inject(second, cluster, net, &mut rng, clock_break).await?;
+            eprintln!("[{:6.1}s]   and {} for {:.1}s", at as f64 / 1e9, second.name(), more.hold.as_secs_f64());
+            open_window(&mut figures, second, at);
+            hold = (hold - half).max(more.hold);
+        }
+        tokio::time::sleep(hold).await;
         faults::heal(cluster, net)?;
         fault_spans.push((start, recorder.now() + AFTERMATH.as_nanos() as u64));
-        let entry = figures.entry(class).or_default();
-        entry.injected += 1;
-        if let Some(last) = figures.values_mut().flat_map(|f| f.windows.last_mut()).max_by_key(|w| w.0) {
-            last.1 = start;
-        }
-        figures.entry(class).or_default().windows.push((start, u64::MAX));
     }
     faults::heal(cluster, net)?;
     eprintln!("[{:6.1}s] healed; waiting for a leader", recorder.now() as f64 / 1e9);
@@ -386,6 +398,16 @@ async fn final_reads(cluster: &Cluster, keys: usize, recorder: &Recorder) {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+}
+
+/// Counts an injection of `class` at `start`: its window runs until the next injection.
+fn open_window(figures: &mut BTreeMap<FaultClass, ClassFigures>, class: FaultClass, start: u64) {
+    if let Some(last) = figures.values_mut().flat_map(|f| f.windows.last_mut()).max_by_key(|w| w.0) {
+        last.1 = start;
+    }
+    let entry = figures.entry(class).or_default();
+    entry.injected += 1;
+    entry.windows.push((start, u64::MAX));
 }
 
 /// The master and its current revision, from a linearizable read.
