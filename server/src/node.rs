@@ -199,6 +199,10 @@ impl NodeHandle {
     }
 }
 
+/// Resolves when the node's storage failed (disk full, an I/O error), with the failure:
+/// the node then serves nothing and the process should stop (see [`crate::run`]).
+pub type StorageFailed = oneshot::Receiver<String>;
+
 /// Starts the node loop.
 pub fn start(
     replica: Replica<SledStorage>,
@@ -206,7 +210,8 @@ pub fn start(
     clock: MonotonicClock,
     peers: PeerNetwork,
     faults: &FaultInjection,
-) -> NodeHandle {
+) -> (NodeHandle, StorageFailed) {
+    let (failed_tx, failed) = oneshot::channel();
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
     let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
@@ -233,9 +238,10 @@ pub fn start(
         disk,
         sync_in_flight: None,
         last_sync_took: Duration::ZERO,
+        storage_failed: Some(failed_tx),
     };
     tokio::spawn(node.run(rx, status, synced));
-    NodeHandle { tx, revision, election, history }
+    (NodeHandle { tx, revision, election, history }, failed)
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -279,6 +285,8 @@ struct NodeLoop {
     sync_in_flight: Option<(SyncTicket, Instant)>,
     /// How long the last finished sync took (wherever it ran).
     last_sync_took: Duration,
+    /// Told once when the storage fails.
+    storage_failed: Option<oneshot::Sender<String>>,
 }
 
 /// How long the loop must have had nothing to do before a sync may run on the loop itself
@@ -338,6 +346,11 @@ impl NodeLoop {
         self.apply_status(&initial);
         let mut busy_until = Instant::now();
         loop {
+            if let Some(failure) = self.replica.storage_failure() {
+                if let Some(tell) = self.storage_failed.take() {
+                    let _ = tell.send(failure.to_string());
+                }
+            }
             // Whether this turn handles exactly one input, so the loop's only sends are the
             // replica's output, which `flush` sees.
             let mut one_input = true;

@@ -76,6 +76,15 @@ pub enum ServerError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The storage failed while running (disk full, an I/O error); the node stopped. A
+    /// restart recovers from what is on disk once the cause is gone.
+    #[error("storage in {dir} failed while running: {reason}; the node stopped (restart it once the cause is fixed, e.g. space freed)")]
+    StorageFailed {
+        /// The data directory.
+        dir: String,
+        /// What failed.
+        reason: String,
+    },
     /// A gRPC server failed.
     #[error("{what} server failed: {source}")]
     Serve {
@@ -135,7 +144,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let replica = Replica::open(me, &members, replica_config(&config, &faults), config.limits(), storage, epoch.value)
         .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
     let peers_for_service = peers.clone();
-    let node = node::start(replica, election_dyn.clone(), clock, peers, &faults);
+    let (node, storage_failed) = node::start(replica, election_dyn.clone(), clock, peers, &faults);
 
     let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
     let shared = Shared::new(node.clone(), me, config.cluster_id, member_addrs);
@@ -172,8 +181,17 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         });
     let client_task = tokio::spawn(client_server);
 
-    shutdown.await;
-    tracing::info!(node = %me, "shutting down: releasing mastership");
+    // A node whose storage failed must not hold on to mastership (its lease would keep the
+    // others from taking over while it can acknowledge nothing): it stops like on a
+    // shutdown, releasing the lease, and reports the failure (etcd exits likewise).
+    let failure = tokio::select! {
+        _ = shutdown => None,
+        Ok(failure) = storage_failed => Some(failure),
+    };
+    match &failure {
+        None => tracing::info!(node = %me, "shutting down: releasing mastership"),
+        Some(failure) => tracing::error!(node = %me, %failure, "storage failed: releasing mastership and stopping"),
+    }
     // The master releases its lease first (PaxosLease release), so another node takes over
     // at once instead of after a lease time; then in-flight client requests finish.
     let _ = election_dyn.stop().await;
@@ -187,7 +205,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     peer_task.abort();
     tracing::info!(node = %me, "stopped");
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(reason) => Err(ServerError::StorageFailed { dir, reason }),
+    }
 }
 
 /// Accepted connections with Nagle's algorithm off. Every answer here is one small write

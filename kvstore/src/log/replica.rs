@@ -231,6 +231,13 @@ impl<S: Storage> Replica<S> {
         self.storage
     }
 
+    /// Why the replica stopped, if its storage failed: it then acknowledges nothing, and
+    /// the process hosting it should release mastership and exit (a restart reopens the
+    /// storage and recovers from what is on disk).
+    pub fn storage_failure(&self) -> Option<&StorageFailure> {
+        self.stopped.as_ref()
+    }
+
     /// The storage, for drivers that inspect it.
     pub fn storage(&self) -> &S {
         &self.storage

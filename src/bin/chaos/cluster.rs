@@ -52,7 +52,18 @@ pub struct Cluster {
     nodes: Vec<Node>,
     /// A negative control passed to every leasekv node.
     breakage: Option<String>,
+    /// Busy processes competing with a node for its CPU (the slow-CPU fault), by pid.
+    competitors: Vec<Child>,
+    /// Whether each node's data lives on its own small tmpfs (for the disk-full fault).
+    small_disks: bool,
+    /// Nodes that exited by themselves, with their status, as a report line each.
+    pub exits: Vec<String>,
 }
+
+/// The size of each node's tmpfs when the disk-full fault is on.
+const SMALL_DISK_MB: u64 = 256;
+/// How many busy processes share the slowed node's CPU with it.
+const COMPETITORS: usize = 3;
 
 impl Cluster {
     /// Writes the configuration and starts every node.
@@ -63,6 +74,7 @@ impl Cluster {
         net: Net,
         nodes: usize,
         breakage: Option<String>,
+        small_disks: bool,
     ) -> Result<Cluster> {
         let mut cluster = Cluster {
             target,
@@ -71,7 +83,24 @@ impl Cluster {
             net,
             nodes: (0..nodes).map(|_| Node { child: None, paused: false }).collect(),
             breakage,
+            competitors: Vec::new(),
+            small_disks,
+            exits: Vec::new(),
         };
+        if small_disks {
+            for i in 0..nodes {
+                let data = cluster.data_dir(i);
+                std::fs::create_dir_all(&data)?;
+                let status = Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", &format!("size={SMALL_DISK_MB}m"), "tmpfs"])
+                    .arg(&data)
+                    .status()
+                    .context("running mount")?;
+                if !status.success() {
+                    anyhow::bail!("mounting a {SMALL_DISK_MB} MB tmpfs on {} failed ({status})", data.display());
+                }
+            }
+        }
         if let Target::LeaseKv(backend) = &cluster.target {
             let mut peers = String::new();
             for i in 0..nodes {
@@ -87,7 +116,7 @@ impl Cluster {
                      [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n\
                      [compaction]\nmode = \"off\"\n",
                     i + 1,
-                    dir.join(format!("data{i}")).display(),
+                    cluster.data_dir(i).display(),
                     LEASE_TIME.as_millis(),
                     ip = node_ip(i),
                 );
@@ -145,7 +174,7 @@ impl Cluster {
                 command
                     .args(["--name", &format!("n{i}")])
                     .arg("--data-dir")
-                    .arg(self.dir.join(format!("etcd{i}")))
+                    .arg(self.data_dir(i).join("etcd"))
                     .args(["--listen-client-urls", &format!("http://{ip}:{CLIENT_PORT}")])
                     .args(["--advertise-client-urls", &format!("http://{ip}:{CLIENT_PORT}")])
                     .args(["--listen-peer-urls", &format!("http://{ip}:{PEER_PORT}")])
@@ -162,6 +191,68 @@ impl Cluster {
             .with_context(|| format!("starting {}", self.program.display()))?;
         self.nodes[i] = Node { child: Some(child), paused: false };
         Ok(())
+    }
+
+    /// Node `i`'s data directory (on its own tmpfs under the disk-full fault).
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("data{i}"))
+    }
+
+    /// Fills node `i`'s disk: a file takes all the space its tmpfs has left.
+    pub fn fill_disk(&self, i: usize) -> Result<()> {
+        anyhow::ensure!(self.small_disks, "the disk-full fault needs the small disks made at start");
+        let filler = self.data_dir(i).join("chaos-filler");
+        // As much as fits: fallocate of the whole size fails with ENOSPC, so shrink until it fits.
+        let mut mb = SMALL_DISK_MB;
+        while mb > 0 {
+            let status = Command::new("fallocate").args(["-l", &format!("{mb}M")]).arg(&filler).status()?;
+            if status.success() {
+                break;
+            }
+            mb /= 2;
+        }
+        // Then the last crumbs, byte by byte in 64 KiB steps.
+        let mut extra = OpenOptions::new().create(true).append(true).open(self.data_dir(i).join("chaos-filler-2"))?;
+        let block = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut extra, &block).is_ok() {}
+        Ok(())
+    }
+
+    /// Slows node `i`: pinned to CPU 0 with [`COMPETITORS`] busy processes.
+    pub fn slow_cpu(&mut self, i: usize) -> Result<()> {
+        let Some(child) = &self.nodes[i].child else { return Ok(()) };
+        let pid = child.id().to_string();
+        Command::new("taskset").args(["-a", "-p", "-c", "0", &pid]).stdout(Stdio::null()).status()?;
+        for _ in 0..COMPETITORS {
+            let busy = Command::new("taskset")
+                .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+                .stdin(Stdio::null())
+                .spawn()
+                .context("starting a busy competitor (taskset, util-linux)")?;
+            self.competitors.push(busy);
+        }
+        Ok(())
+    }
+
+    /// Ends disk and CPU faults: the fillers removed, the competitors killed (by pid), every
+    /// node free to run on any CPU again.
+    fn end_resource_faults(&mut self) {
+        for mut busy in self.competitors.drain(..) {
+            let _ = busy.kill();
+            let _ = busy.wait();
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for i in 0..self.nodes.len() {
+            if let Some(child) = &self.nodes[i].child {
+                let pid = child.id().to_string();
+                let all = format!("0-{}", cpus - 1);
+                let _ = Command::new("taskset").args(["-a", "-p", "-c", &all, &pid]).stdout(Stdio::null()).status();
+            }
+            if self.small_disks {
+                let _ = std::fs::remove_file(self.data_dir(i).join("chaos-filler"));
+                let _ = std::fs::remove_file(self.data_dir(i).join("chaos-filler-2"));
+            }
+        }
     }
 
     /// Whether node `i` runs (paused or not).
@@ -199,8 +290,21 @@ impl Cluster {
         Ok(())
     }
 
-    /// Resumes paused nodes, restarts dead ones, resets clocks.
+    /// Notes nodes that exited by themselves (a crash, a refusal to go on) and forgets their
+    /// process, so that [`Cluster::restore`] starts them again.
+    pub fn reap(&mut self, at_s: f64) {
+        for i in 0..self.nodes.len() {
+            let exited = self.nodes[i].child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.exits.push(format!("node {i} exited by itself at {at_s:.1} s ({status}); see node{i}.log"));
+                self.nodes[i].child = None;
+            }
+        }
+    }
+
+    /// Resumes paused nodes, restarts dead ones, resets clocks, frees disks and CPUs.
     pub fn restore(&mut self) -> Result<()> {
+        self.end_resource_faults();
         for i in 0..self.nodes.len() {
             if self.nodes[i].paused {
                 self.signal_pause(i, false);
@@ -213,8 +317,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops every node.
+    /// Stops every node (and any competitor).
     pub fn stop(&mut self) {
+        self.end_resource_faults();
         for i in 0..self.nodes.len() {
             if self.nodes[i].paused {
                 self.signal_pause(i, false);

@@ -27,11 +27,15 @@ pub enum FaultClass {
     OneWay,
     /// A node's clock off by up to 90% of the drift bound, faster or slower.
     ClockSkew,
+    /// The master's CPU shared with busy competitors (a quarter of one CPU left to it).
+    SlowCpu,
+    /// The master's disk full (ENOSPC): its data directory on a small tmpfs, filled.
+    DiskFull,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 9] = [
+    pub const ALL: [(&'static str, FaultClass); 11] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -41,6 +45,8 @@ impl FaultClass {
         ("bridge", FaultClass::Bridge),
         ("one-way", FaultClass::OneWay),
         ("clock-skew", FaultClass::ClockSkew),
+        ("slow-cpu", FaultClass::SlowCpu),
+        ("disk-full", FaultClass::DiskFull),
     ];
 
     /// The command-line name.
@@ -169,6 +175,8 @@ pub async fn inject(
             };
             cluster.set_clock_rate(node, rate)?;
         }
+        FaultClass::SlowCpu => cluster.slow_cpu(master)?,
+        FaultClass::DiskFull => cluster.fill_disk(master)?,
     }
     Ok(Injected { hold })
 }

@@ -52,7 +52,8 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
-    /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew.
+    /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
+    /// slow-cpu, disk-full.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
@@ -197,7 +198,9 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {
-        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break)?;
+        let small_disks = classes.contains(&FaultClass::DiskFull);
+        let mut cluster =
+            Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, small_disks)?;
         let report = run(args, seed, &classes, clock_break, &mut cluster, &net).await;
         cluster.stop();
         report
@@ -236,6 +239,9 @@ struct Report {
     /// Watch events received, over all watchers, and streams opened (each resumption).
     watch_events: usize,
     watch_streams: usize,
+    /// Nodes that exited by themselves (not an anomaly: a node may stop rather than go on
+    /// wrongly, e.g. on a full disk).
+    exits: Vec<String>,
     /// TTL leases followed to their end.
     leases_checked: usize,
     /// Over abandoned leases: seen gone after the last keepalive, less the TTL (earliest,
@@ -315,9 +321,11 @@ async fn run(
             hold = (hold - half).max(more.hold);
         }
         tokio::time::sleep(hold).await;
+        cluster.reap(recorder.now() as f64 / 1e9);
         faults::heal(cluster, net)?;
         fault_spans.push((start, recorder.now() + AFTERMATH.as_nanos() as u64));
     }
+    cluster.reap(recorder.now() as f64 / 1e9);
     faults::heal(cluster, net)?;
     eprintln!("[{:6.1}s] healed; waiting for a leader", recorder.now() as f64 / 1e9);
     // Let the cluster settle, then stop the clients and read every register once more.
@@ -380,6 +388,7 @@ async fn run(
         leases_checked: lease_verdict.leases,
         watch_events,
         watch_streams,
+        exits: cluster.exits.clone(),
         expiry_error_s: lease_verdict.expiry_error_s,
         lives,
     })
@@ -522,6 +531,9 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
             longest,
             ttl_error(&f.windows)
         );
+    }
+    for exit in &report.exits {
+        println!("note: {exit}");
     }
     for anomaly in report.anomalies.iter().take(20) {
         println!("anomaly: {anomaly}");
