@@ -1,7 +1,8 @@
 //! The cluster under test: real `kvserver` (or `etcd`) processes, one per node namespace,
 //! started, killed, paused and restarted by pid.
 
-use crate::net::{node_ip, Net};
+use crate::net::{node_ip, proxy_in, Net};
+use crate::proxy::link_port;
 use anyhow::{Context, Result};
 use leasekv::client::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use leasekv::client::proto::etcdserverpb::StatusRequest;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 /// The client port on every node's address.
 pub const CLIENT_PORT: u16 = 2379;
-const PEER_PORT: u16 = 2380;
+pub const PEER_PORT: u16 = 2380;
 /// The election lease time the leasekv nodes run with.
 pub const LEASE_TIME: Duration = Duration::from_millis(800);
 /// The clock drift bound they are configured with.
@@ -102,17 +103,24 @@ impl Cluster {
             }
         }
         if let Target::LeaseKv(backend) = &cluster.target {
-            let mut peers = String::new();
             for i in 0..nodes {
-                peers.push_str(&format!(
-                    "[[peers]]\nid = {}\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"{ip}:{PEER_PORT}\"\n",
-                    i + 1,
-                    ip = node_ip(i)
-                ));
-            }
-            for i in 0..nodes {
+                // Node i reaches every other node through the peer-link proxy, on the
+                // address and port that name the link (see proxy.rs).
+                let mut peers = String::new();
+                for j in 0..nodes {
+                    let peer_addr = if j == i {
+                        format!("{}:{PEER_PORT}", node_ip(j))
+                    } else {
+                        format!("{}:{}", proxy_in(j), link_port(i))
+                    };
+                    peers.push_str(&format!(
+                        "[[peers]]\nid = {}\nclient_addr = \"{}:{CLIENT_PORT}\"\npeer_addr = \"{peer_addr}\"\n",
+                        j + 1,
+                        node_ip(j)
+                    ));
+                }
                 let config = format!(
-                    "id = {}\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"{ip}:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
+                    "id = {}\ncluster_id = 7777\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"{ip}:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
                      [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n\
                      [compaction]\nmode = \"off\"\n",
                     i + 1,

@@ -2,6 +2,7 @@
 
 use crate::cluster::{Cluster, DRIFT_BOUND, LEASE_TIME};
 use crate::net::Net;
+use crate::proxy::LinkFault;
 use anyhow::{bail, Result};
 use leasekv::lease::rng::SplitMix64;
 use std::time::Duration;
@@ -31,11 +32,17 @@ pub enum FaultClass {
     SlowCpu,
     /// The master's disk full (ENOSPC): its data directory on a small tmpfs, filled.
     DiskFull,
+    /// Every peer link slow: 10–100 ms of delay plus up to as much jitter, each direction
+    /// (leasekv only: etcd's peers are not proxied).
+    SlowLinks,
+    /// The master's peer links lossy: 5–20% of chunks lost (a retransmission wait of
+    /// 0.2–1 s, or a reset of the connection), both directions (leasekv only).
+    LossyLinks,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 11] = [
+    pub const ALL: [(&'static str, FaultClass); 13] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -47,6 +54,8 @@ impl FaultClass {
         ("clock-skew", FaultClass::ClockSkew),
         ("slow-cpu", FaultClass::SlowCpu),
         ("disk-full", FaultClass::DiskFull),
+        ("slow-links", FaultClass::SlowLinks),
+        ("lossy-links", FaultClass::LossyLinks),
     ];
 
     /// The command-line name.
@@ -177,6 +186,23 @@ pub async fn inject(
         }
         FaultClass::SlowCpu => cluster.slow_cpu(master)?,
         FaultClass::DiskFull => cluster.fill_disk(master)?,
+        FaultClass::SlowLinks => {
+            for from in 0..n {
+                for to in others(&[from]) {
+                    let delay = rng.duration_between(Duration::from_millis(10), Duration::from_millis(100));
+                    let jitter = delay.mul_f64(rng.next_f64());
+                    net.links.set(from, to, LinkFault { delay, jitter, loss: 0.0 });
+                }
+            }
+        }
+        FaultClass::LossyLinks => {
+            let loss = 0.05 + 0.15 * rng.next_f64();
+            for other in others(&[master]) {
+                let fault = LinkFault { delay: Duration::ZERO, jitter: Duration::from_millis(10), loss };
+                net.links.set(master, other, fault);
+                net.links.set(other, master, fault);
+            }
+        }
     }
     Ok(Injected { hold })
 }

@@ -17,6 +17,7 @@ mod cluster;
 mod faults;
 mod leases;
 mod net;
+mod proxy;
 mod watches;
 mod workload;
 
@@ -53,7 +54,7 @@ struct Args {
     seed: Option<u64>,
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
     /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
-    /// slow-cpu, disk-full.
+    /// slow-cpu, disk-full, slow-links, lossy-links.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
@@ -198,6 +199,11 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {
+        if matches!(target, Target::LeaseKv(_)) {
+            proxy::start(nodes, cluster::PEER_PORT, net.links.clone(), seed)
+                .await
+                .context("starting the peer-link proxy")?;
+        }
         let small_disks = classes.contains(&FaultClass::DiskFull);
         let mut cluster =
             Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, small_disks)?;

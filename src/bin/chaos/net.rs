@@ -22,17 +22,36 @@ pub fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 231, 0, 11 + i as u8)
 }
 
+/// Where the peer-link proxy listens for traffic to node `i` ([`crate::proxy`]).
+pub fn proxy_in(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 231, 0, 101 + i as u8)
+}
+
+/// Where the peer-link proxy's traffic from node `i` comes from.
+pub fn proxy_out(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 231, 0, 151 + i as u8)
+}
+
 /// The namespaces of one run, named after the pid of the process that made them.
 #[derive(Debug, Clone)]
 pub struct Net {
     tag: String,
     nodes: usize,
+    /// Per node, the nodes it is cut from: (outgoing, incoming). Cuts accumulate until healed.
+    cuts: std::sync::Arc<std::sync::Mutex<Vec<(Vec<usize>, Vec<usize>)>>>,
+    /// Delay, jitter and loss on the peer links (leasekv's peers talk through the proxy).
+    pub links: crate::proxy::Links,
 }
 
 impl Net {
     /// The namespaces a run with this tag uses (made by [`Net::create`]).
     pub fn existing(tag: &str, nodes: usize) -> Net {
-        Net { tag: tag.to_string(), nodes }
+        Net {
+            tag: tag.to_string(),
+            nodes,
+            cuts: std::sync::Arc::new(std::sync::Mutex::new(vec![Default::default(); nodes])),
+            links: Default::default(),
+        }
     }
 
     /// The tag of this process's run.
@@ -57,13 +76,17 @@ impl Net {
 
     /// Makes the namespaces, the bridge and a veth pair per node.
     pub fn create(nodes: usize) -> Result<Net> {
-        let net = Net { tag: Net::own_tag(), nodes };
+        let net = Net::existing(&Net::own_tag(), nodes);
         let c = net.client_ns();
         ip(&["netns", "add", &c])?;
         let result = (|| {
             ip(&["-n", &c, "link", "set", "lo", "up"])?;
             ip(&["-n", &c, "link", "add", "br0", "type", "bridge"])?;
             ip(&["-n", &c, "addr", "add", &format!("{CLIENT_IP}/24"), "dev", "br0"])?;
+            for i in 0..nodes {
+                ip(&["-n", &c, "addr", "add", &format!("{}/24", proxy_in(i)), "dev", "br0"])?;
+                ip(&["-n", &c, "addr", "add", &format!("{}/24", proxy_out(i)), "dev", "br0"])?;
+            }
             ip(&["-n", &c, "link", "set", "br0", "up"])?;
             for i in 0..nodes {
                 let n = net.node_ns(i);
@@ -105,26 +128,48 @@ impl Net {
         }
     }
 
-    /// Drops node `node`'s traffic to and from `others` (`one_way`: only what it sends).
+    /// Drops node `node`'s traffic to and from `others` (`one_way`: only what it sends),
+    /// direct or through the peer-link proxy, on top of the cuts already in force.
     pub fn cut(&self, node: usize, others: &[usize], one_way: bool) -> Result<()> {
-        if others.is_empty() {
-            return Ok(());
-        }
-        let set = others.iter().map(|&o| node_ip(o).to_string()).collect::<Vec<_>>().join(", ");
-        let mut rules = format!(
-            "table inet chaos {{\n chain output {{ type filter hook output priority 0; ip daddr {{ {set} }} drop; }}\n"
-        );
-        if !one_way {
+        let (outgoing, incoming) = {
+            let mut cuts = self.cuts.lock().unwrap_or_else(|e| e.into_inner());
+            let (outgoing, incoming) = &mut cuts[node];
+            outgoing.extend_from_slice(others);
+            if !one_way {
+                incoming.extend_from_slice(others);
+            }
+            (outgoing.clone(), incoming.clone())
+        };
+        let addresses = |nodes: &[usize]| {
+            nodes
+                .iter()
+                .flat_map(|&o| [node_ip(o), proxy_in(o), proxy_out(o)])
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+        };
+        let mut rules = String::from("table inet chaos {\n");
+        if !outgoing.is_empty() {
             rules.push_str(&format!(
-                " chain input {{ type filter hook input priority 0; ip saddr {{ {set} }} drop; }}\n"
+                " chain output {{ type filter hook output priority 0; ip daddr {{ {} }} drop; }}\n",
+                addresses(&outgoing).join(", ")
+            ));
+        }
+        if !incoming.is_empty() {
+            rules.push_str(&format!(
+                " chain input {{ type filter hook input priority 0; ip saddr {{ {} }} drop; }}\n",
+                addresses(&incoming).join(", ")
             ));
         }
         rules.push_str("}\n");
         nft(&self.node_ns(node), &rules)
     }
 
-    /// Removes every cut.
+    /// Removes every cut and link fault.
     pub fn heal(&self) {
+        self.links.heal();
+        for cut in self.cuts.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            *cut = Default::default();
+        }
         for i in 0..self.nodes {
             let _ = Command::new("ip")
                 .args(["netns", "exec", &self.node_ns(i), "nft", "delete", "table", "inet", "chaos"])
