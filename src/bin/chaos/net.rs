@@ -32,13 +32,16 @@ pub fn proxy_out(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 231, 0, 151 + i as u8)
 }
 
+/// The nodes one node is cut from: (outgoing, incoming).
+type NodeCuts = (Vec<usize>, Vec<usize>);
+
 /// The namespaces of one run, named after the pid of the process that made them.
 #[derive(Debug, Clone)]
 pub struct Net {
     tag: String,
     nodes: usize,
     /// Per node, the nodes it is cut from: (outgoing, incoming). Cuts accumulate until healed.
-    cuts: std::sync::Arc<std::sync::Mutex<Vec<(Vec<usize>, Vec<usize>)>>>,
+    cuts: std::sync::Arc<std::sync::Mutex<Vec<NodeCuts>>>,
     /// Delay, jitter and loss on the peer links (leasekv's peers talk through the proxy).
     pub links: crate::proxy::Links,
 }
