@@ -18,8 +18,13 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 /// The environment variables this module reads.
-pub const VARIABLES: [&str; 4] =
-    ["LEASEKV_FAULT_CLOCK_RATE", "LEASEKV_FAULT_CLOCK_RATE_FILE", "LEASEKV_FAULT_BREAK", "LEASEKV_FAULT_LEASE_LOG"];
+pub const VARIABLES: [&str; 5] = [
+    "LEASEKV_FAULT_CLOCK_RATE",
+    "LEASEKV_FAULT_CLOCK_RATE_FILE",
+    "LEASEKV_FAULT_BREAK",
+    "LEASEKV_FAULT_LEASE_LOG",
+    "LEASEKV_FAULT_SYNC_FILE",
+];
 
 /// A deliberately broken node, for the harness's negative controls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,6 +79,9 @@ pub struct FaultInjection {
     pub breakage: ServerBreakage,
     /// Where to log master lease intervals.
     pub lease_log: Option<PathBuf>,
+    /// Where to re-read the storage sync faults from while running: `DELAY_MS FAIL`
+    /// (e.g. `300 0`: every sync waits 300 ms; `0 1`: every sync fails).
+    pub sync_file: Option<PathBuf>,
 }
 
 /// A fault-injection variable that cannot be honoured.
@@ -130,6 +138,7 @@ impl FaultInjection {
             clock_rate_file: var("LEASEKV_FAULT_CLOCK_RATE_FILE").map(PathBuf::from),
             breakage,
             lease_log: var("LEASEKV_FAULT_LEASE_LOG").map(PathBuf::from),
+            sync_file: var("LEASEKV_FAULT_SYNC_FILE").map(PathBuf::from),
         })
     }
 
@@ -139,6 +148,7 @@ impl FaultInjection {
             || self.clock_rate_file.is_some()
             || self.breakage != ServerBreakage::None
             || self.lease_log.is_some()
+            || self.sync_file.is_some()
     }
 }
 
@@ -182,6 +192,41 @@ mod active {
             }
             if self.breakage == super::ServerBreakage::WatchResumeGap {
                 super::WATCH_RESUME_GAP.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if let Some(path) = self.sync_file.clone() {
+                tokio::spawn(follow_sync_file(path));
+            }
+        }
+    }
+
+    /// Applies `DELAY_MS FAIL` from `path` to the storage's sync, ten times a second.
+    async fn follow_sync_file(path: PathBuf) {
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        let mut current = (0u64, false);
+        loop {
+            interval.tick().await;
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            let parsed = match fields.as_slice() {
+                [delay, fail] => delay.parse::<u64>().ok().zip(match *fail {
+                    "0" => Some(false),
+                    "1" => Some(true),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            match parsed {
+                Some(wanted) if wanted != current => {
+                    current = wanted;
+                    leasekv_kvstore::storage::sync_faults::set(Duration::from_millis(wanted.0), wanted.1);
+                    tracing::warn!(
+                        delay_ms = wanted.0,
+                        fail = wanted.1,
+                        "fault injection: storage sync faults changed"
+                    );
+                }
+                Some(_) => {}
+                None => tracing::warn!(?text, "fault injection: ignoring the sync file (want `DELAY_MS 0|1`)"),
             }
         }
     }

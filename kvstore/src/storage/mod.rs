@@ -10,6 +10,8 @@
 mod codec;
 mod memory;
 mod sled_store;
+#[cfg(feature = "sync-faults")]
+pub mod sync_faults;
 #[cfg(test)]
 mod tests;
 

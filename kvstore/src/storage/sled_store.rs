@@ -68,6 +68,8 @@ struct Durable {
 impl Durable {
     /// Makes every earlier write to the database durable (see the module docs for why both).
     fn sync(&self) -> Result<(), StorageError> {
+        #[cfg(feature = "sync-faults")]
+        super::sync_faults::before_sync()?;
         self.db.flush().map_err(|e| io_err(&self.dir, "flushing the sled log", e))?;
         self.data_file.sync_data().map_err(|e| io_err(&self.dir, "fsyncing the sled data file", e))?;
         Ok(())

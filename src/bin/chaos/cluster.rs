@@ -130,6 +130,7 @@ impl Cluster {
                 );
                 std::fs::write(dir.join(format!("n{i}.toml")), config)?;
                 cluster.set_clock_rate(i, 1.0)?;
+                cluster.set_sync_fault(i, Duration::ZERO, false)?;
             }
         }
         for i in 0..nodes {
@@ -170,7 +171,8 @@ impl Cluster {
                     .arg(self.dir.join(format!("n{i}.toml")))
                     .env("RUST_LOG", "info")
                     .env("LEASEKV_FAULT_LEASE_LOG", self.lease_log())
-                    .env("LEASEKV_FAULT_CLOCK_RATE_FILE", self.rate_file(i));
+                    .env("LEASEKV_FAULT_CLOCK_RATE_FILE", self.rate_file(i))
+                    .env("LEASEKV_FAULT_SYNC_FILE", self.sync_file(i));
                 if let Some(name) = &self.breakage {
                     command.env("LEASEKV_FAULT_BREAK", name);
                 }
@@ -286,6 +288,19 @@ impl Cluster {
         }
     }
 
+    fn sync_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("sync{i}"))
+    }
+
+    /// Node `i`'s storage syncs: each waits `delay` first, and fails if `fail` (leasekv
+    /// only; the node re-reads it within 100 ms).
+    pub fn set_sync_fault(&self, i: usize, delay: Duration, fail: bool) -> Result<()> {
+        if self.is_leasekv() {
+            std::fs::write(self.sync_file(i), format!("{} {}\n", delay.as_millis(), u8::from(fail)))?;
+        }
+        Ok(())
+    }
+
     fn rate_file(&self, i: usize) -> PathBuf {
         self.dir.join(format!("rate{i}"))
     }
@@ -321,6 +336,7 @@ impl Cluster {
                 self.start_node(i)?;
             }
             self.set_clock_rate(i, 1.0)?;
+            self.set_sync_fault(i, Duration::ZERO, false)?;
         }
         Ok(())
     }

@@ -38,11 +38,15 @@ pub enum FaultClass {
     /// The master's peer links lossy: 5–20% of chunks lost (a retransmission wait of
     /// 0.2–1 s, or a reset of the connection), both directions (leasekv only).
     LossyLinks,
+    /// The master's storage syncs each take 0.1–1.5 s (a slow or stuck disk; etcd #12528).
+    SlowFsync,
+    /// The master's storage syncs fail (a failing `fdatasync`).
+    FsyncError,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 13] = [
+    pub const ALL: [(&'static str, FaultClass); 15] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -56,6 +60,8 @@ impl FaultClass {
         ("disk-full", FaultClass::DiskFull),
         ("slow-links", FaultClass::SlowLinks),
         ("lossy-links", FaultClass::LossyLinks),
+        ("slow-fsync", FaultClass::SlowFsync),
+        ("fsync-error", FaultClass::FsyncError),
     ];
 
     /// The command-line name.
@@ -186,6 +192,11 @@ pub async fn inject(
         }
         FaultClass::SlowCpu => cluster.slow_cpu(master)?,
         FaultClass::DiskFull => cluster.fill_disk(master)?,
+        FaultClass::SlowFsync => {
+            let delay = rng.duration_between(Duration::from_millis(100), Duration::from_millis(1500));
+            cluster.set_sync_fault(master, delay, false)?;
+        }
+        FaultClass::FsyncError => cluster.set_sync_fault(master, Duration::ZERO, true)?,
         FaultClass::SlowLinks => {
             for from in 0..n {
                 for to in others(&[from]) {

@@ -54,7 +54,7 @@ struct Args {
     seed: Option<u64>,
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
     /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
-    /// slow-cpu, disk-full, slow-links, lossy-links.
+    /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,

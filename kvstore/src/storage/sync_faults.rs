@@ -1,0 +1,29 @@
+//! Test-only faults on the storage's sync (feature `sync-faults`, turned on by kvserver's
+//! `fault-injection` for the chaos harness): every sync first waits a set delay (a slow or
+//! stuck disk), or fails (a failing `fdatasync`). Off in every real build.
+
+use super::StorageError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+static DELAY_MICROS: AtomicU64 = AtomicU64::new(0);
+static FAIL: AtomicBool = AtomicBool::new(false);
+
+/// From now on, every sync waits `delay` first, and fails if `fail`.
+pub fn set(delay: Duration, fail: bool) {
+    DELAY_MICROS.store(delay.as_micros() as u64, Ordering::SeqCst);
+    FAIL.store(fail, Ordering::SeqCst);
+}
+
+/// Called at the start of every sync.
+pub(super) fn before_sync() -> Result<(), StorageError> {
+    let delay = DELAY_MICROS.load(Ordering::SeqCst);
+    if delay > 0 {
+        // The sync runs on its own thread (or on the node loop only while syncs are fast).
+        std::thread::sleep(Duration::from_micros(delay));
+    }
+    if FAIL.load(Ordering::SeqCst) {
+        return Err(StorageError::Io("fdatasync failed (injected by the sync-faults failpoint)".into()));
+    }
+    Ok(())
+}
