@@ -369,17 +369,21 @@ impl Hasher for PassThroughHasher {
     }
 }
 
-/// A configuration the search has entered.
-struct Entry {
+/// The configurations the search has entered that share one answered set and state: the
+/// sets of unanswered operations linearized with them.
+struct Group {
     answered: Box<[u64]>,
-    unanswered: Box<[u64]>,
     state: State,
+    unanswered: Vec<Box<[u64]>>,
 }
 
-/// Every configuration the search has entered, bucketed by a hash of (answered set, state).
+/// Every configuration the search has entered, bucketed by a hash of (answered set, state)
+/// and grouped by the exact pair, so that the answered set (as long as the history) is
+/// compared once per group rather than once per unanswered set: with thousands of
+/// unanswered writes a group holds thousands of sets.
 #[derive(Default)]
 struct Cache {
-    buckets: HashMap<u64, Vec<Entry>, BuildHasherDefault<PassThroughHasher>>,
+    buckets: HashMap<u64, Vec<Group>, BuildHasherDefault<PassThroughHasher>>,
 }
 
 impl Cache {
@@ -391,17 +395,22 @@ impl Cache {
             Some(v) => mix(v),
         };
         let bucket = self.buckets.entry(answered_hash ^ state_hash.rotate_left(17)).or_default();
-        let seen = bucket
-            .iter()
-            .any(|e| e.state == state && *e.answered == *answered.words && unanswered.contains_all(&e.unanswered));
-        if seen {
+        let group = match bucket.iter().position(|g| g.state == state && *g.answered == *answered.words) {
+            Some(i) => &mut bucket[i],
+            None => {
+                bucket.push(Group {
+                    answered: answered.words.clone().into_boxed_slice(),
+                    state,
+                    unanswered: Vec::new(),
+                });
+                let last = bucket.len() - 1;
+                &mut bucket[last]
+            }
+        };
+        if group.unanswered.iter().any(|seen| unanswered.contains_all(seen)) {
             return false;
         }
-        bucket.push(Entry {
-            answered: answered.words.clone().into_boxed_slice(),
-            unanswered: unanswered.words.clone().into_boxed_slice(),
-            state,
-        });
+        group.unanswered.push(unanswered.words.clone().into_boxed_slice());
         true
     }
 }
