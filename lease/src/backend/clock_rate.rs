@@ -20,6 +20,8 @@ static PERIODS: RwLock<Vec<(Instant, f64)>> = RwLock::new(Vec::new());
 
 /// Real time the clock was made to skip (the `stale-lease-check` control), nanoseconds.
 static LOST: AtomicU64 = AtomicU64::new(0);
+/// Whether [`ignore_stops`] is on (then the process has one node clock).
+static IGNORING_STOPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// The highest reading handed out, so that the clock never runs backwards when time is
 /// taken out of it.
 static HIGHEST: AtomicU64 = AtomicU64::new(0);
@@ -73,6 +75,7 @@ fn segments(origin: Instant) -> Vec<(Instant, f64)> {
 /// stopped (SIGSTOP) or starved for more than 100 ms, as a lease counted in timer ticks
 /// would not; after such a stop the node acts on a lease that ran out meanwhile.
 pub fn ignore_stops() {
+    IGNORING_STOPS.store(true, Ordering::SeqCst);
     let spawned = std::thread::Builder::new().name("clock-ignore-stops".into()).spawn(|| {
         const STEP: Duration = Duration::from_millis(5);
         let mut last = std::time::Instant::now();
@@ -95,6 +98,11 @@ pub fn ignore_stops() {
 /// below an earlier reading.
 pub(crate) fn reading(origin: Instant, now: Instant) -> u64 {
     let reading = scaled(origin, now).saturating_sub(LOST.load(Ordering::SeqCst));
+    if !IGNORING_STOPS.load(Ordering::SeqCst) {
+        // Nothing is taken out: the scaled clock is monotonic by itself (and `HIGHEST`, one
+        // for the process, must not tie together clocks with different origins, as tests make).
+        return reading;
+    }
     HIGHEST.fetch_max(reading, Ordering::SeqCst).max(reading)
 }
 
