@@ -43,15 +43,20 @@ pub enum ServerBreakage {
     /// A watch created with a start revision begins one revision later (an off-by-one in
     /// resumption): a client that resumes at `last + 1` misses an event.
     WatchResumeGap,
+    /// The storage trusts sled's flush alone (on Linux a `sync_file_range`, which persists
+    /// neither the file's size nor the drive's cache) and skips its own `fdatasync`: a power
+    /// loss takes acknowledged writes with it.
+    SkipFdatasync,
 }
 
 impl ServerBreakage {
     /// Every broken variant with its name.
-    pub const ALL: [(&'static str, ServerBreakage); 4] = [
+    pub const ALL: [(&'static str, ServerBreakage); 5] = [
         ("follower-reads", ServerBreakage::FollowerReads),
         ("ack-before-fsync", ServerBreakage::AckBeforeFsync),
         ("stale-lease-check", ServerBreakage::StaleLeaseCheck),
         ("watch-resume-gap", ServerBreakage::WatchResumeGap),
+        ("skip-fdatasync", ServerBreakage::SkipFdatasync),
     ];
 }
 
@@ -192,6 +197,9 @@ mod active {
             }
             if self.breakage == super::ServerBreakage::WatchResumeGap {
                 super::WATCH_RESUME_GAP.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if self.breakage == super::ServerBreakage::SkipFdatasync {
+                leasekv_kvstore::storage::sync_faults::skip_fdatasync();
             }
             if let Some(path) = self.sync_file.clone() {
                 tokio::spawn(follow_sync_file(path));

@@ -229,9 +229,10 @@ fn replica_config(config: &NodeConfig, faults: &FaultInjection) -> leasekv_kvsto
         replica.breakage = match faults.breakage {
             ServerBreakage::FollowerReads => LogBreakage::FollowerReads,
             ServerBreakage::AckBeforeFsync => LogBreakage::EarlyAck,
-            ServerBreakage::None | ServerBreakage::StaleLeaseCheck | ServerBreakage::WatchResumeGap => {
-                LogBreakage::None
-            }
+            ServerBreakage::None
+            | ServerBreakage::StaleLeaseCheck
+            | ServerBreakage::WatchResumeGap
+            | ServerBreakage::SkipFdatasync => LogBreakage::None,
         };
     }
     #[cfg(not(feature = "fault-injection"))]

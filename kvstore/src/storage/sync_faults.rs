@@ -1,6 +1,7 @@
 //! Test-only faults on the storage's sync (feature `sync-faults`, turned on by kvserver's
 //! `fault-injection` for the chaos harness): every sync first waits a set delay (a slow or
-//! stuck disk), or fails (a failing `fdatasync`). Off in every real build.
+//! stuck disk), or fails (a failing `fdatasync`); and the `skip-fdatasync` negative control,
+//! which leaves out the storage's own `fdatasync`. Off in every real build.
 
 use super::StorageError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,6 +9,18 @@ use std::time::Duration;
 
 static DELAY_MICROS: AtomicU64 = AtomicU64::new(0);
 static FAIL: AtomicBool = AtomicBool::new(false);
+static SKIP_FDATASYNC: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a sync is sled's flush alone, without the `fdatasync` that makes it durable
+/// (the `skip-fdatasync` negative control; see the durability notes in `sled_store`).
+pub fn skip_fdatasync() {
+    SKIP_FDATASYNC.store(true, Ordering::SeqCst);
+}
+
+/// Whether the `skip-fdatasync` control is on.
+pub(super) fn fdatasync_skipped() -> bool {
+    SKIP_FDATASYNC.load(Ordering::SeqCst)
+}
 
 /// From now on, every sync waits `delay` first, and fails if `fail`.
 pub fn set(delay: Duration, fail: bool) {

@@ -1,6 +1,7 @@
 //! The cluster under test: real `kvserver` (or `etcd`) processes, one per node namespace,
 //! started, killed, paused and restarted by pid.
 
+use crate::lazyfs::{Disk, Lost};
 use crate::net::{node_ip, proxy_in, Net};
 use crate::proxy::link_port;
 use anyhow::{Context, Result};
@@ -57,8 +58,22 @@ pub struct Cluster {
     competitors: Vec<Child>,
     /// Whether each node's data lives on its own small tmpfs (for the disk-full fault).
     small_disks: bool,
+    /// Each node's data directory mounted through the lazy FUSE disk (for the power-loss
+    /// fault), else empty. Unmounted when the cluster is dropped, after the nodes are killed.
+    lazy_disks: Vec<Disk>,
     /// Nodes that exited by themselves, with their status, as a report line each.
     pub exits: Vec<String>,
+    /// What power losses threw away, over the run.
+    pub power_lost: Lost,
+}
+
+/// Where each node's data lives.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Disks {
+    /// On its own small tmpfs, so that it can be filled (the disk-full fault).
+    pub small: bool,
+    /// Through the lazy FUSE disk (the power-loss fault).
+    pub lazy: bool,
 }
 
 /// The size of each node's tmpfs when the disk-full fault is on.
@@ -75,7 +90,7 @@ impl Cluster {
         net: Net,
         nodes: usize,
         breakage: Option<String>,
-        small_disks: bool,
+        disks: Disks,
     ) -> Result<Cluster> {
         let mut cluster = Cluster {
             target,
@@ -85,21 +100,28 @@ impl Cluster {
             nodes: (0..nodes).map(|_| Node { child: None, paused: false }).collect(),
             breakage,
             competitors: Vec::new(),
-            small_disks,
+            small_disks: disks.small,
+            lazy_disks: Vec::new(),
             exits: Vec::new(),
+            power_lost: Lost::default(),
         };
-        if small_disks {
-            for i in 0..nodes {
-                let data = cluster.data_dir(i);
-                std::fs::create_dir_all(&data)?;
+        for i in 0..nodes {
+            let disk = cluster.disk_dir(i, disks.lazy);
+            std::fs::create_dir_all(&disk)?;
+            if disks.small {
                 let status = Command::new("mount")
                     .args(["-t", "tmpfs", "-o", &format!("size={SMALL_DISK_MB}m"), "tmpfs"])
-                    .arg(&data)
+                    .arg(&disk)
                     .status()
                     .context("running mount")?;
                 if !status.success() {
-                    anyhow::bail!("mounting a {SMALL_DISK_MB} MB tmpfs on {} failed ({status})", data.display());
+                    anyhow::bail!("mounting a {SMALL_DISK_MB} MB tmpfs on {} failed ({status})", disk.display());
                 }
+            }
+            if disks.lazy {
+                let data = cluster.data_dir(i);
+                std::fs::create_dir_all(&data)?;
+                cluster.lazy_disks.push(Disk::mount(&disk, &data)?);
             }
         }
         if let Target::LeaseKv(backend) = &cluster.target {
@@ -161,6 +183,9 @@ impl Cluster {
 
     /// Starts node `i` (again).
     pub fn start_node(&mut self, i: usize) -> Result<()> {
+        if let Some(disk) = self.lazy_disks.get(i) {
+            disk.power_on();
+        }
         let log = OpenOptions::new().create(true).append(true).open(self.dir.join(format!("node{i}.log")))?;
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &self.net.node_ns(i)]).arg(&self.program);
@@ -208,10 +233,22 @@ impl Cluster {
         self.dir.join(format!("data{i}"))
     }
 
+    /// The directory that holds node `i`'s files: its data directory, or the backing
+    /// directory under its lazy disk.
+    fn disk_dir(&self, i: usize, lazy: bool) -> PathBuf {
+        if lazy {
+            self.dir.join(format!("disk{i}"))
+        } else {
+            self.data_dir(i)
+        }
+    }
+
     /// Fills node `i`'s disk: a file takes all the space its tmpfs has left.
     pub fn fill_disk(&self, i: usize) -> Result<()> {
         anyhow::ensure!(self.small_disks, "the disk-full fault needs the small disks made at start");
-        let filler = self.data_dir(i).join("chaos-filler");
+        // Beside the node's files, not through the lazy disk: the space is what counts.
+        let disk = self.disk_dir(i, !self.lazy_disks.is_empty());
+        let filler = disk.join("chaos-filler");
         // As much as fits: fallocate of the whole size fails with ENOSPC, so shrink until it fits.
         let mut mb = SMALL_DISK_MB;
         while mb > 0 {
@@ -222,7 +259,7 @@ impl Cluster {
             mb /= 2;
         }
         // Then the last crumbs, byte by byte in 64 KiB steps.
-        let mut extra = OpenOptions::new().create(true).append(true).open(self.data_dir(i).join("chaos-filler-2"))?;
+        let mut extra = OpenOptions::new().create(true).append(true).open(disk.join("chaos-filler-2"))?;
         let block = vec![0u8; 64 * 1024];
         while std::io::Write::write_all(&mut extra, &block).is_ok() {}
         Ok(())
@@ -259,8 +296,9 @@ impl Cluster {
                 let _ = Command::new("taskset").args(["-a", "-p", "-c", &all, &pid]).stdout(Stdio::null()).status();
             }
             if self.small_disks {
-                let _ = std::fs::remove_file(self.data_dir(i).join("chaos-filler"));
-                let _ = std::fs::remove_file(self.data_dir(i).join("chaos-filler-2"));
+                let disk = self.disk_dir(i, !self.lazy_disks.is_empty());
+                let _ = std::fs::remove_file(disk.join("chaos-filler"));
+                let _ = std::fs::remove_file(disk.join("chaos-filler-2"));
             }
         }
     }
@@ -277,6 +315,23 @@ impl Cluster {
             let _ = child.wait();
         }
         self.nodes[i].paused = false;
+    }
+
+    /// A power loss of node `i`: kill -9, then its disk forgets every write not yet synced
+    /// (only with lazy disks; otherwise a plain kill).
+    pub fn power_loss(&mut self, i: usize) -> Result<()> {
+        self.kill(i);
+        if let Some(disk) = self.lazy_disks.get(i) {
+            let lost = disk.power_loss()?;
+            self.power_lost.files += lost.files;
+            self.power_lost.bytes += lost.bytes;
+        }
+        Ok(())
+    }
+
+    /// Whether node data goes through lazy disks (so power losses lose unsynced writes).
+    pub fn has_lazy_disks(&self) -> bool {
+        !self.lazy_disks.is_empty()
     }
 
     /// SIGSTOP (`pause`) or SIGCONT of node `i`.

@@ -42,11 +42,15 @@ pub enum FaultClass {
     SlowFsync,
     /// The master's storage syncs fail (a failing `fdatasync`).
     FsyncError,
+    /// A power loss: kill -9 of a majority (half the time every node), and each victim's
+    /// disk forgets every write it had not synced (the data directories on the lazy FUSE
+    /// disk, lazyfs.rs).
+    PowerLoss,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 15] = [
+    pub const ALL: [(&'static str, FaultClass); 16] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -62,6 +66,7 @@ impl FaultClass {
         ("lossy-links", FaultClass::LossyLinks),
         ("slow-fsync", FaultClass::SlowFsync),
         ("fsync-error", FaultClass::FsyncError),
+        ("power-loss", FaultClass::PowerLoss),
     ];
 
     /// The command-line name.
@@ -128,6 +133,24 @@ pub async fn inject(
         FaultClass::KillAll => {
             for i in 0..n {
                 cluster.kill(i);
+            }
+        }
+        FaultClass::PowerLoss => {
+            anyhow::ensure!(cluster.has_lazy_disks(), "the power-loss fault needs the lazy disks made at start");
+            let mut victims = vec![master];
+            let count = if rng.chance(0.5) { n } else { n / 2 + 1 };
+            while victims.len() < count {
+                let v = rng.range_u64(0, n as u64 - 1) as usize;
+                if !victims.contains(&v) {
+                    victims.push(v);
+                }
+            }
+            // All at once, as a power cut would: every victim dead before any disk forgets.
+            for &v in &victims {
+                cluster.kill(v);
+            }
+            for v in victims {
+                cluster.power_loss(v)?;
             }
         }
         FaultClass::PauseMaster => {

@@ -15,6 +15,7 @@
 mod check;
 mod cluster;
 mod faults;
+mod lazyfs;
 mod leases;
 mod net;
 mod proxy;
@@ -54,12 +55,12 @@ struct Args {
     seed: Option<u64>,
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
     /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
-    /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error.
+    /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error, power-loss.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
-    /// ack-before-fsync, watch-resume-gap (kvserver variants) or fast-clock (a master clock far outside the
-    /// drift bound, cut off).
+    /// ack-before-fsync, watch-resume-gap, skip-fdatasync (kvserver variants) or fast-clock (a
+    /// master clock far outside the drift bound, cut off).
     #[arg(long = "break")]
     breakage: Option<String>,
     /// What runs on the nodes: leasekv or etcd.
@@ -98,7 +99,14 @@ struct Args {
     inner: Option<String>,
 }
 
-const BREAKS: [&str; 5] = ["follower-reads", "stale-lease-check", "ack-before-fsync", "watch-resume-gap", "fast-clock"];
+const BREAKS: [&str; 6] = [
+    "follower-reads",
+    "stale-lease-check",
+    "ack-before-fsync",
+    "watch-resume-gap",
+    "skip-fdatasync",
+    "fast-clock",
+];
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -205,9 +213,11 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
                 .await
                 .context("starting the peer-link proxy")?;
         }
-        let small_disks = classes.contains(&FaultClass::DiskFull);
-        let mut cluster =
-            Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, small_disks)?;
+        let disks = cluster::Disks {
+            small: classes.contains(&FaultClass::DiskFull),
+            lazy: classes.contains(&FaultClass::PowerLoss),
+        };
+        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, disks)?;
         let report = run(args, seed, &classes, clock_break, &mut cluster, &net).await;
         cluster.stop();
         report
@@ -249,6 +259,8 @@ struct Report {
     /// Nodes that exited by themselves (not an anomaly: a node may stop rather than go on
     /// wrongly, e.g. on a full disk).
     exits: Vec<String>,
+    /// What the power losses undid, when the nodes ran on lazy disks.
+    power_lost: Option<lazyfs::Lost>,
     /// TTL leases followed to their end.
     leases_checked: usize,
     /// Over abandoned leases: seen gone after the last keepalive, less the TTL (earliest,
@@ -396,6 +408,7 @@ async fn run(
         watch_events,
         watch_streams,
         exits: cluster.exits.clone(),
+        power_lost: cluster.has_lazy_disks().then_some(cluster.power_lost),
         expiry_error_s: lease_verdict.expiry_error_s,
         lives,
     })
@@ -563,6 +576,12 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     for exit in &report.exits {
         println!("note: {exit}");
+    }
+    if let Some(lost) = report.power_lost {
+        println!(
+            "note: power losses undid unsynced writes to {} files ({} bytes) on the lazy disks",
+            lost.files, lost.bytes
+        );
     }
     for anomaly in report.anomalies.iter().take(20) {
         println!("anomaly: {anomaly}");
