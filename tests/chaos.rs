@@ -2,7 +2,7 @@
 //! cluster of real kvserver processes (both election backends) and of etcd, and every
 //! negative control caught. About six minutes in all.
 //!
-//! Needs root (network namespaces), `ip` (iproute2), `nft` (nftables) and, for the etcd
+//! Needs root (network namespaces and FUSE mounts), `/dev/fuse`, `ip` (iproute2), `nft` (nftables) and, for the etcd
 //! run, `etcd` (etcd-server). Without them the tests are skipped with a note, except under
 //! `CI=true`, where they fail. `CHAOS_SEED` fixes the seeds; by default each run takes a new
 //! one and prints it, and a failure keeps the run's logs and history (the path is printed).
@@ -36,6 +36,12 @@ fn can_run(needs_etcd: bool) -> bool {
             eprintln!("skipped: {name} is not installed (Debian package {package})");
             return false;
         }
+    }
+    // The power-loss class mounts a FUSE file system (the lazy disk) under each node.
+    if !std::path::Path::new("/dev/fuse").exists() {
+        assert!(!common::in_ci(), "the chaos tests need /dev/fuse under CI=true (the power-loss fault's lazy disks)");
+        eprintln!("skipped: /dev/fuse is missing (the power-loss fault's lazy disks)");
+        return false;
     }
     true
 }
@@ -99,15 +105,15 @@ fn every_fault_class_on_leasekv_with_the_lease_tracker() {
 fn every_fault_class_on_etcd() {
     if can_run(true) {
         // Without the faults that need leasekv's test build (its clock) or its proxied peers.
-        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full";
+        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,power-loss";
         assert_passed(&["--nodes", "3", "--duration", "25", "--faults", faults, "--target", "etcd"]);
     }
 }
 
 /// Each negative control, with the fault that exposes it, must be caught by a safety check
-/// (a linearizability violation, a lost write, overlapping master leases or a watcher's
-/// events that differ from the history), not merely by a missing verdict or a slow
-/// convergence.
+/// (a linearizability violation, a lost write, overlapping master leases, a watcher's
+/// events that differ from the history or a transaction's writes at two revisions), not
+/// merely by a missing verdict or a slow convergence.
 #[test]
 fn every_negative_control_is_caught() {
     if !can_run(false) {
@@ -119,6 +125,8 @@ fn every_negative_control_is_caught() {
         ("fast-clock", "clock-skew"),
         ("ack-before-fsync", "kill-all"),
         ("watch-resume-gap", "kill-master"),
+        ("skip-fdatasync", "power-loss"),
+        ("split-txn", "kill-master"),
     ];
     let mut missed = Vec::new();
     for (control, faults) in controls {
@@ -128,6 +136,7 @@ fn every_negative_control_is_caught() {
                 || l.starts_with("anomaly: lost write")
                 || l.starts_with("anomaly: master leases overlap")
                 || (l.starts_with("anomaly: watcher") && l.contains("committed between revisions"))
+                || l.starts_with("anomaly: txn not atomic")
         });
         if code != 1 || !caught {
             missed.push(format!("{control} (exit {code})"));

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `LEASEKV_FAULT_CLOCK_RATE` | the node's monotonic clock runs at this × real time (0.1–10) |
 //! | `LEASEKV_FAULT_CLOCK_RATE_FILE` | a file holding a rate, re-read every 100 ms, to change it while running |
-//! | `LEASEKV_FAULT_BREAK` | a negative control: `follower-reads`, `ack-before-fsync`, `stale-lease-check` |
+//! | `LEASEKV_FAULT_BREAK` | a negative control: `follower-reads`, `ack-before-fsync`, `stale-lease-check`, `skip-fdatasync`, … (the table in docs/chaos.md) |
 //! | `LEASEKV_FAULT_LEASE_LOG` | a file the node appends its master lease intervals to (wall-clock ns) |
 
 use std::path::PathBuf;
@@ -47,16 +47,21 @@ pub enum ServerBreakage {
     /// neither the file's size nor the drive's cache) and skips its own `fdatasync`: a power
     /// loss takes acknowledged writes with it.
     SkipFdatasync,
+    /// A Txn whose success branch has several operations applies the first with the
+    /// comparisons and each other one as a transaction of its own: its writes land at
+    /// different revisions, and a crash between them leaves half of them.
+    SplitTxn,
 }
 
 impl ServerBreakage {
     /// Every broken variant with its name.
-    pub const ALL: [(&'static str, ServerBreakage); 5] = [
+    pub const ALL: [(&'static str, ServerBreakage); 6] = [
         ("follower-reads", ServerBreakage::FollowerReads),
         ("ack-before-fsync", ServerBreakage::AckBeforeFsync),
         ("stale-lease-check", ServerBreakage::StaleLeaseCheck),
         ("watch-resume-gap", ServerBreakage::WatchResumeGap),
         ("skip-fdatasync", ServerBreakage::SkipFdatasync),
+        ("split-txn", ServerBreakage::SplitTxn),
     ];
 }
 
@@ -71,6 +76,14 @@ pub fn watch_start(requested: i64) -> i64 {
     } else {
         requested
     }
+}
+
+/// Set once at start under `split-txn`; read by the KV service.
+static SPLIT_TXN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether Txns are split into one transaction per operation (the `split-txn` control).
+pub fn split_txn() -> bool {
+    SPLIT_TXN.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// What the environment asked for.
@@ -197,6 +210,9 @@ mod active {
             }
             if self.breakage == super::ServerBreakage::WatchResumeGap {
                 super::WATCH_RESUME_GAP.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if self.breakage == super::ServerBreakage::SplitTxn {
+                super::SPLIT_TXN.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if self.breakage == super::ServerBreakage::SkipFdatasync {
                 leasekv_kvstore::storage::sync_faults::skip_fdatasync();

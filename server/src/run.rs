@@ -232,7 +232,8 @@ fn replica_config(config: &NodeConfig, faults: &FaultInjection) -> leasekv_kvsto
             ServerBreakage::None
             | ServerBreakage::StaleLeaseCheck
             | ServerBreakage::WatchResumeGap
-            | ServerBreakage::SkipFdatasync => LogBreakage::None,
+            | ServerBreakage::SkipFdatasync
+            | ServerBreakage::SplitTxn => LogBreakage::None,
         };
     }
     #[cfg(not(feature = "fault-injection"))]

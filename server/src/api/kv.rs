@@ -12,6 +12,30 @@ use tonic::{Request, Response, Status};
 /// KV: Range (at any retained revision), Put, DeleteRange, Txn, Compact.
 pub struct KvService(pub Arc<Shared>);
 
+impl KvService {
+    async fn serve_txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+        let (txn, shapes) = txn_in(request)?;
+        let reply = self.0.serve_command(Command::Txn(txn), move |response, header| match response {
+            CommandResponse::Txn(t) => Some(txn_out(t, header, &shapes)),
+            _ => None,
+        });
+        reply.await
+    }
+
+    /// The `split-txn` negative control (fault-injection builds only): the first success
+    /// operation with the comparisons, then every other one as a Txn of its own.
+    async fn split_txn(&self, mut request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+        let rest = request.success.split_off(1);
+        let first = self.serve_txn(request).await?;
+        if first.succeeded {
+            for op in rest {
+                self.serve_txn(pb::TxnRequest { compare: vec![], success: vec![op], failure: vec![] }).await?;
+            }
+        }
+        Ok(first)
+    }
+}
+
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
@@ -47,12 +71,11 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let (txn, shapes) = txn_in(request.into_inner())?;
-        let reply = self.0.serve_command(Command::Txn(txn), move |response, header| match response {
-            CommandResponse::Txn(t) => Some(txn_out(t, header, &shapes)),
-            _ => None,
-        });
-        reply.await.map(Response::new)
+        let request = request.into_inner();
+        if crate::fault_injection::split_txn() && request.success.len() > 1 {
+            return self.split_txn(request).await.map(Response::new);
+        }
+        self.serve_txn(request).await.map(Response::new)
     }
 
     /// Compaction goes through the log and is complete on a replica once applied there, so

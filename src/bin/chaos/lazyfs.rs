@@ -20,9 +20,9 @@
 
 use anyhow::{Context, Result};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenAccMode, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
-    Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyWrite, Request, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -225,7 +225,12 @@ impl LazyFs {
     }
 
     /// A new entry under `parent` named `name`, made by `make`, answered with its attributes.
-    fn make_entry(&self, parent: INodeNo, name: &OsStr, make: impl FnOnce(&Path) -> std::io::Result<()>) -> Result<FileAttr, Errno> {
+    fn make_entry(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        make: impl FnOnce(&Path) -> std::io::Result<()>,
+    ) -> Result<FileAttr, Errno> {
         let mut state = self.state();
         let path = state.path(parent)?.join(name);
         make(&path).map_err(Errno::from)?;

@@ -19,6 +19,7 @@ mod lazyfs;
 mod leases;
 mod net;
 mod proxy;
+mod txns;
 mod watches;
 mod workload;
 
@@ -59,7 +60,7 @@ struct Args {
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
-    /// ack-before-fsync, watch-resume-gap, skip-fdatasync (kvserver variants) or fast-clock (a
+    /// ack-before-fsync, watch-resume-gap, skip-fdatasync, split-txn (kvserver variants) or fast-clock (a
     /// master clock far outside the drift bound, cut off).
     #[arg(long = "break")]
     breakage: Option<String>,
@@ -99,12 +100,13 @@ struct Args {
     inner: Option<String>,
 }
 
-const BREAKS: [&str; 6] = [
+const BREAKS: [&str; 7] = [
     "follower-reads",
     "stale-lease-check",
     "ack-before-fsync",
     "watch-resume-gap",
     "skip-fdatasync",
+    "split-txn",
     "fast-clock",
 ];
 
@@ -256,6 +258,8 @@ struct Report {
     /// Watch events received, over all watchers, and streams opened (each resumption).
     watch_events: usize,
     watch_streams: usize,
+    /// Two-key transactions checked for atomicity (also counted in `ops`, twice).
+    txns: usize,
     /// Nodes that exited by themselves (not an anomaly: a node may stop rather than go on
     /// wrongly, e.g. on a full disk).
     exits: Vec<String>,
@@ -359,6 +363,7 @@ async fn run(
     eprintln!("[{:6.1}s] clients stopped; final reads", recorder.now() as f64 / 1e9);
     final_reads(cluster, args.keys, &recorder).await;
     let history = recorder.take();
+    let txns = recorder.take_txns();
     for (error, count) in recorder.errors().iter().take(8) {
         eprintln!("chaos: {count} answers: {error}");
     }
@@ -371,7 +376,10 @@ async fn run(
     let watch_streams: usize = watch_logs.iter().map(|l| l.streams).sum();
     match final_revision(cluster).await {
         Ok((master, to)) => match watches::committed(master, 1, to).await {
-            Ok(truth) => anomalies.extend(watches::check(&watch_logs, &truth)),
+            Ok(truth) => {
+                anomalies.extend(watches::check(&watch_logs, &truth));
+                anomalies.extend(txns::check(&txns, &truth));
+            }
             Err(why) => anomalies.push(format!("the committed history for the watch check: {why}")),
         },
         Err(why) => anomalies.push(format!("the final revision for the watch check: {why}")),
@@ -407,6 +415,7 @@ async fn run(
         leases_checked: lease_verdict.leases,
         watch_events,
         watch_streams,
+        txns: txns.len(),
         exits: cluster.exits.clone(),
         power_lost: cluster.has_lazy_disks().then_some(cluster.power_lost),
         expiry_error_s: lease_verdict.expiry_error_s,
@@ -591,7 +600,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -601,6 +610,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.ops_checked,
         report.acked_writes,
         report.lost,
+        report.txns,
         report.watch_events,
         report.watch_streams,
         report.leases_checked,

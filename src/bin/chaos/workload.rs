@@ -1,5 +1,5 @@
 //! The clients: closed-loop register clients (get, put, delete, compare-and-swap on a few
-//! keys, unique values) and open-loop readers that keep sending linearizable reads to
+//! keys, and two-key transactions; unique values) and open-loop readers that keep sending linearizable reads to
 //! their node even while it is paused or cut off, through etcd's KV API.
 //!
 //! Every operation is recorded with its call and return time on the harness's one
@@ -8,11 +8,13 @@
 //! call, or never. A read without an answer constrains nothing and is not recorded.
 
 use crate::cluster::Cluster;
+use crate::txns::{TxnOutcome, TxnRecord};
 use leasekv::client::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
 use leasekv::client::proto::etcdserverpb::request_op::Request as Op;
+use leasekv::client::proto::etcdserverpb::response_op::Response as OpResponse;
 use leasekv::client::proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
 };
 use leasekv::kvstore::sim::linearizability::{KvOp, KvOutcome, Operation};
 use leasekv::lease::rng::SplitMix64;
@@ -37,6 +39,8 @@ pub struct Recorded {
     pub ops: Vec<Operation>,
     /// How often each kind of error was answered (gRPC code and message), for the report.
     pub errors: std::collections::BTreeMap<String, usize>,
+    /// Every two-key transaction (also in `ops`, projected per key), for the atomicity check.
+    pub txns: Vec<TxnRecord>,
 }
 
 /// The shared recorder and the clock every time is read from.
@@ -81,6 +85,19 @@ impl Recorder {
     /// Everything recorded so far.
     pub fn take(&self) -> Vec<Operation> {
         std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).ops)
+    }
+
+    /// Every two-key transaction recorded so far.
+    pub fn take_txns(&self) -> Vec<TxnRecord> {
+        std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).txns)
+    }
+
+    /// Records a two-key transaction: its projection on each key for the per-key checker,
+    /// and the whole for the atomicity check.
+    fn record_txn(&self, txn: TxnRecord) {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        recorded.ops.extend(txn.per_key());
+        recorded.txns.push(txn);
     }
 }
 
@@ -136,21 +153,110 @@ fn malformed(what: &str) -> tonic::Status {
     tonic::Status::internal(format!("chaos: malformed answer: {what}"))
 }
 
+/// A register's value as the workload writes it: the number in decimal.
+fn value_bytes(v: u64) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+/// The value a range answered: `None` for an absent key.
+fn register_value(kvs: &[leasekv::client::proto::mvccpb::KeyValue]) -> Result<Option<u64>, tonic::Status> {
+    match kvs.first() {
+        Some(kv) => Ok(Some(
+            std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| malformed("a value that is not a number"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The comparison "`key` holds `expected`" (`None`: the key does not exist).
+fn holds(key: &[u8], expected: Option<u64>) -> Compare {
+    match expected {
+        Some(v) => Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Value as i32,
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::Value(value_bytes(v))),
+            ..Default::default()
+        },
+        None => Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Create as i32,
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::CreateRevision(0)),
+            ..Default::default()
+        },
+    }
+}
+
+fn put_op(key: &[u8], v: u64) -> RequestOp {
+    RequestOp {
+        request: Some(Op::RequestPut(PutRequest { key: key.to_vec(), value: value_bytes(v), ..Default::default() })),
+    }
+}
+
+fn range_op(key: &[u8]) -> RequestOp {
+    RequestOp { request: Some(Op::RequestRange(RangeRequest { key: key.to_vec(), ..Default::default() })) }
+}
+
+/// Runs a two-key transaction and records it: if both keys hold what `txn` expects, write
+/// both new values; otherwise read both.
+pub async fn perform_txn(kv: &mut KvClient<Channel>, recorder: &Recorder, mut txn: TxnRecord) -> TxnOutcome {
+    let request = TxnRequest {
+        compare: vec![holds(&txn.keys[0], txn.expected[0]), holds(&txn.keys[1], txn.expected[1])],
+        success: vec![put_op(&txn.keys[0], txn.new[0]), put_op(&txn.keys[1], txn.new[1])],
+        failure: vec![range_op(&txn.keys[0]), range_op(&txn.keys[1])],
+    };
+    txn.call = recorder.now();
+    let outcome = match tokio::time::timeout(OP_TIMEOUT, kv.txn(request)).await {
+        Ok(Ok(response)) => match txn_outcome(response.into_inner()) {
+            Ok(outcome) => outcome,
+            Err(status) => {
+                recorder.error(&status);
+                TxnOutcome::Unknown
+            }
+        },
+        Ok(Err(status)) => {
+            recorder.error(&status);
+            if never_sent(&status) {
+                // Nothing reached the node: the transaction did not happen, not recorded.
+                return TxnOutcome::Unknown;
+            }
+            TxnOutcome::Unknown
+        }
+        Err(_) => TxnOutcome::Unknown,
+    };
+    txn.ret = recorder.now();
+    txn.outcome = outcome;
+    recorder.record_txn(txn);
+    outcome
+}
+
+fn txn_outcome(response: TxnResponse) -> Result<TxnOutcome, tonic::Status> {
+    if response.succeeded {
+        return Ok(TxnOutcome::Succeeded);
+    }
+    let mut read = [None, None];
+    if response.responses.len() != 2 {
+        return Err(malformed("a failed Txn without its two range answers"));
+    }
+    for (slot, op) in read.iter_mut().zip(response.responses) {
+        match op.response {
+            Some(OpResponse::ResponseRange(range)) => *slot = register_value(&range.kvs)?,
+            _ => return Err(malformed("a failed Txn's answer that is not a range")),
+        }
+    }
+    Ok(TxnOutcome::Failed { read })
+}
+
 async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Result<KvOutcome, tonic::Status> {
-    let value = |v: u64| v.to_string().into_bytes();
+    let value = value_bytes;
     match op {
         KvOp::Get { key } => {
             let response = kv.range(RangeRequest { key: key.clone(), ..Default::default() }).await?.into_inner();
-            let value = match response.kvs.first() {
-                Some(kv) => Some(
-                    std::str::from_utf8(&kv.value)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or_else(|| malformed("a value that is not a number"))?,
-                ),
-                None => None,
-            };
-            Ok(KvOutcome::Get(value))
+            Ok(KvOutcome::Get(register_value(&response.kvs)?))
         }
         KvOp::Put { key, value: v } => {
             kv.put(PutRequest { key: key.clone(), value: value(*v), ..Default::default() }).await?;
@@ -162,31 +268,9 @@ async fn execute(kv: &mut KvClient<Channel>, op: &KvOp) -> Result<KvOutcome, ton
             Ok(KvOutcome::Delete { deleted: response.deleted > 0 })
         }
         KvOp::Cas { key, expected, new } => {
-            let compare = match expected {
-                Some(v) => Compare {
-                    result: CompareResult::Equal as i32,
-                    target: CompareTarget::Value as i32,
-                    key: key.clone(),
-                    target_union: Some(TargetUnion::Value(value(*v))),
-                    ..Default::default()
-                },
-                None => Compare {
-                    result: CompareResult::Equal as i32,
-                    target: CompareTarget::Create as i32,
-                    key: key.clone(),
-                    target_union: Some(TargetUnion::CreateRevision(0)),
-                    ..Default::default()
-                },
-            };
-            let put = RequestOp {
-                request: Some(Op::RequestPut(PutRequest {
-                    key: key.clone(),
-                    value: value(*new),
-                    ..Default::default()
-                })),
-            };
-            let response =
-                kv.txn(TxnRequest { compare: vec![compare], success: vec![put], failure: vec![] }).await?.into_inner();
+            let request =
+                TxnRequest { compare: vec![holds(key, *expected)], success: vec![put_op(key, *new)], failure: vec![] };
+            let response = kv.txn(request).await?.into_inner();
             Ok(KvOutcome::Cas { succeeded: response.succeeded })
         }
     }
@@ -211,6 +295,19 @@ pub async fn register_client(
         // Unique per write across the run: the client in the high bits.
         let unique = (u64::from(client) << 40) | seq;
         let roll = rng.next_f64();
+        if roll >= 0.88 && keys >= 2 {
+            // A two-key transaction on `k` and another key.
+            let other = (k + 1 + rng.range_u64(0, keys as u64 - 2) as usize) % keys;
+            seq += 1;
+            let second = (u64::from(client) << 40) | seq;
+            let txn = TxnRecord::new(client, [key(k), key(other)], [last_seen[k], last_seen[other]], [unique, second]);
+            match perform_txn(&mut kv, &recorder, txn).await {
+                TxnOutcome::Failed { read } => [last_seen[k], last_seen[other]] = read,
+                _ => [last_seen[k], last_seen[other]] = [Some(unique), Some(second)],
+            }
+            tokio::time::sleep(THINK).await;
+            continue;
+        }
         let op = if roll < 0.4 {
             KvOp::Get { key: key(k) }
         } else if roll < 0.65 {
