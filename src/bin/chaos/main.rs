@@ -19,6 +19,7 @@ mod lazyfs;
 mod leases;
 mod net;
 mod proxy;
+mod snapshots;
 mod txns;
 mod watches;
 mod workload;
@@ -260,6 +261,8 @@ struct Report {
     watch_streams: usize,
     /// Two-key transactions checked for atomicity (also counted in `ops`, twice).
     txns: usize,
+    /// Serializable reads checked against the committed history (not in `ops`).
+    snapshot_reads: usize,
     /// Nodes that exited by themselves (not an anomaly: a node may stop rather than go on
     /// wrongly, e.g. on a full disk).
     exits: Vec<String>,
@@ -364,6 +367,7 @@ async fn run(
     final_reads(cluster, args.keys, &recorder).await;
     let history = recorder.take();
     let txns = recorder.take_txns();
+    let snapshot_reads = recorder.take_snapshot_reads();
     for (error, count) in recorder.errors().iter().take(8) {
         eprintln!("chaos: {count} answers: {error}");
     }
@@ -379,6 +383,7 @@ async fn run(
             Ok(truth) => {
                 anomalies.extend(watches::check(&watch_logs, &truth));
                 anomalies.extend(txns::check(&txns, &truth));
+                anomalies.extend(snapshots::check(&snapshot_reads, &truth, to));
             }
             Err(why) => anomalies.push(format!("the committed history for the watch check: {why}")),
         },
@@ -416,6 +421,7 @@ async fn run(
         watch_events,
         watch_streams,
         txns: txns.len(),
+        snapshot_reads: snapshot_reads.len(),
         exits: cluster.exits.clone(),
         power_lost: cluster.has_lazy_disks().then_some(cluster.power_lost),
         expiry_error_s: lease_verdict.expiry_error_s,
@@ -600,7 +606,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} serializable_reads={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -611,6 +617,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.acked_writes,
         report.lost,
         report.txns,
+        report.snapshot_reads,
         report.watch_events,
         report.watch_streams,
         report.leases_checked,

@@ -8,6 +8,7 @@
 //! call, or never. A read without an answer constrains nothing and is not recorded.
 
 use crate::cluster::Cluster;
+use crate::snapshots::SnapshotRead;
 use crate::txns::{TxnOutcome, TxnRecord};
 use leasekv::client::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use leasekv::client::proto::etcdserverpb::kv_client::KvClient;
@@ -41,6 +42,8 @@ pub struct Recorded {
     pub errors: std::collections::BTreeMap<String, usize>,
     /// Every two-key transaction (also in `ops`, projected per key), for the atomicity check.
     pub txns: Vec<TxnRecord>,
+    /// Every answered serializable read, for the snapshot check.
+    pub snapshot_reads: Vec<SnapshotRead>,
 }
 
 /// The shared recorder and the clock every time is read from.
@@ -90,6 +93,11 @@ impl Recorder {
     /// Every two-key transaction recorded so far.
     pub fn take_txns(&self) -> Vec<TxnRecord> {
         std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).txns)
+    }
+
+    /// Every serializable read recorded so far.
+    pub fn take_snapshot_reads(&self) -> Vec<SnapshotRead> {
+        std::mem::take(&mut self.recorded.lock().unwrap_or_else(|e| e.into_inner()).snapshot_reads)
     }
 
     /// Records a two-key transaction: its projection on each key for the per-key checker,
@@ -327,8 +335,24 @@ pub async fn register_client(
     }
 }
 
-/// An open-loop reader of node `node`: a linearizable read every [`READ_EVERY`], each on
-/// its own task, whatever state the node is in.
+/// A serializable read of `key` on node `node`, recorded when answered.
+async fn snapshot_read(kv: &mut KvClient<Channel>, recorder: &Recorder, node: usize, key: Vec<u8>) {
+    let request = RangeRequest { key: key.clone(), serializable: true, ..Default::default() };
+    match tokio::time::timeout(OP_TIMEOUT, kv.range(request)).await {
+        Ok(Ok(response)) => {
+            let response = response.into_inner();
+            let revision = response.header.map_or(0, |h| h.revision);
+            let value = response.kvs.into_iter().next().map(|kv| kv.value);
+            let read = SnapshotRead { node, key, revision, value };
+            recorder.recorded.lock().unwrap_or_else(|e| e.into_inner()).snapshot_reads.push(read);
+        }
+        Ok(Err(status)) => recorder.error(&status),
+        Err(_) => {}
+    }
+}
+
+/// An open-loop reader of node `node`: a read every [`READ_EVERY`], each on its own task,
+/// whatever state the node is in; every other one linearizable, the rest serializable.
 pub async fn open_reader(client: u32, node: usize, keys: usize, seed: u64, recorder: Recorder, stop: Arc<AtomicBool>) {
     let mut rng = SplitMix64::new(seed ^ (u64::from(client) << 32) ^ 0x5eed);
     let kv = KvClient::new(channel(node));
@@ -336,7 +360,13 @@ pub async fn open_reader(client: u32, node: usize, keys: usize, seed: u64, recor
     while !stop.load(Ordering::Relaxed) {
         let k = rng.range_u64(0, keys as u64 - 1) as usize;
         let (mut kv, recorder) = (kv.clone(), recorder.clone());
-        tasks.spawn(async move { perform(&mut kv, &recorder, client, KvOp::Get { key: key(k) }).await });
+        if rng.chance(0.5) {
+            tasks.spawn(async move { snapshot_read(&mut kv, &recorder, node, key(k)).await });
+        } else {
+            tasks.spawn(async move {
+                perform(&mut kv, &recorder, client, KvOp::Get { key: key(k) }).await;
+            });
+        }
         tokio::time::sleep(READ_EVERY).await;
         while tasks.try_join_next().is_some() {}
     }
