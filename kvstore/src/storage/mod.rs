@@ -9,6 +9,7 @@
 
 mod codec;
 mod memory;
+mod pieces;
 mod sled_store;
 #[cfg(feature = "sync-faults")]
 pub mod sync_faults;

@@ -8,7 +8,12 @@
 //! - `leasekv/snapshot`: a single record holding the snapshot's index *and* data, so that
 //!   replacing it is one atomic insert (a crash can never pair one index with other data).
 //!
-//! Every value is framed by [`super::codec`] (version byte + postcard + CRC-32).
+//! Every value is framed by [`super::codec`] (version byte + postcard + CRC-32). A slot or
+//! snapshot record longer than a piece (32 KiB) is stored in pieces ([`super::pieces`]):
+//! sled would otherwise log its page to a blob file it never syncs, which a power loss can
+//! leave empty. New databases use 4 MiB log segments ([`SEGMENT_SIZE`]), so that the
+//! records of a busy log (batches of tens of KiB) are stored whole; a database created
+//! before keeps sled's 512 KiB (sled refuses to open it with another size) and 4 KiB pieces.
 //!
 //! ## Durability
 //!
@@ -29,6 +34,7 @@
 //! buffer); that only makes data durable *earlier*, which is harmless: the core never relies
 //! on a write being lost.
 use super::codec::{decode, encode, slot_from_key, slot_key};
+use super::pieces::{self, PieceError};
 use super::{normalize, Recovered, SnapshotRecord, Storage, StorageError};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use leasekv_lease::{epoch::EpochError, EpochStore, RestartEpoch};
@@ -44,6 +50,30 @@ const PROMISED_KEY: &[u8] = b"promised";
 const COMMIT_KEY: &[u8] = b"commit";
 const EPOCH_KEY: &[u8] = b"restart_epoch";
 const SNAPSHOT_KEY: &[u8] = b"snapshot";
+/// sled's log segment size for a new database. A quarter of it is sled's blob threshold.
+const SEGMENT_SIZE: usize = 4 << 20;
+/// sled's default segment size, which every database created before [`SEGMENT_SIZE`] has.
+const SLED_DEFAULT_SEGMENT_SIZE: usize = 512 << 10;
+
+/// The segment size of the database in `dir`: what its `conf` file says; sled's default
+/// when it has a data file but no readable `conf` (sled rewrites an empty one from the
+/// configuration it is given, and before [`SEGMENT_SIZE`] that was its default);
+/// [`SEGMENT_SIZE`] for a new one.
+fn segment_size_of(dir: &Path) -> usize {
+    // The text is followed by a binary checksum.
+    let conf = std::fs::read(dir.join("conf")).unwrap_or_default();
+    let conf = String::from_utf8_lossy(&conf);
+    let recorded =
+        conf.lines().find_map(|line| line.strip_prefix("segment_size:").and_then(|v| v.trim().parse::<usize>().ok()));
+    match recorded {
+        Some(size) => size,
+        None if dir.join(SLED_DATA_FILE).exists() => SLED_DEFAULT_SEGMENT_SIZE,
+        None => SEGMENT_SIZE,
+    }
+}
+
+/// Length of a slot's key (a big-endian `u64`).
+const SLOT_KEY_LEN: usize = 8;
 /// The file sled 0.34 keeps its log and pages in (`Config::db_path`).
 const SLED_DATA_FILE: &str = "db";
 
@@ -53,6 +83,8 @@ pub struct SledStorage {
     durable: Durable,
     slots: sled::Tree,
     snapshot: sled::Tree,
+    /// The longest record stored whole (see [`pieces`]).
+    piece: usize,
 }
 
 /// What both the log storage and the epoch store need to write and make durable.
@@ -108,10 +140,21 @@ impl SledStorage {
             .and_then(|_| std::fs::remove_file(&probe))
             .map_err(|e| StorageError::backend(format!("storage directory {shown} is not writable"), e))?;
 
+        let segment_size = segment_size_of(dir);
         let db = sled::Config::new()
+            .segment_size(segment_size)
             .path(dir)
             .open()
             .map_err(|e| StorageError::backend(format!("cannot open the sled database in {shown}"), e))?;
+        // sled writes its `conf` file (the segment size and other settings) without syncing
+        // it; a power loss soon after the first open leaves it empty. Harmless today (sled
+        // rewrites it from the defaults we use), but it is the database's description, so it
+        // is made durable here, with the directory entries sled created.
+        for path in [dir.join("conf"), dir.to_path_buf()] {
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| StorageError::backend(format!("cannot sync {}", path.display()), e))?;
+        }
         let tree = |name: &str| {
             db.open_tree(name).map_err(|e| StorageError::backend(format!("cannot open sled tree {name} in {shown}"), e))
         };
@@ -125,6 +168,7 @@ impl SledStorage {
             durable: Durable { db, meta, data_file: Arc::new(data_file), dir: dir.to_path_buf() },
             slots,
             snapshot,
+            piece: pieces::piece_len(segment_size),
         })
     }
 
@@ -143,6 +187,13 @@ impl SledStorage {
         io_err(&self.durable.dir, what, e)
     }
 
+    fn pieces_err(&self, what: &str, e: PieceError) -> StorageError {
+        match e {
+            PieceError::Sled(e) => self.io(&format!("reading {what}"), e),
+            PieceError::Incomplete(detail) => StorageError::Corrupt { what: what.to_string(), detail },
+        }
+    }
+
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8], what: &str) -> Result<Option<T>, StorageError> {
         match self.durable.meta.get(key).map_err(|e| self.io(&format!("reading {what}"), e))? {
             None => Ok(None),
@@ -155,7 +206,7 @@ impl Storage for SledStorage {
     fn recover(&mut self) -> Result<Recovered, StorageError> {
         let promised = self.read_meta(PROMISED_KEY, "promised ballot")?.unwrap_or(LogBallot::ZERO);
         let commit = self.read_meta(COMMIT_KEY, "commit index")?.unwrap_or(0);
-        let snapshot = match self.snapshot.get(SNAPSHOT_KEY).map_err(|e| self.io("reading the snapshot", e))? {
+        let snapshot = match pieces::get(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.pieces_err("snapshot", e))? {
             None => None,
             Some(bytes) => {
                 let (index, data): (Slot, Vec<u8>) = decode("snapshot", &bytes)?;
@@ -165,7 +216,12 @@ impl Storage for SledStorage {
         let mut slots = BTreeMap::new();
         for item in self.slots.iter() {
             let (key, value) = item.map_err(|e| self.io("reading the slots", e))?;
+            if pieces::is_piece_key(&key, SLOT_KEY_LEN) {
+                continue;
+            }
             let slot = slot_from_key(&key)?;
+            let value =
+                pieces::assemble(&self.slots, &key, value).map_err(|e| self.pieces_err(&format!("slot {slot}"), e))?;
             let accepted: AcceptedSlot = decode(&format!("slot {slot}"), &value)?;
             slots.insert(slot, accepted);
         }
@@ -180,7 +236,8 @@ impl Storage for SledStorage {
 
     fn save_slot(&mut self, slot: Slot, accepted: &AcceptedSlot) -> Result<(), StorageError> {
         let rec = encode("slot", accepted)?;
-        self.slots.insert(slot_key(slot), rec).map_err(|e| self.io(&format!("writing slot {slot}"), e))?;
+        pieces::insert(&self.slots, &slot_key(slot), &rec, self.piece)
+            .map_err(|e| self.io(&format!("writing slot {slot}"), e))?;
         Ok(())
     }
 
@@ -194,13 +251,19 @@ impl Storage for SledStorage {
         // Index and data in one record: a single insert is atomic in sled, so recovery sees
         // either the old snapshot or the new one, never a mix.
         let rec = encode("snapshot", &(snapshot.index, snapshot.data.as_slice()))?;
-        self.snapshot.insert(SNAPSHOT_KEY, rec).map_err(|e| self.io("writing the snapshot", e))?;
+        pieces::insert(&self.snapshot, SNAPSHOT_KEY, &rec, self.piece)
+            .map_err(|e| self.io("writing the snapshot", e))?;
         Ok(())
     }
 
     fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError> {
         let mut batch = sled::Batch::default();
-        for key in self.slots.range(..=slot_key(slot)).keys() {
+        // Up to the next slot's key, so that the pieces of `slot` (keyed after it) go too.
+        let keys = match slot.checked_add(1) {
+            Some(next) => self.slots.range(..slot_key(next)),
+            None => self.slots.range::<&[u8], _>(..),
+        };
+        for key in keys.keys() {
             batch.remove(key.map_err(|e| self.io("scanning slots to remove", e))?);
         }
         self.slots.apply_batch(batch).map_err(|e| self.io(&format!("removing slots through {slot}"), e))
@@ -282,6 +345,89 @@ mod tests {
         assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), vec![1, 300]);
         assert_eq!(r.slots[&1], accepted(7, true));
         assert_eq!(r.snapshot, Some(SnapshotRecord { index: 0, data: vec![9; 10] }));
+    }
+
+    /// Records past sled's blob threshold (a 1.5 MiB value in a slot, a multi-MiB snapshot)
+    /// read back whole, leave no file under `blobs/` (sled never syncs those: the power-loss
+    /// fault found it), and their pieces go with their slot.
+    #[test]
+    fn large_records_are_stored_in_pieces_not_blobs() {
+        use crate::command::{Command, PutRequest};
+        use crate::log::{Proposal, ProposalId};
+        let dir = tempfile::tempdir().unwrap();
+        let big_put = |seq: u64| Proposal {
+            id: ProposalId { node: NodeId(1), incarnation: 1, seq },
+            command: Command::Put(PutRequest {
+                key: b"k".to_vec(),
+                value: vec![seq as u8; 1_572_864],
+                lease: 0,
+                prev_kv: false,
+            }),
+        };
+        let big = |seq: u64| AcceptedSlot {
+            ballot: LogBallot { round: 1, node: NodeId(1) },
+            entry: Entry { proposals: vec![big_put(seq)] },
+            chosen: true,
+        };
+        let snapshot = SnapshotRecord { index: 1, data: (0..3_000_000u32).map(|i| i as u8).collect() };
+        // Medium records: sixteen to a leaf page would make it a blob if stored whole.
+        let medium = |slot: u64| AcceptedSlot {
+            ballot: LogBallot { round: 1, node: NodeId(1) },
+            entry: Entry {
+                proposals: vec![Proposal {
+                    command: Command::Put(PutRequest {
+                        key: b"m".to_vec(),
+                        value: vec![slot as u8; 30_000],
+                        lease: 0,
+                        prev_kv: false,
+                    }),
+                    ..big_put(slot)
+                }],
+            },
+            chosen: true,
+        };
+        {
+            let mut s = SledStorage::open(dir.path()).unwrap();
+            s.save_slot(1, &big(1)).unwrap();
+            s.save_slot(2, &big(2)).unwrap();
+            s.save_slot(3, &accepted(1, true)).unwrap();
+            for slot in 10..60 {
+                s.save_slot(slot, &medium(slot)).unwrap();
+            }
+            s.save_snapshot(&snapshot).unwrap();
+            s.sync().unwrap();
+            s.remove_slots_through(1).unwrap();
+            s.sync().unwrap();
+            assert!(s.slots.iter().keys().all(|k| !k.unwrap().starts_with(&slot_key(1))), "slot 1's pieces removed");
+        }
+        let blobs = std::fs::read_dir(dir.path().join("blobs")).map_or(0, |d| d.count());
+        assert_eq!(blobs, 0, "no sled blob files");
+        let mut s = SledStorage::open(dir.path()).unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), [2, 3].into_iter().chain(10..60).collect::<Vec<_>>());
+        assert_eq!(r.slots[&2], big(2));
+        assert_eq!(r.slots[&33], medium(33));
+        assert_eq!(r.snapshot, Some(snapshot));
+    }
+
+    /// A database created with sled's default segments (every leasekv before 4 MiB ones)
+    /// still opens, and keeps its records small enough for its own blob threshold.
+    #[test]
+    fn databases_with_sleds_default_segments_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(sled::Config::new().path(dir.path()).open().unwrap());
+        let mut s = SledStorage::open(dir.path()).unwrap();
+        assert_eq!(s.piece, 4096);
+        s.save_snapshot(&SnapshotRecord { index: 0, data: vec![3; 1 << 20] }).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        assert_eq!(std::fs::read_dir(dir.path().join("blobs")).map_or(0, |d| d.count()), 0);
+        assert_eq!(SledStorage::open(dir.path()).unwrap().recover().unwrap().snapshot.unwrap().data, vec![3; 1 << 20]);
+
+        let fresh = tempfile::tempdir().unwrap();
+        assert_eq!(SledStorage::open(fresh.path()).unwrap().piece, SEGMENT_SIZE / 128);
+        let conf = String::from_utf8_lossy(&std::fs::read(fresh.path().join("conf")).unwrap()).into_owned();
+        assert!(conf.contains(&format!("segment_size: {SEGMENT_SIZE}")), "{conf}");
     }
 
     #[test]

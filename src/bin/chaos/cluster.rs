@@ -322,9 +322,18 @@ impl Cluster {
     pub fn power_loss(&mut self, i: usize) -> Result<()> {
         self.kill(i);
         if let Some(disk) = self.lazy_disks.get(i) {
-            let lost = disk.power_loss()?;
+            let (lost, undone) = disk.power_loss()?;
             self.power_lost.files += lost.files;
             self.power_lost.bytes += lost.bytes;
+            // Which files went back, for a failure's post-mortem.
+            let log: String = undone.iter().map(|line| format!("node {i}: {line}\n")).collect();
+            let path = self.dir.join("power-loss.log");
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, log.as_bytes()));
+            appended.with_context(|| format!("appending to {}", path.display()))?;
         }
         Ok(())
     }

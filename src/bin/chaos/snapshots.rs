@@ -23,11 +23,14 @@ pub struct SnapshotRead {
     pub value: Option<Vec<u8>>,
 }
 
+/// A key's change: its revision and the value after it (`None`: deleted).
+type Change<'a> = (i64, Option<&'a [u8]>);
+
 /// Checks every read against the committed history `truth`, complete up to revision `to`:
 /// one line per anomaly (at most a few per node, then a count).
 pub fn check(reads: &[SnapshotRead], truth: &[Seen], to: i64) -> Vec<String> {
     // Per key, its events in revision order.
-    let mut history: HashMap<&[u8], Vec<(i64, Option<&[u8]>)>> = HashMap::new();
+    let mut history: HashMap<&[u8], Vec<Change>> = HashMap::new();
     for (revision, key, value) in truth {
         history.entry(key).or_default().push((*revision, value.as_deref()));
     }
@@ -94,7 +97,7 @@ mod tests {
     fn reads_that_are_no_snapshot_are_caught() {
         let truth = vec![put(2, "a"), put(6, "b")];
         for bad in [read(6, Some("a")), read(3, Some("c")), read(1, Some("a")), read(10, Some("b"))] {
-            assert_eq!(check(&[bad.clone()], &truth, 9).len(), 1, "{bad:?}");
+            assert_eq!(check(std::slice::from_ref(&bad), &truth, 9).len(), 1, "{bad:?}");
         }
     }
 }
