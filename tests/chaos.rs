@@ -1,6 +1,6 @@
 //! The chaos harness (`src/bin/chaos`) in CI: every fault class at least once on a 3-node
 //! cluster of real kvserver processes (both election backends) and of etcd, and every
-//! negative control caught. About six minutes in all.
+//! negative control caught. About seven and a half minutes in all.
 //!
 //! Needs root (network namespaces and FUSE mounts), `/dev/fuse`, `ip` (iproute2), `nft` (nftables) and, for the etcd
 //! run, `etcd` (etcd-server). Without them the tests are skipped with a note, except under
