@@ -514,10 +514,15 @@ impl Filesystem for LazyFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let mut state = self.state();
         if !state.powered {
             reply.error(Errno::EIO);
+            return;
+        }
+        // A handle from before a power loss must not mark a later process's writes synced.
+        if !state.handles.contains_key(&fh.0) {
+            reply.error(Errno::EBADF);
             return;
         }
         state.synced(ino.0);

@@ -381,6 +381,9 @@ async fn run(
     match final_revision(cluster).await {
         Ok((master, to)) => match watches::committed(master, 1, to).await {
             Ok(truth) => {
+                if let Err(why) = history_complete(master, &truth, to).await {
+                    anomalies.push(format!("the committed history read back: {why}"));
+                }
                 anomalies.extend(watches::check(&watch_logs, &truth));
                 anomalies.extend(txns::check(&txns, &truth));
                 anomalies.extend(snapshots::check(&snapshot_reads, &truth, to));
@@ -488,6 +491,37 @@ async fn final_revision(cluster: &Cluster) -> Result<(usize, i64), String> {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     Err("no linearizable read answered".into())
+}
+
+/// Whether `truth` (the committed history of the registers read back with a watch) is
+/// complete up to revision `to`: replayed, it must give what a range of the registers at
+/// `to` answers. The watch, the transaction and the snapshot checks all rest on it, and a
+/// stream that went quiet early would otherwise pass for the whole history.
+async fn history_complete(node: usize, truth: &[watches::Seen], to: i64) -> Result<(), String> {
+    let mut replayed: BTreeMap<&[u8], &[u8]> = BTreeMap::new();
+    for (_, key, value) in truth {
+        match value {
+            Some(value) => replayed.insert(key, value),
+            None => replayed.remove(key.as_slice()),
+        };
+    }
+    let mut kv = KvClient::new(workload::channel(node));
+    let request =
+        RangeRequest { key: b"/chaos/r".to_vec(), range_end: b"/chaos/s".to_vec(), revision: to, ..Default::default() };
+    let answer = match tokio::time::timeout(Duration::from_secs(10), kv.range(request)).await {
+        Ok(Ok(answer)) => answer.into_inner(),
+        Ok(Err(status)) => return Err(format!("the range at revision {to} failed: {}", status.message())),
+        Err(_) => return Err(format!("the range at revision {to} timed out")),
+    };
+    let ranged: BTreeMap<&[u8], &[u8]> = answer.kvs.iter().map(|kv| (kv.key.as_slice(), kv.value.as_slice())).collect();
+    if ranged != replayed {
+        return Err(format!(
+            "replayed, it gives {} keys, and the registers at revision {to} are {} keys with other values",
+            replayed.len(),
+            ranged.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The client id of the final reads.

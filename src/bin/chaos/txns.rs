@@ -7,7 +7,9 @@
 //! unknown outcome on each), which proves every key's history but not that the two writes
 //! went together. That is checked here, against the committed history read back at the end
 //! (every event carries its revision, and values are unique): a transaction's two writes are
-//! both in the history at one revision, or neither is.
+//! both in the history at one revision, or neither is; when they are, both keys held the
+//! compared values just before that revision; a failed transaction's two reads were true
+//! together at some revision; and no value is written twice.
 
 use crate::watches::Seen;
 use leasekv::kvstore::sim::linearizability::{KvOp, KvOutcome, Operation};
@@ -72,15 +74,50 @@ impl TxnRecord {
     }
 }
 
+/// A key's changes in revision order: the revision and the value after it (`None`: deleted).
+type Changes<'a> = Vec<(i64, Option<&'a [u8]>)>;
+
+/// The value of a key (given its changes) just before revision `revision`.
+fn value_before<'a>(changes: &[(i64, Option<&'a [u8]>)], revision: i64) -> Option<&'a [u8]> {
+    let upto = changes.partition_point(|c| c.0 < revision);
+    upto.checked_sub(1).and_then(|i| changes[i].1)
+}
+
+/// The revision ranges `[from, to)` over which a key (given its changes) held `value`.
+fn held(changes: &[(i64, Option<&[u8]>)], value: Option<&[u8]>) -> Vec<(i64, i64)> {
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    let mut current = None;
+    for &(revision, after) in changes {
+        if current == value {
+            ranges.push((from, revision));
+        }
+        (from, current) = (revision, after);
+    }
+    if current == value {
+        ranges.push((from, i64::MAX));
+    }
+    ranges
+}
+
 /// Checks every transaction against the committed history `truth`: one line per anomaly.
 pub fn check(txns: &[TxnRecord], truth: &[Seen]) -> Vec<String> {
+    let mut anomalies = Vec::new();
     let mut written: HashMap<(&[u8], &[u8]), i64> = HashMap::new();
+    let mut changes: HashMap<&[u8], Changes> = HashMap::new();
     for (revision, key, value) in truth {
+        changes.entry(key).or_default().push((*revision, value.as_deref()));
         if let Some(value) = value {
-            written.insert((key, value), *revision);
+            if let Some(earlier) = written.insert((key, value), *revision) {
+                anomalies.push(format!(
+                    "value written twice: {} := {} at revisions {earlier} and {revision}",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(value)
+                ));
+            }
         }
     }
-    let mut anomalies = Vec::new();
+    let no_changes = Changes::new();
     for txn in txns {
         let values = txn.new.map(|v| v.to_string());
         let at: [Option<i64>; 2] =
@@ -114,6 +151,24 @@ pub fn check(txns: &[TxnRecord], truth: &[Seen]) -> Vec<String> {
                 anomalies.push(format!("txn not atomic: {} (no answer) {}", describe(), revisions(at)))
             }
         }
+        let key_changes = |i: usize| changes.get(txn.keys[i].as_slice()).unwrap_or(&no_changes);
+        let as_bytes = |v: Option<u64>| v.map(|v| v.to_string().into_bytes());
+        if let [Some(a), Some(b)] = at {
+            if a == b {
+                let before: [Option<&[u8]>; 2] = std::array::from_fn(|i| value_before(key_changes(i), a));
+                let expected = txn.expected.map(as_bytes);
+                if before[0] != expected[0].as_deref() || before[1] != expected[1].as_deref() {
+                    anomalies.push(format!(
+                        "txn applied though a comparison failed: {} at revision {a}, where the keys held {} and {} \
+                         (it compared with {:?})",
+                        describe(),
+                        show(before[0]),
+                        show(before[1]),
+                        txn.expected
+                    ));
+                }
+            }
+        }
         if let TxnOutcome::Failed { read } = txn.outcome {
             if read == txn.expected {
                 anomalies.push(format!(
@@ -122,9 +177,24 @@ pub fn check(txns: &[TxnRecord], truth: &[Seen]) -> Vec<String> {
                     read
                 ));
             }
+            let read = read.map(as_bytes);
+            let (first, second) = (held(key_changes(0), read[0].as_deref()), held(key_changes(1), read[1].as_deref()));
+            let together = first.iter().any(|x| second.iter().any(|y| x.0 < y.1 && y.0 < x.1));
+            if !together {
+                anomalies.push(format!(
+                    "txn read no snapshot: {} failed and read {} and {}, which no revision held together",
+                    describe(),
+                    show(read[0].as_deref()),
+                    show(read[1].as_deref())
+                ));
+            }
         }
     }
     anomalies
+}
+
+fn show(value: Option<&[u8]>) -> String {
+    value.map_or("absent".to_string(), |v| String::from_utf8_lossy(v).into_owned())
 }
 
 #[cfg(test)]
@@ -148,7 +218,10 @@ mod tests {
             assert!(check(&[txn(outcome)], &truth).is_empty(), "{outcome:?}");
         }
         let failed = TxnOutcome::Failed { read: [Some(1), Some(5)] };
-        assert!(check(&[txn(failed)], &[event(3, "/chaos/r01", 5)]).is_empty());
+        let truth = [event(2, "/chaos/r00", 1), event(3, "/chaos/r01", 5), event(4, "/chaos/r00", 2)];
+        assert!(check(&[txn(failed)], &truth).is_empty());
+        let absent = TxnOutcome::Failed { read: [None, None] };
+        assert!(check(&[txn(absent)], &[event(3, "/chaos/r01", 5)]).is_empty(), "both absent before revision 3");
         assert!(check(&[txn(TxnOutcome::Unknown)], &[]).is_empty());
     }
 
@@ -165,6 +238,19 @@ mod tests {
             (TxnOutcome::Succeeded, vec![], "lost"),
             (TxnOutcome::Failed { read: [Some(1), Some(5)] }, half, "failed yet written"),
             (TxnOutcome::Failed { read: [None, Some(5)] }, vec![], "comparisons held"),
+            // Written at one revision, but r01 held 6, not the 5 compared with.
+            (
+                TxnOutcome::Succeeded,
+                vec![event(3, "/chaos/r01", 6), event(4, "/chaos/r00", 7), event(4, "/chaos/r01", 8)],
+                "comparison failed",
+            ),
+            // r00 held 1 only before revision 3, r01 held 5 only from revision 3 on.
+            (
+                TxnOutcome::Failed { read: [Some(1), Some(5)] },
+                vec![event(2, "/chaos/r00", 1), event(3, "/chaos/r00", 2), event(3, "/chaos/r01", 5)],
+                "no snapshot",
+            ),
+            (TxnOutcome::Unknown, vec![event(3, "/chaos/r01", 5), event(4, "/chaos/r01", 5)], "written twice"),
         ];
         for (outcome, truth, expected) in cases {
             let anomalies = check(&[txn(outcome)], &truth);

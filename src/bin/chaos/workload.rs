@@ -341,7 +341,10 @@ async fn snapshot_read(kv: &mut KvClient<Channel>, recorder: &Recorder, node: us
     match tokio::time::timeout(OP_TIMEOUT, kv.range(request)).await {
         Ok(Ok(response)) => {
             let response = response.into_inner();
-            let revision = response.header.map_or(0, |h| h.revision);
+            let Some(revision) = response.header.map(|h| h.revision) else {
+                recorder.error(&malformed("a range answer without a header"));
+                return;
+            };
             let value = response.kvs.into_iter().next().map(|kv| kv.value);
             let read = SnapshotRead { node, key, revision, value };
             recorder.recorded.lock().unwrap_or_else(|e| e.into_inner()).snapshot_reads.push(read);
