@@ -7,8 +7,7 @@
 //! unapplied, rolled-back or invented state (say, after a power loss took writes it had
 //! already applied) answers something no revision of the committed history holds.
 
-use crate::watches::Seen;
-use std::collections::HashMap;
+use crate::watches::{changes_by_key, value_at, Seen};
 
 /// One answered serializable read.
 #[derive(Debug, Clone)]
@@ -23,17 +22,10 @@ pub struct SnapshotRead {
     pub value: Option<Vec<u8>>,
 }
 
-/// A key's change: its revision and the value after it (`None`: deleted).
-type Change<'a> = (i64, Option<&'a [u8]>);
-
 /// Checks every read against the committed history `truth`, complete up to revision `to`:
 /// one line per anomaly (at most a few per node, then a count).
 pub fn check(reads: &[SnapshotRead], truth: &[Seen], to: i64) -> Vec<String> {
-    // Per key, its events in revision order.
-    let mut history: HashMap<&[u8], Vec<Change>> = HashMap::new();
-    for (revision, key, value) in truth {
-        history.entry(key).or_default().push((*revision, value.as_deref()));
-    }
+    let history = changes_by_key(truth);
     let mut anomalies = Vec::new();
     let mut more = 0;
     for read in reads {
@@ -41,8 +33,7 @@ pub fn check(reads: &[SnapshotRead], truth: &[Seen], to: i64) -> Vec<String> {
             Some(format!("at revision {}, beyond the last committed revision {to}", read.revision))
         } else {
             let events = history.get(read.key.as_slice()).map_or(&[][..], Vec::as_slice);
-            let upto = events.partition_point(|e| e.0 <= read.revision);
-            let committed = upto.checked_sub(1).and_then(|i| events[i].1);
+            let committed = value_at(events, read.revision);
             (committed != read.value.as_deref()).then(|| {
                 let show =
                     |v: Option<&[u8]>| v.map_or("absent".to_string(), |v| String::from_utf8_lossy(v).into_owned());

@@ -11,7 +11,7 @@
 //! compared values just before that revision; a failed transaction's two reads were true
 //! together at some revision; and no value is written twice.
 
-use crate::watches::Seen;
+use crate::watches::{changes_by_key, value_at, Changes, Seen};
 use leasekv::kvstore::sim::linearizability::{KvOp, KvOutcome, Operation};
 use std::collections::HashMap;
 
@@ -74,15 +74,6 @@ impl TxnRecord {
     }
 }
 
-/// A key's changes in revision order: the revision and the value after it (`None`: deleted).
-type Changes<'a> = Vec<(i64, Option<&'a [u8]>)>;
-
-/// The value of a key (given its changes) just before revision `revision`.
-fn value_before<'a>(changes: &[(i64, Option<&'a [u8]>)], revision: i64) -> Option<&'a [u8]> {
-    let upto = changes.partition_point(|c| c.0 < revision);
-    upto.checked_sub(1).and_then(|i| changes[i].1)
-}
-
 /// The revision ranges `[from, to)` over which a key (given its changes) held `value`.
 fn held(changes: &[(i64, Option<&[u8]>)], value: Option<&[u8]>) -> Vec<(i64, i64)> {
     let mut ranges = Vec::new();
@@ -104,9 +95,8 @@ fn held(changes: &[(i64, Option<&[u8]>)], value: Option<&[u8]>) -> Vec<(i64, i64
 pub fn check(txns: &[TxnRecord], truth: &[Seen]) -> Vec<String> {
     let mut anomalies = Vec::new();
     let mut written: HashMap<(&[u8], &[u8]), i64> = HashMap::new();
-    let mut changes: HashMap<&[u8], Changes> = HashMap::new();
+    let changes = changes_by_key(truth);
     for (revision, key, value) in truth {
-        changes.entry(key).or_default().push((*revision, value.as_deref()));
         if let Some(value) = value {
             if let Some(earlier) = written.insert((key, value), *revision) {
                 anomalies.push(format!(
@@ -155,7 +145,7 @@ pub fn check(txns: &[TxnRecord], truth: &[Seen]) -> Vec<String> {
         let as_bytes = |v: Option<u64>| v.map(|v| v.to_string().into_bytes());
         if let [Some(a), Some(b)] = at {
             if a == b {
-                let before: [Option<&[u8]>; 2] = std::array::from_fn(|i| value_before(key_changes(i), a));
+                let before: [Option<&[u8]>; 2] = std::array::from_fn(|i| value_at(key_changes(i), a - 1));
                 let expected = txn.expected.map(as_bytes);
                 if before[0] != expected[0].as_deref() || before[1] != expected[1].as_deref() {
                     anomalies.push(format!(

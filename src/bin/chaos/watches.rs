@@ -28,6 +28,24 @@ const ROTATE_EVERY: Duration = Duration::from_secs(5);
 /// One event as the check compares it: revision, key, put (value) or delete (`None`).
 pub type Seen = (i64, Vec<u8>, Option<Vec<u8>>);
 
+/// A key's changes in revision order: each revision and the value after it (`None`: deleted).
+pub type Changes<'a> = Vec<(i64, Option<&'a [u8]>)>;
+
+/// The committed history `truth` indexed by key.
+pub fn changes_by_key(truth: &[Seen]) -> std::collections::HashMap<&[u8], Changes<'_>> {
+    let mut changes: std::collections::HashMap<&[u8], Changes> = std::collections::HashMap::new();
+    for (revision, key, value) in truth {
+        changes.entry(key).or_default().push((*revision, value.as_deref()));
+    }
+    changes
+}
+
+/// A key's value (given its changes) at revision `revision`.
+pub fn value_at<'a>(changes: &[(i64, Option<&'a [u8]>)], revision: i64) -> Option<&'a [u8]> {
+    let upto = changes.partition_point(|c| c.0 <= revision);
+    upto.checked_sub(1).and_then(|i| changes[i].1)
+}
+
 /// What one watcher received.
 #[derive(Debug, Default, Clone)]
 pub struct WatcherLog {
