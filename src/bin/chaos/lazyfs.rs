@@ -61,6 +61,23 @@ struct LazyFs {
     state: Arc<Mutex<State>>,
 }
 
+impl LazyFs {
+    /// Removes `name` in `parent` with `remove` (a file or a directory) and forgets it.
+    fn remove(&self, parent: INodeNo, name: &OsStr, remove: fn(&Path) -> std::io::Result<()>, reply: ReplyEmpty) {
+        let mut state = self.state();
+        let answer = state.path(parent).and_then(|dir| {
+            let path = dir.join(name);
+            remove(&path).map_err(Errno::from)?;
+            state.forget_path(&path);
+            Ok(())
+        });
+        match answer {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
 /// One mounted lazy disk; unmounted when dropped.
 pub struct Disk {
     state: Arc<Mutex<State>>,
@@ -317,31 +334,11 @@ impl Filesystem for LazyFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut state = self.state();
-        let answer = state.path(parent).and_then(|dir| {
-            let path = dir.join(name);
-            std::fs::remove_file(&path).map_err(Errno::from)?;
-            state.forget_path(&path);
-            Ok(())
-        });
-        match answer {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove(parent, name, |path| std::fs::remove_file(path), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut state = self.state();
-        let answer = state.path(parent).and_then(|dir| {
-            let path = dir.join(name);
-            std::fs::remove_dir(&path).map_err(Errno::from)?;
-            state.forget_path(&path);
-            Ok(())
-        });
-        match answer {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove(parent, name, |path| std::fs::remove_dir(path), reply);
     }
 
     fn rename(
