@@ -87,6 +87,8 @@ pub struct Disk {
 /// What a power loss threw away.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Lost {
+    /// Power losses so far (counted by the cluster, one per fault).
+    pub losses: usize,
     /// Files that had unsynced writes.
     pub files: usize,
     /// Bytes restored to their synced contents, plus bytes cut off the ends.
