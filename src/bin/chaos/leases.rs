@@ -232,7 +232,8 @@ pub struct LeaseVerdict {
 }
 
 /// Checks every lease life; `fault_windows` are the spans in which faults were in force
-/// or their effects (restarts, elections) could still last.
+/// or their effects (restarts, elections) could still last, and the instants at which a
+/// leader was seen taking office: each may restart every countdown.
 pub fn check(lives: &[LeaseLife], fault_windows: &[(u64, u64)]) -> LeaseVerdict {
     let mut verdict = LeaseVerdict { leases: lives.len(), ..Default::default() };
     let slack = 1.0 + DRIFT_BOUND;

@@ -20,6 +20,7 @@ mod leases;
 mod net;
 mod proxy;
 mod snapshots;
+mod takeovers;
 mod txns;
 mod watches;
 mod workload;
@@ -253,6 +254,8 @@ struct Report {
     lost: usize,
     anomalies: Vec<String>,
     lease_intervals: usize,
+    /// Leaders taking office, as seen by polling every node's status.
+    takeovers: usize,
     longest_unavailable_s: f64,
     classes: BTreeMap<FaultClass, ClassFigures>,
     history: Vec<Operation>,
@@ -304,6 +307,11 @@ async fn run(
     for node in 0..nodes {
         let (logs, stop) = (watch_logs.clone(), stop.clone());
         clients.spawn(watches::watcher(node as u32, node, nodes, 1, seed, logs, stop));
+    }
+    let takeover_log: takeovers::Log = Arc::default();
+    for node in 0..nodes {
+        let (recorder, log, stop) = (recorder.clone(), takeover_log.clone(), stop.clone());
+        clients.spawn(takeovers::poller(node, recorder, log, stop));
     }
     for node in 0..nodes {
         let client = 1000 + node as u32;
@@ -393,7 +401,11 @@ async fn run(
         Err(why) => anomalies.push(format!("the final revision for the watch check: {why}")),
     }
     let lives = std::mem::take(&mut *lives.lock().unwrap_or_else(|e| e.into_inner()));
-    let lease_verdict = leases::check(&lives, &recovered_spans(&fault_spans, &history));
+    let takeovers = takeover_log.lock().unwrap_or_else(|e| e.into_inner()).takeovers();
+    // Each takeover restarts the countdowns as a fault's end does: a window of one instant.
+    let mut countdown_restarts = recovered_spans(&fault_spans, &history);
+    countdown_restarts.extend(takeovers.iter().map(|&at| (at, at)));
+    let lease_verdict = leases::check(&lives, &countdown_restarts);
     anomalies.extend(lease_verdict.anomalies);
     let mut lease_intervals = 0;
     if cluster.is_leasekv() {
@@ -417,6 +429,7 @@ async fn run(
         lost: verdict.lost,
         anomalies,
         lease_intervals,
+        takeovers: takeovers.len(),
         longest_unavailable_s: verdict.longest_unavailable_s,
         classes: figures,
         history,
@@ -640,7 +653,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} serializable_reads={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} serializable_reads={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} takeovers={} longest_unavailable_s={:.2} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -657,6 +670,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.leases_checked,
         report.expiry_error_s.map_or("none".to_string(), |(a, b)| format!("{a:+.2}/{b:+.2}")),
         report.lease_intervals,
+        report.takeovers,
         report.longest_unavailable_s,
         report.anomalies.len()
     );
