@@ -17,6 +17,7 @@ pub mod compactor;
 pub mod config;
 pub mod fault_injection;
 pub mod forward;
+pub mod gateway;
 pub mod history_feed;
 pub mod node;
 pub mod peer;

@@ -165,7 +165,16 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let (stop_watches, watches_stopping) = tokio::sync::watch::channel(false);
     let watch_service = WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone());
     tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping.clone()));
+    let gateway = crate::gateway::Gateway::new(
+        shared.clone(),
+        WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),
+        ElectionService::new(shared.clone(), watches_stopping.clone()),
+    );
+    // One port for both, as etcd: gRPC calls go to the services by their paths, HTTP/1.1
+    // and HTTP/2 requests to the gateway's `/v3/...` paths, `/health` and `/version`.
     let client_server = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(crate::gateway::router(gateway).into())
         .add_service(
             pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
         )

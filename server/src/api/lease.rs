@@ -48,27 +48,7 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveStream>, Status> {
-        let mut incoming = request.into_inner();
-        let shared = self.0.clone();
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            while let Some(Ok(request)) = incoming.next().await {
-                let id = request.id;
-                let answer = match shared.serve(|| shared.node.keep_alive(id)).await {
-                    Ok(ttl) => Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl }),
-                    // etcd answers an unknown or expired lease with TTL 0.
-                    Err(status) if status.code() == Code::NotFound => {
-                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl: 0 })
-                    }
-                    Err(status) => Err(status),
-                };
-                let failed = answer.is_err();
-                if tx.send(answer).await.is_err() || failed {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx)) as KeepAliveStream))
+        Ok(Response::new(self.keep_alive(request.into_inner())))
     }
 
     async fn lease_time_to_live(
@@ -109,5 +89,36 @@ impl pb::lease_server::Lease for LeaseService {
             header: Some(shared.current_header()),
             leases: list.into_iter().map(|l| pb::LeaseStatus { id: l.id }).collect(),
         }))
+    }
+}
+
+impl LeaseService {
+    /// Answers each keepalive request of `incoming` (a gRPC stream, or the JSON objects of
+    /// an HTTP gateway request) in order; the answers end when the requests do, or at the
+    /// first failure.
+    pub fn keep_alive<S>(&self, mut incoming: S) -> KeepAliveStream
+    where
+        S: Stream<Item = Result<pb::LeaseKeepAliveRequest, Status>> + Unpin + Send + 'static,
+    {
+        let shared = self.0.clone();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            while let Some(Ok(request)) = incoming.next().await {
+                let id = request.id;
+                let answer = match shared.serve(|| shared.node.keep_alive(id)).await {
+                    Ok(ttl) => Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl }),
+                    // etcd answers an unknown or expired lease with TTL 0.
+                    Err(status) if status.code() == Code::NotFound => {
+                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl: 0 })
+                    }
+                    Err(status) => Err(status),
+                };
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
     }
 }

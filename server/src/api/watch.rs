@@ -30,11 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 /// The wire form of etcd's Watch service (see the module documentation).
-mod wire {
+pub mod wire {
     #![allow(missing_docs)]
     tonic::include_proto!("etcdserverpb");
 }
@@ -88,15 +88,27 @@ impl wire::watch_server::Watch for WatchService {
     type WatchStream = ResponseStream;
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<ResponseStream>, Status> {
+        Ok(Response::new(self.open(request.into_inner())))
+    }
+}
+
+impl WatchService {
+    /// Serves one watch stream whose requests come from `incoming` (a gRPC stream, or the
+    /// JSON objects of an HTTP gateway request): a stream ends when its requests fail or
+    /// its responses are dropped, not when the requests end.
+    pub fn open<S>(&self, incoming: S) -> ResponseStream
+    where
+        S: Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel(self.settings.outbound_responses.max(1));
         let task = StreamTask { shared: self.shared.clone(), core: WatchStream::new(self.settings.stream.clone()), tx };
         tokio::spawn(task.run(
-            request.into_inner(),
+            incoming,
             self.shared.node.history(),
             self.stopping.clone(),
             self.settings.progress_notify_interval,
         ));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Box::pin(ReceiverStream::new(rx))
     }
 }
 
@@ -116,7 +128,7 @@ enum Ended {
 impl StreamTask {
     async fn run(
         mut self,
-        mut incoming: Streaming<pb::WatchRequest>,
+        mut incoming: impl Stream<Item = Result<pb::WatchRequest, Status>> + Unpin,
         mut feed: HistoryFeed,
         mut stopping: watch::Receiver<bool>,
         progress_every: Duration,
@@ -141,13 +153,13 @@ impl StreamTask {
             let outcome = tokio::select! {
                 biased;
                 _ = stopping.changed() => Ok(()),
-                request = incoming.message(), if requests_open => match request {
-                    Ok(Some(request)) => self.handle(request, head).await,
-                    Ok(None) => {
+                request = incoming.next(), if requests_open => match request {
+                    Some(Ok(request)) => self.handle(request, head).await,
+                    None => {
                         requests_open = false;
                         Ok(())
                     }
-                    Err(_) => Err(Ended::ClientGone),
+                    Some(Err(_)) => Err(Ended::ClientGone),
                 },
                 changed = feed.changed() => {
                     if !changed {

@@ -1,0 +1,82 @@
+//! gRPC failures as etcd's gateway reports them: a JSON body `{"error", "code", "message"}`
+//! with the HTTP status grpc-gateway v1 gives the code, or, inside a stream, one
+//! `{"error": {"grpc_code", "http_code", "message", "http_status"}}` object.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tonic::{Code, Status};
+
+/// The HTTP status grpc-gateway v1 answers a gRPC code with.
+pub fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The answer to a failed unary call.
+pub fn response(status: &Status) -> Response {
+    let body = serde_json::json!({
+        "error": status.message(),
+        "code": status.code() as i32,
+        "message": status.message(),
+    });
+    (http_status(status.code()), [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// The object a stream ends with when it fails.
+pub fn stream_error(status: &Status) -> serde_json::Value {
+    let http = http_status(status.code());
+    serde_json::json!({
+        "error": {
+            "grpc_code": status.code() as i32,
+            "http_code": http.as_u16(),
+            "message": status.message(),
+            "http_status": http.canonical_reason().unwrap_or(""),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_grpc_gateways_statuses() {
+        let expected = [
+            (Code::NotFound, 404),
+            (Code::InvalidArgument, 400),
+            (Code::FailedPrecondition, 400),
+            (Code::OutOfRange, 400),
+            (Code::Unavailable, 503),
+            (Code::DeadlineExceeded, 504),
+            (Code::PermissionDenied, 403),
+            (Code::Unauthenticated, 401),
+            (Code::Unimplemented, 501),
+            (Code::Unknown, 500),
+            (Code::Internal, 500),
+        ];
+        for (code, http) in expected {
+            assert_eq!(http_status(code).as_u16(), http, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_stream_error_names_both_codes() {
+        let error = stream_error(&Status::unavailable("etcdserver: no leader"));
+        assert_eq!(
+            error,
+            serde_json::json!({"error": {"grpc_code": 14, "http_code": 503, "message": "etcdserver: no leader", "http_status": "Service Unavailable"}})
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! `/health`, `/readyz`, `/livez` and `/version`: what load balancers, orchestrators and
+//! clients ask before they send work.
+//!
+//! A node is healthy when it knows a master and a linearizable read through it completes
+//! in time: the same test etcd's `/health` makes (a quorum read of the key `health`), so a
+//! node cut off from the master, or one that cannot reach a majority, answers false.
+
+use super::Handle;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use leasekv_client::proto::etcdserverpb as pb;
+use pb::kv_server::Kv;
+use std::time::Duration;
+use tonic::Request;
+
+/// How long the health read may take: etcd's default request timeout is 5 s, but a health
+/// check that waits that long makes its prober time out first.
+const HEALTH_READ: Duration = Duration::from_secs(2);
+
+/// The etcd API level leasekv implements, as `/version` reports it; clients choose their
+/// API prefix and features from it (3.4: `/v3` gateway paths, watch, leases by name).
+pub const ETCD_API: &str = "3.4.0";
+
+/// Why the node is not healthy, if it is not.
+async fn check(gateway: &Handle) -> Result<(), String> {
+    let election = gateway.shared.node.election.status();
+    if election.master.is_none() && election.hint.is_none() {
+        return Err("RAFT NO LEADER".into());
+    }
+    let read = pb::RangeRequest { key: b"health".to_vec(), ..Default::default() };
+    match tokio::time::timeout(HEALTH_READ, gateway.kv.range(Request::new(read))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => Err(format!("QGET ERROR: {}", status.message())),
+        Err(_) => Err(format!("QGET ERROR: no answer within {HEALTH_READ:?}")),
+    }
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// `GET /health`: `{"health":"true"}`, or `{"health":"false","reason":…}` with 503.
+pub async fn health(State(gateway): State<Handle>) -> Response {
+    match check(&gateway).await {
+        Ok(()) => json(StatusCode::OK, serde_json::json!({"health": "true"})),
+        Err(reason) => json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({"health": "false", "reason": reason})),
+    }
+}
+
+/// `GET /readyz`: `ok` once the node can serve linearizable requests.
+pub async fn readyz(State(gateway): State<Handle>) -> Response {
+    match check(&gateway).await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response(),
+    }
+}
+
+/// `GET /livez`: `ok` while the process serves requests at all; whether it is useful is
+/// `/readyz`'s question.
+pub async fn livez() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// `GET /version`.
+pub async fn version() -> Response {
+    json(
+        StatusCode::OK,
+        serde_json::json!({
+            "etcdserver": ETCD_API,
+            "etcdcluster": ETCD_API,
+            "leasekv": env!("CARGO_PKG_VERSION"),
+        }),
+    )
+}
