@@ -4,7 +4,8 @@
 //! by build.rs, with etcd's field names such as `ID` and `TTL`):
 //! 64-bit integers as strings, bytes as standard base64, enums by name, default values
 //! left out. Requests may name fields in snake_case or lowerCamelCase and give integers as
-//! numbers or strings; unknown fields are ignored.
+//! numbers or strings; unknown fields are ignored, unknown enum names are not (etcd's answer
+//! to `"sort_order": "SIDEWAYS"` is an error, and ignoring it would sort some other way).
 
 use prost::Message;
 use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions};
@@ -15,7 +16,9 @@ use tonic::Status;
 const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gateway.fds"));
 
 const SERIALIZE: SerializeOptions = SerializeOptions::new().use_proto_field_name(true).skip_default_fields(true);
-const DESERIALIZE: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(false);
+/// Strict: unknown fields are removed before (see [`strip_unknown_fields`]), so that
+/// prost-reflect's leniency about them does not extend to unknown enum names.
+const DESERIALIZE: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(true);
 
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
@@ -37,17 +40,45 @@ pub fn decode<T: Message + Default>(name: &str, body: &[u8]) -> Result<T, Status
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    let mut json = serde_json::Deserializer::from_slice(body);
-    let message = DynamicMessage::deserialize_with_options(descriptor(name), &mut json, &DESERIALIZE)
-        .map_err(|e| Status::invalid_argument(format!("malformed JSON body for {name}: {e}")))?;
+    let mut values = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>();
+    let value = match values.next() {
+        Some(Ok(value)) => value,
+        Some(Err(e)) => return Err(Status::invalid_argument(format!("malformed JSON body for {name}: {e}"))),
+        None => return Ok(T::default()),
+    };
+    decode_value(name, value).map_err(|e| Status::invalid_argument(e.message().replace("JSON object", "JSON body")))
+}
+
+/// Decodes one JSON value (a request body's, or one of a request stream's).
+pub fn decode_value<T: Message + Default>(name: &str, mut value: serde_json::Value) -> Result<T, Status> {
+    let descriptor = descriptor(name);
+    strip_unknown_fields(&mut value, &descriptor);
+    let message = DynamicMessage::deserialize_with_options(descriptor, value, &DESERIALIZE)
+        .map_err(|e| Status::invalid_argument(format!("malformed JSON object for {name}: {e}")))?;
     transcode(name, &message)
 }
 
-/// Decodes one JSON value of a request stream.
-pub fn decode_value<T: Message + Default>(name: &str, value: serde_json::Value) -> Result<T, Status> {
-    let message = DynamicMessage::deserialize_with_options(descriptor(name), value, &DESERIALIZE)
-        .map_err(|e| Status::invalid_argument(format!("malformed JSON object for {name}: {e}")))?;
-    transcode(name, &message)
+/// Removes from `value` every member that names no field of `message` (by its name or its
+/// JSON name), at every depth, as etcd's gateway ignores them.
+fn strip_unknown_fields(value: &mut serde_json::Value, message: &MessageDescriptor) {
+    let serde_json::Value::Object(members) = value else {
+        return;
+    };
+    members.retain(|key, _| message.get_field_by_name(key).or_else(|| message.get_field_by_json_name(key)).is_some());
+    for (key, member) in members.iter_mut() {
+        let Some(field) = message.get_field_by_name(key).or_else(|| message.get_field_by_json_name(key)) else {
+            continue;
+        };
+        let prost_reflect::Kind::Message(inner) = field.kind() else {
+            continue;
+        };
+        match member {
+            serde_json::Value::Array(items) if field.is_list() => {
+                items.iter_mut().for_each(|item| strip_unknown_fields(item, &inner))
+            }
+            _ => strip_unknown_fields(member, &inner),
+        }
+    }
 }
 
 fn transcode<T: Message + Default>(name: &str, message: &DynamicMessage) -> Result<T, Status> {
@@ -124,6 +155,12 @@ mod tests {
         let b: pb::RangeRequest =
             decode("etcdserverpb.RangeRequest", br#"{"key":"Zm9v","rangeEnd":"Zm9w","limit":5}"#).unwrap();
         assert_eq!(a, b);
+        let nested: pb::TxnRequest = decode(
+            "etcdserverpb.TxnRequest",
+            br#"{"success":[{"request_put":{"key":"YQ==","novel":true},"extra":[1]}],"future":{"a":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(nested.success.len(), 1);
         assert_eq!((a.key.as_slice(), a.range_end.as_slice(), a.limit), (&b"foo"[..], &b"fop"[..], 5));
         let grant: pb::LeaseGrantRequest = decode("etcdserverpb.LeaseGrantRequest", br#"{"TTL":"30","ID":9}"#).unwrap();
         assert_eq!((grant.ttl, grant.id), (30, 9));
@@ -133,7 +170,14 @@ mod tests {
 
     #[test]
     fn malformed_requests_are_invalid_arguments() {
-        for body in [&br#"{"key": 5}"#[..], b"{", b"[1,2]", br#"{"limit":"many"}"#, b"not json"] {
+        for body in [
+            &br#"{"key": 5}"#[..],
+            b"{",
+            b"[1,2]",
+            br#"{"limit":"many"}"#,
+            b"not json",
+            br#"{"sort_order":"SIDEWAYS","x":1}"#,
+        ] {
             let error = decode::<pb::RangeRequest>("etcdserverpb.RangeRequest", body).unwrap_err();
             assert_eq!(error.code(), tonic::Code::InvalidArgument, "{}", String::from_utf8_lossy(body));
         }

@@ -24,9 +24,9 @@ use crate::api::{
 };
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{post, MethodRouter};
+use axum::routing::{any, post, MethodRouter};
 use axum::Router;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv as ext;
@@ -119,15 +119,22 @@ fn stream_response(body: Body) -> Response {
 
 async fn watch(State(gateway): State<Handle>, body: Body) -> Response {
     let failure = streams::Failure::default();
-    let requests = streams::requests::<pb::WatchRequest>("etcdserverpb.WatchRequest", body, failure.clone());
+    let requests = match streams::requests::<pb::WatchRequest>("etcdserverpb.WatchRequest", body, failure.clone()).await
+    {
+        Ok(requests) => requests,
+        Err(status) => return errors::response(&status),
+    };
     let responses = gateway.watch.open(requests);
     stream_response(streams::answer("etcdserverpb.WatchResponse", responses, failure))
 }
 
 async fn keep_alive(State(gateway): State<Handle>, body: Body) -> Response {
     let failure = streams::Failure::default();
-    let requests =
-        streams::requests::<pb::LeaseKeepAliveRequest>("etcdserverpb.LeaseKeepAliveRequest", body, failure.clone());
+    let name = "etcdserverpb.LeaseKeepAliveRequest";
+    let requests = match streams::requests::<pb::LeaseKeepAliveRequest>(name, body, failure.clone()).await {
+        Ok(requests) => requests,
+        Err(status) => return errors::response(&status),
+    };
     let responses = gateway.lease.keep_alive(requests);
     stream_response(streams::answer("etcdserverpb.LeaseKeepAliveResponse", responses, failure))
 }
@@ -152,8 +159,9 @@ async fn observe(State(gateway): State<Handle>, body: Body) -> Response {
 }
 
 /// Requests no route takes: gRPC calls of an unknown method get gRPC's UNIMPLEMENTED (as
-/// tonic answers them), anything else etcd's gateway's plain 404.
-async fn not_found(headers: HeaderMap) -> Response {
+/// tonic answers them); other requests etcd's plain 404s, the gateway's under its
+/// prefixes and Go's HTTP mux's elsewhere.
+async fn not_found(uri: Uri, headers: HeaderMap) -> Response {
     let grpc = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -161,7 +169,24 @@ async fn not_found(headers: HeaderMap) -> Response {
     if grpc {
         return Status::unimplemented("unknown method").into_http::<Body>().into_response();
     }
-    (StatusCode::NOT_FOUND, "Not Found\n").into_response()
+    let gateway = PREFIXES.iter().any(|p| uri.path().strip_prefix(p).is_some_and(|rest| rest.starts_with('/')));
+    let text = if gateway { "Not Found\n" } else { "404 page not found\n" };
+    (StatusCode::NOT_FOUND, text).into_response()
+}
+
+/// A gateway path asked with another method than POST.
+async fn method_not_allowed() -> Response {
+    (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n").into_response()
+}
+
+/// The CORS headers etcd (with its default `--cors '*'`) adds to every gateway answer, so
+/// that a browser page may call the gateway.
+async fn cors(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    headers.insert("access-control-allow-methods", HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"));
+    headers.insert("access-control-allow-headers", HeaderValue::from_static("accept, content-type, authorization"));
+    response
 }
 
 /// Every gateway path, under `/v3` (and its aliases) and `/v3beta`.
@@ -320,17 +345,20 @@ pub const PREFIXES: &[&str] = &["/v3", "/v3beta"];
 /// The gateway's router, to be served beside the gRPC services (whose paths,
 /// `/etcdserverpb.KV/Range` and so on, it leaves alone).
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    let mut router = Router::new();
+    let mut gateway_routes = Router::new();
     for (path, route) in routes() {
         for prefix in PREFIXES {
-            router = router.route(&format!("{prefix}{path}"), route.clone());
+            gateway_routes =
+                gateway_routes.route(&format!("{prefix}{path}"), route.clone().fallback(method_not_allowed));
         }
     }
-    router
-        .route("/version", axum::routing::get(health::version))
-        .route("/health", axum::routing::get(health::health))
-        .route("/readyz", axum::routing::get(health::readyz))
-        .route("/livez", axum::routing::get(health::livez))
+    gateway_routes
+        .layer(axum::middleware::map_response(cors))
+        // Plain handlers in etcd, answering any method.
+        .route("/version", any(health::version))
+        .route("/health", any(health::health))
+        .route("/readyz", any(health::readyz))
+        .route("/livez", any(health::livez))
         .fallback(not_found)
         .with_state(gateway)
 }

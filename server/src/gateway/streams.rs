@@ -19,15 +19,28 @@ const OBJECT_LIMIT: usize = 4 * 1024 * 1024;
 /// Where the request side records why it stopped early, so that the answer can say so.
 pub type Failure = Arc<Mutex<Option<Status>>>;
 
-/// The request objects of `body`, decoded as the message `name`. A malformed object or an
-/// oversized one ends the requests and is recorded in `failure`.
-pub fn requests<T>(name: &'static str, body: Body, failure: Failure) -> impl Stream<Item = Result<T, Status>> + Unpin
+/// The request objects of `body`, decoded as the message `name`. The first is read before
+/// anything is answered: if it is malformed the call fails as a whole, with etcd's answer
+/// (HTTP 500, code UNKNOWN, as its gateway reports a failed decode of a stream's first
+/// message). A later malformed or oversized object ends the requests and is recorded in
+/// `failure`, for the answer to end with.
+pub async fn requests<T>(
+    name: &'static str,
+    body: Body,
+    failure: Failure,
+) -> Result<impl Stream<Item = Result<T, Status>> + Unpin, Status>
 where
     T: Message + Default + 'static,
 {
-    let chunks = body.into_data_stream();
-    let state = Reader { chunks, buffer: Vec::new(), ended: false, failed: false, failure };
-    Box::pin(unfold(state, move |mut reader| async move {
+    let mut reader =
+        Reader { chunks: body.into_data_stream(), buffer: Vec::new(), ended: false, failed: false, failure };
+    let first = match reader.next_object(name).await {
+        Ok(Some(value)) => Some(json::decode_value::<T>(name, value).map_err(|s| Status::unknown(s.message()))?),
+        Ok(None) => None,
+        Err(status) => return Err(Status::unknown(status.message())),
+    };
+    let first = tokio_stream::iter(first.map(Ok));
+    let rest = unfold(reader, move |mut reader| async move {
         if reader.failed {
             return None;
         }
@@ -39,7 +52,8 @@ where
             Ok(None) => None,
             Err(status) => Some(reader.fail(status)),
         }
-    }))
+    });
+    Ok(Box::pin(first.chain(rest)))
 }
 
 /// A request body being split into JSON values.
@@ -166,7 +180,10 @@ mod tests {
         let chunks =
             tokio_stream::iter(parts.into_iter().map(|p| Ok::<_, std::io::Error>(Bytes::from_static(p.as_bytes()))));
         let failure = Failure::default();
-        let requests: Vec<_> = requests::<T>(name, Body::from_stream(chunks), failure.clone()).collect().await;
+        let requests = match requests::<T>(name, Body::from_stream(chunks), failure.clone()).await {
+            Ok(requests) => requests.collect::<Vec<_>>().await,
+            Err(status) => return (Vec::new(), Some(status)),
+        };
         let failure = failure.lock().unwrap().take();
         let ok: Vec<T> = requests.into_iter().filter_map(Result::ok).collect();
         (ok, failure)
