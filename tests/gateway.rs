@@ -474,3 +474,54 @@ fn health_is_false_without_a_master_and_true_again() {
     wait_healthy(ports[0], "leasekv after a peer came back");
     assert_eq!(get(ports[0], "/readyz"), (200, "ok\n".to_string()));
 }
+
+#[test]
+fn metrics_are_scraped_and_parsed_as_prometheus_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_node, port) = start_single(dir.path());
+    wait_healthy(port, "leasekv");
+    // A write over the gateway and one over gRPC (kvcli), a lease grant, then a scrape.
+    assert_eq!(post(port, "/v3/kv/put", br#"{"key":"YQ==","value":"Yg=="}"#).0, 200);
+    assert_eq!(post(port, "/v3/lease/grant", br#"{"TTL":30}"#).0, 200);
+    let put = Command::new(env!("CARGO_BIN_EXE_kvcli"))
+        .args(["--endpoints", &format!("127.0.0.1:{port}"), "put", "/m", "v"])
+        .output()
+        .expect("kvcli runs");
+    assert!(put.status.success(), "kvcli put: {}", String::from_utf8_lossy(&put.stderr));
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let mut response = agent().get(&url).call().expect("a scrape");
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "content type {content_type}");
+    let text = response.body_mut().read_to_string().expect("the exposition");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        scrape.samples.iter().find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))).map(
+            |s| match &s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                prometheus_parse::Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+                prometheus_parse::Value::Summary(_) => 0.0,
+            },
+        )
+    };
+    assert_eq!(value("etcd_server_has_leader", &[]), Some(1.0), "{text}");
+    assert_eq!(value("etcd_server_is_leader", &[]), Some(1.0));
+    assert!(value("etcd_server_leader_changes_seen_total", &[]) >= Some(1.0));
+    assert!(value("etcd_server_proposals_committed_total", &[]) >= Some(3.0));
+    assert!(value("etcd_disk_wal_fsync_duration_seconds", &[]) >= Some(1.0), "fsyncs counted:\n{text}");
+    assert_eq!(value("etcd_debugging_mvcc_keys_total", &[]), Some(2.0));
+    assert_eq!(value("etcd_debugging_lease_granted_total", &[]), Some(1.0));
+    assert_eq!(
+        value(
+            "grpc_server_handled_total",
+            &[("grpc_service", "etcdserverpb.KV"), ("grpc_method", "Put"), ("grpc_code", "OK")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(value("leasekv_http_requests_total", &[("route", "/v3/kv/put"), ("code", "200")]), Some(1.0));
+    for name in ["etcd_server_proposals_pending", "etcd_server_proposals_failed_total", "leasekv_election_term"] {
+        assert!(value(name, &[]).is_some(), "{name} missing");
+    }
+}

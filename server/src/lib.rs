@@ -19,6 +19,7 @@ pub mod fault_injection;
 pub mod forward;
 pub mod gateway;
 pub mod history_feed;
+pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod run;

@@ -107,11 +107,17 @@ impl NodeHandle {
 
     /// Proposes a command.
     pub async fn propose(&self, command: Command) -> Result<Applied, RequestError> {
-        self.ask_master(MasterRequest::Propose(command), |answer| match answer {
-            MasterAnswer::Propose(applied) => Some(applied),
-            _ => None,
-        })
-        .await
+        let _pending = crate::metrics::PendingProposal::begin();
+        let result = self
+            .ask_master(MasterRequest::Propose(command), |answer| match answer {
+                MasterAnswer::Propose(applied) => Some(applied),
+                _ => None,
+            })
+            .await;
+        if result.is_err() {
+            crate::metrics::metrics().proposals_failed.inc();
+        }
+        result
     }
 
     /// Reads at `revision` (a past one from the history; 0 for the current one).
@@ -387,6 +393,7 @@ impl NodeLoop {
                         let now = self.clock.now();
                         self.replica.finish_sync(now, ticket, result);
                         self.last_sync_took = handed_over.elapsed();
+                        crate::metrics::metrics().fsync_took(self.last_sync_took);
                     }
                 }
                 _ = sleep_until(forward_deadline) => {
@@ -552,6 +559,7 @@ impl NodeLoop {
                     let started = Instant::now();
                     let result = self.replica.sync_storage();
                     self.last_sync_took = started.elapsed();
+                    crate::metrics::metrics().fsync_took(self.last_sync_took);
                     self.replica.finish_sync(self.clock.now(), ticket, result);
                 }
                 continue;

@@ -99,16 +99,17 @@ pub enum ServerError {
 pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
     config.check_environment()?;
     let dir = config.data_dir.display().to_string();
-    let storage =
-        SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
-    let epoch =
-        storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
+    // Before the storage opens: the skip-fdatasync control changes how it is opened.
     let faults = FaultInjection::from_env()?;
     if faults.is_active() {
         tracing::warn!(?faults, "fault injection is on: this node is for tests only");
     }
     #[cfg(feature = "fault-injection")]
     faults.start_clock();
+    let storage =
+        SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
+    let epoch =
+        storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
     let me = config.id;
     let members = config.members();
     let clock = MonotonicClock::new();
@@ -171,10 +172,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         ElectionService::new(shared.clone(), watches_stopping.clone()),
     );
     // One port for both, as etcd: gRPC calls go to the services by their paths, HTTP/1.1
-    // and HTTP/2 requests to the gateway's `/v3/...` paths, `/health` and `/version`.
-    let client_server = tonic::transport::Server::builder()
-        .accept_http1(true)
-        .add_routes(crate::gateway::router(gateway).into())
+    // and HTTP/2 requests to the gateway's `/v3/...` paths, `/health`, `/version` and
+    // `/metrics`; every request is counted on the way.
+    let routes = tonic::service::Routes::from(crate::gateway::router(gateway))
         .add_service(
             pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
         )
@@ -184,7 +184,13 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         .add_service(WatchServer::new(watch_service))
         .add_service(LockServer::new(LockService(shared.clone())))
         .add_service(ElectionServer::new(ElectionService::new(shared.clone(), watches_stopping.clone())))
-        .add_service(LeaseKvServer::new(ExtService(shared.clone())))
+        .add_service(LeaseKvServer::new(ExtService(shared.clone())));
+    let routes =
+        tonic::service::Routes::from(routes.into_axum_router().layer(axum::middleware::from_fn(crate::metrics::track)));
+    tokio::spawn(count_leader_changes(election_dyn.clone(), me));
+    let client_server = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(no_delay(client_listener), async {
             let _ = stop_rx.await;
         });
@@ -217,6 +223,33 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     match failure {
         None => Ok(()),
         Some(reason) => Err(ServerError::StorageFailed { dir, reason }),
+    }
+}
+
+/// Counts master changes into `etcd_server_leader_changes_seen_total`: each time the master
+/// this node knows of becomes another node (or one, after none).
+async fn count_leader_changes(election: Arc<dyn ElectionBackend>, me: leasekv_lease::NodeId) {
+    let mut status = election.subscribe();
+    let mut last = None;
+    loop {
+        let now = {
+            let s = status.borrow_and_update();
+            if s.master.is_some() {
+                Some(me)
+            } else {
+                s.hint
+            }
+        };
+        if now.is_some() && now != last {
+            crate::metrics::metrics().leader_changes.inc();
+            tracing::debug!(master = ?now, "master change seen");
+        }
+        if now.is_some() {
+            last = now;
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
     }
 }
 

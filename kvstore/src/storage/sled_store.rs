@@ -141,11 +141,14 @@ impl SledStorage {
             .map_err(|e| StorageError::backend(format!("storage directory {shown} is not writable"), e))?;
 
         let segment_size = segment_size_of(dir);
-        let db = sled::Config::new()
-            .segment_size(segment_size)
-            .path(dir)
-            .open()
-            .map_err(|e| StorageError::backend(format!("cannot open the sled database in {shown}"), e))?;
+        let config = sled::Config::new().segment_size(segment_size).path(dir);
+        // The skip-fdatasync control is a store whose only durability is sled's flush: its
+        // background flusher's fsync (every 500 ms) would make it durable anyway, and a
+        // power loss would catch it only when it lands in that half second.
+        #[cfg(feature = "sync-faults")]
+        let config = if super::sync_faults::fdatasync_skipped() { config.flush_every_ms(None) } else { config };
+        let db =
+            config.open().map_err(|e| StorageError::backend(format!("cannot open the sled database in {shown}"), e))?;
         // sled writes its `conf` file (the segment size and other settings) without syncing
         // it; a power loss soon after the first open leaves it empty. Harmless today (sled
         // rewrites it from the defaults we use), but it is the database's description, so it

@@ -13,6 +13,7 @@ static SKIP_FDATASYNC: AtomicBool = AtomicBool::new(false);
 
 /// From now on, a sync is sled's flush alone, without the `fdatasync` that makes it durable
 /// (the `skip-fdatasync` negative control; see the durability notes in `sled_store`).
+/// Call before opening the storage: it also turns sled's background fsync off.
 pub fn skip_fdatasync() {
     SKIP_FDATASYNC.store(true, Ordering::SeqCst);
 }

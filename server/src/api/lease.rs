@@ -30,7 +30,9 @@ impl pb::lease_server::Lease for LeaseService {
             }
             _ => None,
         });
-        reply.await.map(Response::new)
+        let granted = reply.await?;
+        crate::metrics::metrics().leases_granted.inc();
+        Ok(Response::new(granted))
     }
 
     async fn lease_revoke(
@@ -39,7 +41,9 @@ impl pb::lease_server::Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let command = Command::LeaseRevoke { id: request.into_inner().id };
         let reply = self.0.serve_command(command, |_, header| Some(pb::LeaseRevokeResponse { header: Some(header) }));
-        reply.await.map(Response::new)
+        let revoked = reply.await?;
+        crate::metrics::metrics().leases_revoked.inc();
+        Ok(Response::new(revoked))
     }
 
     type LeaseKeepAliveStream = KeepAliveStream;
@@ -106,7 +110,10 @@ impl LeaseService {
             while let Some(Ok(request)) = incoming.next().await {
                 let id = request.id;
                 let answer = match shared.serve(|| shared.node.keep_alive(id)).await {
-                    Ok(ttl) => Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl }),
+                    Ok(ttl) => {
+                        crate::metrics::metrics().leases_renewed.inc();
+                        Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl })
+                    }
                     // etcd answers an unknown or expired lease with TTL 0.
                     Err(status) if status.code() == Code::NotFound => {
                         Ok(pb::LeaseKeepAliveResponse { header: Some(shared.current_header()), id, ttl: 0 })

@@ -62,6 +62,24 @@ pub async fn livez() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
 
+/// `GET /metrics`: every metric (see [`crate::metrics`]), the node's gauges read now.
+pub async fn metrics(State(gateway): State<Handle>) -> Response {
+    let metrics = crate::metrics::metrics();
+    let election = gateway.shared.node.election.status();
+    // A node whose loop does not answer still serves the counters; its gauges stay as
+    // they were.
+    if let Ok(Ok(node)) = tokio::time::timeout(HEALTH_READ, gateway.shared.node.status()).await {
+        let term = election.term().map_or(0, |t| t.counter);
+        metrics.observe_node(
+            &node,
+            election.master.is_some() || election.hint.is_some(),
+            election.master.is_some(),
+            term,
+        );
+    }
+    (StatusCode::OK, [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], metrics.render()).into_response()
+}
+
 /// `GET /version`, in etcd's shape exactly (leasekv's own version is in
 /// `Maintenance.Status`' `version`).
 pub async fn version() -> Response {

@@ -2,7 +2,7 @@
 //! serves as `POST /v3/<service>/<method>` (and the older `/v3beta/` prefix) with a JSON
 //! body, the way etcd 3.4's grpc-gateway serves it, so that clients which never speak gRPC
 //! (curl, etcd3gw, tooz, shell scripts) work unchanged. Also `GET /version` and the health
-//! endpoints (`/health`, `/readyz`, `/livez`).
+//! endpoints (`/health`, `/readyz`, `/livez`) and `/metrics`.
 //!
 //! Unlike etcd, whose gateway is a proxy that calls the node's own gRPC port over a
 //! loopback connection, the routes call the services in process: same code, same errors,
@@ -339,6 +339,21 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
     ]
 }
 
+/// The route an HTTP request is counted under in the metrics: its path when it is one the
+/// node serves, else `other` (so that a scan of random paths adds no label values).
+pub fn route_label(path: &str) -> &'static str {
+    static PATHS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let paths = PATHS.get_or_init(|| {
+        let mut paths: Vec<&'static str> = routes()
+            .into_iter()
+            .flat_map(|(path, _)| PREFIXES.iter().map(move |p| &*Box::leak(format!("{p}{path}").into_boxed_str())))
+            .collect();
+        paths.extend(["/version", "/health", "/readyz", "/livez", "/metrics"]);
+        paths
+    });
+    paths.iter().copied().find(|p| *p == path).unwrap_or("other")
+}
+
 /// The API prefixes etcd 3.4 serves the gateway under.
 pub const PREFIXES: &[&str] = &["/v3", "/v3beta"];
 
@@ -359,6 +374,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/health", any(health::health))
         .route("/readyz", any(health::readyz))
         .route("/livez", any(health::livez))
+        .route("/metrics", any(health::metrics))
         .fallback(not_found)
         .with_state(gateway)
 }
