@@ -524,4 +524,18 @@ fn metrics_are_scraped_and_parsed_as_prometheus_does() {
     for name in ["etcd_server_proposals_pending", "etcd_server_proposals_failed_total", "leasekv_election_term"] {
         assert!(value(name, &[]).is_some(), "{name} missing");
     }
+    // Every metric the example dashboard queries is served.
+    let dashboard =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grafana/leasekv-dashboard.json"))
+            .expect("the example dashboard");
+    let served: std::collections::BTreeSet<&str> = scrape.samples.iter().map(|s| s.metric.as_str()).collect();
+    let queried: std::collections::BTreeSet<String> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("etcd_") || w.starts_with("leasekv_") || w.starts_with("grpc_server_"))
+        .map(|w| w.trim_end_matches("_bucket").to_string())
+        .collect();
+    assert!(queried.len() >= 10, "{queried:?}");
+    for name in &queried {
+        assert!(served.contains(name.as_str()), "the dashboard queries {name}, which /metrics does not serve");
+    }
 }
