@@ -521,6 +521,10 @@ fn metrics_are_scraped_and_parsed_as_prometheus_does() {
         "{text}"
     );
     assert_eq!(value("leasekv_http_requests_total", &[("route", "/v3/kv/put"), ("code", "200")]), Some(1.0));
+    assert!(
+        value("leasekv_election_changes_total", &[("backend", "paxoslease"), ("change", "elected")]) >= Some(1.0),
+        "{text}"
+    );
     for name in ["etcd_server_proposals_pending", "etcd_server_proposals_failed_total", "leasekv_election_term"] {
         assert!(value(name, &[]).is_some(), "{name} missing");
     }

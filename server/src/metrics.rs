@@ -11,7 +11,8 @@
 
 use crate::node::NodeStatus;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -63,6 +64,9 @@ pub struct Metrics {
     pub forwarded_in_flight: IntGauge,
     /// Chosen log slots not applied yet.
     pub unapplied_slots: IntGauge,
+    /// This node's mastership changes by backend and kind (elected, extended, expired,
+    /// released), as the election backend counted them.
+    pub election_changes: IntGaugeVec,
 }
 
 /// The node's metrics (created, and registered, on first use).
@@ -149,6 +153,18 @@ impl Metrics {
             election_term: gauge("leasekv_election_term", "The election term while this node is master, else 0."),
             forwarded_in_flight: gauge("leasekv_forwarded_requests_in_flight", "Requests forwarded to the master and not answered yet."),
             unapplied_slots: gauge("leasekv_log_unapplied_slots", "Log slots chosen but not applied yet on this node."),
+            election_changes: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "leasekv_election_changes_total",
+                        "This node's mastership changes by backend and kind: elected, extended (a lease renewal), expired (a renewal that failed in time), released.",
+                    ),
+                    &["backend", "change"],
+                )
+                .expect("a valid metric");
+                registry.register(Box::new(g.clone())).expect("registered once");
+                g
+            },
             registry,
         }
     }
@@ -170,6 +186,18 @@ impl Metrics {
         self.current_revision.set(node.revision);
         self.compact_revision.set(node.compacted);
         self.forwarded_in_flight.set(node.forwards as i64);
+    }
+
+    /// Sets the election backend's counts.
+    pub fn observe_election(&self, backend: &str, counts: leasekv_lease::backend::ElectionCounts) {
+        for (change, n) in [
+            ("elected", counts.elected),
+            ("extended", counts.extended),
+            ("expired", counts.expired),
+            ("released", counts.released),
+        ] {
+            self.election_changes.with_label_values(&[backend, change]).set(n as i64);
+        }
     }
 
     /// Every metric in Prometheus's text exposition format.

@@ -5,7 +5,7 @@
 //! [`Transport`], and publishes the resulting [`ElectionStatus`] on a watch channel.
 
 use super::transport::{Inbox, Transport};
-use super::{ElectionBackend, ElectionError, ElectionStatus};
+use super::{ElectionBackend, ElectionCounts, ElectionError, ElectionStatus};
 use crate::core::{ElectionCore, LeadershipChange, Mastership};
 use crate::ids::NodeId;
 use crate::message::ElectionMessage;
@@ -85,6 +85,8 @@ pub struct DrivenBackend {
     clock: MonotonicClock,
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<ElectionStatus>,
+    /// Counted by the driver task as it logs each change.
+    counts: Arc<std::sync::Mutex<ElectionCounts>>,
 }
 
 impl fmt::Debug for DrivenBackend {
@@ -121,9 +123,11 @@ impl DrivenBackend {
         let initial = ElectionStatus { master: live_mastership(&core, now), hint: core.master_hint(now) };
         let (status_tx, status_rx) = watch::channel(initial);
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
-        let driver = Driver { name, id, core, clock, transport, status: StatusPublisher(status_tx) };
+        let counts = Arc::new(std::sync::Mutex::new(ElectionCounts::default()));
+        let driver =
+            Driver { name, id, core, clock, transport, status: StatusPublisher(status_tx), counts: counts.clone() };
         tokio::spawn(driver.run(inbox, commands_rx));
-        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx })
+        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx, counts })
     }
 
     /// Whether the driver task has exited (after [`ElectionBackend::stop`], or if it died).
@@ -159,6 +163,10 @@ impl ElectionBackend for DrivenBackend {
 
     fn now(&self) -> Instant {
         self.clock.now()
+    }
+
+    fn counts(&self) -> ElectionCounts {
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn subscribe(&self) -> watch::Receiver<ElectionStatus> {
@@ -223,6 +231,7 @@ struct Driver<C> {
     clock: MonotonicClock,
     transport: Arc<dyn Transport>,
     status: StatusPublisher,
+    counts: Arc<std::sync::Mutex<ElectionCounts>>,
 }
 
 impl<C: ElectionCore> Driver<C> {
@@ -325,6 +334,7 @@ impl<C: ElectionCore> Driver<C> {
     }
 
     fn log_change(&self, now: Instant, change: LeadershipChange) {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).count(&change);
         let (name, node) = (self.name, self.id);
         match change {
             LeadershipChange::Elected { term, valid_until } => {

@@ -50,6 +50,33 @@ impl ElectionStatus {
     }
 }
 
+/// How often this node's own mastership changed, by kind, since the backend started: for
+/// the node's metrics (a master that keeps losing its lease to expiry is failing to renew).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ElectionCounts {
+    /// Tenures begun.
+    pub elected: u64,
+    /// Lease extensions within a tenure.
+    pub extended: u64,
+    /// Tenures ended because the lease ran out before it was extended.
+    pub expired: u64,
+    /// Tenures given up (step-down, shutdown).
+    pub released: u64,
+}
+
+impl ElectionCounts {
+    /// Counts one change.
+    pub fn count(&mut self, change: &crate::core::LeadershipChange) {
+        use crate::core::{LeadershipChange, LossReason};
+        match change {
+            LeadershipChange::Elected { .. } => self.elected += 1,
+            LeadershipChange::Extended { .. } => self.extended += 1,
+            LeadershipChange::Lost { reason: LossReason::Expired, .. } => self.expired += 1,
+            LeadershipChange::Lost { reason: LossReason::Released, .. } => self.released += 1,
+        }
+    }
+}
+
 /// Why a backend operation failed.
 #[derive(Debug, Error)]
 pub enum ElectionError {
@@ -78,6 +105,10 @@ pub trait ElectionBackend: Send + Sync {
     /// A receiver that sees every change of status (mastership gained, extended, lost;
     /// hint changed).
     fn subscribe(&self) -> watch::Receiver<ElectionStatus>;
+    /// This node's mastership changes so far (zeros for a backend that does not count).
+    fn counts(&self) -> ElectionCounts {
+        ElectionCounts::default()
+    }
     /// Gives up mastership at once so another node takes over (it may compete again after
     /// a short hold-off).
     async fn step_down(&self) -> Result<(), ElectionError>;

@@ -66,6 +66,7 @@ pub async fn livez() -> Response {
 pub async fn metrics(State(gateway): State<Handle>) -> Response {
     let metrics = crate::metrics::metrics();
     let election = gateway.shared.node.election.status();
+    metrics.observe_election(gateway.shared.node.election.name(), gateway.shared.node.election.counts());
     // A node whose loop does not answer still serves the counters; its gauges stay as
     // they were.
     if let Ok(Ok(node)) = tokio::time::timeout(HEALTH_READ, gateway.shared.node.status()).await {
