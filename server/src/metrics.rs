@@ -38,6 +38,8 @@ pub struct Metrics {
     pub wal_fsync: Histogram,
     /// Keys in the store.
     pub keys: IntGauge,
+    /// Bytes the storage takes on disk.
+    pub db_size: IntGauge,
     /// The store revision.
     pub current_revision: IntGauge,
     /// The history's compaction revision.
@@ -124,6 +126,7 @@ impl Metrics {
             proposals_failed: counter("etcd_server_proposals_failed_total", "The total number of failed proposals seen."),
             wal_fsync,
             keys: gauge("etcd_debugging_mvcc_keys_total", "Total number of keys."),
+            db_size: gauge("etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes."),
             current_revision: gauge("etcd_debugging_mvcc_current_revision", "The current revision of store."),
             compact_revision: gauge("etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store."),
             leases_granted: counter("etcd_debugging_lease_granted_total", "The total number of granted leases."),
@@ -183,6 +186,9 @@ impl Metrics {
         self.proposals_applied.set(node.applied as i64);
         self.unapplied_slots.set(node.commit.saturating_sub(node.applied) as i64);
         self.keys.set(node.keys as i64);
+        if let Some(bytes) = node.db_size {
+            self.db_size.set(bytes as i64);
+        }
         self.current_revision.set(node.revision);
         self.compact_revision.set(node.compacted);
         self.forwarded_in_flight.set(node.forwards as i64);

@@ -58,6 +58,8 @@ pub struct NodeStatus {
     pub master_hint: Option<NodeId>,
     /// Stored keys.
     pub keys: usize,
+    /// Bytes the storage takes on disk, if known.
+    pub db_size: Option<u64>,
     /// Requests forwarded to the master and not answered yet.
     pub forwards: usize,
 }
@@ -470,6 +472,7 @@ impl NodeLoop {
                     ready_master: self.replica.is_ready_master(now),
                     master_hint: self.replica.master_hint(),
                     keys: state.key_count(),
+                    db_size: leasekv_kvstore::storage::Storage::size_on_disk(self.replica.storage()),
                     forwards: self.forwards.len(),
                 });
             }

@@ -95,6 +95,11 @@ pub trait Storage: Send {
     fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError>;
     /// Makes every write so far durable.
     fn sync(&mut self) -> Result<(), StorageError>;
+    /// Bytes the store takes on disk, if it is on disk (etcd's Status reports its database
+    /// size; operators watch it grow).
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The invariants both implementations give [`Storage::recover`]'s answer, whatever order

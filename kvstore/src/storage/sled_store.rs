@@ -206,6 +206,10 @@ impl SledStorage {
 }
 
 impl Storage for SledStorage {
+    fn size_on_disk(&self) -> Option<u64> {
+        self.durable.db.size_on_disk().ok()
+    }
+
     fn recover(&mut self) -> Result<Recovered, StorageError> {
         let promised = self.read_meta(PROMISED_KEY, "promised ballot")?.unwrap_or(LogBallot::ZERO);
         let commit = self.read_meta(COMMIT_KEY, "commit index")?.unwrap_or(0);

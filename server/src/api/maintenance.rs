@@ -47,6 +47,9 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             raft_index: node.commit,
             raft_term: election.term().map_or(0, |t| t.counter),
             raft_applied_index: node.applied,
+            // One sled database holds everything, in use or not: etcd's two sizes are one.
+            db_size: node.db_size.map_or(0, |b| b as i64),
+            db_size_in_use: node.db_size.map_or(0, |b| b as i64),
             ..Default::default()
         }))
     }
