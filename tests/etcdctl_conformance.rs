@@ -21,10 +21,8 @@
 //! comparison: lease ids (chosen by the server), cluster and member ids, raft terms and indexes,
 //! versions and database sizes, the ports in URLs, and a lease's remaining seconds when it is
 //! within 3 s of its TTL (the two clusters run the commands at slightly different times), and
-//! the order of a lease's keys (etcd keeps them in a Go map). One known difference of leasekv is
-//! normalised away too, and reported rather than fixed here: a follower does not know the
-//! election term, so the headers it fills itself (member list) carry raft_term 0, which etcdctl
-//! leaves out; a missing raft_term counts as present. Revisions are compared exactly: both stores start at revision 1 and must count the same
+//! the order of a lease's keys (etcd keeps them in a Go map). Every header must carry a
+//! raft_term, on every member, as etcd's do. Revisions are compared exactly: both stores start at revision 1 and must count the same
 //! writes. `member list` and `endpoint status` are compared by shape (rows, which columns say
 //! what, exactly one leader that every member agrees on), since their order depends on ids.
 //!
@@ -530,11 +528,6 @@ fn normalise_json(value: &mut Value, leases: &Leases) {
             // The lease list's order follows the ids.
             if let Some(Value::Array(list)) = map.get_mut("leases") {
                 list.sort_by_key(|v| v.to_string());
-            }
-            // A known difference, left as it is: a leasekv follower does not know the election
-            // term, so the headers it fills itself carry raft_term 0, which etcdctl leaves out.
-            if map.contains_key("cluster_id") && !map.contains_key("raft_term") {
-                map.insert("raft_term".to_string(), Value::String("<raft_term>".to_string()));
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| normalise_json(v, leases)),

@@ -56,16 +56,18 @@ fn get(port: u16, path: &str) -> (u16, String) {
     }
 }
 
-/// Waits (at most 20 s) until `/health` on `port` says true.
+/// Waits (at most 30 s) until `/health` on `port` says true.
 fn wait_healthy(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = (0, String::new());
     while Instant::now() < deadline {
-        if get(port, "/health") == (200, r#"{"health":"true"}"#.to_string()) {
+        last = get(port, "/health");
+        if last == (200, r#"{"health":"true"}"#.to_string()) {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("{what} on port {port} not healthy within 20 s");
+    panic!("{what} on port {port} not healthy within 30 s; last answer {last:?}");
 }
 
 fn start_etcd(dir: &Path) -> Option<(Process, u16)> {
@@ -541,4 +543,53 @@ fn metrics_are_scraped_and_parsed_as_prometheus_does() {
     for name in &queried {
         assert!(served.contains(name.as_str()), "the dashboard queries {name}, which /metrics does not serve");
     }
+}
+
+/// Every member's headers carry the same term, which a takeover raises: clients such as
+/// Patroni take a member whose term is below one they saw for a stale one.
+#[test]
+fn every_member_reports_the_term_and_a_takeover_raises_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = common::free_ports(6);
+    let configs = common::write_configs(dir.path(), &ports[..3], &ports[3..], "paxoslease", "");
+    let mut nodes: Vec<Option<Process>> =
+        configs.iter().enumerate().map(|(i, c)| Some(start_kvserver(c, dir.path().join(format!("log{i}"))))).collect();
+    for &port in &ports[..3] {
+        wait_healthy(port, "leasekv");
+    }
+    // (term in the header, leader) as each live member answers Status.
+    let terms = |alive: &[usize]| -> Vec<(u64, String)> {
+        alive
+            .iter()
+            .map(|&i| {
+                let (status, body) = post(ports[i], "/v3/maintenance/status", b"{}");
+                assert_eq!(status, 200, "{body}");
+                let value: Value = serde_json::from_str(&body).expect("JSON");
+                let term = value["header"]["raft_term"].as_str().and_then(|t| t.parse().ok()).unwrap_or(0);
+                (term, value["leader"].as_str().unwrap_or("0").to_string())
+            })
+            .collect()
+    };
+    let before = terms(&[0, 1, 2]);
+    assert!(before.iter().all(|t| t.0 > 0 && *t == before[0]), "every member, one term and one leader: {before:?}");
+    let leader: usize = before[0].1.parse::<usize>().expect("a leader id") - 1;
+    nodes[leader] = None;
+    let alive: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut after = Vec::new();
+    while Instant::now() < deadline {
+        // A write goes through the new master's log: by then every survivor knows the round.
+        let put = post(ports[alive[0]], "/v3/kv/put", br#"{"key":"dA==","value":"dg=="}"#);
+        if put.0 == 200 {
+            after = terms(&alive);
+            if after.iter().all(|t| t.0 > before[0].0 && *t == after[0] && t.1 != "0") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        after.len() == 2 && after.iter().all(|t| t.0 > before[0].0 && *t == after[0]),
+        "after the master ({leader}) stopped, the survivors agree on a higher term: before {before:?}, after {after:?}"
+    );
 }

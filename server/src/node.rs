@@ -17,7 +17,7 @@ use leasekv_lease::backend::ElectionStatus;
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -70,6 +70,8 @@ pub struct NodeHandle {
     tx: mpsc::Sender<Request>,
     /// The store revision, published by the node loop (see [`NodeHandle::revision`]).
     revision: Arc<AtomicI64>,
+    /// The log round this node promised, published by the node loop (see [`NodeHandle::term`]).
+    term: Arc<AtomicU64>,
     /// The election backend.
     pub election: Arc<dyn ElectionBackend>,
     /// The node's history as the node loop last published it, for watch streams.
@@ -190,6 +192,12 @@ impl NodeHandle {
         self.revision.load(Ordering::Acquire)
     }
 
+    /// The term as this node knows it, for response headers' `raft_term` on every member
+    /// (as etcd fills it): the log round it promised, which every takeover raises.
+    pub fn term(&self) -> u64 {
+        self.term.load(Ordering::Acquire)
+    }
+
     /// A feed of this node's applied history, for a watch stream (see [`HistoryFeed`]).
     pub fn history(&self) -> HistoryFeed {
         self.history.clone()
@@ -230,11 +238,13 @@ pub fn start(
         }
     };
     let revision = Arc::new(AtomicI64::new(replica.state().revision()));
+    let term = Arc::new(AtomicU64::new(replica.promised_round()));
     let (feed, history) = history_feed::channel(replica.state().history_reader());
     let faults = NodeFaults::new(faults, replica.id().0, clock);
     let node = NodeLoop {
         faults,
         revision: revision.clone(),
+        term: term.clone(),
         feed,
         election: election.clone(),
         replica,
@@ -249,7 +259,7 @@ pub fn start(
         storage_failed: Some(failed_tx),
     };
     tokio::spawn(node.run(rx, status, synced));
-    (NodeHandle { tx, revision, election, history }, failed)
+    (NodeHandle { tx, revision, term, election, history }, failed)
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -278,6 +288,8 @@ struct NodeLoop {
     election: Arc<dyn ElectionBackend>,
     /// Shared with every [`NodeHandle`].
     revision: Arc<AtomicI64>,
+    /// The log round promised, for the handles.
+    term: Arc<AtomicU64>,
     /// Wakes the watch streams when the history grew.
     feed: FeedPublisher,
     clock: MonotonicClock,
@@ -485,6 +497,7 @@ impl NodeLoop {
     /// `flush`), so a client that got an answer and asks again never sees an older revision.
     fn publish_revision(&self) {
         self.revision.store(self.replica.state().revision(), Ordering::Release);
+        self.term.store(self.replica.promised_round(), Ordering::Release);
         self.feed.publish(&self.replica.state().history_reader());
     }
 

@@ -199,6 +199,13 @@ impl<S: Storage> Replica<S> {
         self.learner.snapshot_index()
     }
 
+    /// The log round this node has promised: it rises once per master takeover (the new
+    /// master's phase 1 reaches every acceptor) and is durable, so it is the cluster's term
+    /// as every node knows it, followers included.
+    pub fn promised_round(&self) -> u64 {
+        self.acceptor.promised().round
+    }
+
     /// Highest slot known chosen, with every slot below it.
     pub fn commit_index(&self) -> Slot {
         self.learner.commit()

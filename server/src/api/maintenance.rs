@@ -31,7 +31,8 @@ impl pb::cluster_server::Cluster for ClusterService {
     }
 }
 
-/// Maintenance: Status (leader = the master's member id, raft_term = the election term).
+/// Maintenance: Status (leader = the master's member id, raft_term = the log round, as in
+/// response headers).
 pub struct MaintenanceService(pub Arc<Shared>);
 
 #[tonic::async_trait]
@@ -45,7 +46,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             version: concat!("leasekv ", env!("CARGO_PKG_VERSION")).to_string(),
             leader: leader.map_or(0, |l| l.0 as u64),
             raft_index: node.commit,
-            raft_term: election.term().map_or(0, |t| t.counter),
+            raft_term: self.0.node.term(),
             raft_applied_index: node.applied,
             // One sled database holds everything, in use or not: etcd's two sizes are one.
             db_size: node.db_size.map_or(0, |b| b as i64),

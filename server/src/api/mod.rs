@@ -68,9 +68,13 @@ impl Shared {
         Arc::new(Shared { node, me, cluster_id, members })
     }
 
-    /// A response header at `revision`.
+    /// A response header at `revision`. `raft_term` is the term as this node knows it, on
+    /// every member as in etcd (clients such as Patroni take a falling term for a stale
+    /// member): the log round, which every master takeover raises ([`NodeHandle::term`]).
+    ///
+    /// [`NodeHandle::term`]: crate::node::NodeHandle::term
     pub fn header(&self, revision: i64) -> pb::ResponseHeader {
-        let term = self.node.election.status().term().map_or(0, |t| t.counter);
+        let term = self.node.term();
         pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.me.0 as u64, revision, raft_term: term }
     }
 
