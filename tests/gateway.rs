@@ -331,6 +331,72 @@ fn the_gateway_answers_as_etcds_does() {
         }
     }
 
+    // Election and lock, each store with the keys it handed out: campaign, leader,
+    // proclaim, observe (its first answer), resign, lock and unlock.
+    let recipes = |port: u16| -> Vec<(u16, Value)> {
+        let mut answers = Vec::new();
+        let mut call = |path: &str, body: Value| -> Value {
+            let (status, text) = post(port, path, body.to_string().as_bytes());
+            let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            answers.push((status, shape(&value.to_string(), false)));
+            value
+        };
+        call("/v3/lease/grant", serde_json::json!({"TTL": 60, "ID": 4321}));
+        let campaign =
+            call("/v3/election/campaign", serde_json::json!({"name": b64("el"), "lease": 4321, "value": b64("v1")}));
+        let leader = campaign["leader"].clone();
+        call("/v3/election/leader", serde_json::json!({"name": b64("el")}));
+        call("/v3/election/proclaim", serde_json::json!({"leader": leader, "value": b64("v2")}));
+        call("/v3/election/leader", serde_json::json!({"name": b64("el")}));
+        call("/v3/election/resign", serde_json::json!({"leader": leader}));
+        call("/v3/election/leader", serde_json::json!({"name": b64("el")}));
+        let lock = call("/v3/lock/lock", serde_json::json!({"name": b64("lock2"), "lease": 4321}));
+        call("/v3/lock/unlock", serde_json::json!({"key": lock["key"]}));
+        call("/v3/lease/revoke", serde_json::json!({"ID": 4321}));
+        answers
+    };
+    let (theirs, ours) = (recipes(etcd), recipes(leasekv));
+    for (i, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+        if t != o {
+            differences.push(format!("election/lock step {i}\n  etcd:    {t:?}\n  leasekv: {o:?}"));
+        }
+    }
+    let observe = |port: u16| {
+        post(port, "/v3/lease/grant", br#"{"TTL":60,"ID":5555}"#);
+        post(
+            port,
+            "/v3/election/campaign",
+            serde_json::json!({"name": b64("ob"), "lease": 5555, "value": b64("x")}).to_string().as_bytes(),
+        );
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect for observe");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+        let body = serde_json::json!({"name": b64("ob")}).to_string();
+        let head = format!(
+            "POST /v3/election/observe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).expect("send observe");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        let mut first = None;
+        for _ in 0..40 {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            if line.trim().starts_with('{') {
+                first = Some(shape(line.trim(), false));
+                break;
+            }
+        }
+        post(port, "/v3/lease/revoke", br#"{"ID":5555}"#);
+        first
+    };
+    let (theirs, ours) = (observe(etcd), observe(leasekv));
+    if theirs != ours || theirs.is_none() {
+        differences.push(format!("observe\n  etcd:    {theirs:?}\n  leasekv: {ours:?}"));
+    }
+
     // Status: the same fields (their values are each store's own).
     let (status_theirs, status_ours) =
         (post(etcd, "/v3/maintenance/status", b"{}"), post(leasekv, "/v3/maintenance/status", b"{}"));

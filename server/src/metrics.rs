@@ -66,6 +66,12 @@ pub struct Metrics {
     pub forwarded_in_flight: IntGauge,
     /// Chosen log slots not applied yet.
     pub unapplied_slots: IntGauge,
+    /// Snapshots sent to followers behind the compacted log.
+    pub snapshots_sent: IntGauge,
+    /// Snapshots received and installed.
+    pub snapshots_installed: IntGauge,
+    /// Lease expiry batches this node proposed as master.
+    pub expiry_commands: IntGauge,
     /// This node's mastership changes by backend and kind (elected, extended, expired,
     /// released), as the election backend counted them.
     pub election_changes: IntGaugeVec,
@@ -156,6 +162,9 @@ impl Metrics {
             election_term: gauge("leasekv_election_term", "The election term while this node is master, else 0."),
             forwarded_in_flight: gauge("leasekv_forwarded_requests_in_flight", "Requests forwarded to the master and not answered yet."),
             unapplied_slots: gauge("leasekv_log_unapplied_slots", "Log slots chosen but not applied yet on this node."),
+            snapshots_sent: gauge("leasekv_snapshots_sent_total", "Snapshots sent to followers whose next log entries were compacted away."),
+            snapshots_installed: gauge("leasekv_snapshots_installed_total", "Snapshots received from the master and installed."),
+            expiry_commands: gauge("leasekv_lease_expiry_commands_total", "Lease expiry batches proposed by this node as master."),
             election_changes: {
                 let g = IntGaugeVec::new(
                     Opts::new(
@@ -192,6 +201,10 @@ impl Metrics {
         self.current_revision.set(node.revision);
         self.compact_revision.set(node.compacted);
         self.forwarded_in_flight.set(node.forwards as i64);
+        // Counted by the replica since it opened: counters, though set like gauges.
+        self.snapshots_sent.set(node.counts.snapshots_sent as i64);
+        self.snapshots_installed.set(node.counts.snapshots_installed as i64);
+        self.expiry_commands.set(node.counts.expiry_commands as i64);
     }
 
     /// Sets the election backend's counts.

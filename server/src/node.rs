@@ -60,6 +60,8 @@ pub struct NodeStatus {
     pub keys: usize,
     /// Bytes the storage takes on disk, if known.
     pub db_size: Option<u64>,
+    /// Snapshots sent and installed, expiry batches proposed.
+    pub counts: leasekv_kvstore::log::ReplicaCounts,
     /// Requests forwarded to the master and not answered yet.
     pub forwards: usize,
 }
@@ -485,6 +487,7 @@ impl NodeLoop {
                     master_hint: self.replica.master_hint(),
                     keys: state.key_count(),
                     db_size: leasekv_kvstore::storage::Storage::size_on_disk(self.replica.storage()),
+                    counts: self.replica.counts(),
                     forwards: self.forwards.len(),
                 });
             }

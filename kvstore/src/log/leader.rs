@@ -503,6 +503,7 @@ impl<S: Storage> Replica<S> {
         // Expiries go to the front: a lease past its deadline must not wait behind a long
         // client queue, and the batch bound keeps each one short.
         leader.queue.push_front(Proposal { id, command: Command::LeaseExpire { ids, tenure } });
+        self.counts.expiry_commands += 1;
     }
 }
 

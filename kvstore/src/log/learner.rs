@@ -177,6 +177,7 @@ impl<S: Storage> Replica<S> {
             // Those entries are gone from the log: send the state machine instead.
             let data = self.learner.machine().to_snapshot_bytes();
             self.send(from, LogMessage::Snapshot { index: self.learner.applied(), data });
+            self.counts.snapshots_sent += 1;
             return;
         }
         let entries = self.acceptor.chosen_entries(first, self.learner.commit(), self.config.max_fetch_entries);
@@ -240,6 +241,7 @@ impl<S: Storage> Replica<S> {
             self.outbox.complete(Completion { id, result: Err(super::request::RequestError::Indeterminate { hint }) });
         }
         self.learner.install_snapshot(machine, index, snapshot_bytes);
+        self.counts.snapshots_installed += 1;
         self.acceptor.forget_through(index);
         if self.config.trace_applies {
             self.outbox.trace(AppliedTrace {

@@ -24,6 +24,6 @@ mod types;
 
 pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
-pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaOutput, SyncTicket};
+pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket};
 pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

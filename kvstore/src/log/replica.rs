@@ -87,6 +87,17 @@ pub enum OpenError {
     Storage(#[from] StorageError),
 }
 
+/// Events of a replica's life, counted since it opened, for the node's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaCounts {
+    /// Snapshots sent to followers whose next entries were compacted away.
+    pub snapshots_sent: u64,
+    /// Snapshots received and installed.
+    pub snapshots_installed: u64,
+    /// Lease expiry batches proposed (as master).
+    pub expiry_commands: u64,
+}
+
 /// One node's share of the replicated store. See the module documentation.
 ///
 /// A coordinator: the `Acceptor`, the `Learner`, the master's `Role` and the
@@ -108,6 +119,8 @@ pub struct Replica<S: Storage> {
     pub(super) master_hint: Option<NodeId>,
     /// Follower, or (while master) candidate in phase 1 or leader in phase 2.
     pub(super) role: Role,
+    /// Events counted for the node's metrics.
+    pub(super) counts: ReplicaCounts,
     /// The master's lease deadlines.
     pub(super) lessor: Lessor,
     /// Expiries found while deposed (only in the `deposed-expiry` negative control).
@@ -172,6 +185,7 @@ impl<S: Storage> Replica<S> {
             next_tick: None,
             outbox: Outbox::new(me),
             stopped: None,
+            counts: ReplicaCounts::default(),
         };
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
@@ -204,6 +218,11 @@ impl<S: Storage> Replica<S> {
     /// as every node knows it, followers included.
     pub fn promised_round(&self) -> u64 {
         self.acceptor.promised().round
+    }
+
+    /// Events counted since the replica opened.
+    pub fn counts(&self) -> ReplicaCounts {
+        self.counts
     }
 
     /// Highest slot known chosen, with every slot below it.
