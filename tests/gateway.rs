@@ -592,6 +592,7 @@ fn metrics_are_scraped_and_parsed_as_prometheus_does() {
         value("leasekv_election_changes_total", &[("backend", "paxoslease"), ("change", "elected")]) >= Some(1.0),
         "{text}"
     );
+    assert!(value("leasekv_election_changes_total", &[("backend", "paxoslease"), ("change", "failed_round")]).is_some());
     for name in ["etcd_server_proposals_pending", "etcd_server_proposals_failed_total", "leasekv_election_term"] {
         assert!(value(name, &[]).is_some(), "{name} missing");
     }

@@ -90,6 +90,11 @@ pub trait ElectionCore: Send + 'static {
     /// The node this one believes to be master, for redirecting clients. May be stale and
     /// never grants anything.
     fn master_hint(&self, now: Instant) -> Option<NodeId>;
+    /// Rounds this node started for mastership and abandoned so far (pre-empted, rejected
+    /// or unanswered), for metrics; 0 for a backend without rounds.
+    fn failed_rounds(&self) -> u64 {
+        0
+    }
     /// Gives up mastership at once (if held) so another node can take over, then keeps
     /// competing after a short hold-off.
     fn step_down(&mut self, now: Instant);

@@ -169,7 +169,7 @@ impl Metrics {
                 let g = IntGaugeVec::new(
                     Opts::new(
                         "leasekv_election_changes_total",
-                        "This node's mastership changes by backend and kind: elected, extended (a lease renewal), expired (a renewal that failed in time), released.",
+                        "This node's mastership changes by backend and kind: elected, extended (a lease renewal), expired (a renewal that failed in time), released; and failed_round (a round for mastership abandoned).",
                     ),
                     &["backend", "change"],
                 )
@@ -214,6 +214,7 @@ impl Metrics {
             ("extended", counts.extended),
             ("expired", counts.expired),
             ("released", counts.released),
+            ("failed_round", counts.failed_rounds),
         ] {
             self.election_changes.with_label_values(&[backend, change]).set(n as i64);
         }

@@ -328,6 +328,7 @@ impl<C: ElectionCore> Driver<C> {
         for change in output.changes {
             self.log_change(now, change);
         }
+        self.counts.lock().unwrap_or_else(|e| e.into_inner()).failed_rounds = self.core.failed_rounds();
         for envelope in output.messages {
             self.transport.send(envelope.to, envelope.msg).await;
         }

@@ -62,6 +62,8 @@ pub struct ElectionCounts {
     pub expired: u64,
     /// Tenures given up (step-down, shutdown).
     pub released: u64,
+    /// Rounds for mastership abandoned (PaxosLease: pre-empted, rejected or unanswered).
+    pub failed_rounds: u64,
 }
 
 impl ElectionCounts {

@@ -68,6 +68,10 @@ impl ElectionCore for PaxosLeaseElection {
         self.node.holder_hint(now, ResourceId::MASTER)
     }
 
+    fn failed_rounds(&self) -> u64 {
+        self.node.failed_rounds(ResourceId::MASTER)
+    }
+
     fn step_down(&mut self, now: Instant) {
         self.node.release(now, ResourceId::MASTER, true);
     }

@@ -98,6 +98,11 @@ impl LeaseNode {
         self.proposers.get(&resource).and_then(|p| p.mastership(now))
     }
 
+    /// Rounds this node's proposer for `resource` abandoned so far.
+    pub fn failed_rounds(&self, resource: ResourceId) -> u64 {
+        self.proposers.get(&resource).map_or(0, Proposer::failed_rounds)
+    }
+
     /// Who this node believes holds `resource` (a hint, never a grant).
     pub fn holder_hint(&self, now: Instant, resource: ResourceId) -> Option<NodeId> {
         self.proposers.get(&resource).and_then(|p| p.hint(now))

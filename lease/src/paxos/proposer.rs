@@ -89,6 +89,8 @@ pub struct Proposer {
     recent_proposals: Vec<Ballot>,
     /// Consecutive failed rounds, which widen the back-off.
     failures: u32,
+    /// Every failed round so far, for the node's metrics.
+    failed_rounds: u64,
 }
 
 /// How many recent proposal ballots a release names. Older ones have run out at every
@@ -113,6 +115,7 @@ impl Proposer {
             hint: None,
             recent_proposals: Vec::new(),
             failures: 0,
+            failed_rounds: 0,
         }
     }
 
@@ -136,6 +139,11 @@ impl Proposer {
     /// Whether this node holds the lease at `now`.
     pub fn mastership(&self, now: Instant) -> Option<Mastership> {
         self.lease.filter(|l| now < l.expires_at).map(|l| Mastership { term: l.term, valid_until: l.expires_at })
+    }
+
+    /// Rounds abandoned so far (pre-empted, rejected or unanswered).
+    pub fn failed_rounds(&self) -> u64 {
+        self.failed_rounds
     }
 
     /// The believed holder, for redirects only.
@@ -226,6 +234,7 @@ impl Proposer {
         // Duelling proposers keep pre-empting each other; widening the random back-off with
         // every consecutive failure makes it ever likelier that one round runs alone.
         self.failures = self.failures.saturating_add(1);
+        self.failed_rounds += 1;
         let widened = self.config.backoff_max.saturating_mul(1 << self.failures.min(6)) / 2;
         let ceiling = widened.min(self.config.lease_time / 8).max(self.config.backoff_max);
         let jitter = rng.duration_between(self.config.backoff_min, ceiling);
