@@ -38,8 +38,11 @@ use std::sync::Arc;
 use tonic::{Request, Status};
 
 /// The largest request body the gateway reads: a request at the node's limit, with its
-/// bytes in base64 and room for the JSON around them. A larger body is refused unread.
+/// bytes in base64 and room for the JSON around them. A larger body is refused.
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
+/// How much of an oversized body is read (and dropped) before answering, so that a client
+/// still sending it gets the answer; a larger one finds the connection closed.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
 /// What the routes call: the node's gRPC services.
 pub struct Gateway {
@@ -101,11 +104,28 @@ where
 }
 
 async fn read_body(body: Body) -> Result<Bytes, Status> {
-    axum::body::to_bytes(body, BODY_LIMIT).await.map_err(|e| {
-        Status::invalid_argument(format!(
-            "etcdserver: request is too large (or unreadable: {e}); the gateway reads bodies of at most {BODY_LIMIT} bytes"
-        ))
-    })
+    use tokio_stream::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut read = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| Status::invalid_argument(format!("unreadable request body: {e}")))?;
+        total += chunk.len();
+        if total <= BODY_LIMIT {
+            read.extend_from_slice(&chunk);
+        } else if total > DRAIN_LIMIT {
+            // Past this, stop reading: the connection closes with the answer.
+            break;
+        }
+    }
+    if total > BODY_LIMIT {
+        // The rest was read and dropped, so that a client still sending its body sees the
+        // answer instead of a broken pipe.
+        return Err(Status::invalid_argument(format!(
+            "etcdserver: request is too large: the gateway reads bodies of at most {BODY_LIMIT} bytes"
+        )));
+    }
+    Ok(Bytes::from(read))
 }
 
 fn json_response(body: Vec<u8>) -> Response {
