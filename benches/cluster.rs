@@ -214,16 +214,6 @@ fn main() {
     });
     drop(clusters);
     // The table: one row per workload, ours against etcd.
-    println!("| workload | target | ops/s | p50 ms | p99 ms | ops/s vs etcd |");
-    println!("|---|---|---|---|---|---|");
-    for ((label, name), v) in &results {
-        let etcd = results.get(&(label.clone(), "etcd".to_string())).and_then(|e| e["ops_per_sec"].as_f64());
-        let ratio = match (v["ops_per_sec"].as_f64(), etcd) {
-            (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}×", ours / theirs),
-            _ => "-".to_string(),
-        };
-        let f = |k: &str| v[k].as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
-        println!("| {label} | {name} | {} | {} | {} | {ratio} |", f("ops_per_sec"), f("p50_ms"), f("p99_ms"));
-    }
+    common::print_table(&results);
     common::write_json(&results, "leasekv-bench-cluster.json");
 }

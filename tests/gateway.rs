@@ -120,6 +120,18 @@ fn start_single(dir: &Path) -> (Process, u16) {
     (start_kvserver(&config, dir.join("single.log")), ports[0])
 }
 
+/// A three-node leasekv cluster (PaxosLease) in `dir`, every node healthy: the processes
+/// (slots, so a test can stop one), the config files and the client ports.
+fn start_three(dir: &Path) -> (Vec<Option<Process>>, Vec<PathBuf>, Vec<u16>) {
+    let ports = common::free_ports(6);
+    let configs = common::write_configs(dir, &ports[..3], &ports[3..], "paxoslease", "");
+    let nodes = configs.iter().enumerate().map(|(i, c)| Some(start_kvserver(c, dir.join(format!("log{i}"))))).collect();
+    for &port in &ports[..3] {
+        wait_healthy(port, "leasekv");
+    }
+    (nodes, configs, ports[..3].to_vec())
+}
+
 fn b64(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -451,13 +463,7 @@ fn etcd3gw_works_unchanged_against_a_three_node_cluster() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let ports = common::free_ports(6);
-    let configs = common::write_configs(dir.path(), &ports[..3], &ports[3..], "paxoslease", "");
-    let _nodes: Vec<Process> =
-        configs.iter().enumerate().map(|(i, c)| start_kvserver(c, dir.path().join(format!("log{i}")))).collect();
-    for &port in &ports[..3] {
-        wait_healthy(port, "leasekv");
-    }
+    let (_nodes, _, ports) = start_three(dir.path());
     let endpoints: Vec<String> = ports[..3].iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gateway/etcd3gw_check.py");
     let output = Command::new(python).arg(script).arg(endpoints.join(",")).output().expect("python3 runs");
@@ -512,13 +518,7 @@ fn bad_input_gets_a_clear_error_and_the_node_stays_up() {
 #[test]
 fn health_is_false_without_a_master_and_true_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ports = common::free_ports(6);
-    let configs = common::write_configs(dir.path(), &ports[..3], &ports[3..], "paxoslease", "");
-    let mut nodes: Vec<Option<Process>> =
-        configs.iter().enumerate().map(|(i, c)| Some(start_kvserver(c, dir.path().join(format!("log{i}"))))).collect();
-    for &port in &ports[..3] {
-        wait_healthy(port, "leasekv");
-    }
+    let (mut nodes, configs, ports) = start_three(dir.path());
     // Node 1 alone cannot reach a majority: no master, and no read.
     nodes[1] = None;
     nodes[2] = None;
@@ -617,13 +617,7 @@ fn metrics_are_scraped_and_parsed_as_prometheus_does() {
 #[test]
 fn every_member_reports_the_term_and_a_takeover_raises_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ports = common::free_ports(6);
-    let configs = common::write_configs(dir.path(), &ports[..3], &ports[3..], "paxoslease", "");
-    let mut nodes: Vec<Option<Process>> =
-        configs.iter().enumerate().map(|(i, c)| Some(start_kvserver(c, dir.path().join(format!("log{i}"))))).collect();
-    for &port in &ports[..3] {
-        wait_healthy(port, "leasekv");
-    }
+    let (mut nodes, _, ports) = start_three(dir.path());
     // (term in the header, leader) as each live member answers Status.
     let terms = |alive: &[usize]| -> Vec<(u64, String)> {
         alive

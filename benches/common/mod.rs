@@ -275,6 +275,23 @@ pub fn start_selected(runtime: &tokio::runtime::Runtime, targets: &[Target]) -> 
     clusters
 }
 
+/// Prints `results` (by workload and target, each with `ops_per_sec`, `p50_ms`, `p99_ms`) as
+/// a Markdown table, each row with its throughput as a multiple of etcd's.
+#[allow(dead_code)] // the watch benchmark prints its own table
+pub fn print_table(results: &std::collections::BTreeMap<(String, String), serde_json::Value>) {
+    println!("| workload | target | ops/s | p50 ms | p99 ms | ops/s vs etcd |");
+    println!("|---|---|---|---|---|---|");
+    for ((label, name), v) in results {
+        let etcd = results.get(&(label.clone(), "etcd".to_string())).and_then(|e| e["ops_per_sec"].as_f64());
+        let ratio = match (v["ops_per_sec"].as_f64(), etcd) {
+            (Some(ours), Some(theirs)) if theirs > 0.0 => format!("{:.2}×", ours / theirs),
+            _ => "-".to_string(),
+        };
+        let f = |k: &str| v[k].as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+        println!("| {label} | {name} | {} | {} | {} | {ratio} |", f("ops_per_sec"), f("p50_ms"), f("p99_ms"));
+    }
+}
+
 /// Writes `results` (by workload and target) as JSON to `target/<file>`.
 pub fn write_json(results: &std::collections::BTreeMap<(String, String), serde_json::Value>, file: &str) {
     let json: Vec<serde_json::Value> = results
