@@ -1,9 +1,10 @@
 //! `/health`, `/readyz`, `/livez` and `/version`: what load balancers, orchestrators and
 //! clients ask before they send work.
 //!
-//! A node is healthy when it knows a master and a linearizable read through it completes
-//! in time: the same test etcd's `/health` makes (a quorum read of the key `health`), so a
-//! node cut off from the master, or one that cannot reach a majority, answers false.
+//! A node is healthy when it knows a master, a linearizable read through it completes in
+//! time (the test etcd's `/health` makes: a quorum read of the key `health`) and this node
+//! has applied the log as far as that read saw: a node cut off from the master, one that
+//! cannot reach a majority, and one that lags behind answer false.
 
 use super::Handle;
 use axum::extract::State;
@@ -29,12 +30,28 @@ async fn check(gateway: &Handle) -> Result<(), String> {
         return Err("RAFT NO LEADER".into());
     }
     let read = pb::RangeRequest { key: b"health".to_vec(), ..Default::default() };
-    match tokio::time::timeout(HEALTH_READ, gateway.kv.range(Request::new(read))).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(format!("QGET ERROR: {}", status.message())),
-        Err(_) => Err(format!("QGET ERROR: no answer within {HEALTH_READ:?}")),
+    let deadline = tokio::time::Instant::now() + HEALTH_READ;
+    let current = match tokio::time::timeout_at(deadline, gateway.kv.range(Request::new(read))).await {
+        Ok(Ok(answer)) => answer.into_inner().header.map_or(0, |h| h.revision),
+        Ok(Err(status)) => return Err(format!("QGET ERROR: {}", status.message())),
+        Err(_) => return Err(format!("QGET ERROR: no answer within {HEALTH_READ:?}")),
+    };
+    // The read may have been the master's (forwarded); this node must have applied as far
+    // itself, or its watches and serializable reads are behind the cluster.
+    loop {
+        let applied = gateway.shared.node.revision();
+        if applied >= current {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("NOT CAUGHT UP: applied revision {applied} of the cluster's {current}"));
+        }
+        tokio::time::sleep(CATCH_UP_POLL).await;
     }
 }
+
+/// How often the health check looks again whether this node caught up.
+const CATCH_UP_POLL: Duration = Duration::from_millis(10);
 
 fn json(status: StatusCode, body: serde_json::Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
