@@ -665,3 +665,34 @@ fn every_member_reports_the_term_and_a_takeover_raises_it() {
         "after the master ({leader}) stopped, the survivors agree on a higher term: before {before:?}, after {after:?}"
     );
 }
+
+/// The gateway over HTTP/2 without TLS (prior knowledge), as a gRPC-less HTTP/2 client
+/// sends it: the same port, the same answers.
+#[test]
+fn the_gateway_answers_over_http2_too() {
+    use http_body_util::{BodyExt, Full};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_node, port) = start_single(dir.path());
+    wait_healthy(port, "leasekv");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let client: hyper_util::client::legacy::Client<_, Full<hyper::body::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http();
+        let mut answers = Vec::new();
+        for (path, body) in [("/v3/kv/put", r#"{"key":"aDI=","value":"dg=="}"#), ("/v3/kv/range", r#"{"key":"aDI="}"#)]
+        {
+            let request = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"))
+                .header("content-type", "application/json")
+                .body(Full::new(hyper::body::Bytes::from(body)))
+                .expect("a request");
+            let response = client.request(request).await.expect("an HTTP/2 answer");
+            assert_eq!(response.version(), hyper::Version::HTTP_2);
+            assert_eq!(response.status(), 200);
+            let bytes = response.into_body().collect().await.expect("the body").to_bytes();
+            answers.push(serde_json::from_slice::<Value>(&bytes).expect("JSON"));
+        }
+        assert_eq!(answers[1]["kvs"][0]["value"], "dg==", "{answers:?}");
+    });
+}
