@@ -21,7 +21,7 @@
 
 mod common;
 
-use common::{connect, leader, median, run_length, selected, Cluster, Target};
+use common::{connect, leader, median, run_length, selected, Cluster, Figures, Target};
 use leasekv::client::GetOptions;
 use std::collections::BTreeMap;
 
@@ -38,12 +38,6 @@ enum Op {
     GetLinearizable,
     GetSerializable,
     LeaseGrantPut,
-}
-
-struct Figures {
-    ops_per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
 }
 
 async fn load(endpoints: &[String], clients: usize, op: Op) -> Figures {
@@ -83,17 +77,7 @@ async fn load(endpoints: &[String], clients: usize, op: Op) -> Figures {
             latencies
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap_or_default());
-    }
-    all.sort();
-    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
-    Figures {
-        ops_per_sec: all.len() as f64 / run.as_secs_f64(),
-        p50_ms: pct(0.5).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
-        p99_ms: pct(0.99).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
-    }
+    common::figures(tasks, run).await
 }
 
 /// Stops the leader (kill -9 or SIGTERM) and times the first successful put through another

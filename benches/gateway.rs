@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{median, run_length, selected, Target};
+use common::{median, run_length, selected, Figures, Target};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
@@ -27,12 +27,6 @@ const CLIENTS: usize = 64;
 enum Op {
     Put,
     Range,
-}
-
-struct Figures {
-    ops_per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
 }
 
 async fn load(endpoints: &[String], op: Op) -> Figures {
@@ -77,17 +71,7 @@ async fn load(endpoints: &[String], op: Op) -> Figures {
             latencies
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap_or_default());
-    }
-    all.sort();
-    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
-    Figures {
-        ops_per_sec: all.len() as f64 / run.as_secs_f64(),
-        p50_ms: pct(0.5).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
-        p99_ms: pct(0.99).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
-    }
+    common::figures(tasks, run).await
 }
 
 /// A key as the gateway wants it: standard base64.

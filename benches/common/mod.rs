@@ -275,6 +275,31 @@ pub fn start_selected(runtime: &tokio::runtime::Runtime, targets: &[Target]) -> 
     clusters
 }
 
+/// Throughput and latency of one load run.
+#[allow(dead_code)] // the watch benchmark measures other things
+pub struct Figures {
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The figures of a run of `run` whose client tasks each return the latencies of their
+/// successful operations.
+#[allow(dead_code)] // the watch benchmark measures other things
+pub async fn figures(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>, run: Duration) -> Figures {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    all.sort();
+    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
+    Figures {
+        ops_per_sec: all.len() as f64 / run.as_secs_f64(),
+        p50_ms: pct(0.5).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
+        p99_ms: pct(0.99).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3),
+    }
+}
+
 /// Prints `results` (by workload and target, each with `ops_per_sec`, `p50_ms`, `p99_ms`) as
 /// a Markdown table, each row with its throughput as a multiple of etcd's.
 #[allow(dead_code)] // the watch benchmark prints its own table
