@@ -72,7 +72,7 @@ pub struct NodeHandle {
     tx: mpsc::Sender<Request>,
     /// The store revision, published by the node loop (see [`NodeHandle::revision`]).
     revision: Arc<AtomicI64>,
-    /// The log round this node promised, published by the node loop (see [`NodeHandle::term`]).
+    /// The log round this node knows, published by the node loop (see [`NodeHandle::term`]).
     term: Arc<AtomicU64>,
     /// The election backend.
     pub election: Arc<dyn ElectionBackend>,
@@ -195,7 +195,8 @@ impl NodeHandle {
     }
 
     /// The term as this node knows it, for response headers' `raft_term` on every member
-    /// (as etcd fills it): the log round it promised, which every takeover raises.
+    /// (as etcd fills it): the highest log round it promised or heard of, which every
+    /// takeover raises.
     pub fn term(&self) -> u64 {
         self.term.load(Ordering::Acquire)
     }
@@ -240,7 +241,7 @@ pub fn start(
         }
     };
     let revision = Arc::new(AtomicI64::new(replica.state().revision()));
-    let term = Arc::new(AtomicU64::new(replica.promised_round()));
+    let term = Arc::new(AtomicU64::new(replica.known_round()));
     let (feed, history) = history_feed::channel(replica.state().history_reader());
     let faults = NodeFaults::new(faults, replica.id().0, clock);
     let node = NodeLoop {
@@ -290,7 +291,7 @@ struct NodeLoop {
     election: Arc<dyn ElectionBackend>,
     /// Shared with every [`NodeHandle`].
     revision: Arc<AtomicI64>,
-    /// The log round promised, for the handles.
+    /// The log round known, for the handles.
     term: Arc<AtomicU64>,
     /// Wakes the watch streams when the history grew.
     feed: FeedPublisher,
@@ -500,7 +501,7 @@ impl NodeLoop {
     /// `flush`), so a client that got an answer and asks again never sees an older revision.
     fn publish_revision(&self) {
         self.revision.store(self.replica.state().revision(), Ordering::Release);
-        self.term.store(self.replica.promised_round(), Ordering::Release);
+        self.term.store(self.replica.known_round(), Ordering::Release);
         self.feed.publish(&self.replica.state().history_reader());
     }
 

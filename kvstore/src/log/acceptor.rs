@@ -35,6 +35,12 @@ impl Acceptor {
         self.promised
     }
 
+    /// The highest ballot promised or heard of (in a prepare, an accept or the master's
+    /// commit heartbeat).
+    pub(super) fn highest_seen(&self) -> LogBallot {
+        self.highest_seen.max(self.promised)
+    }
+
     /// Remembers that `ballot` exists, so that this node's next ballot is above it.
     pub(super) fn note_ballot(&mut self, ballot: LogBallot) {
         if ballot > self.highest_seen {

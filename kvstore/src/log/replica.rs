@@ -213,11 +213,13 @@ impl<S: Storage> Replica<S> {
         self.learner.snapshot_index()
     }
 
-    /// The log round this node has promised: it rises once per master takeover (the new
-    /// master's phase 1 reaches every acceptor) and is durable, so it is the cluster's term
-    /// as every node knows it, followers included.
-    pub fn promised_round(&self) -> u64 {
-        self.acceptor.promised().round
+    /// The highest log round this node promised or heard of: it rises once per master
+    /// takeover (the new master's phase 1, its accepts and its commit heartbeat, every
+    /// retry interval, reach every node), so it is the cluster's term as every node knows
+    /// it, followers included. After a restart it is the round promised (durable) until the
+    /// master's next heartbeat arrives.
+    pub fn known_round(&self) -> u64 {
+        self.acceptor.highest_seen().round
     }
 
     /// Events counted since the replica opened.
