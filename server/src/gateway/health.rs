@@ -1,5 +1,6 @@
-//! `/health`, `/readyz`, `/livez` and `/version`: what load balancers, orchestrators and
-//! clients ask before they send work.
+//! The gateway's plain endpoints: `/health`, `/readyz`, `/livez` and `/version`, what load
+//! balancers, orchestrators and clients ask before they send work, and `/metrics`, what
+//! Prometheus scrapes (the metrics themselves are in [`crate::metrics`]).
 //!
 //! A node is healthy when it knows a master, a linearizable read through it completes in
 //! time (the test etcd's `/health` makes: a quorum read of the key `health`) and this node

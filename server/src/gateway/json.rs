@@ -43,10 +43,10 @@ pub fn decode<T: Message + Default>(name: &str, body: &[u8]) -> Result<T, Status
     let mut values = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>();
     let value = match values.next() {
         Some(Ok(value)) => value,
-        Some(Err(e)) => return Err(Status::invalid_argument(format!("malformed JSON body for {name}: {e}"))),
+        Some(Err(e)) => return Err(Status::invalid_argument(format!("malformed JSON for {name}: {e}"))),
         None => return Ok(T::default()),
     };
-    decode_value(name, value).map_err(|e| Status::invalid_argument(e.message().replace("JSON object", "JSON body")))
+    decode_value(name, value)
 }
 
 /// Decodes one JSON value (a request body's, or one of a request stream's).
@@ -54,7 +54,7 @@ pub fn decode_value<T: Message + Default>(name: &str, mut value: serde_json::Val
     let descriptor = descriptor(name);
     strip_unknown_fields(&mut value, &descriptor);
     let message = DynamicMessage::deserialize_with_options(descriptor, value, &DESERIALIZE)
-        .map_err(|e| Status::invalid_argument(format!("malformed JSON object for {name}: {e}")))?;
+        .map_err(|e| Status::invalid_argument(format!("malformed JSON for {name}: {e}")))?;
     transcode(name, &message)
 }
 

@@ -361,17 +361,18 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
 
 /// The route an HTTP request is counted under in the metrics: its path when it is one the
 /// node serves, else `other` (so that a scan of random paths adds no label values).
-pub fn route_label(path: &str) -> &'static str {
-    static PATHS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+pub fn route_label(path: &str) -> &str {
+    static PATHS: std::sync::OnceLock<std::collections::HashSet<String>> = std::sync::OnceLock::new();
     let paths = PATHS.get_or_init(|| {
-        let mut paths: Vec<&'static str> = routes()
-            .into_iter()
-            .flat_map(|(path, _)| PREFIXES.iter().map(move |p| &*Box::leak(format!("{p}{path}").into_boxed_str())))
-            .collect();
-        paths.extend(["/version", "/health", "/readyz", "/livez", "/metrics"]);
-        paths
+        let gateway = routes().into_iter().flat_map(|(path, _)| PREFIXES.iter().map(move |p| format!("{p}{path}")));
+        let plain = ["/version", "/health", "/readyz", "/livez", "/metrics"].map(String::from);
+        gateway.chain(plain).collect()
     });
-    paths.iter().copied().find(|p| *p == path).unwrap_or("other")
+    if paths.contains(path) {
+        path
+    } else {
+        "other"
+    }
 }
 
 /// The API prefixes etcd 3.4 serves the gateway under.

@@ -75,7 +75,7 @@ impl Reader {
                     return Ok(Some(value));
                 }
                 Parsed::Malformed(why) => {
-                    return Err(Status::invalid_argument(format!("malformed JSON object for {name}: {why}")))
+                    return Err(Status::invalid_argument(format!("malformed JSON for {name}: {why}")))
                 }
                 Parsed::Incomplete if self.ended => {
                     if self.buffer.iter().all(u8::is_ascii_whitespace) {
