@@ -64,6 +64,8 @@ const ETCD_FIELD_NAMES: &[(&str, &str, &str)] = &[
     ("StatusResponse", "db_size_in_use", "dbSizeInUse"),
     ("StatusResponse", "is_learner", "isLearner"),
     ("StatusResponse", "db_size_quota", "dbSizeQuota"),
+    ("AlarmRequest", "member_id", "memberID"),
+    ("AlarmMember", "member_id", "memberID"),
 ];
 
 /// Writes `gateway.fds` (a file descriptor set) to OUT_DIR: the client crate's etcd protos

@@ -13,10 +13,10 @@ use crate::outcome::is_retryable;
 use crate::proto::etcdserverpb::{
     cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    DeleteRangeResponse, HashKvRequest, HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
@@ -464,6 +464,35 @@ impl Client {
     /// Status of the member that answers (the current endpoint).
     pub async fn status(&self) -> Result<StatusResponse, ClientError> {
         self.call("Status", unary!(MaintenanceClient, status, StatusRequest {})).await
+    }
+
+    /// The hash of the answering member's keys and history up to `revision` (0: its
+    /// current revision), etcd's HashKV: members that agree give equal hashes for equal
+    /// revisions and compaction points.
+    pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse, ClientError> {
+        self.call("HashKV", unary!(MaintenanceClient, hash_kv, HashKvRequest { revision })).await
+    }
+
+    /// A snapshot of the answering member's state (etcd's Snapshot): the whole stream,
+    /// checked to have ended where its `remaining_bytes` said it would. For leasekv it is
+    /// a backup file that `kvserver restore` reads.
+    pub async fn snapshot(&self) -> Result<Vec<u8>, ClientError> {
+        let mut stream =
+            self.call_with_deadline("Snapshot", None, unary!(MaintenanceClient, snapshot, SnapshotRequest {})).await?;
+        let endpoint = self.current_endpoint().to_string();
+        let failed =
+            |status| ClientError::Rpc { endpoint: endpoint.clone(), method: "Snapshot", status: Box::new(status) };
+        let mut file = Vec::new();
+        let mut remaining = None;
+        while let Some(chunk) = stream.message().await.map_err(failed)? {
+            file.extend_from_slice(&chunk.blob);
+            remaining = Some(chunk.remaining_bytes);
+        }
+        match remaining {
+            Some(0) => Ok(file),
+            Some(short) => Err(failed(Status::data_loss(format!("the snapshot stream ended {short} bytes short")))),
+            None => Err(failed(Status::data_loss("the snapshot stream ended before its first chunk"))),
+        }
     }
 
     // ----- leasekv extension -----

@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod backup;
 pub mod command;
 pub mod error;
 pub mod lessor;

@@ -3,6 +3,7 @@
 //! - [`config`]: one TOML file per node, command-line overrides, defaults, and the checks
 //!   that make a bad configuration fail at start with one clear line.
 //! - [`run`]: starting and stopping a node.
+//! - [`restore`]: a new member's data directory from a backup file.
 //! - [`compactor`]: auto-compaction of the MVCC history, proposed by the master.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
@@ -22,4 +23,5 @@ pub mod history_feed;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod restore;
 pub mod run;

@@ -11,8 +11,9 @@ use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
+use leasekv_kvstore::state::KvHash;
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
-use leasekv_kvstore::{Applied, Command, LeaseId, RangeRequest, RangeResponse, Revision};
+use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
@@ -33,6 +34,12 @@ pub enum Request {
     ResolveName(String, oneshot::Sender<Option<LeaseId>>),
     /// Local figures.
     Status(oneshot::Sender<NodeStatus>),
+    /// A backup file of this node's state (see [`leasekv_kvstore::backup`]) and its revision.
+    Backup(oneshot::Sender<(Vec<u8>, Revision)>),
+    /// The hash of this node's keys and history at a revision (0: the current one).
+    HashKv(Revision, oneshot::Sender<Result<KvHash, KvError>>),
+    /// The hash of this node's whole state, and its revision.
+    Hash(oneshot::Sender<(u32, Revision)>),
     /// A log message from a peer.
     Log(NodeId, LogMessage),
     /// A request a follower forwarded to this node as master.
@@ -209,6 +216,23 @@ impl NodeHandle {
     /// This node's figures.
     pub async fn status(&self) -> Result<NodeStatus, RequestError> {
         self.ask(false, Request::Status).await
+    }
+
+    /// A backup file of this node's applied state, and the revision it is at. Served from
+    /// this node's state, as etcd serves a snapshot from the member asked: a follower's may
+    /// be a little behind the master's.
+    pub async fn backup(&self) -> Result<(Vec<u8>, Revision), RequestError> {
+        self.ask(false, Request::Backup).await
+    }
+
+    /// The hash of this node's keys and history at `revision` (0: the current revision).
+    pub async fn hash_kv(&self, revision: Revision) -> Result<Result<KvHash, KvError>, RequestError> {
+        self.ask(false, |reply| Request::HashKv(revision, reply)).await
+    }
+
+    /// The hash of this node's whole state, and the revision it is at.
+    pub async fn hash(&self) -> Result<(u32, Revision), RequestError> {
+        self.ask(false, Request::Hash).await
     }
 
     /// Hands a peer's message to the loop (dropped when the loop is gone or full: the
@@ -491,6 +515,17 @@ impl NodeLoop {
                     counts: self.replica.counts(),
                     forwards: self.forwards.len(),
                 });
+            }
+            Request::Backup(reply) => {
+                let state = self.replica.state();
+                let _ = reply.send((leasekv_kvstore::backup::encode(state), state.revision()));
+            }
+            Request::HashKv(revision, reply) => {
+                let _ = reply.send(self.replica.state().hash_kv(revision));
+            }
+            Request::Hash(reply) => {
+                let state = self.replica.state();
+                let _ = reply.send((state.hash(), state.revision()));
             }
             Request::Log(from, message) => self.replica.handle_message(now, from, message),
         }

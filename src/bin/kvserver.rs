@@ -1,8 +1,9 @@
 //! `kvserver`: one leasekv node. With no arguments: a single-node store on 127.0.0.1:2379
-//! with its data in ./leasekv-data.
+//! with its data in ./leasekv-data. `kvserver restore FILE --config N.toml` builds that
+//! node's data directory from a snapshot file instead of serving.
 
 use anyhow::Result;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use leasekv::server::config::{NodeConfig, Overrides};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 struct Args {
     /// The node's TOML configuration (see examples/cluster/n1.toml); without it, a single
     /// node on 127.0.0.1:2379 with data in ./leasekv-data.
-    #[arg(long)]
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Override: this node's id.
     #[arg(long)]
@@ -25,7 +26,7 @@ struct Args {
     #[arg(long)]
     peer_addr: Option<SocketAddr>,
     /// Override: data directory.
-    #[arg(long)]
+    #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
     /// Override: election backend (paxoslease or lease-tracker).
     #[arg(long)]
@@ -36,6 +37,21 @@ struct Args {
     /// Override: worker threads of the runtime (default: half of this host's CPUs, at least 1).
     #[arg(long)]
     worker_threads: Option<usize>,
+    /// Instead of serving: another task.
+    #[command(subcommand)]
+    command: Option<Task>,
+}
+
+/// What kvserver does instead of serving.
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Build this node's data directory (from --config or --data-dir; it must not exist or
+    /// be empty) from a snapshot file taken with `kvcli snapshot save` or `etcdctl snapshot
+    /// save`, as the first state of a new cluster. Run it for every member, then start them.
+    Restore {
+        /// The snapshot file.
+        file: PathBuf,
+    },
 }
 
 /// The allocator: a node allocates and frees small buffers on every request (gRPC frames,
@@ -72,6 +88,18 @@ fn run(args: Args) -> Result<()> {
         worker_threads: args.worker_threads,
     };
     let config = NodeConfig::load(args.config.as_deref(), &overrides)?;
+    if let Some(Task::Restore { file }) = args.command {
+        let restored = leasekv::server::restore::restore(&file, &config.data_dir)?;
+        eprintln!(
+            "kvserver: restored revision {} ({} keys, {} leases) from {} into {}",
+            restored.revision,
+            restored.keys,
+            restored.leases,
+            file.display(),
+            config.data_dir.display()
+        );
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.runtime.worker_threads)
         .enable_all()

@@ -1,6 +1,8 @@
 //! What the process tests share: free ports and the configuration files of a three-node
 //! cluster on 127.0.0.1.
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 

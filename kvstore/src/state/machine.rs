@@ -399,6 +399,9 @@ impl StateMachine {
     }
 }
 
+mod consistency;
 #[cfg(test)]
 mod tests;
 mod txn;
+
+pub use consistency::KvHash;

@@ -12,5 +12,5 @@ mod snapshot;
 mod validate;
 
 pub use history::{HistoryRead, HistoryReader};
-pub use machine::{Lease, SnapshotError, StateMachine};
+pub use machine::{KvHash, Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};

@@ -1,9 +1,15 @@
-//! etcd's Cluster (MemberList) and Maintenance (Status) services.
+//! etcd's Cluster (MemberList) and Maintenance (Status, Hash, HashKV, Snapshot) services.
 
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
+use std::pin::Pin;
 use std::sync::Arc;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
+
+/// Bytes per message of a snapshot stream (etcd sends 32 KiB; larger chunks cost fewer
+/// messages and stay far below every client's 4 MiB receive limit).
+const SNAPSHOT_CHUNK: usize = 256 << 10;
 
 /// Cluster: the member list from the configuration.
 pub struct ClusterService(pub Arc<Shared>);
@@ -35,8 +41,59 @@ impl pb::cluster_server::Cluster for ClusterService {
 /// response headers).
 pub struct MaintenanceService(pub Arc<Shared>);
 
+/// A snapshot stream: the backup file in chunks.
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl pb::maintenance_server::Maintenance for MaintenanceService {
+    type SnapshotStream = SnapshotStream;
+
+    /// The backup file of this member's state (see `leasekv_kvstore::backup`), taken at
+    /// once and streamed in chunks; every message's header carries its revision.
+    async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        let (file, revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
+        let header = self.0.header(revision);
+        let total = file.len();
+        let mut sent = 0;
+        let chunks: Vec<_> = file
+            .chunks(SNAPSHOT_CHUNK)
+            .map(|chunk| {
+                sent += chunk.len();
+                Ok(pb::SnapshotResponse {
+                    header: Some(header),
+                    remaining_bytes: (total - sent) as u64,
+                    blob: chunk.to_vec(),
+                    version: crate::gateway::health::ETCD_API.to_string(),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    /// The hash of this member's keys and history up to a revision (0: its current one).
+    async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        let revision = request.into_inner().revision;
+        let hash = self
+            .0
+            .node
+            .hash_kv(revision)
+            .await
+            .map_err(super::convert::request_error)?
+            .map_err(|e| super::convert::kv_error(&e))?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: Some(self.0.header(self.0.node.revision())),
+            hash: hash.hash,
+            compact_revision: hash.compact_revision,
+            hash_revision: hash.revision,
+        }))
+    }
+
+    /// The hash of this member's whole replicated state.
+    async fn hash(&self, _request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+        let (hash, revision) = self.0.node.hash().await.map_err(super::convert::request_error)?;
+        Ok(Response::new(pb::HashResponse { header: Some(self.0.header(revision)), hash }))
+    }
+
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let node = self.0.node.status().await.map_err(super::convert::request_error)?;
         let election = self.0.node.election.status();

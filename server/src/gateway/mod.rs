@@ -178,6 +178,23 @@ async fn observe(State(gateway): State<Handle>, body: Body) -> Response {
     }
 }
 
+async fn snapshot(State(gateway): State<Handle>, body: Body) -> Response {
+    use pb::maintenance_server::Maintenance;
+    if let Err(status) =
+        read_body(body).await.and_then(|b| json::decode::<pb::SnapshotRequest>("etcdserverpb.SnapshotRequest", &b))
+    {
+        return errors::response(&status);
+    }
+    match gateway.maintenance.snapshot(Request::new(pb::SnapshotRequest {})).await {
+        Ok(answers) => stream_response(streams::answer(
+            "etcdserverpb.SnapshotResponse",
+            answers.into_inner(),
+            streams::Failure::default(),
+        )),
+        Err(status) => errors::response(&status),
+    }
+}
+
 /// Requests no route takes: gRPC calls of an unknown method get gRPC's UNIMPLEMENTED (as
 /// tonic answers them); other requests etcd's plain 404s, the gateway's under its
 /// prefixes and Go's HTTP mux's elsewhere.
@@ -319,6 +336,19 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
             }),
         ),
         ("/election/observe", post(observe)),
+        (
+            "/maintenance/hash",
+            unary("etcdserverpb.HashRequest", "etcdserverpb.HashResponse", |g: Handle, r| async move {
+                g.maintenance.hash(Request::new(r)).await
+            }),
+        ),
+        (
+            "/maintenance/hashkv",
+            unary("etcdserverpb.HashKVRequest", "etcdserverpb.HashKVResponse", |g: Handle, r| async move {
+                g.maintenance.hash_kv(Request::new(r)).await
+            }),
+        ),
+        ("/maintenance/snapshot", post(snapshot)),
         (
             "/election/resign",
             unary("v3electionpb.ResignRequest", "v3electionpb.ResignResponse", |g: Handle, r| async move {

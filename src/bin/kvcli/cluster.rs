@@ -41,3 +41,89 @@ pub async fn step_down(client: &Client) -> Result<()> {
     println!("OK");
     Ok(())
 }
+
+/// One member's answer to `check`.
+struct MemberHash {
+    id: u64,
+    endpoint: String,
+    answer: Result<(u32, i64), String>,
+}
+
+/// Runs `check`: every member's HashKV at one revision (the lowest any member has
+/// applied, so that all can answer), side by side. Fails when a member cannot answer or
+/// two members that hashed from the same compaction point disagree.
+pub async fn check(client: &Client, format: OutputFormat) -> Result<()> {
+    let members = client.member_list().await?.members;
+    let mut clients = Vec::new();
+    for member in &members {
+        let endpoint = member.client_urls.first().cloned().unwrap_or_default();
+        clients.push((member.id, endpoint.clone(), one_endpoint(&endpoint).await));
+    }
+    let mut revision = i64::MAX;
+    for (_, _, member) in &clients {
+        if let Ok(member) = member {
+            if let Ok(status) = member.status().await {
+                revision = revision.min(status.header.map_or(i64::MAX, |h| h.revision));
+            }
+        }
+    }
+    if revision == i64::MAX {
+        anyhow::bail!("no member answered Status");
+    }
+    let mut answers = Vec::new();
+    for (id, endpoint, member) in clients {
+        let answer = match member {
+            Ok(member) => match member.hash_kv(revision).await {
+                Ok(hash) => Ok((hash.hash, hash.compact_revision)),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e),
+        };
+        answers.push(MemberHash { id, endpoint, answer });
+    }
+    let verdict = verdict(&answers);
+    print!("{}", output::check(format, revision, &check_rows(&answers), &verdict));
+    match verdict {
+        Ok(_) => Ok(()),
+        Err(problem) => Err(anyhow::anyhow!(problem)),
+    }
+}
+
+/// A client for one member only: `check` must hear from each, not from whichever answers.
+async fn one_endpoint(endpoint: &str) -> Result<Client, String> {
+    let policy = leasekv::client::RetryPolicy { attempts: 3, ..Default::default() };
+    Client::connect_with(&[endpoint.to_string()], policy).await.map_err(|e| e.to_string())
+}
+
+fn check_rows(answers: &[MemberHash]) -> Vec<Vec<String>> {
+    answers
+        .iter()
+        .map(|a| match &a.answer {
+            Ok((hash, compacted)) => {
+                vec![format!("{:x}", a.id), a.endpoint.clone(), hash.to_string(), compacted.to_string(), String::new()]
+            }
+            Err(e) => vec![format!("{:x}", a.id), a.endpoint.clone(), "-".into(), "-".into(), e.clone()],
+        })
+        .collect()
+}
+
+/// Ok with the number of members that agree, or what is wrong.
+fn verdict(answers: &[MemberHash]) -> Result<usize, String> {
+    let failed: Vec<String> = answers.iter().filter(|a| a.answer.is_err()).map(|a| format!("{:x}", a.id)).collect();
+    if !failed.is_empty() {
+        return Err(format!("member(s) {} did not answer", failed.join(", ")));
+    }
+    let mut by_compaction: std::collections::BTreeMap<i64, Vec<(u64, u32)>> = Default::default();
+    for a in answers {
+        if let Ok((hash, compacted)) = a.answer {
+            by_compaction.entry(compacted).or_default().push((a.id, hash));
+        }
+    }
+    for (compacted, hashes) in &by_compaction {
+        if hashes.iter().any(|(_, h)| *h != hashes[0].1) {
+            let list: Vec<String> = hashes.iter().map(|(id, h)| format!("{id:x}={h}")).collect();
+            return Err(format!("hash mismatch from compaction point {compacted}: {}", list.join(" ")));
+        }
+    }
+    Ok(answers.len())
+}

@@ -13,6 +13,7 @@ mod lease;
 mod lease_ref;
 mod lock;
 mod output;
+mod snapshot;
 mod watch;
 
 use anyhow::Result;
@@ -61,11 +62,19 @@ pub enum Command {
     Status,
     /// Ask the answering node to give up mastership.
     StepDown,
+    /// Save a snapshot of the cluster's state, or restore one into a new member's data dir.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
+    /// Compare every member's hash of its keys and history at one revision.
+    Check,
 }
 
 /// Connects and runs the command; the caller prints the error and sets the exit code. A
 /// command run under `lock` passes its exit status back.
 pub async fn run(cli: Cli) -> Result<Option<i32>> {
+    if let Command::Snapshot(snapshot::SnapshotCommand::Restore(args)) = cli.command {
+        return snapshot::restore(args).map(|()| None);
+    }
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
     let client = Client::connect(&endpoints).await?;
     let format = cli.write_out;
@@ -83,6 +92,9 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Lease(command) => lease::run(&client, format, command).await,
         Command::Status => cluster::status(&client, format).await,
         Command::StepDown => cluster::step_down(&client).await,
+        Command::Snapshot(snapshot::SnapshotCommand::Save(args)) => snapshot::save(&client, args).await,
+        Command::Snapshot(snapshot::SnapshotCommand::Restore(_)) => unreachable!("handled above"),
+        Command::Check => cluster::check(&client, format).await,
     }
     .map(|()| None)
 }

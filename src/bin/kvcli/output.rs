@@ -427,6 +427,42 @@ pub fn status(format: OutputFormat, report: &StatusReport) -> String {
     }
 }
 
+/// `check`: each member's hash at `revision` (rows: member id, endpoint, hash, compaction
+/// point, error) and the verdict (how many agree, or what is wrong).
+pub fn check(format: OutputFormat, revision: i64, rows: &[Vec<String>], verdict: &Result<usize, String>) -> String {
+    let summary = match verdict {
+        Ok(n) => format!("all {n} members agree at revision {revision}"),
+        Err(problem) => format!("NOT CONSISTENT at revision {revision}: {problem}"),
+    };
+    match format {
+        OutputFormat::Simple => {
+            let mut out: String = rows
+                .iter()
+                .map(|r| format!("{}\n", r.iter().filter(|c| !c.is_empty()).cloned().collect::<Vec<_>>().join(", ")))
+                .collect();
+            out.push_str(&summary);
+            out.push('\n');
+            out
+        }
+        OutputFormat::Json => {
+            let members: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    json!({"member": r[0], "endpoint": r[1], "hash": r[2], "compact_revision": r[3], "error": r[4]})
+                })
+                .collect();
+            let doc = json!({"revision": revision, "consistent": verdict.is_ok(), "members": members});
+            format!("{doc}\n")
+        }
+        OutputFormat::Table => {
+            let mut out = table(&["MEMBER", "ENDPOINT", "HASH", "COMPACT REVISION", "ERROR"], rows);
+            out.push_str(&summary);
+            out.push('\n');
+            out
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,164 @@
+//! What operators do to a running cluster, on real `kvserver` processes: back it up and
+//! restore the backup into a new cluster, and compare the members' hashes.
+
+mod common;
+
+use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
+use leasekv::client::proto::etcdserverpb::RangeRequest;
+use leasekv::client::proto::mvccpb::KeyValue;
+use leasekv::client::{Client, GetOptions};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const KVCLI: &str = env!("CARGO_BIN_EXE_kvcli");
+
+/// Every key, with every field etcd gives it.
+async fn all_keys(c: &Client) -> (Vec<KeyValue>, i64) {
+    let request = RangeRequest { key: vec![0], range_end: vec![0], ..Default::default() };
+    let response = c.range(request).await.expect("range of every key");
+    (response.kvs, response.header.expect("a header").revision)
+}
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program).args(args).output().expect("the program runs")
+}
+
+fn succeeded(output: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{what} failed: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+/// Fills the cluster with what a backup must keep: keys written several times, deleted keys,
+/// keys on a lease kept alive and on one left to expire, a named lease, a compaction.
+async fn fill(c: &Client) -> (i64, i64) {
+    for i in 0..40 {
+        c.put(format!("/backup/k{i:02}"), format!("v{i}"), 0, false).await.expect("put");
+    }
+    for i in 0..10 {
+        c.put(format!("/backup/k{i:02}"), format!("again{i}"), 0, false).await.expect("overwrite");
+    }
+    c.delete("/backup/k39", false, false).await.expect("delete");
+    let kept = c.lease_grant(60, 0).await.expect("grant").id;
+    let abandoned = c.lease_grant(2, 0).await.expect("grant").id;
+    let named = c.grant_named("server1", 60).await.expect("named grant").id;
+    c.put("/services/kept/a", "1", kept, false).await.expect("put on lease");
+    c.put("/services/kept/b", "2", kept, false).await.expect("put on lease");
+    c.put("/services/abandoned", "x", abandoned, false).await.expect("put on lease");
+    c.put("/servers/1", r#"{"addr":"10.0.0.7:80"}"#, named, false).await.expect("put on named lease");
+    let compact_at = all_keys(c).await.1 - 5;
+    c.compact(compact_at, false).await.expect("compaction");
+    c.put("/backup/last", "after the compaction", 0, false).await.expect("put");
+    (kept, abandoned)
+}
+
+#[test]
+fn a_snapshot_restores_into_a_new_cluster_with_every_key_lease_and_revision() {
+    let mut cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    let saved = cluster.dir.path().join("backup.db");
+    let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
+    let (before, revision, hash_before, kept, abandoned) = rt.block_on(async {
+        let c = client(&cluster.endpoint(1)).await;
+        let (kept, abandoned) = fill(&c).await;
+        let (before, revision) = all_keys(&c).await;
+        // Saved from a follower: every member serves snapshots of its own state.
+        let output = run(KVCLI, &["--endpoints", &cluster.endpoint(1), "snapshot", "save", saved.to_str().unwrap()]);
+        let said = succeeded(&output, "kvcli snapshot save");
+        assert!(said.contains(&format!("revision {revision}")), "{said}");
+        let hash = c.hash_kv(revision).await.expect("HashKV");
+        (before, revision, hash, kept, abandoned)
+    });
+    let checked = succeeded(&run(KVCLI, &["--endpoints", &endpoints, "check"]), "kvcli check");
+    assert!(checked.contains("all 3 members agree"), "{checked}");
+
+    // The whole cluster is lost.
+    for i in 0..3 {
+        cluster.kill(i);
+        std::fs::remove_dir_all(cluster.dir.path().join(format!("data{}", i + 1))).expect("data dir removed");
+    }
+    // Two members restored by kvserver from their configs, one by kvcli into its data dir.
+    for i in 0..2 {
+        let config = cluster.config(i);
+        let output = run(KVSERVER, &["restore", saved.to_str().unwrap(), "--config", config.to_str().unwrap()]);
+        succeeded(&output, "kvserver restore");
+    }
+    let data3 = cluster.dir.path().join("data3");
+    succeeded(
+        &run(KVCLI, &["snapshot", "restore", saved.to_str().unwrap(), "--data-dir", data3.to_str().unwrap()]),
+        "kvcli snapshot restore",
+    );
+    let again = run(KVCLI, &["snapshot", "restore", saved.to_str().unwrap(), "--data-dir", data3.to_str().unwrap()]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty"), "{again:?}");
+
+    let started = Instant::now();
+    for i in 0..3 {
+        cluster.start_node(i);
+    }
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(2)).await;
+        let (after, revision_after) =
+            eventually(Duration::from_secs(15), || async { Ok::<_, String>(all_keys(&c).await) }).await;
+        assert_eq!(revision_after, revision, "the revision is restored");
+        // The abandoned lease may already be gone; everything else is as it was.
+        let without_abandoned = |kvs: &[KeyValue]| -> Vec<KeyValue> {
+            kvs.iter().filter(|kv| kv.key != b"/services/abandoned").cloned().collect()
+        };
+        assert_eq!(without_abandoned(&after), without_abandoned(&before));
+        for i in 0..3 {
+            let member = client(&cluster.endpoint(i)).await;
+            let hash = eventually(Duration::from_secs(10), || member.hash_kv(revision)).await;
+            assert_eq!((hash.hash, hash.compact_revision), (hash_before.hash, hash_before.compact_revision));
+        }
+        let lease = c.lease_time_to_live(kept, true).await.expect("TimeToLive");
+        assert_eq!(lease.granted_ttl, 60);
+        assert_eq!(lease.keys, vec![b"/services/kept/a".to_vec(), b"/services/kept/b".to_vec()]);
+        assert_eq!(c.resolve_name("server1").await.expect("the named lease is back"), lease_of(&after, b"/servers/1"));
+        // The new cluster's master expires what nobody keeps alive: the old cluster's
+        // masters are forgotten, so its expiries are not taken for stale ones.
+        eventually(Duration::from_secs(10), || async {
+            let response = c.get("/services/abandoned", GetOptions::default()).await.map_err(|e| e.to_string())?;
+            if response.kvs.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still there {:?} after the restart", started.elapsed()))
+            }
+        })
+        .await;
+        assert!(c.lease_time_to_live(abandoned, false).await.expect("TimeToLive").ttl < 0);
+        let put = c.put("/backup/new", "next", 0, false).await.expect("a write to the new cluster");
+        assert!(put.header.expect("a header").revision > revision);
+    });
+    let checked = succeeded(&run(KVCLI, &["--endpoints", &endpoints, "check"]), "kvcli check");
+    assert!(checked.contains("all 3 members agree"), "{checked}");
+}
+
+fn lease_of(kvs: &[KeyValue], key: &[u8]) -> i64 {
+    kvs.iter().find(|kv| kv.key == key).map(|kv| kv.lease).expect("the key exists")
+}
+
+#[test]
+fn a_damaged_or_foreign_snapshot_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let restore = |file: &Path| {
+        let data = dir.path().join("data");
+        run(KVCLI, &["snapshot", "restore", file.to_str().unwrap(), "--data-dir", data.to_str().unwrap()])
+    };
+    let foreign = dir.path().join("etcd.db");
+    std::fs::write(&foreign, [0u8; 4096]).expect("file written");
+    let output = restore(&foreign);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not a leasekv snapshot"), "{output:?}");
+    let cut = dir.path().join("cut.db");
+    let mut bytes = b"leasekv snapshot\n\x01\x00\x00\x00".to_vec();
+    bytes.extend_from_slice(&[7u8; 100]);
+    std::fs::write(&cut, &bytes).expect("file written");
+    let output = restore(&cut);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("SHA-256 does not match"), "{output:?}");
+    let missing = restore(&dir.path().join("missing.db"));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read snapshot file"), "{missing:?}");
+    assert!(!dir.path().join("data").exists(), "nothing is written for a refused snapshot");
+}
