@@ -40,6 +40,13 @@ async fn fill(c: &Client) -> (i64, i64) {
         c.put(format!("/backup/k{i:02}"), format!("again{i}"), 0, false).await.expect("overwrite");
     }
     c.delete("/backup/k39", false, false).await.expect("delete");
+    // A few takeovers, so that the old cluster's masters had higher log rounds than the new
+    // cluster's first: a restored state that remembered them would take the new masters'
+    // expiries for stale ones, and the abandoned lease below would never expire.
+    for i in 0..3 {
+        eventually(Duration::from_secs(10), || c.step_down()).await;
+        eventually(Duration::from_secs(10), || c.put(format!("/backup/takeover{i}"), "x", 0, false)).await;
+    }
     let kept = c.lease_grant(60, 0).await.expect("grant").id;
     let abandoned = c.lease_grant(2, 0).await.expect("grant").id;
     let named = c.grant_named("server1", 60).await.expect("named grant").id;
@@ -68,6 +75,22 @@ fn a_snapshot_restores_into_a_new_cluster_with_every_key_lease_and_revision() {
         let said = succeeded(&output, "kvcli snapshot save");
         assert!(said.contains(&format!("revision {revision}")), "{said}");
         let hash = c.hash_kv(revision).await.expect("HashKV");
+        if let Some(etcdctl) = common::tool("etcdctl", "etcd-client") {
+            // etcd's own tool saves the same file, and reads every member's hash.
+            let by_etcdctl = cluster.dir.path().join("etcdctl.db");
+            let etcdctl = etcdctl.to_str().unwrap();
+            let endpoint = cluster.endpoint(2);
+            succeeded(
+                &run(etcdctl, &["--endpoints", &endpoint, "snapshot", "save", by_etcdctl.to_str().unwrap()]),
+                "etcdctl snapshot save",
+            );
+            let file = std::fs::read(&by_etcdctl).expect("etcdctl wrote the file");
+            let state = leasekv::kvstore::backup::decode(&file).expect("a checked backup");
+            assert_eq!(state.revision(), revision);
+            let hashes =
+                succeeded(&run(etcdctl, &["--endpoints", &endpoints, "endpoint", "hashkv"]), "etcdctl endpoint hashkv");
+            assert_eq!(hashes.matches(&format!(", {}", hash.hash)).count(), 3, "{hashes}");
+        }
         (before, revision, hash, kept, abandoned)
     });
     let checked = succeeded(&run(KVCLI, &["--endpoints", &endpoints, "check"]), "kvcli check");
@@ -153,6 +176,7 @@ fn a_damaged_or_foreign_snapshot_is_refused_with_the_reason() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a leasekv snapshot"), "{output:?}");
     let cut = dir.path().join("cut.db");
     let mut bytes = b"leasekv snapshot\n\x01\x00\x00\x00".to_vec();
+    bytes.extend_from_slice(&[0u8; 16]);
     bytes.extend_from_slice(&[7u8; 100]);
     std::fs::write(&cut, &bytes).expect("file written");
     let output = restore(&cut);

@@ -2,11 +2,13 @@
 //! `kvcli snapshot save` write, and `kvserver restore` reads.
 //!
 //! Layout: the magic line `leasekv snapshot` and a newline (17 bytes), the format (`u32`,
-//! little-endian), the store revision (`i64`), the state machine snapshot
-//! ([`StateMachine::to_snapshot_bytes`], which carries its own format number), and the
-//! SHA-256 of everything before it (32 bytes). etcd also ends its snapshot with a SHA-256
-//! and checks it on restore; a file cut short or changed in transit is refused, never
-//! restored.
+//! little-endian), the store revision (`i64`), the length of the state (`u64`), the state
+//! machine snapshot ([`StateMachine::to_snapshot_bytes`], which carries its own format
+//! number), zeros up to a multiple of 512 bytes, and the SHA-256 of everything before it
+//! (32 bytes). etcd also ends its snapshot with a SHA-256 and checks it on restore; a file
+//! cut short or changed in transit is refused, never restored. The padding is for
+//! `etcdctl snapshot save`, which takes a file for complete only when its length is a
+//! multiple of 512 (bbolt's page) plus the 32 bytes of the hash.
 //!
 //! It is not etcd's format (a bbolt database): `etcdctl snapshot save` stores it as it
 //! comes, but `etcdctl snapshot restore` and `snapshot status` cannot read it.
@@ -19,8 +21,10 @@ use sha2::{Digest, Sha256};
 pub const MAGIC: &[u8; 17] = b"leasekv snapshot\n";
 /// The layout above; bumped when it changes, so an old binary refuses a newer file.
 const FORMAT: u32 = 1;
-const HEADER_LEN: usize = MAGIC.len() + 4 + 8;
+const HEADER_LEN: usize = MAGIC.len() + 4 + 8 + 8;
 const HASH_LEN: usize = 32;
+/// The content before the hash is a whole number of these (see the module docs).
+const BLOCK: usize = 512;
 
 /// A backup file that cannot be restored, and why.
 #[derive(Debug, thiserror::Error)]
@@ -36,8 +40,8 @@ pub enum BackupError {
         /// The file's format.
         found: u32,
     },
-    /// Shorter than a header and a hash.
-    #[error("snapshot is truncated: {len} bytes, not even a header and a hash")]
+    /// Shorter than its header and the state it announces.
+    #[error("snapshot is truncated: {len} bytes, less than its header and state say")]
     Truncated {
         /// The file's length.
         len: usize,
@@ -61,11 +65,14 @@ pub enum BackupError {
 /// The backup file of `machine`.
 pub fn encode(machine: &StateMachine) -> Vec<u8> {
     let state = machine.to_snapshot_bytes();
-    let mut out = Vec::with_capacity(HEADER_LEN + state.len() + HASH_LEN);
+    let content = (HEADER_LEN + state.len()).div_ceil(BLOCK) * BLOCK;
+    let mut out = Vec::with_capacity(content + HASH_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT.to_le_bytes());
     out.extend_from_slice(&machine.revision().to_le_bytes());
+    out.extend_from_slice(&(state.len() as u64).to_le_bytes());
     out.extend_from_slice(&state);
+    out.resize(content, 0);
     let hash = Sha256::digest(&out);
     out.extend_from_slice(&hash);
     out
@@ -87,8 +94,13 @@ pub fn decode(bytes: &[u8]) -> Result<StateMachine, BackupError> {
     if Sha256::digest(content).as_slice() != hash {
         return Err(BackupError::HashMismatch);
     }
-    let header = Revision::from_le_bytes(content[MAGIC.len() + 4..HEADER_LEN].try_into().expect("8 bytes"));
-    let machine = StateMachine::from_snapshot_bytes(&content[HEADER_LEN..])?;
+    let header = Revision::from_le_bytes(content[MAGIC.len() + 4..MAGIC.len() + 12].try_into().expect("8 bytes"));
+    let state_len = u64::from_le_bytes(content[MAGIC.len() + 12..HEADER_LEN].try_into().expect("8 bytes"));
+    let state = usize::try_from(state_len)
+        .ok()
+        .and_then(|len| content.get(HEADER_LEN..HEADER_LEN.checked_add(len)?))
+        .ok_or(BackupError::Truncated { len: bytes.len() })?;
+    let machine = StateMachine::from_snapshot_bytes(state)?;
     if machine.revision() != header {
         return Err(BackupError::RevisionMismatch { header, state: machine.revision() });
     }
@@ -117,6 +129,13 @@ mod tests {
         assert_eq!(restored.revision(), machine.revision());
         assert_eq!(restored.digest(), machine.digest());
         assert_eq!(restored.hash_kv(0).unwrap(), machine.hash_kv(0).unwrap());
+    }
+
+    #[test]
+    fn a_backup_is_as_long_as_etcdctl_expects() {
+        for machine in [StateMachine::new(), store()] {
+            assert_eq!(encode(&machine).len() % BLOCK, HASH_LEN);
+        }
     }
 
     #[test]
