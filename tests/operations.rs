@@ -186,3 +186,78 @@ fn a_damaged_or_foreign_snapshot_is_refused_with_the_reason() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read snapshot file"), "{missing:?}");
     assert!(!dir.path().join("data").exists(), "nothing is written for a refused snapshot");
 }
+
+/// etcdctl's output for `args` against `endpoints`, when etcdctl is installed (it must be
+/// under `CI=true`).
+fn etcdctl(endpoints: &str, args: &[&str]) -> Option<String> {
+    let etcdctl = common::tool("etcdctl", "etcd-client")?;
+    let mut all = vec!["--endpoints", endpoints];
+    all.extend_from_slice(args);
+    Some(succeeded(&run(etcdctl.to_str().unwrap(), &all), &format!("etcdctl {}", args.join(" "))))
+}
+
+#[test]
+fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
+    let cluster = Cluster::start_with("paxoslease", "[storage]\nquota_bytes = 200000\n");
+    let rt = runtime();
+    let endpoint = cluster.endpoint(1);
+    rt.block_on(async {
+        let c = client(&endpoint).await;
+        let value = vec![b'x'; 4096];
+        let mut acked = Vec::new();
+        let refused = loop {
+            assert!(acked.len() < 100, "200 kB of quota took more than 100 puts of 4 kB");
+            let key = format!("/quota/k{:03}", acked.len());
+            match c.put(key.clone(), value.clone(), 0, false).await {
+                Ok(_) => acked.push(key),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(refused.code(), Some(tonic::Code::ResourceExhausted), "{refused}");
+        assert!(refused.to_string().contains("etcdserver: mvcc: database space exceeded"), "{refused}");
+        // The alarm is raised through the log, so every member lists it.
+        let alarms = eventually(Duration::from_secs(5), || async {
+            let alarms = c.alarm_list().await.map_err(|e| e.to_string())?;
+            if alarms.is_empty() {
+                Err("no alarm yet".to_string())
+            } else {
+                Ok(alarms)
+            }
+        })
+        .await;
+        assert_eq!(alarms.len(), 1);
+        assert_eq!(alarms[0].alarm, leasekv::client::proto::etcdserverpb::AlarmType::Nospace as i32);
+        let listed =
+            succeeded(&run(KVCLI, &["--endpoints", &cluster.endpoint(2), "alarm", "list"]), "kvcli alarm list");
+        assert!(listed.contains("alarm:NOSPACE"), "{listed}");
+        if let Some(listed) = etcdctl(&cluster.endpoint(0), &["alarm", "list"]) {
+            assert!(listed.contains("alarm:NOSPACE"), "{listed}");
+        }
+        // Reads and deletes go on; a small write is refused while the alarm is raised.
+        assert_eq!(c.get(acked[0].clone(), GetOptions::default()).await.expect("a read").kvs[0].value, value);
+        let small = c.put("/quota/small", "1", 0, false).await.expect_err("refused under the alarm");
+        assert_eq!(small.code(), Some(tonic::Code::ResourceExhausted));
+        for key in &acked[acked.len() / 2..] {
+            c.delete(key.clone(), false, false).await.expect("a delete under the alarm");
+        }
+        // Free the history too, then disarm: writes resume.
+        let revision = all_keys(&c).await.1;
+        c.compact(revision, true).await.expect("compaction under the alarm");
+        succeeded(&run(KVCLI, &["--endpoints", &endpoint, "defrag"]), "kvcli defrag");
+        match etcdctl(&endpoint, &["alarm", "disarm"]) {
+            Some(disarmed) => assert!(disarmed.contains("alarm:NOSPACE"), "{disarmed}"),
+            None => drop(c.alarm_disarm_all().await.expect("disarm")),
+        }
+        eventually(Duration::from_secs(5), || c.put("/quota/after", "resumed", 0, false)).await;
+        assert!(c.alarm_list().await.expect("alarm list").is_empty());
+        // Nothing acknowledged was lost: the kept half is there, every value whole.
+        for key in &acked[..acked.len() / 2] {
+            let kvs = c.get(key.clone(), GetOptions::default()).await.expect("a read").kvs;
+            assert_eq!(kvs.len(), 1, "{key} is gone");
+            assert_eq!(kvs[0].value, value);
+        }
+        let status = c.status().await.expect("status");
+        assert_eq!(status.db_size_quota, 200000);
+        assert!(status.db_size_in_use > 0 && status.db_size_in_use < 200000, "{}", status.db_size_in_use);
+    });
+}

@@ -11,12 +11,13 @@
 use crate::endpoint::{parse_endpoint_list, EndpointError};
 use crate::outcome::is_retryable;
 use crate::proto::etcdserverpb::{
-    cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, HashKvRequest, HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    alarm_request::AlarmAction, cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionRequest,
+    CompactionResponse, DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
+    HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
@@ -464,6 +465,30 @@ impl Client {
     /// Status of the member that answers (the current endpoint).
     pub async fn status(&self) -> Result<StatusResponse, ClientError> {
         self.call("Status", unary!(MaintenanceClient, status, StatusRequest {})).await
+    }
+
+    /// The raised alarms (NOSPACE, CORRUPT) of every member.
+    pub async fn alarm_list(&self) -> Result<Vec<AlarmMember>, ClientError> {
+        let request = AlarmRequest { action: AlarmAction::Get as i32, member_id: 0, alarm: AlarmType::None as i32 };
+        Ok(self.call("Alarm", unary!(MaintenanceClient, alarm, request)).await?.alarms)
+    }
+
+    /// Disarms every raised alarm (etcdctl's `alarm disarm`); returns the alarms disarmed.
+    /// A NOSPACE alarm whose cause is still there is raised again by the next write.
+    pub async fn alarm_disarm_all(&self) -> Result<Vec<AlarmMember>, ClientError> {
+        let mut disarmed = Vec::new();
+        for alarm in self.alarm_list().await? {
+            let request =
+                AlarmRequest { action: AlarmAction::Deactivate as i32, member_id: alarm.member_id, alarm: alarm.alarm };
+            let response: AlarmResponse = self.call("Alarm", unary!(MaintenanceClient, alarm, request)).await?;
+            disarmed.extend(response.alarms);
+        }
+        Ok(disarmed)
+    }
+
+    /// Asks the answering member to give unused disk space back (etcd's Defragment).
+    pub async fn defragment(&self) -> Result<DefragmentResponse, ClientError> {
+        self.call("Defragment", unary!(MaintenanceClient, defragment, DefragmentRequest {})).await
     }
 
     /// The hash of the answering member's keys and history up to `revision` (0: its

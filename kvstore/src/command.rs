@@ -181,12 +181,73 @@ pub enum Command {
     /// A put that keeps the key's current value and/or lease (etcd's `ignore_value` /
     /// `ignore_lease`); answered like [`Command::Put`].
     PutKeeping(PutRequest, Keep),
+    /// Lists, raises or disarms alarms (etcd's `AlarmRequest`, which etcd also puts through
+    /// its log, so every member holds the same alarms). Changes no key and not the revision.
+    Alarm {
+        /// What to do.
+        action: AlarmAction,
+        /// The member the alarm is about; 0: every member (listing and disarming).
+        member: u64,
+        /// Which alarm; `None` (etcd's `NONE`): every kind (listing and disarming).
+        kind: Option<AlarmKind>,
+    },
+}
+
+/// An alarm etcd raises on a member (etcd's `AlarmType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AlarmKind {
+    /// The store's data outgrew its quota: writes that add data are refused until an
+    /// operator compacts and disarms it.
+    NoSpace,
+    /// Members' hashes disagree at one revision: the named member's data is suspect.
+    Corrupt,
+}
+
+/// What a [`Command::Alarm`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AlarmAction {
+    /// List the alarms raised (of one kind, or all).
+    List,
+    /// Raise an alarm on a member.
+    Raise,
+    /// Disarm the alarms that match.
+    Disarm,
+}
+
+/// One raised alarm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Alarm {
+    /// The member it is about.
+    pub member: u64,
+    /// Which alarm.
+    pub kind: AlarmKind,
 }
 
 impl Command {
     /// Whether this command can change the key space or the lease table.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Barrier { .. })
+        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. })
+    }
+
+    /// Whether this command can make the store hold more data: what a NOSPACE alarm
+    /// refuses (etcd's quota refuses puts, transactions with a put, and lease grants;
+    /// deletes, revokes and compactions, which free space, go on).
+    pub fn adds_data(&self) -> bool {
+        match self {
+            Command::Put(_) | Command::PutKeeping(..) | Command::LeaseGrant { .. } => true,
+            Command::Txn(txn) => txn.success.iter().chain(&txn.failure).any(TxnOp::adds_data),
+            _ => false,
+        }
+    }
+}
+
+impl TxnOp {
+    fn adds_data(&self) -> bool {
+        match self {
+            TxnOp::Put(_) | TxnOp::PutKeeping(..) => true,
+            TxnOp::Txn(txn) => txn.success.iter().chain(&txn.failure).any(TxnOp::adds_data),
+            TxnOp::Range(_) | TxnOp::RangeAt(..) | TxnOp::DeleteRange(_) => false,
+        }
     }
 }
 
@@ -277,6 +338,11 @@ pub enum CommandResponse {
     Compact {
         /// History entries dropped.
         dropped: u64,
+    },
+    /// From [`Command::Alarm`]: the alarms listed, raised or disarmed.
+    Alarm {
+        /// The alarms.
+        alarms: Vec<Alarm>,
     },
 }
 

@@ -99,4 +99,14 @@ pub enum KvError {
         /// The end key (lossy UTF-8).
         end: String,
     },
+    /// A write that adds data while the space quota is exceeded (etcd's `ErrNoSpace`): the
+    /// NOSPACE alarm is raised until an operator frees space and disarms it.
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    /// A write while a member is marked corrupt (etcd's `ErrCorrupt`).
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
+    /// An alarm request that names no alarm to raise.
+    #[error("etcdserver: an alarm to raise must name its type (NOSPACE or CORRUPT)")]
+    AlarmTypeMissing,
 }

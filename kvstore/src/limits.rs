@@ -14,10 +14,26 @@ pub struct Limits {
     pub max_txn_ops: usize,
     /// Longest lease name, bytes.
     pub max_lease_name_bytes: usize,
+    /// The space quota (etcd's `--quota-backend-bytes`): bytes of data in use (see
+    /// [`crate::StateMachine::bytes_in_use`]) beyond which writes that add data are refused
+    /// and the NOSPACE alarm is raised. 0: no quota.
+    #[serde(default)]
+    pub quota_bytes: u64,
+}
+
+impl Limits {
+    /// etcd's default quota, 2 GiB.
+    pub const DEFAULT_QUOTA_BYTES: u64 = 2 << 30;
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_key_bytes: 1536, max_value_bytes: 1536 * 1024, max_txn_ops: 128, max_lease_name_bytes: 256 }
+        Limits {
+            max_key_bytes: 1536,
+            max_value_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            max_lease_name_bytes: 256,
+            quota_bytes: Self::DEFAULT_QUOTA_BYTES,
+        }
     }
 }

@@ -67,6 +67,12 @@ pub struct NodeStatus {
     pub keys: usize,
     /// Bytes the storage takes on disk, if known.
     pub db_size: Option<u64>,
+    /// Bytes of data in use, what the space quota measures.
+    pub bytes_in_use: u64,
+    /// The space quota (0: none).
+    pub quota_bytes: u64,
+    /// The raised alarms.
+    pub alarms: Vec<leasekv_kvstore::Alarm>,
     /// Snapshots sent and installed, expiry batches proposed.
     pub counts: leasekv_kvstore::log::ReplicaCounts,
     /// Requests forwarded to the master and not answered yet.
@@ -512,6 +518,9 @@ impl NodeLoop {
                     master_hint: self.replica.master_hint(),
                     keys: state.key_count(),
                     db_size: leasekv_kvstore::storage::Storage::size_on_disk(self.replica.storage()),
+                    bytes_in_use: state.bytes_in_use(),
+                    quota_bytes: self.replica.limits().quota_bytes,
+                    alarms: state.alarms().copied().collect(),
                     counts: self.replica.counts(),
                     forwards: self.forwards.len(),
                 });

@@ -538,6 +538,6 @@ pub(super) fn command_size(command: &Command) -> usize {
         Command::LeaseGrant { name, .. } => name.as_ref().map_or(0, |n| n.len()) + 24,
         Command::LeaseRevoke { .. } => 16,
         Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,
-        Command::Barrier { .. } | Command::Compact { .. } => 16,
+        Command::Barrier { .. } | Command::Compact { .. } | Command::Alarm { .. } => 16,
     }
 }

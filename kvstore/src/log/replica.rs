@@ -18,7 +18,7 @@ use super::message::LogMessage;
 use super::outbox::Outbox;
 use super::request::{Completion, ReadConsistency, RequestError, StorageFailure};
 use super::types::{ProposalId, Slot};
-use crate::command::{Command, RangeRequest, RangeResponse};
+use crate::command::{AlarmAction, AlarmKind, Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
 use crate::limits::Limits;
 use crate::state::{validate_command, validate_range, StateMachine};
@@ -28,6 +28,9 @@ use crate::KvError;
 use leasekv_lease::{Instant, Mastership, Members, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+/// How soon a node proposes raising an alarm again while the first proposal is on its way.
+const ALARM_RETRY: Duration = Duration::from_secs(1);
 
 /// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +130,8 @@ pub struct Replica<S: Storage> {
     pub(super) deposed_expiries: Vec<LeaseId>,
     /// This node's client proposals not yet answered.
     pub(super) awaiting: BTreeSet<ProposalId>,
+    /// When this node last proposed raising an alarm (see `Replica::raise_alarm`).
+    alarm_raised_at: Option<Instant>,
     pub(super) next_seq: u64,
     pub(super) next_tick: Option<Instant>,
     /// Outputs, and the messages held until a sync.
@@ -181,6 +186,7 @@ impl<S: Storage> Replica<S> {
             lessor: Lessor::new(),
             deposed_expiries: Vec::new(),
             awaiting: BTreeSet::new(),
+            alarm_raised_at: None,
             next_seq: 0,
             next_tick: None,
             outbox: Outbox::new(me),
@@ -195,6 +201,11 @@ impl<S: Storage> Replica<S> {
     /// This node.
     pub fn id(&self) -> NodeId {
         self.me
+    }
+
+    /// The request limits and the space quota in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The state machine (for serializable reads and inspection).
@@ -550,7 +561,49 @@ impl<S: Storage> Replica<S> {
         if !self.is_master(Some(now)) || matches!(self.role, Role::Follower) {
             return Err(RequestError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
         }
+        self.check_alarms(now, &command)?;
         Ok(command)
+    }
+
+    /// Refuses what the raised alarms forbid: every write while a member is marked corrupt,
+    /// a write that adds data while NOSPACE is raised or would be by this write (which then
+    /// raises it).
+    fn check_alarms(&mut self, now: Instant, command: &Command) -> Result<(), KvError> {
+        if matches!(command, Command::Alarm { .. }) {
+            return Ok(());
+        }
+        let state = self.learner.machine();
+        if state.has_alarm(AlarmKind::Corrupt) {
+            return Err(KvError::Corrupt);
+        }
+        if !command.adds_data() {
+            return Ok(());
+        }
+        if state.has_alarm(AlarmKind::NoSpace) {
+            return Err(KvError::NoSpace);
+        }
+        let quota = self.limits.quota_bytes;
+        let after = state.bytes_in_use().saturating_add(super::leader::command_size(command) as u64);
+        if quota == 0 || after <= quota {
+            return Ok(());
+        }
+        self.raise_alarm(now, AlarmKind::NoSpace);
+        Err(KvError::NoSpace)
+    }
+
+    /// Proposes raising `kind` on this node, at most once per [`ALARM_RETRY`] (writes refused
+    /// meanwhile would otherwise each propose it again before the first is applied).
+    fn raise_alarm(&mut self, now: Instant, kind: AlarmKind) {
+        if self.alarm_raised_at.is_some_and(|at| now.saturating_since(at) < ALARM_RETRY) {
+            return;
+        }
+        self.alarm_raised_at = Some(now);
+        tracing::warn!(node = %self.me, alarm = ?kind, "raising an alarm");
+        let id = self.next_proposal_id();
+        let command = Command::Alarm { action: AlarmAction::Raise, member: u64::from(self.me.0), kind: Some(kind) };
+        self.role.enqueue(super::types::Proposal { id, command });
+        self.fill_pipeline(now);
+        self.drain_local(now);
     }
 
     pub(super) fn next_proposal_id(&mut self) -> ProposalId {

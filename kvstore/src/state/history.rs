@@ -17,6 +17,7 @@
 //! a watch from exactly `C` is allowed (as in etcd), and needs them, tombstones included
 //! (etcd's bugs #18089/#19179 lost a delete at the compaction revision).
 
+use super::keyspace::stored_bytes;
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -36,6 +37,13 @@ struct Window {
     compacted: Revision,
     /// The store revision: every change up to it is in `events` (or compacted away).
     head: Revision,
+    /// [`event_bytes`] of every retained change.
+    bytes: u64,
+}
+
+/// What one retained change counts toward the space quota: the key-values it carries.
+fn event_bytes(event: &Event) -> u64 {
+    stored_bytes(&event.kv) + event.prev_kv.as_ref().map_or(0, stored_bytes)
 }
 
 impl Window {
@@ -62,7 +70,8 @@ impl History {
     /// A history holding `events` (in order, all at or above `compacted`, none above `head`;
     /// the caller checked).
     pub(super) fn from_parts(events: Vec<Event>, compacted: Revision, head: Revision) -> Self {
-        History { window: Arc::new(RwLock::new(Window { events: events.into(), compacted, head })) }
+        let bytes = events.iter().map(event_bytes).sum();
+        History { window: Arc::new(RwLock::new(Window { events: events.into(), compacted, head, bytes })) }
     }
 
     // A panic while the lock is held can only come from a bug in this module (the
@@ -98,13 +107,24 @@ impl History {
 
     /// Records a put of `kv`, which replaced `prev`.
     pub(super) fn put(&mut self, kv: KeyValue, prev: Option<KeyValue>) {
-        self.write().events.push_back(Event { kind: EventKind::Put, kv, prev_kv: prev });
+        self.record(Event { kind: EventKind::Put, kv, prev_kv: prev });
     }
 
     /// Records the deletion at `revision` of `prev`, a live key.
     pub(super) fn delete(&mut self, prev: KeyValue, revision: Revision) {
         let event = Event { kind: EventKind::Delete, kv: tombstone(&prev.key, revision), prev_kv: Some(prev) };
-        self.write().events.push_back(event);
+        self.record(event);
+    }
+
+    fn record(&mut self, event: Event) {
+        let mut w = self.write();
+        w.bytes += event_bytes(&event);
+        w.events.push_back(event);
+    }
+
+    /// Bytes the retained changes count toward the space quota.
+    pub(super) fn bytes(&self) -> u64 {
+        self.read().bytes
     }
 
     /// Publishes the store revision after a command: readers see its changes from now on.
@@ -117,7 +137,8 @@ impl History {
     pub(super) fn compact(&mut self, revision: Revision) -> usize {
         let mut w = self.write();
         let keep_from = w.first_at_or_after(revision);
-        w.events.drain(..keep_from);
+        let dropped: u64 = w.events.drain(..keep_from).map(|e| event_bytes(&e)).sum();
+        w.bytes -= dropped;
         // A queue never gives back what a burst made it grow to; without this, a window
         // that once held a million changes would keep their slots (168 bytes each) forever.
         let len = w.events.len();

@@ -101,6 +101,15 @@ pub(super) struct Keyspace {
     entries: BTreeSet<Entry>,
     /// Which of `entries` are dead.
     graveyard: Graveyard,
+    /// [`stored_bytes`] of every entry, dead ones included (they take memory until swept).
+    bytes: u64,
+}
+
+/// What one stored key-value counts toward the space quota: its key and value, plus an
+/// allowance for its revisions, version, lease and its place in the B-tree.
+pub(super) fn stored_bytes(kv: &KeyValue) -> u64 {
+    const OVERHEAD: u64 = 64;
+    (kv.key.len() + kv.value.len()) as u64 + OVERHEAD
 }
 
 impl Keyspace {
@@ -108,7 +117,13 @@ impl Keyspace {
     /// then bulk-built instead of inserted into key by key), of which the ones in `graveyard`
     /// are dead (the caller checked that they agree).
     pub(super) fn from_sorted(kvs: Vec<KeyValue>, graveyard: Graveyard) -> Self {
-        Keyspace { entries: kvs.into_iter().map(Entry).collect(), graveyard }
+        let bytes = kvs.iter().map(stored_bytes).sum();
+        Keyspace { entries: kvs.into_iter().map(Entry).collect(), graveyard, bytes }
+    }
+
+    /// Bytes the stored keys count toward the space quota (see [`stored_bytes`]).
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Number of live keys.
@@ -131,6 +146,7 @@ impl Keyspace {
     /// there anyway) but reported as absent, as it is for readers.
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
         let kv = self.entries.take(key)?.0;
+        self.bytes -= stored_bytes(&kv);
         if self.graveyard.is_dead(&kv) {
             self.graveyard.forget(&kv);
             return None;
@@ -141,7 +157,9 @@ impl Keyspace {
     /// Stores `kv` (a live key: written now), replacing and returning any live key-value
     /// with the same key; a dead one it replaces is dropped silently.
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
+        self.bytes += stored_bytes(&kv);
         let old = self.entries.replace(Entry(kv))?.0;
+        self.bytes -= stored_bytes(&old);
         if self.graveyard.is_dead(&old) {
             self.graveyard.forget(&old);
             return None;
@@ -170,11 +188,14 @@ impl Keyspace {
     /// took (at most `budget`).
     pub(super) fn sweep(&mut self, budget: usize) -> usize {
         let entries = &mut self.entries;
+        let bytes = &mut self.bytes;
         self.graveyard.sweep(budget, |key, (id, revision)| {
             // The graveyard's invariant says the stored key is still the dead one; checking
             // costs one comparison and guarantees a live key is never swept.
             if entries.get(key).is_some_and(|e| e.0.lease == id && e.0.mod_revision < revision) {
-                entries.remove(key);
+                if let Some(swept) = entries.take(key) {
+                    *bytes -= stored_bytes(&swept.0);
+                }
             }
         })
     }

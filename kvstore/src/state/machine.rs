@@ -16,12 +16,12 @@ use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
 use crate::command::{
-    Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, Keep, LeaseGrantResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, Tenure,
+    Alarm, AlarmAction, AlarmKind, Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, Keep,
+    LeaseGrantResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, Tenure,
 };
 use crate::error::KvError;
 use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use super::lease_table::Lease;
 pub use super::snapshot::SnapshotError;
@@ -39,6 +39,8 @@ pub struct StateMachine {
     tenure: Tenure,
     /// See [`StateMachine::digest`].
     digest: u64,
+    /// The raised alarms (see [`Command::Alarm`]).
+    alarms: BTreeSet<Alarm>,
     /// Dead keys each apply removes: [`StateMachine::CLEANUP_PER_APPLY`] except in tests,
     /// which lower it to make the lazy path run across many applies. Not replicated: every
     /// replica runs the same build.
@@ -69,6 +71,7 @@ impl StateMachine {
             leases: LeaseTable::default(),
             tenure: (0, 0),
             digest: digest::EMPTY,
+            alarms: BTreeSet::new(),
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         }
     }
@@ -95,6 +98,7 @@ impl StateMachine {
                 Ok(CommandResponse::Barrier)
             }
             Command::Compact { revision } => self.apply_compact(*revision),
+            Command::Alarm { action, member, kind } => Ok(self.apply_alarm(*action, *member, *kind)),
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         self.history.set_head(self.revision);
@@ -255,6 +259,46 @@ impl StateMachine {
         Ok(CommandResponse::Compact { dropped: u64::try_from(dropped).unwrap_or(u64::MAX) })
     }
 
+    /// Lists, raises or disarms alarms; `member` 0 and `kind` `None` match every member and
+    /// every kind when listing and disarming.
+    fn apply_alarm(&mut self, action: AlarmAction, member: u64, kind: Option<AlarmKind>) -> CommandResponse {
+        let matches = |a: &Alarm| (member == 0 || a.member == member) && kind.is_none_or(|k| a.kind == k);
+        let alarms = match (action, kind) {
+            (AlarmAction::List, _) => self.alarms.iter().filter(|a| matches(a)).copied().collect(),
+            (AlarmAction::Raise, Some(kind)) => {
+                let alarm = Alarm { member, kind };
+                self.alarms.insert(alarm);
+                vec![alarm]
+            }
+            // Refused before proposing; applied, it raises nothing.
+            (AlarmAction::Raise, None) => Vec::new(),
+            (AlarmAction::Disarm, _) => {
+                let disarmed: Vec<Alarm> = self.alarms.iter().filter(|a| matches(a)).copied().collect();
+                self.alarms.retain(|a| !matches(a));
+                disarmed
+            }
+        };
+        CommandResponse::Alarm { alarms }
+    }
+
+    /// The raised alarms, in (member, kind) order.
+    pub fn alarms(&self) -> impl Iterator<Item = &Alarm> + '_ {
+        self.alarms.iter()
+    }
+
+    /// Whether an alarm of `kind` is raised on any member.
+    pub fn has_alarm(&self, kind: AlarmKind) -> bool {
+        self.alarms.iter().any(|a| a.kind == kind)
+    }
+
+    /// Bytes of data the store holds: every stored key and value and every retained change,
+    /// each with a fixed allowance for its revisions and bookkeeping. What the space quota
+    /// (etcd's `--quota-backend-bytes`) measures, and `Status.dbSizeInUse`: it grows with
+    /// writes and shrinks with deletes and compaction, the same on every member.
+    pub fn bytes_in_use(&self) -> u64 {
+        self.keys.bytes() + self.history.bytes()
+    }
+
     /// Reads at the current revision.
     pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
         self.keys.range(request)
@@ -381,6 +425,7 @@ impl StateMachine {
             keys: &self.keys,
             leases: &self.leases,
             history: &self.history,
+            alarms: &self.alarms,
         })
     }
 
@@ -394,6 +439,7 @@ impl StateMachine {
             history: restored.history,
             leases: restored.leases,
             digest: restored.digest,
+            alarms: restored.alarms,
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         })
     }

@@ -19,7 +19,7 @@ use super::graveyard::{Death, Graveyard};
 use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
-use crate::command::Tenure;
+use crate::command::{Alarm, Tenure};
 use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
 use serde::de::{Deserializer, Visitor};
 use serde::ser::Serializer;
@@ -37,7 +37,10 @@ pub struct SnapshotError(pub String);
 /// 3: lease deaths still being swept, with their dead keys.
 /// 4: format 3 followed by the MVCC history (compaction point and retained changes). A
 ///    format 3 snapshot is still read: its history starts, compacted, at its revision.
-const FORMAT: u32 = 4;
+/// 5: format 4 followed by the raised alarms. Format 4 is still read, with no alarms.
+const FORMAT: u32 = 5;
+/// The last format without alarms, still accepted.
+const FORMAT_WITHOUT_ALARMS: u32 = 4;
 /// The last format without history, still accepted.
 const FORMAT_WITHOUT_HISTORY: u32 = 3;
 
@@ -55,6 +58,8 @@ pub(super) struct Parts<'a> {
     pub(super) leases: &'a LeaseTable,
     /// The history window.
     pub(super) history: &'a History,
+    /// The raised alarms.
+    pub(super) alarms: &'a BTreeSet<Alarm>,
 }
 
 /// Everything a snapshot holds, decoded and checked.
@@ -71,6 +76,8 @@ pub(super) struct Restored {
     pub(super) leases: LeaseTable,
     /// The history window.
     pub(super) history: History,
+    /// The raised alarms.
+    pub(super) alarms: BTreeSet<Alarm>,
 }
 
 #[derive(Serialize)]
@@ -220,18 +227,26 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
         postcard::experimental::serialized_size(&history).expect("snapshot size of in-memory values cannot fail");
     let bytes = postcard::to_extend(&out, Vec::with_capacity(size + history_size))
         .expect("snapshot serialisation into memory cannot fail");
-    postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail")
+    let bytes = postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail");
+    postcard::to_extend(parts.alarms, bytes).expect("snapshot serialisation into memory cannot fail")
 }
 
-/// Decodes the history section of a format 4 snapshot and checks it against the store
-/// revision: changes in `(main, sub)` order, none below the compaction point or above the
-/// store.
-fn decode_history(bytes: &[u8], revision: Revision) -> Result<History, SnapshotError> {
-    let (section, rest): (HistoryIn, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
+/// Decodes the alarms section of a format 5 snapshot, which ends it.
+fn decode_alarms(bytes: &[u8]) -> Result<BTreeSet<Alarm>, SnapshotError> {
+    let (alarms, rest): (BTreeSet<Alarm>, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the alarms: {e}")))?;
     if !rest.is_empty() {
         return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len())));
     }
+    Ok(alarms)
+}
+
+/// Decodes the history section of a format 4 or 5 snapshot and checks it against the store
+/// revision: changes in `(main, sub)` order, none below the compaction point or above the
+/// store. Returns what follows it.
+fn decode_history(bytes: &[u8], revision: Revision) -> Result<(History, &[u8]), SnapshotError> {
+    let (section, rest): (HistoryIn, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
     if !(0..=revision).contains(&section.compacted) {
         return Err(SnapshotError(format!("compaction point {} is outside 0..={revision}", section.compacted)));
     }
@@ -253,7 +268,7 @@ fn decode_history(bytes: &[u8], revision: Revision) -> Result<History, SnapshotE
         last = at;
         events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
     }
-    Ok(History::from_parts(events, section.compacted, revision))
+    Ok((History::from_parts(events, section.compacted, revision), rest))
 }
 
 fn key_value(KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn) -> KeyValue {
@@ -267,13 +282,22 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     if snap.revision < 1 {
         return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
     }
-    let history = match snap.format {
-        FORMAT => decode_history(rest, snap.revision)?,
-        FORMAT_WITHOUT_HISTORY if rest.is_empty() => History::from_parts(Vec::new(), snap.revision, snap.revision),
+    let (history, alarms) = match snap.format {
+        FORMAT => {
+            let (history, rest) = decode_history(rest, snap.revision)?;
+            (history, decode_alarms(rest)?)
+        }
+        FORMAT_WITHOUT_ALARMS => match decode_history(rest, snap.revision)? {
+            (history, []) => (history, BTreeSet::new()),
+            (_, rest) => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
+        },
+        FORMAT_WITHOUT_HISTORY if rest.is_empty() => {
+            (History::from_parts(Vec::new(), snap.revision, snap.revision), BTreeSet::new())
+        }
         FORMAT_WITHOUT_HISTORY => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
         other => {
             return Err(SnapshotError(format!(
-                "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} and {FORMAT})"
+                "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} to {FORMAT})"
             )))
         }
     };
@@ -345,5 +369,6 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         keys: Keyspace::from_sorted(kvs, Graveyard::from_parts(buried)),
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
         history,
+        alarms,
     })
 }

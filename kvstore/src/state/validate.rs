@@ -5,7 +5,7 @@
 //! what it must to stay panic-free and deterministic (ranges, leases) when it applies.
 
 use super::lease_table::lease_name_problem;
-use crate::command::{Command, Keep, PutRequest, RangeRequest, TxnOp, TxnRequest};
+use crate::command::{AlarmAction, Command, Keep, PutRequest, RangeRequest, TxnOp, TxnRequest};
 use crate::error::KvError;
 use crate::limits::Limits;
 use crate::types::KeyRange;
@@ -39,6 +39,8 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
             Err(KvError::Compacted { requested: *revision, compacted: 1 })
         }
         Command::Compact { .. } => Ok(()),
+        Command::Alarm { action: AlarmAction::Raise, kind: None, .. } => Err(KvError::AlarmTypeMissing),
+        Command::Alarm { .. } => Ok(()),
     }
 }
 
@@ -171,7 +173,7 @@ mod tests {
     use crate::command::{Compare, CompareResult, CompareTarget, DeleteRangeRequest};
 
     fn limits() -> Limits {
-        Limits { max_key_bytes: 8, max_value_bytes: 16, max_txn_ops: 3, max_lease_name_bytes: 4 }
+        Limits { max_key_bytes: 8, max_value_bytes: 16, max_txn_ops: 3, max_lease_name_bytes: 4, quota_bytes: 0 }
     }
 
     fn put(key: &str, value: &str) -> PutRequest {

@@ -281,6 +281,9 @@ pub fn kv_error(error: &KvError) -> Status {
         KvError::Compacted { .. } | KvError::FutureRevision { .. } => Code::OutOfRange,
         // etcd's ErrGRPCKeyNotFound / ValueProvided / LeaseProvided are InvalidArgument.
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
+        // etcd's ErrGRPCNoSpace and ErrGRPCCorrupt.
+        KvError::NoSpace => Code::ResourceExhausted,
+        KvError::Corrupt => Code::DataLoss,
         _ => Code::InvalidArgument,
     };
     Status::new(code, message)

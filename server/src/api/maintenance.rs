@@ -2,6 +2,7 @@
 
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_kvstore::{AlarmAction, AlarmKind, Command, CommandResponse};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -41,12 +42,66 @@ impl pb::cluster_server::Cluster for ClusterService {
 /// response headers).
 pub struct MaintenanceService(pub Arc<Shared>);
 
+fn alarm_type(kind: AlarmKind) -> pb::AlarmType {
+    match kind {
+        AlarmKind::NoSpace => pb::AlarmType::Nospace,
+        AlarmKind::Corrupt => pb::AlarmType::Corrupt,
+    }
+}
+
+/// etcd's name of an alarm type.
+fn alarm_name(kind: AlarmKind) -> &'static str {
+    alarm_type(kind).as_str_name()
+}
+
 /// A snapshot stream: the backup file in chunks.
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl pb::maintenance_server::Maintenance for MaintenanceService {
     type SnapshotStream = SnapshotStream;
+
+    /// Lists, raises or disarms alarms, through the log as etcd does, so every member
+    /// answers from the same alarms.
+    async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+        let request = request.into_inner();
+        let action = match pb::alarm_request::AlarmAction::try_from(request.action) {
+            Ok(pb::alarm_request::AlarmAction::Get) => AlarmAction::List,
+            Ok(pb::alarm_request::AlarmAction::Activate) => AlarmAction::Raise,
+            Ok(pb::alarm_request::AlarmAction::Deactivate) => AlarmAction::Disarm,
+            Err(_) => return Err(Status::invalid_argument(format!("unknown alarm action {}", request.action))),
+        };
+        let kind = match pb::AlarmType::try_from(request.alarm) {
+            Ok(pb::AlarmType::None) => None,
+            Ok(pb::AlarmType::Nospace) => Some(AlarmKind::NoSpace),
+            Ok(pb::AlarmType::Corrupt) => Some(AlarmKind::Corrupt),
+            Err(_) => return Err(Status::invalid_argument(format!("unknown alarm type {}", request.alarm))),
+        };
+        let command = Command::Alarm { action, member: request.member_id, kind };
+        let response = self
+            .0
+            .serve_command(command, |response, header| match response {
+                CommandResponse::Alarm { alarms } => Some(pb::AlarmResponse {
+                    header: Some(header),
+                    alarms: alarms
+                        .into_iter()
+                        .map(|a| pb::AlarmMember { member_id: a.member, alarm: alarm_type(a.kind) as i32 })
+                        .collect(),
+                }),
+                _ => None,
+            })
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    /// Nothing to do: sled reuses the space of dropped data as it rewrites its log
+    /// segments, and the quota measures data in use, which compaction alone lowers.
+    async fn defragment(
+        &self,
+        _request: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        Ok(Response::new(pb::DefragmentResponse { header: Some(self.0.header(self.0.node.revision())) }))
+    }
 
     /// The backup file of this member's state (see `leasekv_kvstore::backup`), taken at
     /// once and streamed in chunks; every message's header carries its revision.
@@ -105,9 +160,12 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             raft_index: node.commit,
             raft_term: self.0.node.term(),
             raft_applied_index: node.applied,
-            // One sled database holds everything, in use or not: etcd's two sizes are one.
             db_size: node.db_size.map_or(0, |b| b as i64),
-            db_size_in_use: node.db_size.map_or(0, |b| b as i64),
+            // The data the quota measures: keys, values and retained history.
+            db_size_in_use: node.bytes_in_use as i64,
+            db_size_quota: node.quota_bytes as i64,
+            // As etcd lists raised alarms here (etcdctl endpoint status shows them).
+            errors: node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, alarm_name(a.kind))).collect(),
             ..Default::default()
         }))
     }

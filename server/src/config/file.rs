@@ -35,6 +35,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     limits: FileLimits,
     #[serde(default)]
+    storage: FileStorage,
+    #[serde(default)]
     log: FileLog,
     #[serde(default)]
     compaction: FileCompaction,
@@ -73,6 +75,13 @@ struct FileLimits {
     max_value_bytes: Option<usize>,
     max_txn_ops: Option<usize>,
     max_lease_name_bytes: Option<usize>,
+}
+
+/// `[storage]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileStorage {
+    quota_bytes: Option<u64>,
 }
 
 /// `[log]`.
@@ -181,6 +190,7 @@ pub(super) fn resolve(
         max_value_bytes: file.limits.max_value_bytes.unwrap_or(default_limits.max_value_bytes),
         max_txn_ops: file.limits.max_txn_ops.unwrap_or(default_limits.max_txn_ops),
         max_lease_name_bytes: file.limits.max_lease_name_bytes.unwrap_or(default_limits.max_lease_name_bytes),
+        quota_bytes: file.storage.quota_bytes.unwrap_or(default_limits.quota_bytes),
     };
 
     let default_log = ReplicaConfig::for_lease_time(lease_time);

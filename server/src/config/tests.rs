@@ -260,6 +260,11 @@ fn limits_and_log_settings_reach_the_store_configs() {
     let limits = config.limits();
     assert_eq!((limits.max_key_bytes, limits.max_txn_ops), (100, 5));
     assert_eq!(limits.max_value_bytes, Limits::default().max_value_bytes);
+    assert_eq!(limits.quota_bytes, Limits::DEFAULT_QUOTA_BYTES);
+    let quota = parse("id = 1\n[storage]\nquota_bytes = 1000000\n").expect("valid").limits().quota_bytes;
+    assert_eq!(quota, 1_000_000);
+    let message = error_of("id = 1\n[storage]\nquota = 5\n");
+    assert!(message.contains("unknown field `quota`"), "{message}");
     let replica = config.replica_config();
     assert_eq!(replica.max_inflight_slots, 3);
     assert_eq!(replica.retry_interval, ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME).retry_interval);

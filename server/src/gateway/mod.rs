@@ -337,6 +337,18 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
         ),
         ("/election/observe", post(observe)),
         (
+            "/maintenance/alarm",
+            unary("etcdserverpb.AlarmRequest", "etcdserverpb.AlarmResponse", |g: Handle, r| async move {
+                g.maintenance.alarm(Request::new(r)).await
+            }),
+        ),
+        (
+            "/maintenance/defragment",
+            unary("etcdserverpb.DefragmentRequest", "etcdserverpb.DefragmentResponse", |g: Handle, r| async move {
+                g.maintenance.defragment(Request::new(r)).await
+            }),
+        ),
+        (
             "/maintenance/hash",
             unary("etcdserverpb.HashRequest", "etcdserverpb.HashResponse", |g: Handle, r| async move {
                 g.maintenance.hash(Request::new(r)).await

@@ -35,6 +35,36 @@ pub async fn status(client: &Client, format: OutputFormat) -> Result<()> {
     Ok(())
 }
 
+/// `kvcli alarm ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AlarmCommand {
+    /// Every raised alarm, one per line (`memberID:1 alarm:NOSPACE`, as etcdctl prints them).
+    List,
+    /// Disarm every raised alarm (free space first: NOSPACE comes back while its cause is there).
+    Disarm,
+}
+
+/// Runs `alarm list|disarm`.
+pub async fn alarm(client: &Client, command: AlarmCommand) -> Result<()> {
+    let alarms = match command {
+        AlarmCommand::List => client.alarm_list().await?,
+        AlarmCommand::Disarm => client.alarm_disarm_all().await?,
+    };
+    for alarm in alarms {
+        let name = leasekv::client::proto::etcdserverpb::AlarmType::try_from(alarm.alarm)
+            .map_or_else(|_| alarm.alarm.to_string(), |t| t.as_str_name().to_string());
+        println!("memberID:{} alarm:{name}", alarm.member_id);
+    }
+    Ok(())
+}
+
+/// Runs `defrag`.
+pub async fn defrag(client: &Client) -> Result<()> {
+    client.defragment().await?;
+    println!("Finished defragmenting {}", client.current_endpoint());
+    Ok(())
+}
+
 /// Runs `step-down`.
 pub async fn step_down(client: &Client) -> Result<()> {
     client.step_down().await?;

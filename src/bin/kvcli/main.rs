@@ -67,6 +67,11 @@ pub enum Command {
     Snapshot(snapshot::SnapshotCommand),
     /// Compare every member's hash of its keys and history at one revision.
     Check,
+    /// List or disarm alarms (NOSPACE, CORRUPT).
+    #[command(subcommand)]
+    Alarm(cluster::AlarmCommand),
+    /// Give unused disk space back on the answering member.
+    Defrag,
 }
 
 /// Connects and runs the command; the caller prints the error and sets the exit code. A
@@ -95,6 +100,8 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Snapshot(snapshot::SnapshotCommand::Save(args)) => snapshot::save(&client, args).await,
         Command::Snapshot(snapshot::SnapshotCommand::Restore(_)) => unreachable!("handled above"),
         Command::Check => cluster::check(&client, format).await,
+        Command::Alarm(command) => cluster::alarm(&client, command).await,
+        Command::Defrag => cluster::defrag(&client).await,
     }
     .map(|()| None)
 }

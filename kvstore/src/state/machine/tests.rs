@@ -462,6 +462,12 @@ fn arb_command() -> impl Strategy<Value = Command> {
         2 => (prop::collection::vec(0i64..4, 0..3), 0u64..3).prop_map(|(ids, round)| Command::LeaseExpire { ids, tenure: (round, 1) }),
         1 => (0u64..3).prop_map(|round| Command::Barrier { tenure: (round, 1) }),
         1 => (0i64..24).prop_map(|revision| Command::Compact { revision }),
+        1 => (
+            prop::sample::select(vec![AlarmAction::List, AlarmAction::Raise, AlarmAction::Disarm]),
+            0u64..3,
+            prop::option::of(prop::sample::select(vec![AlarmKind::NoSpace, AlarmKind::Corrupt])),
+        )
+            .prop_map(|(action, member, kind)| Command::Alarm { action, member, kind }),
     ]
 }
 
@@ -474,6 +480,18 @@ fn all_at(sm: &StateMachine, revision: Revision) -> Result<RangeResponse, KvErro
 /// sweep's work list is exactly the dead keys still stored.
 fn check_invariants(sm: &StateMachine) {
     sm.keys.check_graveyard();
+    // The quota's running count is what counting from scratch gives.
+    let stored: u64 = sm.keys.stored().map(crate::state::keyspace::stored_bytes).sum();
+    let history: u64 = sm.history.with_events(|events| {
+        events
+            .iter()
+            .map(|e| {
+                crate::state::keyspace::stored_bytes(&e.kv)
+                    + e.prev_kv.as_ref().map_or(0, crate::state::keyspace::stored_bytes)
+            })
+            .sum()
+    });
+    assert_eq!(sm.bytes_in_use(), stored + history);
     let everything = all(sm);
     assert_eq!(everything.kvs.len(), sm.key_count());
     for kv in &everything.kvs {
@@ -544,7 +562,53 @@ proptest! {
         prop_assert_eq!(all(&straight), all(&restored));
         prop_assert_eq!(observable(&straight), observable(&restored));
         prop_assert_eq!(straight.pending_cleanup(), restored.pending_cleanup());
+        prop_assert_eq!(straight.bytes_in_use(), restored.bytes_in_use());
+        prop_assert_eq!(straight.alarms().collect::<Vec<_>>(), restored.alarms().collect::<Vec<_>>());
     }
+}
+
+#[test]
+fn alarms_are_raised_listed_and_disarmed_by_member_and_kind() {
+    let mut sm = StateMachine::new();
+    let alarm = |action, member, kind| Command::Alarm { action, member, kind };
+    let raised = |sm: &mut StateMachine, command| match ok(sm, &command) {
+        CommandResponse::Alarm { alarms } => alarms,
+        other => panic!("{other:?}"),
+    };
+    let nospace = |member| Alarm { member, kind: AlarmKind::NoSpace };
+    let corrupt = |member| Alarm { member, kind: AlarmKind::Corrupt };
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::Raise, 2, Some(AlarmKind::NoSpace))), vec![nospace(2)]);
+    raised(&mut sm, alarm(AlarmAction::Raise, 3, Some(AlarmKind::NoSpace)));
+    raised(&mut sm, alarm(AlarmAction::Raise, 3, Some(AlarmKind::Corrupt)));
+    assert_eq!(sm.revision(), 1, "alarms change no revision");
+    assert!(sm.has_alarm(AlarmKind::NoSpace) && sm.has_alarm(AlarmKind::Corrupt));
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::List, 0, None)), vec![nospace(2), nospace(3), corrupt(3)]);
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::List, 0, Some(AlarmKind::Corrupt))), vec![corrupt(3)]);
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::List, 3, None)), vec![nospace(3), corrupt(3)]);
+    let restored = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
+    assert_eq!(restored.alarms().collect::<Vec<_>>(), sm.alarms().collect::<Vec<_>>());
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::Disarm, 0, Some(AlarmKind::NoSpace))), vec![nospace(2), nospace(3)]);
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::Disarm, 3, None)), vec![corrupt(3)]);
+    assert_eq!(sm.alarms().count(), 0);
+    assert_eq!(raised(&mut sm, alarm(AlarmAction::Disarm, 0, None)), vec![]);
+}
+
+#[test]
+fn the_data_in_use_grows_with_writes_and_shrinks_with_deletes_and_compaction() {
+    let mut sm = StateMachine::new();
+    assert_eq!(sm.bytes_in_use(), 0);
+    for i in 0..10 {
+        ok(&mut sm, &put_cmd(&format!("k{i}"), &"v".repeat(1000), 0));
+    }
+    let full = sm.bytes_in_use();
+    assert!(full > 2 * 10 * 1000, "keys and their history: {full}");
+    ok(&mut sm, &del_cmd(KeyRange::prefix("k")));
+    assert!(sm.bytes_in_use() > full, "a delete records what it deleted in the history");
+    let now = sm.revision();
+    ok(&mut sm, &Command::Compact { revision: now });
+    // What is left: the tombstones at the compaction point, each with its deleted value.
+    assert!(sm.bytes_in_use() < full, "{} after compaction, {full} before", sm.bytes_in_use());
+    check_invariants(&sm);
 }
 
 #[test]
