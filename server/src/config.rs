@@ -83,6 +83,11 @@ pub const DEFAULT_PEER_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::L
 /// Default data directory, relative to the working directory (as etcd's `--data-dir`).
 pub const DEFAULT_DATA_DIR: &str = "./leasekv-data";
 
+/// How often the master compares the members' hashes by default: often enough to stop
+/// writes on a corrupt cluster within minutes, rarely enough that hashing every member's
+/// state (a pass over it) costs nothing noticeable.
+pub const DEFAULT_CORRUPT_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+
 /// Default lease time T: the lease crate's default, about the failover time after a master
 /// crash.
 pub const DEFAULT_LEASE_TIME: Duration = Duration::from_millis(1000);
@@ -117,6 +122,9 @@ pub struct NodeConfig {
     pub log: LogConfig,
     /// `[compaction]`: how much MVCC history is kept.
     pub compaction: CompactionPolicy,
+    /// `[storage] corrupt_check_interval_ms`: how often the master compares every member's
+    /// hash ([`crate::corrupt_check`]); `None`: never.
+    pub corrupt_check_interval: Option<Duration>,
     /// `[watch]`: how watch streams are served.
     pub watch: WatchConfig,
     /// `[runtime]`: the threads that serve this node.

@@ -13,17 +13,19 @@
 //! | `LEASEKV_FAULT_CLOCK_RATE_FILE` | a file holding a rate, re-read every 100 ms, to change it while running |
 //! | `LEASEKV_FAULT_BREAK` | a negative control: `follower-reads`, `ack-before-fsync`, `stale-lease-check`, `skip-fdatasync`, … (the table in docs/chaos.md) |
 //! | `LEASEKV_FAULT_LEASE_LOG` | a file the node appends its master lease intervals to (wall-clock ns) |
+//! | `LEASEKV_FAULT_CORRUPT_KEY` | at start, a bit of this key's value is flipped in the node's state only (the corruption check's negative control) |
 
 use std::path::PathBuf;
 use thiserror::Error;
 
 /// The environment variables this module reads.
-pub const VARIABLES: [&str; 5] = [
+pub const VARIABLES: [&str; 6] = [
     "LEASEKV_FAULT_CLOCK_RATE",
     "LEASEKV_FAULT_CLOCK_RATE_FILE",
     "LEASEKV_FAULT_BREAK",
     "LEASEKV_FAULT_LEASE_LOG",
     "LEASEKV_FAULT_SYNC_FILE",
+    "LEASEKV_FAULT_CORRUPT_KEY",
 ];
 
 /// A deliberately broken node, for the harness's negative controls.
@@ -100,6 +102,8 @@ pub struct FaultInjection {
     /// Where to re-read the storage sync faults from while running: `DELAY_MS FAIL`
     /// (e.g. `300 0`: every sync waits 300 ms; `0 1`: every sync fails).
     pub sync_file: Option<PathBuf>,
+    /// A key whose value is damaged in this node's state at start.
+    pub corrupt_key: Option<Vec<u8>>,
 }
 
 /// A fault-injection variable that cannot be honoured.
@@ -157,6 +161,7 @@ impl FaultInjection {
             breakage,
             lease_log: var("LEASEKV_FAULT_LEASE_LOG").map(PathBuf::from),
             sync_file: var("LEASEKV_FAULT_SYNC_FILE").map(PathBuf::from),
+            corrupt_key: var("LEASEKV_FAULT_CORRUPT_KEY").map(String::into_bytes),
         })
     }
 
@@ -167,6 +172,7 @@ impl FaultInjection {
             || self.breakage != ServerBreakage::None
             || self.lease_log.is_some()
             || self.sync_file.is_some()
+            || self.corrupt_key.is_some()
     }
 }
 

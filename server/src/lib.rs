@@ -5,6 +5,7 @@
 //! - [`run`]: starting and stopping a node.
 //! - [`restore`]: a new member's data directory from a backup file.
 //! - [`compactor`]: auto-compaction of the MVCC history, proposed by the master.
+//! - [`corrupt_check`]: the master's periodic comparison of the members' hashes.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`history_feed`]: how watch streams follow the applied history.
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod compactor;
 pub mod config;
+pub mod corrupt_check;
 pub mod fault_injection;
 pub mod forward;
 pub mod gateway;

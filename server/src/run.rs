@@ -142,8 +142,15 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
     let election_dyn: Arc<dyn ElectionBackend> = election.clone();
 
-    let replica = Replica::open(me, &members, replica_config(&config, &faults), config.limits(), storage, epoch.value)
-        .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
+    let mut replica =
+        Replica::open(me, &members, replica_config(&config, &faults), config.limits(), storage, epoch.value)
+            .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
+    #[cfg(feature = "fault-injection")]
+    if let Some(key) = &faults.corrupt_key {
+        let damaged = replica.corrupt_value(key);
+        tracing::warn!(node = %me, key = %String::from_utf8_lossy(key), damaged, "fault injection: corrupted a value in this node's state");
+    }
     let peers_for_service = peers.clone();
     let (node, storage_failed) = node::start(replica, election_dyn.clone(), clock, peers, &faults);
 
@@ -166,6 +173,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let (stop_watches, watches_stopping) = tokio::sync::watch::channel(false);
     let watch_service = WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone());
     tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping.clone()));
+    if let Some(every) = config.corrupt_check_interval {
+        let members = config.peers.iter().map(|p| (p.id, p.client_addr)).collect();
+        tokio::spawn(crate::corrupt_check::run(node.clone(), me, members, every, watches_stopping.clone()));
+    }
     let gateway = crate::gateway::Gateway::new(
         shared.clone(),
         WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),

@@ -47,10 +47,16 @@ impl Cluster {
     }
 
     pub fn start_node(&mut self, i: usize) {
+        self.start_node_with_env(i, &[]);
+    }
+
+    /// Starts node `i` with extra environment variables (e.g. a `LEASEKV_FAULT_*` one).
+    pub fn start_node_with_env(&mut self, i: usize, env: &[(&str, &str)]) {
         let log = std::fs::File::create(self.dir.path().join(format!("log{}", i + 1))).expect("log file");
         let child = Command::new(KVSERVER)
             .arg("--config")
             .arg(self.config(i))
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

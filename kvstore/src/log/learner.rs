@@ -71,6 +71,12 @@ impl Learner {
         &self.machine
     }
 
+    /// The state machine, to damage it on purpose (negative controls only).
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn machine_mut(&mut self) -> &mut StateMachine {
+        &mut self.machine
+    }
+
     /// Moves the commit index over every contiguous slot `acceptor` knows chosen; returns
     /// the new commit index if it moved (the caller records it).
     pub(super) fn advance_commit(&mut self, acceptor: &Acceptor) -> Option<Slot> {

@@ -203,6 +203,14 @@ impl<S: Storage> Replica<S> {
         self.me
     }
 
+    /// Flips a bit of `key`'s value in this replica's state only, as silent corruption of
+    /// its data would (the corruption check's negative control); false if there is no such
+    /// key.
+    #[cfg(feature = "negative-controls")]
+    pub fn corrupt_value(&mut self, key: &[u8]) -> bool {
+        self.learner.machine_mut().corrupt_value(key)
+    }
+
     /// The request limits and the space quota in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -368,6 +376,7 @@ impl<S: Storage> Replica<S> {
         consistency: ReadConsistency,
     ) -> Result<(RangeResponse, Revision), RequestError> {
         self.check_stopped()?;
+        self.check_not_corrupt()?;
         validate_range(request, &self.limits)?;
         if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
             self.require_ready(now)?;
@@ -390,6 +399,7 @@ impl<S: Storage> Replica<S> {
             return self.read(now, request, consistency);
         }
         self.check_stopped()?;
+        self.check_not_corrupt()?;
         validate_range(request, &self.limits)?;
         if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
             self.require_ready(now)?;
@@ -535,6 +545,16 @@ impl<S: Storage> Replica<S> {
             return Err(RequestError::NotReady);
         }
         Ok(())
+    }
+
+    /// Refuses to read from this replica's state while a CORRUPT alarm names it: what it
+    /// holds disagrees with the other members, and a reader would take it for the truth.
+    fn check_not_corrupt(&self) -> Result<(), KvError> {
+        let me = crate::command::Alarm { member: u64::from(self.me.0), kind: AlarmKind::Corrupt };
+        match self.learner.machine().alarms().any(|a| *a == me) {
+            true => Err(KvError::Corrupt),
+            false => Ok(()),
+        }
     }
 
     fn check_stopped(&self) -> Result<(), RequestError> {

@@ -154,6 +154,9 @@ pub enum ConfigErrorKind {
     /// `[watch]` has a setting out of range.
     #[error("[watch] {0}")]
     Watch(String),
+    /// `[storage]` has a setting out of range.
+    #[error("[storage] {0}")]
+    Storage(String),
     /// A size limit out of range.
     #[error("[limits] {field} = {value} is out of range; allowed is {min} to {max}")]
     Limit {

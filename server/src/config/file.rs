@@ -82,6 +82,7 @@ struct FileLimits {
 #[serde(deny_unknown_fields)]
 struct FileStorage {
     quota_bytes: Option<u64>,
+    corrupt_check_interval_ms: Option<u64>,
 }
 
 /// `[log]`.
@@ -239,6 +240,11 @@ pub(super) fn resolve(
         limits,
         log,
         compaction,
+        corrupt_check_interval: match file.storage.corrupt_check_interval_ms {
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => Some(super::DEFAULT_CORRUPT_CHECK_INTERVAL),
+        },
         watch,
         runtime,
         origin: origin.clone(),

@@ -263,6 +263,10 @@ fn limits_and_log_settings_reach_the_store_configs() {
     assert_eq!(limits.quota_bytes, Limits::DEFAULT_QUOTA_BYTES);
     let quota = parse("id = 1\n[storage]\nquota_bytes = 1000000\n").expect("valid").limits().quota_bytes;
     assert_eq!(quota, 1_000_000);
+    let message = error_of("id = 1\n[storage]\ncorrupt_check_interval_ms = 5\n");
+    assert!(message.contains("[storage] corrupt_check_interval_ms = 5 is too short; at least 100 ms"), "{message}");
+    let unchecked = parse("id = 1\n[storage]\ncorrupt_check_interval_ms = 0\n").expect("valid");
+    assert_eq!(unchecked.corrupt_check_interval, None);
     let message = error_of("id = 1\n[storage]\nquota = 5\n");
     assert!(message.contains("unknown field `quota`"), "{message}");
     let replica = config.replica_config();

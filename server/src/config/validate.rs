@@ -27,6 +27,9 @@ pub const MAX_RETAIN_AFTER_SNAPSHOT: u64 = 1_000_000;
 /// extra zero or three) fails at start instead of spawning threads until the host runs out.
 pub const MAX_WORKER_THREADS: usize = 1024;
 
+/// The shortest corruption check interval allowed.
+const MIN_CORRUPT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl NodeConfig {
     /// Checks that the configuration is consistent and safe: ids, the peer list (this node in
     /// it with its own addresses, no duplicates), the election timing (T < M, ε in range),
@@ -71,6 +74,13 @@ impl NodeConfig {
                 "progress_notify_interval_ms = {} is too short; at least {} ms",
                 self.watch.progress_notify_interval.as_millis(),
                 WatchConfig::MIN_PROGRESS_NOTIFY_INTERVAL.as_millis()
+            ))));
+        }
+        if let Some(every) = self.corrupt_check_interval.filter(|every| *every < MIN_CORRUPT_CHECK_INTERVAL) {
+            return Err(err(ConfigErrorKind::Storage(format!(
+                "corrupt_check_interval_ms = {} is too short; at least {} ms (each check hashes every member's data), or 0 for no check",
+                every.as_millis(),
+                MIN_CORRUPT_CHECK_INTERVAL.as_millis()
             ))));
         }
         if self.log.retain_after_snapshot > MAX_RETAIN_AFTER_SNAPSHOT {

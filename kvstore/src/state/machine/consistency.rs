@@ -53,6 +53,20 @@ impl StateMachine {
         crc32fast::hash(&self.to_snapshot_bytes())
     }
 
+    /// Flips a bit of `key`'s value (appends a byte to an empty one), changing nothing
+    /// else: silent corruption of one replica's data, for the corruption check's negative
+    /// control. False if the key does not exist.
+    #[cfg(feature = "negative-controls")]
+    pub fn corrupt_value(&mut self, key: &[u8]) -> bool {
+        let Some(mut kv) = self.keys.get(key).cloned() else { return false };
+        match kv.value.first_mut() {
+            Some(byte) => *byte ^= 0x01,
+            None => kv.value.push(0),
+        }
+        self.keys.replace(kv);
+        true
+    }
+
     /// This state as the first state of a new cluster (a restore from a backup): what
     /// ties it to the masters of the cluster it came from is dropped. Their tenures mean
     /// nothing to the new cluster's masters, whose log ballots start again from the
