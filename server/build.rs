@@ -66,6 +66,7 @@ const ETCD_FIELD_NAMES: &[(&str, &str, &str)] = &[
     ("StatusResponse", "db_size_quota", "dbSizeQuota"),
     ("AlarmRequest", "member_id", "memberID"),
     ("AlarmMember", "member_id", "memberID"),
+    ("MoveLeaderRequest", "target_id", "targetID"),
 ];
 
 /// Writes `gateway.fds` (a file descriptor set) to OUT_DIR: the client crate's etcd protos

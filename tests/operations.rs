@@ -330,3 +330,53 @@ fn a_member_with_damaged_data_is_caught_by_the_corruption_check_and_refuses_to_s
         eventually(Duration::from_secs(5), || c.put("/check/after", "x", 0, false)).await;
     });
 }
+
+/// The member id the cluster reports as master, through `c`.
+async fn master_id(c: &Client) -> u64 {
+    eventually(Duration::from_secs(10), || async {
+        match c.status().await.map_err(|e| e.to_string())?.leader {
+            0 => Err("no master yet".to_string()),
+            id => Ok(id),
+        }
+    })
+    .await
+}
+
+#[test]
+fn move_leader_hands_mastership_to_the_member_asked_for() {
+    let cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        let first = master_id(&c).await;
+        // Refusals first: a member that is not master, and a member that does not exist.
+        let follower = client(&cluster.endpoint(if first == 1 { 1 } else { 0 })).await;
+        let refused = follower.move_leader(first).await.expect_err("not the master");
+        assert!(refused.to_string().contains("etcdserver: not leader"), "{refused}");
+        let on_master = client(&cluster.endpoint(first as usize - 1)).await;
+        let refused = on_master.move_leader(9).await.expect_err("no such member");
+        assert!(refused.to_string().contains("etcdserver: bad leader transferee"), "{refused}");
+        // Around the ring, twice: through kvcli and through etcdctl.
+        let mut master = first;
+        for step in 0..6 {
+            let target = master % 3 + 1;
+            let started = Instant::now();
+            if step % 2 == 0 || common::tool("etcdctl", "etcd-client").is_none() {
+                let said = succeeded(
+                    &run(KVCLI, &["--endpoints", &endpoints, "move-master", &format!("{target:x}")]),
+                    "kvcli move-master",
+                );
+                assert!(said.contains(&format!("to {target:x}")), "{said}");
+            } else {
+                let said = etcdctl(&endpoints, &["move-leader", &format!("{target:x}")]).expect("etcdctl");
+                assert!(said.contains(&format!("to {target:x}")), "{said}");
+            }
+            let took = started.elapsed();
+            master = master_id(&c).await;
+            assert_eq!(master, target, "step {step}");
+            eprintln!("move-leader {step}: {} ms", took.as_millis());
+            c.put(format!("/moved/{step}"), "x", 0, false).await.expect("a write after the hand-over");
+        }
+    });
+}

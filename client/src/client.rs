@@ -16,8 +16,8 @@ use crate::proto::etcdserverpb::{
     CompactionResponse, DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
     HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, PutRequest, PutResponse, RangeRequest,
-    RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
@@ -484,6 +484,12 @@ impl Client {
             disarmed.extend(response.alarms);
         }
         Ok(disarmed)
+    }
+
+    /// Asks the master to hand mastership to member `target_id` (etcd's MoveLeader); the
+    /// answering member must be the master (`etcdserver: not leader` otherwise).
+    pub async fn move_leader(&self, target_id: u64) -> Result<MoveLeaderResponse, ClientError> {
+        self.call("MoveLeader", unary!(MaintenanceClient, move_leader, MoveLeaderRequest { target_id })).await
     }
 
     /// Asks the answering member to give unused disk space back (etcd's Defragment).

@@ -223,16 +223,20 @@ pub enum Breakage {
     /// The proposer starts its lease timer when the majority of accepts arrives instead of
     /// before sending the ProposeRequest.
     LateTimer,
+    /// A holder that hands its lease over keeps believing in it until it runs out, while
+    /// the node it hands it to already counts it as released.
+    HandOverKeepsLease,
 }
 
 impl Breakage {
     /// Every negative control with its command-line name.
-    pub const ALL: [(&'static str, Breakage); 5] = [
+    pub const ALL: [(&'static str, Breakage); 6] = [
         ("no-quarantine", Breakage::NoQuarantine),
         ("no-drift-margin", Breakage::NoDriftMargin),
         ("count-duplicates", Breakage::CountDuplicates),
         ("release-any-ballot", Breakage::ReleaseAnyBallot),
         ("late-timer", Breakage::LateTimer),
+        ("hand-over-keeps-lease", Breakage::HandOverKeepsLease),
     ];
 
     /// Parses a command-line name; the error lists the valid ones.

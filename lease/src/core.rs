@@ -100,4 +100,11 @@ pub trait ElectionCore: Send + 'static {
     fn step_down(&mut self, now: Instant);
     /// Gives up mastership (if held) and stops competing for good: a graceful shutdown.
     fn shut_down(&mut self, now: Instant);
+    /// Gives up mastership (if held) so that `to` takes over next (etcd's leader transfer),
+    /// then keeps competing after the hold-off. Only timing: safety never depends on who
+    /// takes over. A backend that cannot direct the next master just steps down.
+    fn hand_over(&mut self, now: Instant, to: NodeId) {
+        let _ = to;
+        self.step_down(now);
+    }
 }

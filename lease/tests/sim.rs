@@ -102,6 +102,11 @@ fn control_late_timer_is_caught() {
 }
 
 #[test]
+fn control_hand_over_keeps_lease_is_caught() {
+    caught(Breakage::HandOverKeepsLease, 0);
+}
+
+#[test]
 fn uncontended_acquire_takes_two_round_trips() {
     // A 3-node cluster where only node 1 competes, with a fixed 1 ms one-way delay.
     use leasekv_lease::paxos::LeaseNode;

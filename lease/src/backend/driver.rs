@@ -72,6 +72,7 @@ const COMMAND_CAPACITY: usize = 8;
 
 enum Command {
     StepDown(oneshot::Sender<()>),
+    HandOver(NodeId, oneshot::Sender<()>),
     Stop(oneshot::Sender<()>),
 }
 
@@ -180,6 +181,12 @@ impl ElectionBackend for DrivenBackend {
         reply_rx.await.map_err(|_| ElectionError::Stopped)
     }
 
+    async fn hand_over(&self, to: NodeId) -> Result<(), ElectionError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.commands.send(Command::HandOver(to, reply_tx)).await.map_err(|_| ElectionError::Stopped)?;
+        reply_rx.await.map_err(|_| ElectionError::Stopped)
+    }
+
     async fn stop(&self) -> Result<(), ElectionError> {
         let (reply_tx, reply_rx) = oneshot::channel();
         if self.commands.send(Command::Stop(reply_tx)).await.is_err() {
@@ -256,6 +263,11 @@ impl<C: ElectionCore> Driver<C> {
                         self.core.step_down(self.clock.now());
                         self.flush().await;
                         let _ = reply.send(()); // the caller may have given up waiting
+                    }
+                    Some(Command::HandOver(to, reply)) => {
+                        self.core.hand_over(self.clock.now(), to);
+                        self.flush().await;
+                        let _ = reply.send(());
                     }
                     Some(Command::Stop(reply)) => {
                         self.shut_down().await;

@@ -114,6 +114,9 @@ pub trait ElectionBackend: Send + Sync {
     /// Gives up mastership at once so another node takes over (it may compete again after
     /// a short hold-off).
     async fn step_down(&self) -> Result<(), ElectionError>;
+    /// Gives up mastership so that `to` takes over next (see
+    /// [`crate::core::ElectionCore::hand_over`]); returns once the release went out.
+    async fn hand_over(&self, to: NodeId) -> Result<(), ElectionError>;
     /// Gives up mastership and stops: the graceful shutdown. Idempotent.
     async fn stop(&self) -> Result<(), ElectionError>;
 }
@@ -232,5 +235,11 @@ impl ElectionCore for Box<dyn ElectionCore> {
     }
     fn shut_down(&mut self, now: Instant) {
         (**self).shut_down(now)
+    }
+    fn hand_over(&mut self, now: Instant, to: NodeId) {
+        (**self).hand_over(now, to)
+    }
+    fn failed_rounds(&self) -> u64 {
+        (**self).failed_rounds()
     }
 }

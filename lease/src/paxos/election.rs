@@ -79,4 +79,8 @@ impl ElectionCore for PaxosLeaseElection {
     fn shut_down(&mut self, now: Instant) {
         self.node.release(now, ResourceId::MASTER, false);
     }
+
+    fn hand_over(&mut self, now: Instant, to: NodeId) {
+        self.node.hand_over(now, ResourceId::MASTER, to);
+    }
 }

@@ -86,6 +86,18 @@ pub enum Body {
         /// The holder's remaining validity by its own clock.
         duration: Duration,
     },
+    /// The holder has stopped believing in its lease and releases it so that `to` takes it
+    /// (etcd's leader transfer). `to` starts a round at once; the others hold off for a
+    /// while so as not to pre-empt it. `released` are the ballots the holder's Release
+    /// messages name (sent right after): `to` counts an acceptor still holding one of them
+    /// as free, exactly as that acceptor will be once the Release reaches it, so that
+    /// `to` need not wait for the Release to win the race with its own Prepare.
+    HandOver {
+        /// The node that should take the lease next.
+        to: NodeId,
+        /// The sender's own ballots it is releasing.
+        released: Vec<Ballot>,
+    },
 }
 
 impl Body {

@@ -93,6 +93,16 @@ impl LeaseNode {
         self.emit(now, resource, out);
     }
 
+    /// Releases `resource` so that `to` takes it next (see [`Proposer::hand_over`]); a plain
+    /// release when this node does not hold it.
+    pub fn hand_over(&mut self, now: Instant, resource: ResourceId, to: NodeId) {
+        let mut out = ProposerOutput::default();
+        if let Some(p) = self.proposers.get_mut(&resource) {
+            p.hand_over(now, to, &mut out);
+        }
+        self.emit(now, resource, out);
+    }
+
     /// Whether this node holds `resource` at `now`.
     pub fn mastership(&self, now: Instant, resource: ResourceId) -> Option<Mastership> {
         self.proposers.get(&resource).and_then(|p| p.mastership(now))

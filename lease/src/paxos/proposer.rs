@@ -87,6 +87,9 @@ pub struct Proposer {
     /// Ballots of the latest ProposeRequests sent, which acceptors may still hold for this
     /// node; a release names each of them.
     recent_proposals: Vec<Ballot>,
+    /// Ballots the last holder released when it handed the lease to this node (see
+    /// [`Body::HandOver`]).
+    handed_over: Vec<Ballot>,
     /// Consecutive failed rounds, which widen the back-off.
     failures: u32,
     /// Every failed round so far, for the node's metrics.
@@ -114,6 +117,7 @@ impl Proposer {
             hold_off_until: Instant::ZERO,
             hint: None,
             recent_proposals: Vec::new(),
+            handed_over: Vec::new(),
             failures: 0,
             failed_rounds: 0,
         }
@@ -170,6 +174,48 @@ impl Proposer {
         self.wanted = keep_competing;
         self.hold_off_until = now.saturating_add(self.config.step_down_hold);
         self.next_attempt = keep_competing.then_some(self.hold_off_until);
+    }
+
+    /// Releases the lease (as [`Self::release`], competing again later) so that `to` takes
+    /// it: the others are told first, so they hold off before they see the release.
+    pub fn hand_over(&mut self, now: Instant, to: NodeId, out: &mut ProposerOutput) {
+        // Released (the lease dropped) before anything goes out: from the moment `to` can
+        // act on the message, this node no longer believes it is master.
+        let released = self.recent_proposals.clone();
+        let mut released_now = ProposerOutput::default();
+        #[cfg(feature = "negative-controls")]
+        if self.config.broken(Breakage::HandOverKeepsLease) {
+            // Tells `to` the ballots are free, releases nothing, goes on believing.
+            out.messages.push((Target::Others, Body::HandOver { to, released }));
+            return;
+        }
+        self.release(now, true, &mut released_now);
+        out.changes.append(&mut released_now.changes);
+        out.messages.push((Target::Others, Body::HandOver { to, released }));
+        out.messages.append(&mut released_now.messages);
+    }
+
+    /// The holder hands the lease to `to`: this node campaigns at once if it is `to`, and
+    /// otherwise stays out of the way for a few rounds (if `to` never takes it, the others
+    /// compete as usual after that).
+    fn on_hand_over(&mut self, now: Instant, from: NodeId, to: NodeId, released: Vec<Ballot>) {
+        if !self.wanted || self.lease.is_some() || self.round != Round::Idle {
+            return;
+        }
+        if to == self.me {
+            // At once, even inside a hold-off: that only kept this node out of the way of
+            // an earlier hand-over or its own step-down, and the holder now asks it to take
+            // over.
+            self.hint = None;
+            self.hold_off_until = now;
+            self.next_attempt = Some(now);
+            // A node releases only its own ballots.
+            self.handed_over = released.into_iter().filter(|b| b.node == from).collect();
+        } else {
+            let hold = now.saturating_add(self.config.round_timeout * 3);
+            self.hold_off_until = self.hold_off_until.max(hold);
+            self.next_attempt = Some(self.next_attempt.map_or(hold, |a| a.max(hold)));
+        }
     }
 
     /// The next instant this proposer needs to act.
@@ -292,6 +338,7 @@ impl Proposer {
                 self.observe(promised);
                 self.on_accept(now, from, ballot, accepted, rng, out);
             }
+            Body::HandOver { to, released } => self.on_hand_over(now, from, to, released),
             Body::Learned { owner, ballot, duration } => {
                 self.observe(ballot);
                 if owner != self.me && self.lease.is_none() {
@@ -330,6 +377,8 @@ impl Proposer {
             // held before a restart is someone else's as far as safety goes.
             None => open.record(from),
             Some(lease) if lease.ballot.is_incarnation_of(me, epoch) => open.record(from),
+            // Released to this node by its holder (the acceptor's Release is on its way).
+            Some(lease) if self.handed_over.contains(&lease.ballot) => open.record(from),
             Some(lease) => {
                 blocked.record(from);
                 *longest_foreign = Some(longest_foreign.map_or(lease.remaining, |d| d.max(lease.remaining)));
@@ -434,7 +483,9 @@ impl Proposer {
             self.hint = None;
         }
         let jitter = rng.duration_between(Duration::ZERO, self.config.backoff_min);
-        self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
+        let soon = now.saturating_add(jitter).max(self.hold_off_until);
+        // Never later than already planned (a hand-over to this node asked for "at once").
+        self.next_attempt = Some(self.next_attempt.map_or(soon, |planned| planned.min(soon)));
     }
 
     /// This node's acceptor just promised or accepted another proposer's ballot. While this

@@ -454,12 +454,20 @@ impl World {
                 }
             }
             5 | 6 => {
-                // Step-down of the master, if any, or of a random node.
+                // Step-down of the master, if any, or of a random node; half of the time a
+                // hand-over to another node (etcd's leader transfer).
                 let now = self.local(victim);
+                let to = self.slots[self.rng.range_u64(0, n as u64 - 1) as usize].id;
+                let hand_over = self.rng.chance(0.5);
+                let id = self.slots[victim].id;
                 if let Some(core) = self.slots[victim].core.as_mut() {
-                    core.step_down(now);
-                    let id = self.slots[victim].id;
-                    self.trace(|| format!("step down {id}"));
+                    if hand_over {
+                        core.hand_over(now, to);
+                        self.trace(|| format!("hand over {id} -> {to}"));
+                    } else {
+                        core.step_down(now);
+                        self.trace(|| format!("step down {id}"));
+                    }
                     self.after_step(victim);
                 }
             }

@@ -8,6 +8,10 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+/// How long MoveLeader waits for the target to take over: a few lease times (a target that
+/// is down or cut off never does; the cluster then fails over as usual).
+const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Bytes per message of a snapshot stream (etcd sends 32 KiB; larger chunks cost fewer
 /// messages and stay far below every client's 4 MiB receive limit).
 const SNAPSHOT_CHUNK: usize = 256 << 10;
@@ -92,6 +96,52 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             })
             .await?;
         Ok(Response::new(response))
+    }
+
+    /// Hands mastership to `target_id` (etcd's leader transfer): the master releases its
+    /// lease telling the others to let the target take it, and answers once the target is
+    /// master. Sent to a member that is not master, it fails as etcd's does (`etcdctl
+    /// move-leader` finds the master itself).
+    async fn move_leader(
+        &self,
+        request: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        let target = request.into_inner().target_id;
+        let target = self
+            .0
+            .members
+            .iter()
+            .map(|(id, _, _)| *id)
+            .find(|id| u64::from(id.0) == target)
+            .ok_or_else(|| Status::failed_precondition("etcdserver: bad leader transferee"))?;
+        let election = &self.0.node.election;
+        if !election.status().is_master_at(election.now()) {
+            return Err(Status::failed_precondition("etcdserver: not leader"));
+        }
+        let header = || Response::new(pb::MoveLeaderResponse { header: Some(self.0.header(self.0.node.revision())) });
+        if target == self.0.me {
+            return Ok(header());
+        }
+        if election.name() == leasekv_lease::BackendKind::LeaseTracker.name() {
+            return Err(Status::failed_precondition(
+                "leasekv: the lease-tracker election backend cannot hand mastership to a chosen member (its tracker grants the lease to whoever asks first); use step-down, or the paxoslease backend",
+            ));
+        }
+        let mut changes = election.subscribe();
+        election.hand_over(target).await.map_err(|_| Status::unavailable("etcdserver: server stopped"))?;
+        let took_over = tokio::time::timeout(TRANSFER_TIMEOUT, async {
+            while changes.borrow_and_update().hint != Some(target) {
+                if changes.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        match took_over {
+            Ok(true) => Ok(header()),
+            _ => Err(Status::unavailable("etcdserver: request timed out, leader transfer took too long")),
+        }
     }
 
     /// Nothing to do: sled reuses the space of dropped data as it rewrites its log

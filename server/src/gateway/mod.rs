@@ -343,6 +343,12 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
             }),
         ),
         (
+            "/maintenance/transfer-leadership",
+            unary("etcdserverpb.MoveLeaderRequest", "etcdserverpb.MoveLeaderResponse", |g: Handle, r| async move {
+                g.maintenance.move_leader(Request::new(r)).await
+            }),
+        ),
+        (
             "/maintenance/defragment",
             unary("etcdserverpb.DefragmentRequest", "etcdserverpb.DefragmentResponse", |g: Handle, r| async move {
                 g.maintenance.defragment(Request::new(r)).await

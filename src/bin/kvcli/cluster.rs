@@ -65,6 +65,31 @@ pub async fn defrag(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// Runs `move-master MEMBER`: asks the master (found through the answering member's
+/// status) to hand mastership over, and waits for it.
+pub async fn move_master(client: &Client, member: &str) -> Result<()> {
+    let members = client.member_list().await?.members;
+    let target = members
+        .iter()
+        .find(|m| m.id.to_string() == member || format!("{:x}", m.id) == member.to_lowercase() || m.name == member)
+        .ok_or_else(|| anyhow::anyhow!("no member {member}; members are {}", member_names(&members)))?;
+    let master_id = client.status().await?.leader;
+    let master = members
+        .iter()
+        .find(|m| m.id == master_id)
+        .ok_or_else(|| anyhow::anyhow!("no master is known right now; try again in a moment"))?;
+    let endpoint = master.client_urls.first().cloned().unwrap_or_default();
+    let on_master = Client::connect(&[endpoint]).await?;
+    let started = std::time::Instant::now();
+    on_master.move_leader(target.id).await?;
+    println!("Mastership moved from {:x} to {:x} in {} ms", master.id, target.id, started.elapsed().as_millis());
+    Ok(())
+}
+
+fn member_names(members: &[leasekv::client::proto::etcdserverpb::Member]) -> String {
+    members.iter().map(|m| format!("{:x} ({})", m.id, m.name)).collect::<Vec<_>>().join(", ")
+}
+
 /// Runs `step-down`.
 pub async fn step_down(client: &Client) -> Result<()> {
     client.step_down().await?;

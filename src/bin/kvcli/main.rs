@@ -72,6 +72,11 @@ pub enum Command {
     Alarm(cluster::AlarmCommand),
     /// Give unused disk space back on the answering member.
     Defrag,
+    /// Hand mastership to the member with this id (decimal, or hex as `member list` shows it).
+    MoveMaster {
+        /// The member that should be master.
+        member: String,
+    },
 }
 
 /// Connects and runs the command; the caller prints the error and sets the exit code. A
@@ -102,6 +107,7 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Check => cluster::check(&client, format).await,
         Command::Alarm(command) => cluster::alarm(&client, command).await,
         Command::Defrag => cluster::defrag(&client).await,
+        Command::MoveMaster { member } => cluster::move_master(&client, &member).await,
     }
     .map(|()| None)
 }
