@@ -187,6 +187,19 @@ fn a_damaged_or_foreign_snapshot_is_refused_with_the_reason() {
     assert!(!dir.path().join("data").exists(), "nothing is written for a refused snapshot");
 }
 
+/// The alarms raised, once there is one (waiting up to `limit`).
+async fn raised_alarms(c: &Client, limit: Duration) -> Vec<leasekv::client::proto::etcdserverpb::AlarmMember> {
+    eventually(limit, || async {
+        let alarms = c.alarm_list().await.map_err(|e| e.to_string())?;
+        if alarms.is_empty() {
+            Err("no alarm yet".to_string())
+        } else {
+            Ok(alarms)
+        }
+    })
+    .await
+}
+
 /// etcdctl's output for `args` against `endpoints`, when etcdctl is installed (it must be
 /// under `CI=true`).
 fn etcdctl(endpoints: &str, args: &[&str]) -> Option<String> {
@@ -216,15 +229,7 @@ fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_di
         assert_eq!(refused.code(), Some(tonic::Code::ResourceExhausted), "{refused}");
         assert!(refused.to_string().contains("etcdserver: mvcc: database space exceeded"), "{refused}");
         // The alarm is raised through the log, so every member lists it.
-        let alarms = eventually(Duration::from_secs(5), || async {
-            let alarms = c.alarm_list().await.map_err(|e| e.to_string())?;
-            if alarms.is_empty() {
-                Err("no alarm yet".to_string())
-            } else {
-                Ok(alarms)
-            }
-        })
-        .await;
+        let alarms = raised_alarms(&c, Duration::from_secs(5)).await;
         assert_eq!(alarms.len(), 1);
         assert_eq!(alarms[0].alarm, leasekv::client::proto::etcdserverpb::AlarmType::Nospace as i32);
         let listed =
@@ -282,15 +287,7 @@ fn a_member_with_damaged_data_is_caught_by_the_corruption_check_and_refuses_to_s
     cluster.start_node_with_env(2, &[("LEASEKV_FAULT_CORRUPT_KEY", "/check/k3")]);
     rt.block_on(async {
         let c = client(&cluster.endpoint(0)).await;
-        let alarms = eventually(Duration::from_secs(15), || async {
-            let alarms = c.alarm_list().await.map_err(|e| e.to_string())?;
-            if alarms.is_empty() {
-                Err("no alarm yet".to_string())
-            } else {
-                Ok(alarms)
-            }
-        })
-        .await;
+        let alarms = raised_alarms(&c, Duration::from_secs(15)).await;
         let corrupt = leasekv::client::proto::etcdserverpb::AlarmType::Corrupt as i32;
         assert_eq!(alarms.iter().map(|a| (a.member_id, a.alarm)).collect::<Vec<_>>(), vec![(3, corrupt)]);
         // The damaged member refuses reads; the cluster refuses writes.
