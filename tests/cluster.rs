@@ -592,7 +592,9 @@ fn a_burst_of_watchers_on_one_stream_all_see_their_events() {
             let create = WatchCreateRequest { key: format!("/burst/{}", i % 20).into_bytes(), ..Default::default() };
             tx.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) }).await.expect("queue");
         }
-        let mut watch = WatchClient::connect(format!("http://{}", cluster.endpoint(follower))).await.expect("connect");
+        // The follower may still be starting (the master was found through another node).
+        let url = format!("http://{}", cluster.endpoint(follower));
+        let mut watch = eventually(Duration::from_secs(10), || WatchClient::connect(url.clone())).await;
         let mut stream =
             watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("watch").into_inner();
         let mut created = 0;

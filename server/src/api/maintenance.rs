@@ -158,20 +158,19 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         let (file, revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
         let header = self.0.header(revision);
-        let total = file.len();
+        // Chunks are copied out one at a time as the stream is polled, so serving a
+        // snapshot holds the file once, not twice.
         let mut sent = 0;
-        let chunks: Vec<_> = file
-            .chunks(SNAPSHOT_CHUNK)
-            .map(|chunk| {
-                sent += chunk.len();
-                Ok(pb::SnapshotResponse {
-                    header: Some(header),
-                    remaining_bytes: (total - sent) as u64,
-                    blob: chunk.to_vec(),
-                    version: crate::gateway::health::ETCD_API.to_string(),
-                })
-            })
-            .collect();
+        let chunks = std::iter::from_fn(move || {
+            let chunk = file.get(sent..)?.chunks(SNAPSHOT_CHUNK).next()?.to_vec();
+            sent += chunk.len();
+            Some(Ok(pb::SnapshotResponse {
+                header: Some(header),
+                remaining_bytes: (file.len() - sent) as u64,
+                blob: chunk,
+                version: crate::gateway::health::ETCD_API.to_string(),
+            }))
+        });
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
