@@ -1,4 +1,5 @@
-//! etcd's Cluster (MemberList) and Maintenance (Status, Hash, HashKV, Snapshot) services.
+//! etcd's Cluster (MemberList) and Maintenance (Status, Alarm, Defragment, Hash, HashKV,
+//! Snapshot, MoveLeader) services.
 
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
