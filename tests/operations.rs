@@ -187,6 +187,19 @@ fn a_damaged_or_foreign_snapshot_is_refused_with_the_reason() {
     assert!(!dir.path().join("data").exists(), "nothing is written for a refused snapshot");
 }
 
+/// `GET /health` on `endpoint` (with `query`, e.g. `?exclude=NOSPACE`): status and body.
+fn health(endpoint: &str, query: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    match agent.get(&format!("http://{endpoint}/health{query}")).call() {
+        Ok(mut response) => (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()),
+        Err(error) => (0, error.to_string()),
+    }
+}
+
 /// The alarms raised, once there is one (waiting up to `limit`).
 async fn raised_alarms(c: &Client, limit: Duration) -> Vec<leasekv::client::proto::etcdserverpb::AlarmMember> {
     eventually(limit, || async {
@@ -238,6 +251,12 @@ fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_di
         if let Some(listed) = etcdctl(&cluster.endpoint(0), &["alarm", "list"]) {
             assert!(listed.contains("alarm:NOSPACE"), "{listed}");
         }
+        // Health probes see the alarm, as etcd's /health does, unless they exclude it.
+        let (status, body) = health(&endpoint, "");
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("ALARM NOSPACE"), "{body}");
+        let (status, body) = health(&endpoint, "?exclude=NOSPACE");
+        assert_eq!(status, 200, "{body}");
         // Reads and deletes go on; a small write is refused while the alarm is raised.
         assert_eq!(c.get(acked[0].clone(), GetOptions::default()).await.expect("a read").kvs[0].value, value);
         let small = c.put("/quota/small", "1", 0, false).await.expect_err("refused under the alarm");
@@ -255,6 +274,7 @@ fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_di
         }
         eventually(Duration::from_secs(5), || c.put("/quota/after", "resumed", 0, false)).await;
         assert!(c.alarm_list().await.expect("alarm list").is_empty());
+        assert_eq!(health(&endpoint, "").0, 200);
         // Nothing acknowledged was lost: the kept half is there, every value whole.
         for key in &acked[..acked.len() / 2] {
             let kvs = c.get(key.clone(), GetOptions::default()).await.expect("a read").kvs;

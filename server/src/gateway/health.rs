@@ -5,11 +5,13 @@
 //! A node is healthy when it knows a master, a linearizable read through it completes in
 //! time (the test etcd's `/health` makes: a quorum read of the key `health`) and this node
 //! has applied the log as far as that read saw: a node cut off from the master, one that
-//! cannot reach a majority, and one that lags behind answer false.
+//! cannot reach a majority, and one that lags behind answer false. So does a cluster with
+//! a raised alarm (`ALARM NOSPACE`, `ALARM CORRUPT`), as etcd 3.5 answers, unless the
+//! prober excludes it (`/health?exclude=NOSPACE`).
 
 use super::Handle;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use leasekv_client::proto::etcdserverpb as pb;
 use pb::kv_server::Kv;
@@ -24,11 +26,26 @@ const HEALTH_READ: Duration = Duration::from_secs(2);
 /// API prefix and features from it (3.4: `/v3` gateway paths, watch, leases by name).
 pub const ETCD_API: &str = "3.4.0";
 
+/// The alarm names a health probe asked to ignore (`?exclude=NOSPACE&exclude=CORRUPT`).
+fn excluded_alarms(uri: &Uri) -> Vec<String> {
+    let query = uri.query().unwrap_or_default();
+    query.split('&').filter_map(|pair| pair.strip_prefix("exclude=")).map(str::to_uppercase).collect()
+}
+
 /// Why the node is not healthy, if it is not.
-async fn check(gateway: &Handle) -> Result<(), String> {
+async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), String> {
     let election = gateway.shared.node.election.status();
     if election.master.is_none() && election.hint.is_none() {
         return Err("RAFT NO LEADER".into());
+    }
+    if let Ok(Ok(node)) = tokio::time::timeout(HEALTH_READ, gateway.shared.node.status()).await {
+        let mut raised = node.alarms.iter().map(|a| match a.kind {
+            leasekv_kvstore::AlarmKind::NoSpace => "NOSPACE",
+            leasekv_kvstore::AlarmKind::Corrupt => "CORRUPT",
+        });
+        if let Some(alarm) = raised.find(|name| !excluded.iter().any(|e| e == name)) {
+            return Err(format!("ALARM {alarm}"));
+        }
     }
     let read = pb::RangeRequest { key: b"health".to_vec(), ..Default::default() };
     let deadline = tokio::time::Instant::now() + HEALTH_READ;
@@ -59,16 +76,16 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response {
 }
 
 /// `GET /health`: `{"health":"true"}`, or `{"health":"false","reason":…}` with 503.
-pub async fn health(State(gateway): State<Handle>) -> Response {
-    match check(&gateway).await {
+pub async fn health(State(gateway): State<Handle>, uri: Uri) -> Response {
+    match check(&gateway, &excluded_alarms(&uri)).await {
         Ok(()) => json(StatusCode::OK, serde_json::json!({"health": "true"})),
         Err(reason) => json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({"health": "false", "reason": reason})),
     }
 }
 
 /// `GET /readyz`: `ok` once the node can serve linearizable requests.
-pub async fn readyz(State(gateway): State<Handle>) -> Response {
-    match check(&gateway).await {
+pub async fn readyz(State(gateway): State<Handle>, uri: Uri) -> Response {
+    match check(&gateway, &excluded_alarms(&uri)).await {
         Ok(()) => (StatusCode::OK, "ok\n").into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response(),
     }
