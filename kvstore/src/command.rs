@@ -203,6 +203,16 @@ pub enum AlarmKind {
     Corrupt,
 }
 
+impl AlarmKind {
+    /// etcd's name of the alarm (its `AlarmType`), as Status, `/health` and etcdctl show it.
+    pub fn etcd_name(self) -> &'static str {
+        match self {
+            AlarmKind::NoSpace => "NOSPACE",
+            AlarmKind::Corrupt => "CORRUPT",
+        }
+    }
+}
+
 /// What a [`Command::Alarm`] does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AlarmAction {

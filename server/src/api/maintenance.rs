@@ -54,11 +54,6 @@ fn alarm_type(kind: AlarmKind) -> pb::AlarmType {
     }
 }
 
-/// etcd's name of an alarm type.
-fn alarm_name(kind: AlarmKind) -> &'static str {
-    alarm_type(kind).as_str_name()
-}
-
 /// A snapshot stream: the backup file in chunks.
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
@@ -215,7 +210,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             db_size_in_use: node.bytes_in_use as i64,
             db_size_quota: node.quota_bytes as i64,
             // As etcd lists raised alarms here (etcdctl endpoint status shows them).
-            errors: node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, alarm_name(a.kind))).collect(),
+            errors: node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, a.kind.etcd_name())).collect(),
             ..Default::default()
         }))
     }

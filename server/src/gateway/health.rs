@@ -39,10 +39,7 @@ async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), String> {
         return Err("RAFT NO LEADER".into());
     }
     if let Ok(Ok(node)) = tokio::time::timeout(HEALTH_READ, gateway.shared.node.status()).await {
-        let mut raised = node.alarms.iter().map(|a| match a.kind {
-            leasekv_kvstore::AlarmKind::NoSpace => "NOSPACE",
-            leasekv_kvstore::AlarmKind::Corrupt => "CORRUPT",
-        });
+        let mut raised = node.alarms.iter().map(|a| a.kind.etcd_name());
         if let Some(alarm) = raised.find(|name| !excluded.iter().any(|e| e == name)) {
             return Err(format!("ALARM {alarm}"));
         }
