@@ -191,6 +191,10 @@ pub enum Command {
         /// Which alarm; `None` (etcd's `NONE`): every kind (listing and disarming).
         kind: Option<AlarmKind>,
     },
+    /// One step of a membership change (see [`crate::membership`]): the configuration after
+    /// it takes the next epoch. Changes no key and not the revision. The master proposes it
+    /// alone in its slot and nothing after it until it is chosen (docs/membership.md, rule 3).
+    ChangeMembers(crate::membership::MemberChange),
 }
 
 /// An alarm etcd raises on a member (etcd's `AlarmType`).
@@ -236,7 +240,7 @@ pub struct Alarm {
 impl Command {
     /// Whether this command can change the key space or the lease table.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. })
+        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. } | Command::ChangeMembers(_))
     }
 
     /// Whether this command can make the store hold more data: what a NOSPACE alarm
@@ -353,6 +357,14 @@ pub enum CommandResponse {
     Alarm {
         /// The alarms.
         alarms: Vec<Alarm>,
+    },
+    /// From [`Command::ChangeMembers`]: the configuration after the change, and the id an
+    /// Add gave its new member.
+    Members {
+        /// The new configuration.
+        membership: crate::membership::Membership,
+        /// The added member's id (MemberAdd only).
+        added: Option<leasekv_lease::NodeId>,
     },
 }
 

@@ -109,4 +109,30 @@ pub enum KvError {
     /// An alarm request that names no alarm to raise.
     #[error("etcdserver: an alarm to raise must name its type (NOSPACE or CORRUPT)")]
     AlarmTypeMissing,
+    /// A membership change names a member that does not exist (etcd's `ErrMemberNotFound`).
+    #[error("etcdserver: member not found")]
+    MemberNotFound(leasekv_lease::NodeId),
+    /// A new or updated member's peer URL is already another member's.
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    /// MemberPromote of a voter.
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    /// MemberPromote of a learner that has not caught up with the master's log.
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    /// MemberAdd of a learner beyond the allowed number.
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+    /// A peer URL that is not `http://host:port` or `https://host:port`.
+    #[error("etcdserver: given member URLs are invalid: {0}")]
+    BadMemberUrl(String),
+    /// A membership change the one-voter-at-a-time rules refuse, or the cluster cannot take
+    /// now; the text says which.
+    #[error("etcdserver: {0}")]
+    MembershipChange(String),
+    /// A membership change while the previous one is still settling (rules 2 and 5 of
+    /// docs/membership.md); etcd answers a change it cannot take safely the same way.
+    #[error("etcdserver: unhealthy cluster")]
+    MembershipBusy,
 }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod lessor;
 pub mod limits;
 pub mod log;
+pub mod membership;
 pub mod sim;
 pub mod state;
 pub mod storage;

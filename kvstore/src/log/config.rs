@@ -142,12 +142,29 @@ pub enum LogBreakage {
     /// The lease tracker survives loss of mastership: it keeps its old deadlines and the
     /// expiries it finds while deposed are proposed when the node is master again.
     DeposedExpiry,
+    /// Learners' acks and promises count toward the log's majorities.
+    LearnerCounted,
+    /// The election is given a membership change as soon as this node accepts it, before it
+    /// is chosen: its acceptor set switches to a configuration that may never be chosen.
+    EarlySwitch,
+    /// A voter change goes out without rule 5's round and wait.
+    NoChangeWait,
+    /// A change adds two voters at once (rule 1 broken).
+    TwoVotersAtOnce,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 4] =
-        [LogBreakage::FollowerReads, LogBreakage::EarlyAck, LogBreakage::SkipPhase1, LogBreakage::DeposedExpiry];
+    pub const ALL: [LogBreakage; 8] = [
+        LogBreakage::FollowerReads,
+        LogBreakage::EarlyAck,
+        LogBreakage::SkipPhase1,
+        LogBreakage::DeposedExpiry,
+        LogBreakage::LearnerCounted,
+        LogBreakage::EarlySwitch,
+        LogBreakage::NoChangeWait,
+        LogBreakage::TwoVotersAtOnce,
+    ];
 
     /// The variant's command-line name.
     pub fn name(self) -> &'static str {
@@ -157,6 +174,10 @@ impl LogBreakage {
             LogBreakage::EarlyAck => "early-ack",
             LogBreakage::SkipPhase1 => "skip-phase1",
             LogBreakage::DeposedExpiry => "deposed-expiry",
+            LogBreakage::LearnerCounted => "learner-counted",
+            LogBreakage::EarlySwitch => "early-switch",
+            LogBreakage::NoChangeWait => "no-change-wait",
+            LogBreakage::TwoVotersAtOnce => "two-voters-at-once",
         }
     }
 

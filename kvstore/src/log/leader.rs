@@ -7,6 +7,7 @@ use super::replica::Replica;
 use super::request::{Completion, RequestError};
 use super::types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};
 use crate::command::Command;
+use crate::membership::Membership;
 use crate::storage::Storage;
 use leasekv_lease::{Instant, NodeId};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -52,6 +53,15 @@ pub(super) struct Leader {
     /// LeaseExpire proposals of this tenure not yet applied (bounds the expiry backlog).
     pending_expiries: BTreeSet<ProposalId>,
     commit_sent: Slot,
+    /// The slot of a membership change proposed and not yet applied: nothing is proposed
+    /// after it until then (docs/membership.md, rule 3).
+    change_pending: Option<Slot>,
+    /// Phase 1 found a membership change accepted at this slot: once it is applied, phase 1
+    /// runs again for the slots after it, with a majority of the configuration it made.
+    rephase_after: Option<Slot>,
+    /// Nodes that acknowledged an accept of this tenure (a learner must have before it is
+    /// promoted: it is reachable and receiving the log).
+    heard_from: BTreeSet<NodeId>,
 }
 
 impl Candidate {
@@ -60,12 +70,16 @@ impl Candidate {
         Candidate { ballot, promises: BTreeMap::new(), queue: VecDeque::new() }
     }
 
-    /// Whether phase 1 can end with this node's log at `commit`: a quorum promised, and a
-    /// quorum of promisers still hold every slot above `commit`. Promisers that compacted
-    /// slots we lack cannot report them; any quorum of those that did not is enough (each
-    /// chosen slot has an acceptor in it); otherwise we must first catch up.
-    fn can_finish(&self, quorum: usize, commit: Slot) -> bool {
-        self.promises.len() >= quorum && self.promises.values().filter(|p| p.compacted <= commit).count() >= quorum
+    /// Whether phase 1 can end with this node's log at `commit`: a quorum of `config`'s
+    /// voters promised, and a quorum of them still hold every slot above `commit`. Promisers
+    /// that compacted slots we lack cannot report them; any quorum of those that did not is
+    /// enough (each chosen slot has an acceptor in it); otherwise we must first catch up.
+    /// Learners' promises are kept (their reports are safe to use) but never count.
+    fn can_finish(&self, config: &Membership, commit: Slot, count_learners: bool) -> bool {
+        let counts = |id: &NodeId| count_learners && config.get(*id).is_some() || config.is_voter(*id);
+        let promised = self.promises.keys().filter(|id| counts(id)).count();
+        let complete = self.promises.iter().filter(|(id, p)| counts(id) && p.compacted <= commit).count();
+        promised >= config.quorum() && complete >= config.quorum()
     }
 
     /// Ends phase 1: the leader, proposing after the highest slot any promiser reported,
@@ -106,6 +120,9 @@ impl Leader {
             ready: false,
             pending_expiries: BTreeSet::new(),
             commit_sent: commit,
+            change_pending: None,
+            rephase_after: None,
+            heard_from: BTreeSet::new(),
         }
     }
 }
@@ -161,6 +178,21 @@ impl Role {
         Some(leader.ballot.round)
     }
 
+    /// Whether a membership change is queued, proposed or being recovered and not applied.
+    pub(super) fn change_in_flight(&self) -> bool {
+        let queued = |queue: &VecDeque<Proposal>| queue.iter().any(|p| matches!(p.command, Command::ChangeMembers(_)));
+        match self {
+            Role::Follower => false,
+            Role::Candidate(c) => queued(&c.queue),
+            Role::Leader(l) => l.change_pending.is_some() || l.rephase_after.is_some() || queued(&l.queue),
+        }
+    }
+
+    /// Whether `node` acknowledged an accept of this leader's tenure.
+    pub(super) fn heard_from(&self, node: NodeId) -> bool {
+        matches!(self, Role::Leader(l) if l.heard_from.contains(&node))
+    }
+
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
         match self {
             Role::Candidate(c) => c.queue.push_back(proposal),
@@ -206,6 +238,12 @@ impl<S: Storage> Replica<S> {
 
     /// The election made this node master: take over the log.
     pub(super) fn start_leading(&mut self, now: Instant) {
+        if !self.membership().is_voter(self.me) || self.removed().is_some() {
+            // Only the election's bug could make a learner or a removed node master; it
+            // must not lead a log whose quorums it is not part of.
+            tracing::warn!(node = %self.me, "not a voter of the configuration in force; not taking over the log");
+            return;
+        }
         let ballot = self.next_ballot();
         // Promise our own ballot durably before anyone hears of it: a node that crashed
         // before this sync would otherwise compute the same ballot after restarting and
@@ -220,12 +258,15 @@ impl<S: Storage> Replica<S> {
             self.propose_barrier(now);
         } else {
             self.role = Role::Candidate(Candidate::new(ballot));
-            let nodes = self.nodes.clone();
-            for to in nodes.iter() {
-                self.send_durable(to, LogMessage::Prepare { ballot, from: self.learner.commit() + 1 });
-            }
+            self.send_prepares(ballot);
         }
         self.schedule_tick(now);
+    }
+
+    fn send_prepares(&mut self, ballot: LogBallot) {
+        for to in self.peers() {
+            self.send_durable(to, LogMessage::Prepare { ballot, from: self.learner.commit() + 1 });
+        }
     }
 
     pub(super) fn on_promise(
@@ -251,13 +292,25 @@ impl<S: Storage> Replica<S> {
 
     /// Ends phase 1 once a quorum promised and this node holds every slot some promiser
     /// compacted away; re-proposes what was accepted, then a barrier.
+    ///
+    /// The slots after a membership change belong to the configuration it makes (rule 3): if
+    /// a promise reveals one, only the slots through it are re-proposed now, and phase 1
+    /// runs again for the later ones once it is applied, with that configuration's majority.
     pub(super) fn try_finish_phase1(&mut self, now: Instant) {
-        let (quorum, commit) = (self.quorum(), self.learner.commit());
-        if !matches!(&self.role, Role::Candidate(c) if c.can_finish(quorum, commit)) {
+        let commit = self.learner.commit();
+        let count_learners = self.config.broken(LogBreakage::LearnerCounted);
+        let config = self.membership().clone();
+        if !matches!(&self.role, Role::Candidate(c) if c.can_finish(&config, commit, count_learners)) {
             return;
         }
         let Role::Candidate(candidate) = std::mem::take(&mut self.role) else { return };
-        let (leader, mut values) = candidate.finish(commit);
+        let (mut leader, mut values) = candidate.finish(commit);
+        let change_at = values.iter().find(|(_, entry)| entry.changes_members()).map(|(slot, _)| *slot);
+        if let Some(change) = change_at {
+            leader.next_slot = change + 1;
+            leader.change_pending = Some(change);
+            leader.rephase_after = Some(change);
+        }
         let last = leader.next_slot - 1;
         self.role = Role::Leader(leader);
         for slot in commit + 1..=last {
@@ -265,7 +318,43 @@ impl<S: Storage> Replica<S> {
             let entry = values.remove(&slot).unwrap_or_default();
             self.propose_slot(now, slot, entry);
         }
-        self.propose_barrier(now);
+        if change_at.is_none() {
+            self.propose_barrier(now);
+        }
+        self.fill_pipeline(now);
+    }
+
+    /// A slot holding a membership change was applied: the configuration it made is in
+    /// force. The leader may propose again (rule 3), after running phase 1 anew if the change
+    /// was one it recovered; a master that is no longer a voter leaves the log.
+    pub(super) fn on_applied_change(&mut self, now: Instant, slot: Slot) {
+        let membership = self.membership().clone();
+        tracing::info!(
+            node = %self.me, epoch = membership.epoch, slot,
+            voters = ?membership.voters(), learners = ?membership.learners(),
+            "membership changed"
+        );
+        if !membership.is_voter(self.me) {
+            if !matches!(self.role, Role::Follower) {
+                tracing::info!(node = %self.me, "no longer a voter; leaving the log to the others");
+                self.step_down();
+            }
+            return;
+        }
+        let Role::Leader(leader) = &mut self.role else { return };
+        if leader.change_pending == Some(slot) {
+            leader.change_pending = None;
+        }
+        if leader.rephase_after == Some(slot) {
+            let ballot = leader.ballot;
+            let queue = std::mem::take(&mut leader.queue);
+            let mut candidate = Candidate::new(ballot);
+            candidate.queue = queue;
+            self.role = Role::Candidate(candidate);
+            self.send_prepares(ballot);
+            self.schedule_tick(now);
+            return;
+        }
         self.fill_pipeline(now);
     }
 
@@ -297,12 +386,28 @@ impl<S: Storage> Replica<S> {
     pub(super) fn fill_pipeline(&mut self, now: Instant) {
         loop {
             let Role::Leader(leader) = &mut self.role else { return };
-            if leader.inflight.len() >= self.config.max_inflight_slots || leader.queue.is_empty() {
+            if leader.inflight.len() >= self.config.max_inflight_slots
+                || leader.queue.is_empty()
+                || leader.change_pending.is_some()
+            {
                 return;
             }
             let mut entry = Entry::default();
             let mut bytes = 0usize;
             while let Some(next) = leader.queue.front() {
+                // A membership change goes alone in its slot, and ends the proposing until
+                // it is applied (rule 3).
+                let is_change = matches!(next.command, Command::ChangeMembers(_));
+                if is_change && !entry.proposals.is_empty() {
+                    break;
+                }
+                if is_change {
+                    if let Some(proposal) = leader.queue.pop_front() {
+                        entry.proposals.push(proposal);
+                    }
+                    leader.change_pending = Some(leader.next_slot);
+                    break;
+                }
                 let size = command_size(&next.command);
                 if !entry.proposals.is_empty()
                     && (entry.proposals.len() >= self.config.max_batch_commands
@@ -322,14 +427,21 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot) {
-        let quorum = self.quorum();
+        let count_learners = self.config.broken(LogBreakage::LearnerCounted);
+        let config = self.membership().clone();
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.ballot != ballot {
             return;
         }
+        leader.heard_from.insert(from);
         let Some(inflight) = leader.inflight.get_mut(&slot) else { return };
         inflight.acks.insert(from);
-        if inflight.acks.len() < quorum {
+        let chosen = match count_learners {
+            // The negative control: every member's ack counts, learners' too.
+            true => inflight.acks.iter().filter(|id| config.get(**id).is_some()).count() >= config.quorum(),
+            false => config.is_quorum(&inflight.acks),
+        };
+        if !chosen {
             return;
         }
         let Some(done) = leader.inflight.remove(&slot) else { return };
@@ -388,6 +500,7 @@ impl<S: Storage> Replica<S> {
     pub(super) fn on_tick(&mut self, now: Instant) {
         let retry = self.config.retry_interval;
         let commit = self.learner.commit();
+        let members = self.membership().ids();
         match &mut self.role {
             Role::Follower => {
                 if self.is_master(Some(now)) && self.stopped.is_none() {
@@ -397,7 +510,7 @@ impl<S: Storage> Replica<S> {
             }
             Role::Candidate(c) => {
                 let ballot = c.ballot;
-                let missing: Vec<NodeId> = self.nodes.iter().filter(|n| !c.promises.contains_key(n)).collect();
+                let missing: Vec<NodeId> = members.iter().copied().filter(|n| !c.promises.contains_key(n)).collect();
                 // Phase 1 may be waiting for slots a promiser compacted away; the fetch or its
                 // answer may have been lost, so ask again (request_fetch rate-limits itself).
                 // Rotate over the promisers that are ahead, so one that died does not stall us.
@@ -421,7 +534,7 @@ impl<S: Storage> Replica<S> {
                 for (slot, inflight) in l.inflight.iter_mut() {
                     if inflight.sent.saturating_add(retry) <= now {
                         inflight.sent = now;
-                        for node in self.nodes.iter() {
+                        for node in members.iter().copied() {
                             if !inflight.acks.contains(&node) {
                                 resend.push((node, *slot, inflight.entry.clone()));
                             }
@@ -432,7 +545,7 @@ impl<S: Storage> Replica<S> {
                     self.send(to, LogMessage::Accept { ballot, slot, entry, commit });
                 }
                 // Heartbeat: idle learners find out how far the log is chosen.
-                let peers: Vec<NodeId> = self.peers().filter(|p| *p != self.me).collect();
+                let peers: Vec<NodeId> = self.peers().into_iter().filter(|p| *p != self.me).collect();
                 for to in peers {
                     self.send(to, LogMessage::Commit { ballot, commit });
                 }
@@ -450,7 +563,7 @@ impl<S: Storage> Replica<S> {
         }
         leader.commit_sent = commit;
         let ballot = leader.ballot;
-        let peers: Vec<NodeId> = self.peers().filter(|p| *p != self.me).collect();
+        let peers: Vec<NodeId> = self.peers().into_iter().filter(|p| *p != self.me).collect();
         for to in peers {
             self.send(to, LogMessage::Commit { ballot, commit });
         }
@@ -539,5 +652,6 @@ pub(super) fn command_size(command: &Command) -> usize {
         Command::LeaseRevoke { .. } => 16,
         Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,
         Command::Barrier { .. } | Command::Compact { .. } | Command::Alarm { .. } => 16,
+        Command::ChangeMembers(_) => 256,
     }
 }

@@ -281,6 +281,7 @@ impl<S: Storage> Replica<S> {
                 debug_assert!(false, "chosen slot {slot} missing");
                 return;
             };
+            let changes_members = accepted.entry.changes_members();
             let mut trace_ids = Vec::new();
             let mut expired_trace = Vec::new();
             for proposal in &accepted.entry.proposals {
@@ -310,6 +311,9 @@ impl<S: Storage> Replica<S> {
                 });
             }
             self.on_applied_barrier(now, slot);
+            if changes_members {
+                self.on_applied_change(now, slot);
+            }
         }
         self.maybe_snapshot();
         if self.lessor.is_running() {

@@ -21,11 +21,12 @@ use super::types::{ProposalId, Slot};
 use crate::command::{AlarmAction, AlarmKind, Command, RangeRequest, RangeResponse};
 use crate::lessor::Lessor;
 use crate::limits::Limits;
+use crate::membership::{MemberChange, Membership};
 use crate::state::{validate_command, validate_range, StateMachine};
 use crate::storage::{Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
-use leasekv_lease::{Instant, Mastership, Members, NodeId};
+use leasekv_lease::{Instant, Mastership, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -108,7 +109,12 @@ pub struct ReplicaCounts {
 /// the other parts it needs, and acts on what they report (persist, send, fail).
 pub struct Replica<S: Storage> {
     pub(super) me: NodeId,
-    pub(super) nodes: Members,
+    /// The configuration this node starts from while the log has none recorded: a new
+    /// cluster's config files, or (joining) the membership a member reported.
+    pub(super) seed: Membership,
+    /// Rule 5 of docs/membership.md, from the election: the configuration epoch of the last
+    /// lease round a majority answered, and when the next voter change may be proposed.
+    pub(super) change_gate: Option<(u64, Instant)>,
     pub(super) config: ReplicaConfig,
     pub(super) limits: Limits,
     pub(super) incarnation: u32,
@@ -149,6 +155,25 @@ impl<S: Storage> Replica<S> {
         nodes: &[NodeId],
         config: ReplicaConfig,
         limits: Limits,
+        storage: S,
+        incarnation: u32,
+    ) -> Result<Self, OpenError> {
+        let mut ids = nodes.to_vec();
+        if !ids.contains(&me) {
+            ids.push(me);
+        }
+        Self::open_with_seed(me, Membership::of_voters(&ids), config, limits, storage, incarnation)
+    }
+
+    /// [`Replica::open`] with the configuration to start from while the log records none:
+    /// a new cluster's members from its config files (all voters, with their addresses), or
+    /// for a node joining an existing cluster, the membership a member reported (in which
+    /// this node is a learner). Once the log records a configuration, the seed is unused.
+    pub fn open_with_seed(
+        me: NodeId,
+        seed: Membership,
+        config: ReplicaConfig,
+        limits: Limits,
         mut storage: S,
         incarnation: u32,
     ) -> Result<Self, OpenError> {
@@ -164,11 +189,11 @@ impl<S: Storage> Replica<S> {
             ),
             None => (StateMachine::new(), 0),
         };
-        let nodes = Members::new(me, nodes);
         let compacted = recovered.slots.keys().next().map_or(snapshot_index, |first| first.saturating_sub(1));
         let mut replica = Replica {
             me,
-            nodes,
+            seed,
+            change_gate: None,
             config,
             limits,
             incarnation,
@@ -201,6 +226,52 @@ impl<S: Storage> Replica<S> {
     /// This node.
     pub fn id(&self) -> NodeId {
         self.me
+    }
+
+    /// The configuration in force: the last one the log recorded and this node applied, or
+    /// the seed while none is recorded. Quorums count its voters; the election must be
+    /// given the same (see `leasekv_lease::ElectionCore::set_configuration`).
+    pub fn membership(&self) -> &Membership {
+        let recorded = self.learner.machine().membership();
+        if recorded.is_recorded() {
+            recorded
+        } else {
+            &self.seed
+        }
+    }
+
+    /// The configuration epoch that removed this node, if the log says it was removed: it
+    /// then takes no part in anything (and its driver should say so and stop).
+    pub fn removed(&self) -> Option<u64> {
+        let membership = self.learner.machine().membership();
+        membership.was_removed(self.me).then_some(membership.epoch)
+    }
+
+    /// The configuration to give the election: the one in force, which the log chose and
+    /// this node applied (under the `early-switch` negative control, also every change this
+    /// node has merely accepted).
+    pub fn election_membership(&self) -> Membership {
+        let mut membership = self.membership().clone();
+        if self.config.broken(LogBreakage::EarlySwitch) {
+            let commit = self.learner.commit();
+            for (_, accepted) in self.acceptor.report_from(commit + 1, commit) {
+                for proposal in &accepted.entry.proposals {
+                    if let Command::ChangeMembers(change) = &proposal.command {
+                        if let Ok((next, _)) = membership.after(change) {
+                            membership = next;
+                        }
+                    }
+                }
+            }
+        }
+        membership
+    }
+
+    /// Rule 5 of docs/membership.md, as the election reports it
+    /// (`ElectionCore::change_allowed_after`): the configuration epoch of the last lease round
+    /// a majority answered, and the instant after which the next voter change may go out.
+    pub fn set_change_gate(&mut self, gate: Option<(u64, Instant)>) {
+        self.change_gate = gate;
     }
 
     /// Flips a bit of `key`'s value in this replica's state only, as silent corruption of
@@ -310,7 +381,7 @@ impl<S: Storage> Replica<S> {
 
     /// Handles a message from a peer.
     pub fn handle_message(&mut self, now: Instant, from: NodeId, message: LogMessage) {
-        if self.stopped.is_some() {
+        if self.stopped.is_some() || self.removed().is_some() {
             return;
         }
         self.check_mastership(now);
@@ -513,12 +584,9 @@ impl<S: Storage> Replica<S> {
 
     // ---- internals shared by the other files of this module ----
 
-    pub(super) fn quorum(&self) -> usize {
-        self.nodes.majority()
-    }
-
-    pub(super) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes.iter()
+    /// Every member of the configuration in force, voters and learners: who hears the log.
+    pub(super) fn peers(&self) -> Vec<NodeId> {
+        self.membership().ids()
     }
 
     /// Whether the election says this node is master (at `now`, when given).
@@ -573,6 +641,9 @@ impl<S: Storage> Replica<S> {
             // Only the master's own tracker decides expiry, and only a new master starts a tenure.
             Command::LeaseExpire { .. } => return Err(KvError::ReservedCommand("lease expiry".into()).into()),
             Command::Barrier { .. } => return Err(KvError::ReservedCommand("barrier".into()).into()),
+            Command::ChangeMembers(MemberChange::Seed { .. }) => {
+                return Err(KvError::ReservedCommand("membership seed".into()).into())
+            }
             _ => {}
         }
         if let Command::LeaseGrant { ttl, .. } = &mut command {
@@ -582,7 +653,38 @@ impl<S: Storage> Replica<S> {
             return Err(RequestError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });
         }
         self.check_alarms(now, &command)?;
+        if let Command::ChangeMembers(change) = &command {
+            self.check_change(now, change)?;
+        }
         Ok(command)
+    }
+
+    /// Rules 1, 2 and 5 of docs/membership.md for a client's membership change, on the
+    /// master: the change fits the configuration in force (one voter at a time is what
+    /// [`MemberChange`] can express), the master has taken over the log and recorded the
+    /// seed, no other change is on its way, and a voter change waits for the election to
+    /// confirm the current configuration and for the old one's leases to run out.
+    fn check_change(&self, now: Instant, change: &MemberChange) -> Result<(), RequestError> {
+        if !self.role.is_ready() {
+            return Err(RequestError::NotReady);
+        }
+        let recorded = self.learner.machine().membership();
+        if !recorded.is_recorded() || self.role.change_in_flight() {
+            return Err(KvError::MembershipBusy.into());
+        }
+        recorded.check(change)?;
+        if let MemberChange::Promote { id } = change {
+            if !self.role.heard_from(*id) {
+                return Err(KvError::LearnerNotReady.into());
+            }
+        }
+        if change.changes_voters() && !self.config.broken(LogBreakage::NoChangeWait) {
+            match self.change_gate {
+                Some((epoch, after)) if epoch == recorded.epoch && now >= after => {}
+                _ => return Err(KvError::MembershipBusy.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Refuses what the raised alarms forbid: every write while a member is marked corrupt,
@@ -646,8 +748,7 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn broadcast(&mut self, message: LogMessage) {
-        let nodes = self.nodes.clone();
-        for to in nodes.iter() {
+        for to in self.peers() {
             self.send(to, message.clone());
         }
     }

@@ -52,6 +52,14 @@ pub struct Entry {
     pub proposals: Vec<Proposal>,
 }
 
+impl Entry {
+    /// Whether the batch holds a membership change (which ends the configuration of the
+    /// slots before it).
+    pub fn changes_members(&self) -> bool {
+        self.proposals.iter().any(|p| matches!(p.command, Command::ChangeMembers(_)))
+    }
+}
+
 /// What an acceptor stores for one slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcceptedSlot {

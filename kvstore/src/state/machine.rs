@@ -20,6 +20,7 @@ use crate::command::{
     LeaseGrantResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, Tenure,
 };
 use crate::error::KvError;
+use crate::membership::Membership;
 use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,6 +42,9 @@ pub struct StateMachine {
     digest: u64,
     /// The raised alarms (see [`Command::Alarm`]).
     alarms: BTreeSet<Alarm>,
+    /// The cluster's configuration (see [`Command::ChangeMembers`]); epoch 0 until the first
+    /// master records the seed.
+    membership: Membership,
     /// Dead keys each apply removes: [`StateMachine::CLEANUP_PER_APPLY`] except in tests,
     /// which lower it to make the lazy path run across many applies. Not replicated: every
     /// replica runs the same build.
@@ -72,6 +76,7 @@ impl StateMachine {
             tenure: (0, 0),
             digest: digest::EMPTY,
             alarms: BTreeSet::new(),
+            membership: Membership::default(),
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         }
     }
@@ -99,6 +104,10 @@ impl StateMachine {
             }
             Command::Compact { revision } => self.apply_compact(*revision),
             Command::Alarm { action, member, kind } => Ok(self.apply_alarm(*action, *member, *kind)),
+            Command::ChangeMembers(change) => self.membership.after(change).map(|(membership, added)| {
+                self.membership = membership.clone();
+                CommandResponse::Members { membership, added }
+            }),
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         self.history.set_head(self.revision);
@@ -281,6 +290,11 @@ impl StateMachine {
         CommandResponse::Alarm { alarms }
     }
 
+    /// The cluster's configuration as the log recorded it (epoch 0: not recorded yet).
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
     /// The raised alarms, in (member, kind) order.
     pub fn alarms(&self) -> impl Iterator<Item = &Alarm> + '_ {
         self.alarms.iter()
@@ -426,6 +440,7 @@ impl StateMachine {
             leases: &self.leases,
             history: &self.history,
             alarms: &self.alarms,
+            membership: &self.membership,
         })
     }
 
@@ -440,6 +455,7 @@ impl StateMachine {
             leases: restored.leases,
             digest: restored.digest,
             alarms: restored.alarms,
+            membership: restored.membership,
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         })
     }

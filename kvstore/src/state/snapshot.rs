@@ -20,6 +20,7 @@ use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
 use crate::command::{Alarm, Tenure};
+use crate::membership::Membership;
 use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
 use serde::de::{Deserializer, Visitor};
 use serde::ser::Serializer;
@@ -38,7 +39,10 @@ pub struct SnapshotError(pub String);
 /// 4: format 3 followed by the MVCC history (compaction point and retained changes). A
 ///    format 3 snapshot is still read: its history starts, compacted, at its revision.
 /// 5: format 4 followed by the raised alarms. Format 4 is still read, with no alarms.
-const FORMAT: u32 = 5;
+/// 6: format 5 followed by the membership. Format 5 is still read, with none recorded.
+const FORMAT: u32 = 6;
+/// The last format without the membership, still accepted.
+const FORMAT_WITHOUT_MEMBERSHIP: u32 = 5;
 /// The last format without alarms, still accepted.
 const FORMAT_WITHOUT_ALARMS: u32 = 4;
 /// The last format without history, still accepted.
@@ -60,6 +64,8 @@ pub(super) struct Parts<'a> {
     pub(super) history: &'a History,
     /// The raised alarms.
     pub(super) alarms: &'a BTreeSet<Alarm>,
+    /// The membership.
+    pub(super) membership: &'a Membership,
 }
 
 /// Everything a snapshot holds, decoded and checked.
@@ -78,6 +84,8 @@ pub(super) struct Restored {
     pub(super) history: History,
     /// The raised alarms.
     pub(super) alarms: BTreeSet<Alarm>,
+    /// The membership.
+    pub(super) membership: Membership,
 }
 
 #[derive(Serialize)]
@@ -228,17 +236,28 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
     let bytes = postcard::to_extend(&out, Vec::with_capacity(size + history_size))
         .expect("snapshot serialisation into memory cannot fail");
     let bytes = postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail");
-    postcard::to_extend(parts.alarms, bytes).expect("snapshot serialisation into memory cannot fail")
+    let bytes = postcard::to_extend(parts.alarms, bytes).expect("snapshot serialisation into memory cannot fail");
+    postcard::to_extend(parts.membership, bytes).expect("snapshot serialisation into memory cannot fail")
 }
 
-/// Decodes the alarms section of a format 5 snapshot, which ends it.
-fn decode_alarms(bytes: &[u8]) -> Result<BTreeSet<Alarm>, SnapshotError> {
-    let (alarms, rest): (BTreeSet<Alarm>, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the alarms: {e}")))?;
-    if !rest.is_empty() {
-        return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len())));
+/// Decodes the alarms section of a format 5 or 6 snapshot; returns what follows it.
+fn decode_alarms(bytes: &[u8]) -> Result<(BTreeSet<Alarm>, &[u8]), SnapshotError> {
+    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the alarms: {e}")))
+}
+
+/// Decodes the membership section of a format 6 snapshot, which ends it.
+fn decode_membership(bytes: &[u8]) -> Result<Membership, SnapshotError> {
+    let (membership, rest): (Membership, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the membership: {e}")))?;
+    no_trailing(rest)?;
+    Ok(membership)
+}
+
+fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
+    match rest.is_empty() {
+        true => Ok(()),
+        false => Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
     }
-    Ok(alarms)
 }
 
 /// Decodes the history section of a format 4 or 5 snapshot and checks it against the store
@@ -282,19 +301,27 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     if snap.revision < 1 {
         return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
     }
-    let (history, alarms) = match snap.format {
+    let (history, alarms, membership) = match snap.format {
         FORMAT => {
             let (history, rest) = decode_history(rest, snap.revision)?;
-            (history, decode_alarms(rest)?)
+            let (alarms, rest) = decode_alarms(rest)?;
+            (history, alarms, decode_membership(rest)?)
         }
-        FORMAT_WITHOUT_ALARMS => match decode_history(rest, snap.revision)? {
-            (history, []) => (history, BTreeSet::new()),
-            (_, rest) => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
-        },
-        FORMAT_WITHOUT_HISTORY if rest.is_empty() => {
-            (History::from_parts(Vec::new(), snap.revision, snap.revision), BTreeSet::new())
+        FORMAT_WITHOUT_MEMBERSHIP => {
+            let (history, rest) = decode_history(rest, snap.revision)?;
+            let (alarms, rest) = decode_alarms(rest)?;
+            no_trailing(rest)?;
+            (history, alarms, Membership::default())
         }
-        FORMAT_WITHOUT_HISTORY => return Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
+        FORMAT_WITHOUT_ALARMS => {
+            let (history, rest) = decode_history(rest, snap.revision)?;
+            no_trailing(rest)?;
+            (history, BTreeSet::new(), Membership::default())
+        }
+        FORMAT_WITHOUT_HISTORY => {
+            no_trailing(rest)?;
+            (History::from_parts(Vec::new(), snap.revision, snap.revision), BTreeSet::new(), Membership::default())
+        }
         other => {
             return Err(SnapshotError(format!(
                 "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} to {FORMAT})"
@@ -370,5 +397,6 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
         history,
         alarms,
+        membership,
     })
 }

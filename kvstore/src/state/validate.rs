@@ -41,6 +41,7 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
         Command::Compact { .. } => Ok(()),
         Command::Alarm { action: AlarmAction::Raise, kind: None, .. } => Err(KvError::AlarmTypeMissing),
         Command::Alarm { .. } => Ok(()),
+        Command::ChangeMembers(change) => crate::membership::validate_change(change),
     }
 }
 

@@ -73,6 +73,9 @@ impl StateMachine {
     /// lowest; kept, every expiry the new masters decide would be taken for stale.
     pub fn for_new_cluster(mut self) -> Self {
         self.tenure = (0, 0);
+        // The new cluster's members come from its own config files (the seed its first
+        // master records), never from the cluster the backup was taken of.
+        self.membership = crate::membership::Membership::default();
         self
     }
 }
