@@ -337,6 +337,9 @@ impl<S: Storage> Replica<S> {
         if !membership.is_voter(self.me) {
             if !matches!(self.role, Role::Follower) {
                 tracing::info!(node = %self.me, "no longer a voter; leaving the log to the others");
+                // Tell the others the change is chosen while this node still leads: they
+                // follow the new configuration only once they know.
+                self.announce_commit();
                 self.step_down();
             }
             return;

@@ -333,6 +333,15 @@ impl<S: Storage> Replica<S> {
                 self.learner.machine().leases().map(|l| (l.id, Duration::from_secs(l.ttl.max(0) as u64))).collect();
             self.lessor.start(now, leases);
         }
+        if !self.learner.machine().membership().is_recorded() {
+            // The first master of a cluster writes down the members its config files
+            // seeded it with: from then on the log, not the files, says who is a member.
+            let members = self.seed.members().cloned().collect();
+            let id = self.next_proposal_id();
+            let command = Command::ChangeMembers(crate::membership::MemberChange::Seed { members });
+            self.role.enqueue(super::types::Proposal { id, command });
+            self.fill_pipeline(now);
+        }
     }
 
     /// Snapshots the state machine every `snapshot_every` slots, once at least as many bytes

@@ -267,6 +267,24 @@ impl<S: Storage> Replica<S> {
         membership
     }
 
+    /// The election saw a configuration epoch this node has not applied: the log has
+    /// chosen more than this node knows. Asks the members for the chosen entries (at most
+    /// once per retry interval); those that applied it answer.
+    pub fn catch_up(&mut self, now: Instant) {
+        if self.stopped.is_some() || self.removed().is_some() {
+            return;
+        }
+        if !self.learner.may_fetch(now, self.config.retry_interval) {
+            return;
+        }
+        let first = self.learner.commit() + 1;
+        for peer in self.peers() {
+            if peer != self.me {
+                self.send(peer, LogMessage::Fetch { from: first });
+            }
+        }
+    }
+
     /// Rule 5 of docs/membership.md, as the election reports it
     /// (`ElectionCore::change_allowed_after`): the configuration epoch of the last lease round
     /// a majority answered, and the instant after which the next voter change may go out.

@@ -11,15 +11,17 @@ use crate::limits::Limits;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
 use crate::log::{LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket};
+use crate::membership::Membership;
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use crate::watch::StreamConfig;
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::sim::{EventQueue, Network, NetworkFaults, SimClock};
 use leasekv_lease::{BackendKind, ElectionCore, ElectionMessage, EpochStore, LeaseConfig, MemoryEpochStore, NodeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+mod membership;
 mod watchers;
 
 const MS: u64 = 1_000_000;
@@ -50,6 +52,11 @@ pub struct KvSimConfig {
     pub watch_clients: usize,
     /// The watch streams' limits, and the watch negative control under test.
     pub watch: StreamConfig,
+    /// Whether the master is asked to add, promote and remove members during the chaos
+    /// phase (see `world/membership.rs`).
+    pub membership_changes: bool,
+    /// Nodes beyond `nodes` that the log may add as members (each starts when added).
+    pub spare_nodes: usize,
 }
 
 impl KvSimConfig {
@@ -85,6 +92,8 @@ impl KvSimConfig {
             watch_clients: 3,
             // Small batches, so that catching up takes several polls.
             watch: StreamConfig { batch_events: 8, ..StreamConfig::default() },
+            membership_changes: true,
+            spare_nodes: 3,
         }
     }
 
@@ -153,6 +162,10 @@ pub struct SeedReport {
     pub watch_responses: u64,
     /// Watch streams reopened on another node.
     pub watch_resumed: u64,
+    /// Membership changes the master took (proposed).
+    pub changes_proposed: u64,
+    /// The highest configuration epoch any node applied.
+    pub configurations: u64,
     /// The trace, when asked for.
     pub trace: Vec<String>,
 }
@@ -180,6 +193,10 @@ pub struct SimSummary {
     pub leases_expired: u64,
     /// Watch responses checked.
     pub watch_responses: u64,
+    /// Membership changes proposed.
+    pub changes_proposed: u64,
+    /// Configurations applied (summed over seeds: the highest epoch of each).
+    pub configurations: u64,
     /// The first violations, for the report.
     pub first: Vec<Violation>,
 }
@@ -201,13 +218,22 @@ impl SimSummary {
         self.snapshots_installed += report.snapshots_installed;
         self.leases_expired += report.leases_expired;
         self.watch_responses += report.watch_responses;
+        self.changes_proposed += report.changes_proposed;
+        self.configurations += report.configurations;
     }
 
     /// The summary line the example prints last.
     pub fn line(&self) -> String {
         format!(
-            "seeds={} violations={} ops_checked={} acked_writes_lost={} watch_responses_checked={}",
-            self.seeds, self.violations, self.ops_checked, self.acked_lost, self.watch_responses
+            "seeds={} violations={} ops_checked={} acked_writes_lost={} watch_responses_checked={} \
+             membership_changes={} configurations={}",
+            self.seeds,
+            self.violations,
+            self.ops_checked,
+            self.acked_lost,
+            self.watch_responses,
+            self.changes_proposed,
+            self.configurations
         )
     }
 }
@@ -253,6 +279,7 @@ enum Event {
     Heal,
     Chaos,
     Quiet,
+    MemberChange,
 }
 
 struct Node {
@@ -270,6 +297,10 @@ struct Node {
     replica_generation: u64,
     paused_until: u64,
     pending: HashMap<ProposalId, (usize, u64, Request)>,
+    /// For a spare node the log added: the configuration it joins with (its seed).
+    join_seed: Option<Membership>,
+    /// The configuration epoch its election was last given.
+    election_epoch: u64,
 }
 
 struct World {
@@ -287,6 +318,10 @@ struct World {
     report: SeedReport,
     quiet: bool,
     watch: watchers::WatchSide,
+    /// The log's configuration history, epoch by epoch, as first applied anywhere.
+    configurations: BTreeMap<u64, Membership>,
+    /// Whether the last check saw more than one master (each episode counts once).
+    overlapping: bool,
 }
 
 impl World {
@@ -294,7 +329,9 @@ impl World {
         let mut rng = SplitMix64::new(seed ^ 0x6b76_7374_6f72_6521);
         let drift = config.lease.drift_bound;
         let ids: Vec<NodeId> = (1..=config.nodes as u32).map(NodeId).collect();
-        let nodes = ids
+        let spares = if config.membership_changes { config.spare_nodes } else { 0 };
+        let all: Vec<NodeId> = (1..=(config.nodes + spares) as u32).map(NodeId).collect();
+        let nodes = all
             .iter()
             .map(|&id| {
                 let rate = 1.0 + drift * (2.0 * rng.next_f64() - 1.0);
@@ -312,6 +349,8 @@ impl World {
                     replica_generation: 0,
                     paused_until: 0,
                     pending: HashMap::new(),
+                    join_seed: None,
+                    election_epoch: 0,
                 }
             })
             .collect();
@@ -321,7 +360,7 @@ impl World {
         let clients = (0..config.clients)
             .map(|c| Client::new(c as u32 + 1, rng.range_u64(0, config.nodes as u64 - 1) as usize))
             .collect();
-        let watch = watchers::WatchSide::new(config.watch_clients, config.nodes, config.watch.clone(), |c| c % 3 == 2);
+        let watch = watchers::WatchSide::new(config.watch_clients, all.len(), config.watch.clone(), |c| c % 3 == 2);
         let mut world = World {
             watch,
             network: Network::new(faults),
@@ -337,6 +376,8 @@ impl World {
             ops_issued: 0,
             history: History::new(),
             quiet: false,
+            configurations: BTreeMap::new(),
+            overlapping: false,
         };
         for node in 0..world.nodes.len() {
             world.start(node);
@@ -353,6 +394,9 @@ impl World {
             world.queue.push(world.config.chaos_start(), Event::WatchWrite);
         }
         world.queue.push(world.config.chaos_start(), Event::Chaos);
+        if world.config.membership_changes {
+            world.queue.push(world.config.chaos_start() + 500 * MS, Event::MemberChange);
+        }
         world.queue.push(world.config.quiet_start(), Event::Quiet);
         world
     }
@@ -492,6 +536,7 @@ impl World {
                 self.network.heal();
             }
             Event::Chaos => self.chaos(),
+            Event::MemberChange => self.membership_step(),
             Event::Quiet => self.begin_quiet(),
         }
     }
@@ -499,7 +544,7 @@ impl World {
     // ---- nodes ----
 
     fn start(&mut self, node: usize) {
-        if self.nodes[node].replica.is_some() {
+        if self.nodes[node].replica.is_some() || !self.has_joined(node) {
             return;
         }
         let Some(disk) = self.nodes[node].disk.take() else { return };
@@ -514,22 +559,31 @@ impl World {
         let id = self.nodes[node].id;
         self.trace(|| format!("start {id} epoch {}", epoch.value));
         let seed = self.rng.next_u64();
-        let core =
-            match self.config.backend.build_core(id, &self.ids, None, self.config.lease.clone(), epoch, now, seed) {
-                Ok(core) => core,
-                Err(e) => panic!("simulator built an invalid lease config: {e}"),
-            };
-        let replica =
-            match Replica::open(id, &self.ids, self.config.replica.clone(), Limits::default(), disk, epoch.value) {
-                Ok(replica) => replica,
-                Err(e) => {
-                    self.oracles.violation(self.now, "restart-failed", format!("{id}: {e}"));
-                    return;
-                }
-            };
+        // A spare starts from the configuration that added it (a node joining an existing
+        // cluster learns it from a member); the initial nodes from the shared seed.
+        let membership = match &self.nodes[node].join_seed {
+            Some(joined) => joined.clone(),
+            None => Membership::of_voters(&self.ids),
+        };
+        let peers = membership.voters();
+        let core = match self.config.backend.build_core(id, &peers, None, self.config.lease.clone(), epoch, now, seed) {
+            Ok(core) => core,
+            Err(e) => panic!("simulator built an invalid lease config: {e}"),
+        };
+        let opened =
+            Replica::open_with_seed(id, membership, self.config.replica.clone(), Limits::default(), disk, epoch.value);
+        let replica = match opened {
+            Ok(replica) => replica,
+            Err(e) => {
+                self.oracles.violation(self.now, "restart-failed", format!("{id}: {e}"));
+                return;
+            }
+        };
         self.nodes[node].election = Some(core);
         self.nodes[node].replica = Some(replica);
         self.nodes[node].paused_until = 0;
+        self.nodes[node].election_epoch = 0;
+        self.sync_configuration(node);
         self.after_election(node);
         self.after_replica(node);
     }
@@ -563,7 +617,10 @@ impl World {
 
     fn send_wire(&mut self, from_node: usize, to: NodeId, wire: Wire) {
         let from = self.nodes[from_node].id;
-        let to_node = (to.0 - 1) as usize;
+        let to_node = (to.0 as usize).wrapping_sub(1);
+        if to_node >= self.nodes.len() {
+            return;
+        }
         let incarnation = self.nodes[to_node].incarnation;
         for delay in self.network.deliveries(self.now, from, to, &mut self.rng) {
             self.queue.push(self.now + delay, Event::Deliver { to: to_node, from, incarnation, wire: wire.clone() });
@@ -577,6 +634,7 @@ impl World {
         let deadline = core.poll_timeout();
         let mastership = core.mastership(now);
         let hint = core.master_hint(now);
+        let gate = core.change_allowed_after();
         let id = self.nodes[node].id;
         for change in &output.changes {
             let line = format!("{id} {change:?}");
@@ -591,7 +649,9 @@ impl World {
             let generation = self.nodes[node].election_generation;
             self.queue.push(at, Event::ElectionTimer { node, generation });
         }
+        self.check_single_master();
         if let Some(replica) = self.nodes[node].replica.as_mut() {
+            replica.set_change_gate(gate);
             replica.set_mastership(now, mastership, hint);
             self.after_replica(node);
         }
@@ -645,6 +705,9 @@ impl World {
         }
         if self.watch.clients() > 0 {
             self.observe_history(node);
+        }
+        if self.sync_configuration(node) {
+            self.after_election(node);
         }
     }
 
@@ -936,15 +999,22 @@ impl World {
 
     fn finish(mut self) -> SeedReport {
         // Convergence: every replica has applied the same slots into the same state.
+        // Among the members of the last configuration: removed nodes stopped where they
+        // learned of their removal (or earlier), and spares the log never added never ran.
+        let members = match self.configurations.values().next_back() {
+            Some(last) => last.ids(),
+            None => self.ids.clone(),
+        };
         let states: Vec<(NodeId, Slot, u64, usize)> = self
             .nodes
             .iter()
+            .filter(|n| members.contains(&n.id))
             .filter_map(|n| {
                 n.replica.as_ref().map(|r| (n.id, r.applied_index(), r.state().digest(), r.state().lease_count()))
             })
             .collect();
         let first = states.first().copied();
-        if states.len() != self.nodes.len() || states.iter().any(|s| Some((s.1, s.2)) != first.map(|f| (f.1, f.2))) {
+        if states.len() != members.len() || states.iter().any(|s| Some((s.1, s.2)) != first.map(|f| (f.1, f.2))) {
             let detail = format!("replicas at the end (node, applied, digest, leases): {states:?}");
             self.oracles.violation(self.now, "no-convergence", detail);
         }
