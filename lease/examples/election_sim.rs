@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p leasekv-lease --example election_sim -- --backend paxoslease --nodes 5 \
-//!     --seeds 2000 --loss 0.2 --drift 0.01 [--seed-base N] [--break NAME] [--trace]
+//!     --seeds 2000 --loss 0.2 --drift 0.01 [--seed-base N] [--break NAME] [--no-membership] [--trace]
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -45,9 +45,14 @@ struct Args {
     #[arg(long, default_value_t = 15)]
     chaos_secs: u64,
     /// Break one safety rule (negative control): no-quarantine, no-drift-margin,
-    /// count-duplicates, release-any-ballot, late-timer.
+    /// count-duplicates, release-any-ballot, late-timer, hand-over-keeps-lease,
+    /// two-voters-at-once, learner-counted, no-change-wait.
     #[arg(long = "break")]
     breakage: Option<String>,
+    /// Keep the membership fixed (by default, PaxosLease runs with membership changes:
+    /// learners added and promoted, voters removed, the master replaced).
+    #[arg(long)]
+    no_membership: bool,
     /// Print every event of every seed (use with --seeds 1).
     #[arg(long)]
     trace: bool,
@@ -67,6 +72,9 @@ fn config(args: &Args) -> Result<SimConfig> {
     config.faults.duplicate = args.duplicate;
     config.chaos = Duration::from_secs(args.chaos_secs);
     config.trace = args.trace;
+    if args.no_membership {
+        config.membership = false;
+    }
     if let Some(name) = &args.breakage {
         config.lease.breakage = Breakage::from_name(name).map_err(anyhow::Error::msg)?;
     }
@@ -114,8 +122,9 @@ fn run(args: &Args) -> Result<bool> {
     eprintln!();
     let ms = |d: Option<Duration>| d.map_or("none".to_string(), |d| format!("{:.1}", d.as_secs_f64() * 1e3));
     println!(
-        "backend={} nodes={} loss={} duplicate={} drift={} break={} liveness_bound_ms={} wall_s={:.1}",
+        "backend={} membership={} nodes={} loss={} duplicate={} drift={} break={} liveness_bound_ms={} wall_s={:.1}",
         config.backend,
+        config.membership,
         config.nodes,
         args.loss,
         args.duplicate,

@@ -79,6 +79,18 @@ impl LeaseConfig {
         }
     }
 
+    /// The negative control in force ([`Breakage::None`] in every real build).
+    pub fn breakage(&self) -> Breakage {
+        #[cfg(feature = "negative-controls")]
+        {
+            self.breakage
+        }
+        #[cfg(not(feature = "negative-controls"))]
+        {
+            Breakage::None
+        }
+    }
+
     /// How long the holder believes in its lease, counted by its own clock from the moment
     /// it started its timer (before sending the ProposeRequest):
     ///

@@ -488,4 +488,35 @@ mod tests {
         assert!(cores[1].mastership(now).is_some());
         assert_eq!(elected, 1, "every renewal after the restart must keep the new tenure");
     }
+
+    #[test]
+    fn configuration_decides_who_asks_and_a_removed_tracker_stops_everyone() {
+        let config = LeaseConfig::with_lease_time(Duration::from_secs(1));
+        let ids = [NodeId(1), NodeId(2), NodeId(3)];
+        let first = RestartEpoch { value: 1, first_start: true };
+        let now = Instant::from_nanos(1_000_000_000);
+        let mut n2 = LeaseTrackerElection::new(NodeId(2), &ids, NodeId(1), config, first, now, 2).unwrap();
+        assert_eq!(n2.change_allowed_after(), Some((0, now)));
+        // A learner does not ask.
+        let later = now.saturating_add(Duration::from_millis(5));
+        n2.set_configuration(later, 1, &[NodeId(1), NodeId(3), NodeId(4)], &[NodeId(2)]);
+        assert_eq!(n2.poll_timeout(), None);
+        assert_eq!(n2.change_allowed_after(), Some((1, later)), "the tracker's safety needs no wait");
+        // Promoted: asks again.
+        n2.set_configuration(later, 2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]);
+        let _ = n2.take_output();
+        let ask = n2.poll_timeout().expect("a voter asks");
+        n2.handle_timeout(ask);
+        assert!(matches!(
+            n2.take_output().messages[..],
+            [Envelope { to: NodeId(1), msg: ElectionMessage::Tracker(TrackerMessage::Request { .. }) }]
+        ));
+        // The tracker node removed (the server refuses that, but the core is safe anyway):
+        // nobody asks any more.
+        n2.set_configuration(later, 3, &[NodeId(2), NodeId(3), NodeId(4)], &[]);
+        assert_eq!(n2.poll_timeout(), None);
+        // A stale configuration is ignored.
+        n2.set_configuration(later, 2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]);
+        assert_eq!(n2.poll_timeout(), None);
+    }
 }

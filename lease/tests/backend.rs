@@ -280,6 +280,30 @@ async fn dropping_every_handle_releases_mastership() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn removing_the_master_through_the_driver_moves_mastership() {
+    let cluster = paxos_cluster(4);
+    let old = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;
+    // Rule 5's round at epoch 0 is reported once the master has extended or won.
+    let (epoch, _) = cluster.nodes[old].change_allowed_after().expect("the master completed a round");
+    assert_eq!(epoch, 0);
+    let removed = cluster.nodes[old].node_id();
+    let voters: Vec<NodeId> = ids(4).into_iter().filter(|&n| n != removed).collect();
+    for node in &cluster.nodes {
+        node.set_configuration(1, voters.clone(), Vec::new()).await.expect("driver running");
+    }
+    assert!(cluster.nodes[old].status().master.is_none(), "a removed master gives the lease up at once");
+    let new = cluster.wait_for_master_other_than(old, "a voter of epoch 1 takes over").await;
+    cluster
+        .wait_for(Duration::from_secs(5), "rule 5 at epoch 1", |c| {
+            c.nodes[new].change_allowed_after().is_some_and(|(e, at)| e == 1 && at > c.nodes[new].now())
+        })
+        .await;
+    // The removed node never competes again.
+    cluster.observe(Duration::from_secs(3)).await;
+    assert_ne!(cluster.master(), Some(old));
+}
+
+#[tokio::test(start_paused = true)]
 async fn lease_tracker_backend_elects_one_master() {
     let cluster = kind_cluster(BackendKind::LeaseTracker, 3);
     let m = cluster.wait_for_settled_master(Duration::from_secs(5), &[]).await;

@@ -1,6 +1,7 @@
 //! The deterministic simulator, as part of `cargo test`: every backend stays safe over
-//! hundreds of seeds, a quiet majority always elects a master, and every negative control
-//! (one deliberately broken safety rule) is caught by the safety oracle.
+//! hundreds of seeds (PaxosLease with and without membership changes), a quiet majority
+//! always elects a master, and every negative control (one deliberately broken safety rule)
+//! is caught by the safety oracle.
 
 use leasekv_lease::backend::BackendKind;
 use leasekv_lease::config::Breakage;
@@ -16,20 +17,51 @@ fn config(backend: BackendKind) -> SimConfig {
 }
 
 fn assert_safe_and_live(backend: BackendKind, base: u64) {
-    let summary = run_seeds(&config(backend), base, SEEDS, |_| {});
+    assert_config_safe_and_live(&config(backend), base);
+}
+
+fn assert_config_safe_and_live(c: &SimConfig, base: u64) -> leasekv_lease::sim::Summary {
+    let backend = c.backend;
+    let summary = run_seeds(c, base, SEEDS, |_| {});
     assert_eq!(summary.violations, 0, "{backend}: {:?}", summary.examples);
     assert!(
         summary.liveness_failures.is_empty(),
         "{backend}: no master within {:?} of a quiet majority in seeds {:?}",
-        config(backend).liveness_bound(),
+        c.liveness_bound(),
         summary.liveness_failures
     );
     assert!(summary.acquire.len() as u64 == SEEDS, "{backend}: every seed elects a first master");
+    summary
 }
 
 #[test]
 fn paxoslease_is_safe_and_live() {
+    let c = config(BackendKind::PaxosLease);
+    assert!(c.membership, "PaxosLease runs with membership changes by default");
     assert_safe_and_live(BackendKind::PaxosLease, 10_000);
+}
+
+#[test]
+fn paxoslease_with_a_fixed_membership_is_safe_and_live() {
+    let mut c = config(BackendKind::PaxosLease);
+    c.membership = false;
+    let summary = assert_config_safe_and_live(&c, 40_000);
+    assert_eq!(summary.membership.changes(), 0);
+}
+
+/// Membership changes of every kind happen, during the chaos too, and none breaks safety or
+/// the quiet phase's liveness (the quiet majority is one of the latest configuration's
+/// voters); a removed node that comes back with its old configuration never wins.
+#[test]
+fn paxoslease_is_safe_and_live_through_membership_changes() {
+    let c = config(BackendKind::PaxosLease);
+    let summary = assert_config_safe_and_live(&c, 50_000);
+    let m = summary.membership;
+    assert!(m.changes() >= 3 * SEEDS, "about five changes a seed expected: {m:?}");
+    assert!(m.learners_added > 0 && m.promoted > 0 && m.removed > 0 && m.removed_master > 0, "{m:?}");
+    assert!(m.returned > 0, "removed nodes come back with their old configuration: {m:?}");
+    assert_eq!(m.won_by_returned, 0, "a removed node won with its old configuration: {m:?}");
+    assert_eq!(m.two_voters_added, 0, "rule 1 holds without the control");
 }
 
 #[test]
@@ -104,6 +136,21 @@ fn control_late_timer_is_caught() {
 #[test]
 fn control_hand_over_keeps_lease_is_caught() {
     caught(Breakage::HandOverKeepsLease, 0);
+}
+
+#[test]
+fn control_two_voters_at_once_is_caught() {
+    caught(Breakage::TwoVotersAtOnce, 0);
+}
+
+#[test]
+fn control_learner_counted_is_caught() {
+    caught(Breakage::LearnerCounted, 0);
+}
+
+#[test]
+fn control_no_change_wait_is_caught() {
+    caught(Breakage::NoChangeWait, 0);
 }
 
 #[test]

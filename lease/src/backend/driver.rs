@@ -74,7 +74,12 @@ enum Command {
     StepDown(oneshot::Sender<()>),
     HandOver(NodeId, oneshot::Sender<()>),
     Stop(oneshot::Sender<()>),
+    SetConfiguration { epoch: u64, voters: Vec<NodeId>, learners: Vec<NodeId>, reply: oneshot::Sender<()> },
 }
+
+/// The core's rule-5 answer, copied out by the driver task after every step so that
+/// [`ElectionBackend::change_allowed_after`] can read it without a round trip to the task.
+type ChangeAllowed = Arc<std::sync::Mutex<Option<(u64, Instant)>>>;
 
 /// An [`ElectionBackend`] made of a protocol core driven by a tokio task.
 ///
@@ -88,6 +93,7 @@ pub struct DrivenBackend {
     status: watch::Receiver<ElectionStatus>,
     /// Counted by the driver task as it logs each change.
     counts: Arc<std::sync::Mutex<ElectionCounts>>,
+    change_allowed: ChangeAllowed,
 }
 
 impl fmt::Debug for DrivenBackend {
@@ -125,10 +131,19 @@ impl DrivenBackend {
         let (status_tx, status_rx) = watch::channel(initial);
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
         let counts = Arc::new(std::sync::Mutex::new(ElectionCounts::default()));
-        let driver =
-            Driver { name, id, core, clock, transport, status: StatusPublisher(status_tx), counts: counts.clone() };
+        let change_allowed = Arc::new(std::sync::Mutex::new(core.change_allowed_after()));
+        let driver = Driver {
+            name,
+            id,
+            core,
+            clock,
+            transport,
+            status: StatusPublisher(status_tx),
+            counts: counts.clone(),
+            change_allowed: change_allowed.clone(),
+        };
         tokio::spawn(driver.run(inbox, commands_rx));
-        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx, counts })
+        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx, counts, change_allowed })
     }
 
     /// Whether the driver task has exited (after [`ElectionBackend::stop`], or if it died).
@@ -187,6 +202,22 @@ impl ElectionBackend for DrivenBackend {
         reply_rx.await.map_err(|_| ElectionError::Stopped)
     }
 
+    async fn set_configuration(
+        &self,
+        epoch: u64,
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    ) -> Result<(), ElectionError> {
+        let (reply, reply_rx) = oneshot::channel();
+        let command = Command::SetConfiguration { epoch, voters, learners, reply };
+        self.commands.send(command).await.map_err(|_| ElectionError::Stopped)?;
+        reply_rx.await.map_err(|_| ElectionError::Stopped)
+    }
+
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        *self.change_allowed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     async fn stop(&self) -> Result<(), ElectionError> {
         let (reply_tx, reply_rx) = oneshot::channel();
         if self.commands.send(Command::Stop(reply_tx)).await.is_err() {
@@ -239,6 +270,7 @@ struct Driver<C> {
     transport: Arc<dyn Transport>,
     status: StatusPublisher,
     counts: Arc<std::sync::Mutex<ElectionCounts>>,
+    change_allowed: ChangeAllowed,
 }
 
 impl<C: ElectionCore> Driver<C> {
@@ -266,6 +298,11 @@ impl<C: ElectionCore> Driver<C> {
                     }
                     Some(Command::HandOver(to, reply)) => {
                         self.core.hand_over(self.clock.now(), to);
+                        self.flush().await;
+                        let _ = reply.send(());
+                    }
+                    Some(Command::SetConfiguration { epoch, voters, learners, reply }) => {
+                        self.core.set_configuration(self.clock.now(), epoch, &voters, &learners);
                         self.flush().await;
                         let _ = reply.send(());
                     }
@@ -341,6 +378,7 @@ impl<C: ElectionCore> Driver<C> {
             self.log_change(now, change);
         }
         self.counts.lock().unwrap_or_else(|e| e.into_inner()).failed_rounds = self.core.failed_rounds();
+        *self.change_allowed.lock().unwrap_or_else(|e| e.into_inner()) = self.core.change_allowed_after();
         for envelope in output.messages {
             self.transport.send(envelope.to, envelope.msg).await;
         }

@@ -119,6 +119,19 @@ pub trait ElectionBackend: Send + Sync {
     async fn hand_over(&self, to: NodeId) -> Result<(), ElectionError>;
     /// Gives up mastership and stops: the graceful shutdown. Idempotent.
     async fn stop(&self) -> Result<(), ElectionError>;
+    /// Hands the core the configuration this node applied from the log (see
+    /// [`crate::core::ElectionCore::set_configuration`]); returns once the core has it and
+    /// whatever it sent in answer (a release, a new round) went out.
+    async fn set_configuration(
+        &self,
+        epoch: u64,
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    ) -> Result<(), ElectionError>;
+    /// Rule 5 of docs/membership.md, as the core last reported it (see
+    /// [`crate::core::ElectionCore::change_allowed_after`]); the instant is on
+    /// [`ElectionBackend::now`]'s clock.
+    fn change_allowed_after(&self) -> Option<(u64, Instant)>;
 }
 
 /// The election backends, selected by name in a node's configuration.

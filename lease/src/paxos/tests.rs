@@ -307,3 +307,200 @@ fn messages_from_outside_the_cluster_are_ignored() {
     deliver(&mut n1, at(0), 99, Body::PrepareRequest { ballot });
     assert!(sent(&mut n1).0.is_empty());
 }
+
+// --- Configuration epochs (docs/membership.md, rule 4) ------------------------------------
+
+fn deliver_at(node: &mut LeaseNode, now: Instant, from: u32, epoch: u64, body: Body) {
+    node.handle_message(now, NodeId(from), Message { resource: R, epoch, body });
+}
+
+/// The messages `node` sent, with destination and epoch.
+fn sent_with_epochs(node: &mut LeaseNode) -> Vec<(NodeId, u64, Body)> {
+    node.take_output()
+        .0
+        .into_iter()
+        .filter_map(|e| match e.msg {
+            ElectionMessage::PaxosLease(m) => Some((e.to, m.epoch, m.body)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn b(counter: u64, node: u32) -> Ballot {
+    Ballot { counter, epoch: 1, node: NodeId(node) }
+}
+
+#[test]
+fn acceptor_refuses_rounds_from_an_older_configuration() {
+    let mut n2 = node(2, 3, LeaseConfig::default());
+    n2.set_configuration(at(0), 1, &ids(3), &[]);
+    deliver_at(&mut n2, at(0), 1, 0, Body::PrepareRequest { ballot: b(1, 1) });
+    let proposal = Proposal { owner: NodeId(1), duration: Duration::from_millis(500) };
+    deliver_at(&mut n2, at(0), 1, 0, Body::ProposeRequest { ballot: b(2, 1), proposal });
+    let out = sent_with_epochs(&mut n2);
+    assert_eq!(
+        out,
+        vec![
+            (NodeId(1), 1, Body::StaleConfiguration { ballot: b(1, 1), epoch: 1 }),
+            (NodeId(1), 1, Body::StaleConfiguration { ballot: b(2, 1), epoch: 1 }),
+        ]
+    );
+    // Neither promised nor accepted anything.
+    assert!(n2.acceptor(R).is_none_or(|a| a.promised() == Ballot::ZERO && a.accepted(at(0)).is_none()));
+    // The same round at the acceptor's epoch is answered.
+    deliver_at(&mut n2, at(0), 1, 1, Body::PrepareRequest { ballot: b(3, 1) });
+    assert!(matches!(sent_with_epochs(&mut n2)[..], [(_, 1, Body::PrepareResponse { .. })]));
+}
+
+#[test]
+fn acceptor_adopts_a_higher_epoch_from_any_message_and_keeps_its_lease() {
+    let mut n2 = node(2, 3, LeaseConfig::default());
+    let proposal = Proposal { owner: NodeId(1), duration: Duration::from_millis(500) };
+    deliver_at(&mut n2, at(0), 1, 0, Body::ProposeRequest { ballot: b(1, 1), proposal });
+    sent_with_epochs(&mut n2);
+    // A hint from a node at epoch 3 (a new voter n4 this node does not know yet) is enough.
+    let learned = Body::Learned { owner: NodeId(4), ballot: b(1, 4), duration: Duration::from_millis(1) };
+    deliver_at(&mut n2, at(1), 4, 3, learned);
+    assert_eq!(n2.current_epoch(), 3);
+    assert_eq!(n2.conf_epoch(), 0);
+    // The lease is kept: a prepare at epoch 3 sees it.
+    deliver_at(&mut n2, at(2), 3, 3, Body::PrepareRequest { ballot: b(5, 3) });
+    let out = sent_with_epochs(&mut n2);
+    assert!(
+        matches!(&out[..], [(_, 3, Body::PrepareResponse { accepted: Some(l), .. })] if l.owner == NodeId(1)),
+        "{out:?}"
+    );
+    // And the old epoch is refused from now on.
+    deliver_at(&mut n2, at(3), 1, 0, Body::ProposeRequest { ballot: b(6, 1), proposal });
+    assert!(matches!(sent_with_epochs(&mut n2)[..], [(_, 3, Body::StaleConfiguration { epoch: 3, .. })]));
+}
+
+#[test]
+fn a_new_voter_at_a_later_epoch_is_answered_before_this_node_applies_it() {
+    let mut n2 = node(2, 3, LeaseConfig::default());
+    deliver_at(&mut n2, at(0), 9, 1, Body::PrepareRequest { ballot: b(1, 9) });
+    assert!(matches!(sent_with_epochs(&mut n2)[..], [(to, 1, Body::PrepareResponse { .. })] if to == NodeId(9)));
+}
+
+#[test]
+fn proposer_that_learns_a_later_epoch_abandons_and_waits_for_the_log() {
+    let (mut n1, ballot) = preparing(LeaseConfig::default());
+    deliver_at(&mut n1, at(1), 2, 2, Body::StaleConfiguration { ballot, epoch: 2 });
+    assert!(!n1.may_compete());
+    assert_eq!(n1.poll_timeout(), None, "no round until the configuration of epoch 2 is applied");
+    // A late promise for the abandoned round changes nothing.
+    deliver_at(&mut n1, at(2), 3, 2, Body::PrepareResponse { ballot, accepted: None });
+    assert!(!proposed(&sent(&mut n1).0));
+    n1.set_configuration(at(3), 2, &ids(3), &[]);
+    let retry = n1.poll_timeout().expect("competes again at epoch 2");
+    n1.on_timeout(retry);
+    let out = sent_with_epochs(&mut n1);
+    assert!(out.iter().any(|(_, e, b)| *e == 2 && matches!(b, Body::PrepareRequest { .. })), "{out:?}");
+}
+
+#[test]
+fn proposer_counts_only_the_voters_of_its_configuration() {
+    let mut n1 = node(1, 3, LeaseConfig::default());
+    // Voters 1, 2, 3, 4, 5 (majority 3), learners 6 and 7.
+    n1.set_configuration(at(0), 1, &ids(5), &[NodeId(6), NodeId(7)]);
+    n1.acquire(at(0), R);
+    let out = sent_with_epochs(&mut n1);
+    let ballot = prepare_ballot(&out.iter().map(|(to, _, b)| (*to, b.clone())).collect::<Vec<_>>());
+    let mut prepared: Vec<NodeId> = out.iter().map(|(to, _, _)| *to).collect();
+    prepared.sort();
+    assert_eq!(prepared, vec![NodeId(2), NodeId(3), NodeId(4), NodeId(5)], "requests go to the voters only");
+    // Learners and a stranger answering do not count: self + n2 are 2 of 5.
+    for from in [6, 7, 8, 2] {
+        deliver_at(&mut n1, at(1), from, 1, Body::PrepareResponse { ballot, accepted: None });
+    }
+    assert!(!proposed(&sent(&mut n1).0));
+    deliver_at(&mut n1, at(1), 3, 1, Body::PrepareResponse { ballot, accepted: None });
+    assert!(proposed(&sent(&mut n1).0));
+    for from in [6, 7, 8, 2] {
+        deliver_at(&mut n1, at(2), from, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    }
+    assert!(n1.mastership(at(2), R).is_none());
+    deliver_at(&mut n1, at(2), 3, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    assert!(n1.mastership(at(2), R).is_some());
+    // The learners hear who the master is.
+    let hinted: Vec<NodeId> = sent_with_epochs(&mut n1)
+        .into_iter()
+        .filter(|(_, _, b)| matches!(b, Body::Learned { .. }))
+        .map(|(to, _, _)| to)
+        .collect();
+    assert!(hinted.contains(&NodeId(6)) && hinted.contains(&NodeId(7)), "{hinted:?}");
+}
+
+#[cfg(feature = "negative-controls")]
+#[test]
+fn learner_counted_control_really_is_broken() {
+    let config = LeaseConfig { breakage: Breakage::LearnerCounted, ..LeaseConfig::default() };
+    let mut n1 = node(1, 3, config);
+    n1.set_configuration(at(0), 1, &ids(3), &[NodeId(6), NodeId(7)]);
+    n1.acquire(at(0), R);
+    let ballot = prepare_ballot(&sent(&mut n1).0);
+    deliver_at(&mut n1, at(1), 6, 1, Body::PrepareResponse { ballot, accepted: None });
+    assert!(proposed(&sent(&mut n1).0), "self + a learner counted as 2 of 3");
+}
+
+#[test]
+fn learner_never_competes_and_a_promoted_one_does() {
+    let mut n4 = LeaseNode::new(NodeId(4), &ids(3), LeaseConfig::default(), FIRST, at(0), 7);
+    n4.set_configuration(at(0), 1, &ids(3), &[NodeId(4)]);
+    n4.acquire(at(0), R);
+    assert!(sent(&mut n4).0.is_empty());
+    assert_eq!(n4.poll_timeout(), None);
+    n4.set_configuration(at(5), 2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]);
+    let at_ = n4.poll_timeout().expect("a voter competes");
+    n4.on_timeout(at_);
+    assert!(sent(&mut n4).0.iter().any(|(_, b)| matches!(b, Body::PrepareRequest { .. })));
+}
+
+#[test]
+fn removed_master_releases_and_stops_until_it_is_a_voter_again() {
+    let (mut n1, ballot) = elected(LeaseConfig::default());
+    sent(&mut n1);
+    n1.set_configuration(at(10), 1, &[NodeId(2), NodeId(3), NodeId(4)], &[]);
+    assert!(n1.mastership(at(10), R).is_none());
+    let (out, changes) = sent(&mut n1);
+    assert!(matches!(changes[..], [LeadershipChange::Lost { .. }]), "{changes:?}");
+    assert!(out.iter().any(|(_, b)| *b == Body::Release { ballot }), "{out:?}");
+    assert_eq!(n1.poll_timeout(), None, "a removed node does not compete");
+    n1.set_configuration(at(20), 2, &ids(4), &[]);
+    assert!(n1.poll_timeout().is_some(), "a voter again: competes again");
+}
+
+#[test]
+fn stale_configuration_calls_are_ignored() {
+    let mut n1 = node(1, 3, LeaseConfig::default());
+    n1.set_configuration(at(0), 2, &ids(3), &[]);
+    n1.set_configuration(at(0), 1, &[NodeId(2), NodeId(3), NodeId(4)], &[]);
+    assert_eq!(n1.conf_epoch(), 2);
+    assert!(n1.voters().contains(NodeId(1)));
+}
+
+#[test]
+fn rule_5_is_recorded_for_the_first_majority_round_of_each_epoch() {
+    let config = LeaseConfig::default();
+    let wait = config.cover_remote(config.max_lease_time);
+    assert!(wait > config.max_lease_time);
+    let (mut n1, _) = elected(config);
+    assert_eq!(n1.change_allowed_after(R), Some((0, at(0).saturating_add(wait))));
+    sent(&mut n1);
+    // Epoch 1 adds voter 4: the holder keeps its lease and extends at once, at epoch 1.
+    n1.set_configuration(at(100), 1, &ids(4), &[]);
+    assert!(n1.mastership(at(100), R).is_some());
+    let next = n1.poll_timeout().expect("extension at once");
+    assert_eq!(next, at(100));
+    n1.on_timeout(next);
+    let out = sent_with_epochs(&mut n1);
+    assert!(out.iter().all(|(_, e, _)| *e == 1));
+    let ballot = prepare_ballot(&out.iter().map(|(to, _, b)| (*to, b.clone())).collect::<Vec<_>>());
+    for from in [2, 3] {
+        deliver_at(&mut n1, at(101), from, 1, Body::PrepareResponse { ballot, accepted: None });
+    }
+    deliver_at(&mut n1, at(102), 2, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    assert_eq!(n1.change_allowed_after(R).map(|(e, _)| e), Some(0), "2 of 4 is not a majority of epoch 1");
+    deliver_at(&mut n1, at(103), 4, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    assert_eq!(n1.change_allowed_after(R), Some((1, at(103).saturating_add(wait))));
+}

@@ -2,7 +2,8 @@
 //!
 //! Virtual real time, one drifting monotonic clock per node, a network that delays, loses,
 //! duplicates and reorders messages, partitions that heal, crashes and restarts (memory
-//! lost, restart epoch kept), voluntary step-downs, and all nodes contending at once. A
+//! lost, restart epoch kept), voluntary step-downs, membership changes (learners added and
+//! promoted, voters removed, removed nodes coming back), and all nodes contending at once. A
 //! safety oracle runs after every event; a liveness oracle checks that a quiet, connected
 //! majority elects a master within a stated bound. The same seed replays the same run
 //! exactly: all randomness comes from one seeded generator and ties in time are broken by
@@ -12,12 +13,14 @@
 //! simulator can reuse them.
 
 mod clock;
+pub mod membership;
 mod network;
 mod queue;
 mod stats;
 mod world;
 
 pub use clock::SimClock;
+pub use membership::MembershipStats;
 pub use network::{Network, NetworkFaults};
 pub use queue::EventQueue;
 pub use stats::{percentile, Summary};

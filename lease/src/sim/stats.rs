@@ -1,5 +1,6 @@
 //! Aggregating per-seed results.
 
+use super::membership::MembershipStats;
 use super::world::{SeedReport, Violation};
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ pub struct Summary {
     pub failover: Vec<Duration>,
     /// Messages sent over all seeds.
     pub messages: u64,
+    /// Membership changes over all seeds.
+    pub membership: MembershipStats,
 }
 
 impl Summary {
@@ -53,6 +56,7 @@ impl Summary {
         self.acquire.extend(report.first_acquire);
         self.failover.extend(report.failover);
         self.messages += report.messages;
+        self.membership += report.membership;
     }
 
     /// The closing line of the `sim` example.
@@ -62,13 +66,24 @@ impl Summary {
             None => "none".to_string(),
         };
         format!(
-            "seeds={} violations={} elected_seeds={} acquire_p50_ms={} acquire_p99_ms={} failover_p50_ms={}",
+            "seeds={} violations={} elected_seeds={} acquire_p50_ms={} acquire_p99_ms={} failover_p50_ms={} \
+             changes={} learners_added={} promoted={} two_voters_added={} removed={} removed_master={} \
+             returned={} won_by_returned={} applied={}",
             self.seeds,
             self.violations,
             self.elected_seeds,
             ms(percentile(&self.acquire, 50.0)),
             ms(percentile(&self.acquire, 99.0)),
             ms(percentile(&self.failover, 50.0)),
+            self.membership.changes(),
+            self.membership.learners_added,
+            self.membership.promoted,
+            self.membership.two_voters_added,
+            self.membership.removed,
+            self.membership.removed_master,
+            self.membership.returned,
+            self.membership.won_by_returned,
+            self.membership.applied,
         )
     }
 }

@@ -1,11 +1,12 @@
 //! One simulated cluster of election cores, its fault schedule and its oracles.
 
 use super::clock::SimClock;
+use super::membership::{self, Change, Configuration, History, MembershipStats};
 use super::network::{Network, NetworkFaults};
 use super::queue::EventQueue;
 use super::stats::Summary;
 use crate::backend::BackendKind;
-use crate::config::LeaseConfig;
+use crate::config::{Breakage, LeaseConfig};
 use crate::core::{ElectionCore, LeadershipChange};
 use crate::epoch::{EpochStore, MemoryEpochStore};
 use crate::ids::NodeId;
@@ -31,6 +32,10 @@ pub struct SimConfig {
     pub chaos: Duration,
     /// Record a readable trace of every event (for replaying one failing seed).
     pub trace: bool,
+    /// Change the membership at run time (docs/membership.md): the master adds learners,
+    /// promotes them and removes voters as rules 2 and 5 allow, during the chaos too. On by
+    /// default for PaxosLease, the backend that implements the rules.
+    pub membership: bool,
 }
 
 impl SimConfig {
@@ -55,6 +60,23 @@ impl SimConfig {
             },
             chaos: Duration::from_secs(15),
             trace: false,
+            membership: backend == BackendKind::PaxosLease,
+        }
+    }
+
+    /// When the master may first change the membership (a master is elected by then).
+    fn membership_start(&self) -> u64 {
+        1000 * MS
+    }
+
+    /// The interval between two looks at whether the master may propose a change: fast under
+    /// the `no-change-wait` control, which proposes whenever the master has applied the
+    /// latest configuration, so that epochs pile up within one lease time.
+    fn change_tick(&self, rng: &mut SplitMix64) -> u64 {
+        if self.lease.broken(Breakage::NoChangeWait) {
+            rng.range_u64(10, 60) * MS
+        } else {
+            rng.range_u64(100, 600) * MS
         }
     }
 
@@ -117,20 +139,42 @@ pub struct SeedReport {
     pub liveness_expected: bool,
     /// Messages sent.
     pub messages: u64,
+    /// The membership changes made and applied.
+    pub membership: MembershipStats,
+    /// The epoch of the last configuration.
+    pub final_epoch: u64,
     /// The event trace, if asked for.
     pub trace: Vec<String>,
 }
 
 #[derive(Debug)]
 enum Event {
-    Deliver { to: NodeId, from: NodeId, msg: ElectionMessage },
-    Timer { node: usize, generation: u64 },
-    Start { node: usize },
+    Deliver {
+        to: NodeId,
+        from: NodeId,
+        msg: ElectionMessage,
+    },
+    Timer {
+        node: usize,
+        generation: u64,
+    },
+    Start {
+        node: usize,
+    },
     CrashMaster,
-    Restart { node: usize },
+    Restart {
+        node: usize,
+    },
     Chaos,
     Heal,
     Quiet,
+    /// A look at whether the master may propose the next configuration change.
+    ChangeTick,
+    /// `node` applies configuration `epoch` from the log.
+    Apply {
+        node: usize,
+        epoch: u64,
+    },
 }
 
 struct Slot {
@@ -139,6 +183,11 @@ struct Slot {
     epochs: MemoryEpochStore,
     clock: SimClock,
     timer_generation: u64,
+    /// The configuration epoch the node has applied (its data dir's).
+    applied: u64,
+    /// A removed node that came back with the configuration it had before its removal: the
+    /// log no longer reaches it, so it applies nothing more.
+    stale: bool,
 }
 
 struct World {
@@ -156,6 +205,8 @@ struct World {
     crashed_master: Option<(NodeId, u64)>,
     quiet: bool,
     down_for_good: Vec<usize>,
+    /// The log's configuration history.
+    history: History,
 }
 
 /// Runs one seed and reports what the oracles saw.
@@ -181,29 +232,11 @@ impl World {
         let mut rng = SplitMix64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
         let eps = config.lease.drift_bound;
         let ids: Vec<NodeId> = (1..=config.nodes as u32).map(NodeId).collect();
-        let slots = ids
-            .iter()
-            .map(|&id| {
-                // Clocks at the extremes of the drift bound are where drift bugs show, so
-                // half of the nodes get an extreme rate.
-                let rate = match rng.range_u64(0, 3) {
-                    0 => 1.0 - eps,
-                    1 => 1.0 + eps,
-                    _ => 1.0 - eps + 2.0 * eps * rng.next_f64(),
-                };
-                let offset = rng.range_u64(0, 1_000_000 * MS);
-                Slot {
-                    id,
-                    core: None,
-                    epochs: MemoryEpochStore::default(),
-                    clock: SimClock::new(offset, rate),
-                    timer_generation: 0,
-                }
-            })
-            .collect();
+        let slots = ids.iter().map(|&id| new_slot(id, eps, &mut rng)).collect();
         let mut clean = config.faults.clone();
         clean.slow = 0.0;
         clean.stall = 0.0;
+        let history = History::new(&ids);
         let mut world = World {
             network: Network::new(clean),
             report: SeedReport { seed, ..SeedReport::default() },
@@ -218,9 +251,13 @@ impl World {
             crashed_master: None,
             quiet: false,
             down_for_good: Vec::new(),
+            history,
         };
         for node in 0..world.slots.len() {
             world.queue.push(0, Event::Start { node });
+        }
+        if world.config.membership {
+            world.queue.push(world.config.membership_start(), Event::ChangeTick);
         }
         world.queue.push(world.config.crash_master_at(), Event::CrashMaster);
         world.queue.push(world.config.chaos_start(), Event::Chaos);
@@ -250,6 +287,7 @@ impl World {
         }
         let bound = self.config.liveness_bound();
         self.report.elected_in_quiet = self.report.elected_in_quiet.filter(|d| *d <= bound);
+        self.report.final_epoch = self.history.latest().epoch;
     }
 
     fn handle(&mut self, event: Event) {
@@ -295,6 +333,8 @@ impl World {
                 self.network.heal();
             }
             Event::Quiet => self.begin_quiet(),
+            Event::ChangeTick => self.change_tick(),
+            Event::Apply { node, epoch } => self.apply(node, epoch),
         }
     }
 
@@ -310,6 +350,11 @@ impl World {
         if self.slots[node].core.is_some() || self.down_for_good.contains(&node) {
             return;
         }
+        let Some(configuration) = self.configuration_at_start(node) else {
+            let id = self.slots[node].id;
+            self.trace(|| format!("{id} refuses to start: its data dir says it was removed"));
+            return;
+        };
         let now = self.local(node);
         let epoch = match self.slots[node].epochs.begin_epoch() {
             Ok(e) => e,
@@ -320,12 +365,147 @@ impl World {
         self.trace(|| format!("start {id} epoch {}", epoch.value));
         let core = self.config.backend.build_core(id, &self.ids, None, self.config.lease.clone(), epoch, now, seed);
         match core {
-            Ok(core) => {
+            Ok(mut core) => {
+                if let Some(c) = configuration.filter(|c| c.epoch > 0) {
+                    // The driver configures the core from the data dir before it connects:
+                    // whatever the constructor queued for the initial peer list (epoch 0)
+                    // is dropped.
+                    let _ = core.take_output();
+                    core.set_configuration(now, c.epoch, &c.voters, &c.learners);
+                    self.slots[node].applied = c.epoch;
+                    self.trace(|| format!("{id} starts at configuration {c:?}"));
+                }
                 self.slots[node].core = Some(core);
                 self.after_step(node);
             }
             Err(e) => panic!("simulator built an invalid lease config: {e}"),
         }
+    }
+
+    /// The configuration a starting node reads from its data dir: `Some(None)` without
+    /// membership changes (the constructor's peer list is epoch 0), the latest for a member
+    /// (a restarted node has everything the log holds), the one before its removal for a
+    /// removed node that crashed before it applied its removal (it comes back, stale), and
+    /// `None` for a removed node that knows it (it refuses to start).
+    fn configuration_at_start(&mut self, node: usize) -> Option<Option<Configuration>> {
+        if !self.config.membership {
+            return Some(None);
+        }
+        let id = self.slots[node].id;
+        let latest = self.history.latest();
+        if latest.contains(id) && !self.slots[node].stale {
+            return Some(Some(latest.clone()));
+        }
+        let removed_at = self.history.removed_at(id)?;
+        if self.slots[node].applied >= removed_at {
+            return None;
+        }
+        // Its data dir holds every configuration before the one that removed it: the log
+        // replicated to it until then.
+        let before = self.history.get(removed_at - 1)?.clone();
+        if !self.slots[node].stale {
+            self.slots[node].stale = true;
+            self.report.membership.returned += 1;
+            self.trace(|| format!("removed {id} comes back with epoch {}", before.epoch));
+        }
+        Some(Some(before))
+    }
+
+    /// The master proposes the next configuration change if rules 2 and 5 allow it (under
+    /// the `no-change-wait` control: as soon as it has applied the latest one).
+    fn change_tick(&mut self) {
+        if self.quiet {
+            return;
+        }
+        let next = self.config.change_tick(&mut self.rng);
+        self.queue.push(self.now + next, Event::ChangeTick);
+        let masters = self.masters();
+        let [master] = masters[..] else { return };
+        let node = self.index(master);
+        let latest = self.history.latest().epoch;
+        let allowed = if self.config.lease.broken(Breakage::NoChangeWait) {
+            self.slots[node].applied == latest
+        } else {
+            let now = self.local(node);
+            let rule_5 = self.slots[node].core.as_ref().and_then(|c| c.change_allowed_after());
+            rule_5.is_some_and(|(epoch, at)| epoch == latest && now >= at)
+        };
+        if !allowed {
+            return;
+        }
+        let fresh = NodeId(self.slots.len() as u32 + 1);
+        let change =
+            membership::pick(self.history.latest(), master, fresh, self.config.lease.breakage(), &mut self.rng);
+        let previous = self.history.latest().clone();
+        let next = self.history.append(change).clone();
+        self.trace(|| format!("{master} proposes {change:?}: {next:?}"));
+        let stats = &mut self.report.membership;
+        match change {
+            Change::AddLearner(_) => stats.learners_added += 1,
+            Change::Promote(_) => stats.promoted += 1,
+            Change::PromoteTwo(..) => stats.two_voters_added += 1,
+            Change::Remove(n) => {
+                stats.removed += 1;
+                if n == master {
+                    stats.removed_master += 1;
+                }
+            }
+        }
+        // Every member of the old or the new configuration applies it after its own delay;
+        // now and then one lags far behind (a slow disk, a partition of the log).
+        for node in 0..self.slots.len() {
+            let id = self.slots[node].id;
+            if !(previous.contains(id) || next.contains(id)) || self.slots[node].stale {
+                continue;
+            }
+            let delay = if self.rng.chance(0.15) { self.rng.range_u64(300, 3000) } else { self.rng.range_u64(0, 300) };
+            self.queue.push(self.now + delay * MS, Event::Apply { node, epoch: next.epoch });
+        }
+        match change {
+            Change::AddLearner(id) => {
+                let slot = new_slot(id, self.config.lease.drift_bound, &mut self.rng);
+                self.slots.push(slot);
+                self.start(self.slots.len() - 1);
+            }
+            Change::Remove(id) if self.rng.chance(0.5) => {
+                // It crashes before it applies its removal, and comes back later with the
+                // configuration it had: it must not win.
+                let node = self.index(id);
+                if self.slots[node].core.is_some() {
+                    self.crash(node);
+                    let back = self.rng.range_u64(500, 5000) * MS;
+                    self.queue.push(self.now + back, Event::Restart { node });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `node` applies configuration `epoch` (if running and not already further).
+    fn apply(&mut self, node: usize, epoch: u64) {
+        if self.slots[node].stale || self.slots[node].applied >= epoch {
+            return;
+        }
+        let Some(c) = self.history.get(epoch).cloned() else { return };
+        let now = self.local(node);
+        let Some(core) = self.slots[node].core.as_mut() else { return };
+        core.set_configuration(now, c.epoch, &c.voters, &c.learners);
+        self.slots[node].applied = epoch;
+        self.report.membership.applied += 1;
+        let id = self.slots[node].id;
+        self.trace(|| format!("{id} applies epoch {epoch}"));
+        self.after_step(node);
+    }
+
+    /// The nodes chaos picks from: the members of the latest configuration (all nodes
+    /// without membership changes).
+    fn members(&self) -> Vec<usize> {
+        let latest = self.history.latest();
+        (0..self.slots.len()).filter(|&i| !self.config.membership || latest.contains(self.slots[i].id)).collect()
+    }
+
+    fn all_ids(&self) -> Vec<NodeId> {
+        self.slots.iter().map(|s| s.id).collect()
     }
 
     fn crash(&mut self, node: usize) {
@@ -362,6 +542,10 @@ impl World {
     }
 
     fn on_elected(&mut self, who: NodeId) {
+        if self.slots[self.index(who)].stale {
+            self.trace(|| format!("{who}, removed and back with an old configuration, was elected"));
+            self.report.membership.won_by_returned += 1;
+        }
         let since = Duration::from_nanos(self.now);
         if self.report.first_acquire.is_none() {
             self.report.first_acquire = Some(since);
@@ -412,13 +596,18 @@ impl World {
         }
         self.network.faults = self.config.faults.clone();
         let n = self.slots.len();
+        let members = self.members();
         let masters = self.masters();
         let pick_master = !masters.is_empty() && self.rng.chance(0.5);
-        let victim = if pick_master { self.index(masters[0]) } else { self.rng.range_u64(0, n as u64 - 1) as usize };
+        let victim = if pick_master {
+            self.index(masters[0])
+        } else {
+            members[self.rng.range_u64(0, members.len() as u64 - 1) as usize]
+        };
         match self.rng.range_u64(0, 9) {
             0 | 1 => {
                 // Partition into two random sides, healed later.
-                let mut order: Vec<NodeId> = self.ids.clone();
+                let mut order: Vec<NodeId> = self.all_ids();
                 for i in (1..order.len()).rev() {
                     let j = self.rng.range_u64(0, i as u64) as usize;
                     order.swap(i, j);
@@ -439,8 +628,9 @@ impl World {
             }
             4 => {
                 // Restart storm: a majority of the nodes other than the master restart quickly.
-                let majority = crate::members::Members::majority_of(n);
-                let mut others: Vec<usize> = (0..n).filter(|i| !masters.contains(&self.slots[*i].id)).collect();
+                let majority = crate::members::Members::majority_of(members.len());
+                let mut others: Vec<usize> =
+                    members.iter().copied().filter(|i| !masters.contains(&self.slots[*i].id)).collect();
                 for i in (1..others.len()).rev() {
                     let j = self.rng.range_u64(0, i as u64) as usize;
                     others.swap(i, j);
@@ -457,7 +647,7 @@ impl World {
                 // Step-down of the master, if any, or of a random node; half of the time a
                 // hand-over to another node (etcd's leader transfer).
                 let now = self.local(victim);
-                let to = self.slots[self.rng.range_u64(0, n as u64 - 1) as usize].id;
+                let to = self.slots[members[self.rng.range_u64(0, members.len() as u64 - 1) as usize]].id;
                 let hand_over = self.rng.chance(0.5);
                 let id = self.slots[victim].id;
                 if let Some(core) = self.slots[victim].core.as_mut() {
@@ -483,7 +673,7 @@ impl World {
             8 => {
                 // Cut the master (or a random node) off from everyone else.
                 let id = self.slots[victim].id;
-                let rest: Vec<NodeId> = self.ids.iter().copied().filter(|&n| n != id).collect();
+                let rest: Vec<NodeId> = self.all_ids().into_iter().filter(|&n| n != id).collect();
                 self.trace(|| format!("isolate {id}"));
                 self.network.partition(&[id], &rest);
                 let heal = self.rng.range_u64(500, 3000) * MS;
@@ -504,14 +694,28 @@ impl World {
         self.network.faults.loss = 0.0;
         self.network.faults.stall = 0.0;
         let n = self.slots.len();
-        let majority = crate::members::Members::majority_of(n);
-        let down_count = self.rng.range_u64(0, (n - majority) as u64) as usize;
-        let mut order: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
+        // A minority of the voters (of every node, without membership changes) stays down;
+        // learners stay up, and nodes removed from the cluster are down for good.
+        let latest = self.history.latest().clone();
+        let membership = self.config.membership;
+        let voters: Vec<usize> = (0..n).filter(|&i| !membership || latest.voters.contains(&self.slots[i].id)).collect();
+        let majority = crate::members::Members::majority_of(voters.len());
+        let down_count = self.rng.range_u64(0, (voters.len() - majority) as u64) as usize;
+        let mut order: Vec<usize> = voters;
+        for i in (1..order.len()).rev() {
             let j = self.rng.range_u64(0, i as u64) as usize;
             order.swap(i, j);
         }
-        let down: Vec<usize> = order[..down_count].to_vec();
+        let mut down: Vec<usize> = order[..down_count].to_vec();
+        down.extend((0..n).filter(|&i| membership && !latest.contains(self.slots[i].id)));
+        if membership {
+            // In a quiet, connected network the log reaches every live member at once.
+            for node in 0..n {
+                if !down.contains(&node) {
+                    self.apply(node, latest.epoch);
+                }
+            }
+        }
         for node in 0..n {
             if down.contains(&node) {
                 if self.slots[node].core.is_some() {
@@ -526,11 +730,32 @@ impl World {
         self.report.liveness_expected = match self.config.backend {
             // The tracker is the lowest id; if it stays down nobody can be elected.
             BackendKind::LeaseTracker => !down.contains(&0),
+            _ if membership => !latest.voters.is_empty(),
             _ => true,
         };
         self.trace(|| format!("quiet phase, kept down: {down:?}"));
         if !self.masters().is_empty() {
             self.report.elected_in_quiet = Some(Duration::ZERO);
         }
+    }
+}
+
+/// A node that has never run, with a clock of its own. Clocks at the extremes of the drift
+/// bound are where drift bugs show, so half of the nodes get an extreme rate.
+fn new_slot(id: NodeId, eps: f64, rng: &mut SplitMix64) -> Slot {
+    let rate = match rng.range_u64(0, 3) {
+        0 => 1.0 - eps,
+        1 => 1.0 + eps,
+        _ => 1.0 - eps + 2.0 * eps * rng.next_f64(),
+    };
+    let offset = rng.range_u64(0, 1_000_000 * MS);
+    Slot {
+        id,
+        core: None,
+        epochs: MemoryEpochStore::default(),
+        clock: SimClock::new(offset, rate),
+        timer_generation: 0,
+        applied: 0,
+        stale: false,
     }
 }
