@@ -275,7 +275,8 @@ impl ProposerRounds {
 
     /// A proposer of node 1 that wants the lease; the first round elects it.
     fn new() -> Self {
-        let mut proposer = Proposer::new(NodeId(1), 1, 3, LeaseConfig::default());
+        let mut proposer =
+            Proposer::new(NodeId(1), 1, leasekv_lease::Members::from_ids(&node_ids(3)), LeaseConfig::default());
         proposer.acquire(Instant::ZERO);
         let mut rounds = ProposerRounds {
             proposer,
@@ -472,7 +473,7 @@ fn idle_acceptor_footprint() -> IdleFootprint {
     let ballot = Ballot { counter: 1, epoch: 1, node: NodeId(2) };
     let ((), bytes, blocks) = count_allocations(|| {
         for i in 0..IDLE_INSTANCES {
-            let msg = Message { resource: ResourceId(i), body: Body::PrepareRequest { ballot } };
+            let msg = Message { resource: ResourceId(i), epoch: 0, body: Body::PrepareRequest { ballot } };
             node.handle_message(now, NodeId(2), msg);
             drop(node.take_output());
         }

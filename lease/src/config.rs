@@ -226,17 +226,29 @@ pub enum Breakage {
     /// A holder that hands its lease over keeps believing in it until it runs out, while
     /// the node it hands it to already counts it as released.
     HandOverKeepsLease,
+    /// The simulator's log adds two voters in one configuration change (breaks rule 1 of
+    /// `docs/membership.md`): majorities of the old and the new configuration need not meet.
+    TwoVotersAtOnce,
+    /// The proposer counts votes from learners (which receive its requests) towards the
+    /// majority of the voters.
+    LearnerCounted,
+    /// The simulator's master proposes the next configuration change without waiting for
+    /// rule 5's lease round at the new epoch and the max lease time after it.
+    NoChangeWait,
 }
 
 impl Breakage {
     /// Every negative control with its command-line name.
-    pub const ALL: [(&'static str, Breakage); 6] = [
+    pub const ALL: [(&'static str, Breakage); 9] = [
         ("no-quarantine", Breakage::NoQuarantine),
         ("no-drift-margin", Breakage::NoDriftMargin),
         ("count-duplicates", Breakage::CountDuplicates),
         ("release-any-ballot", Breakage::ReleaseAnyBallot),
         ("late-timer", Breakage::LateTimer),
         ("hand-over-keeps-lease", Breakage::HandOverKeepsLease),
+        ("two-voters-at-once", Breakage::TwoVotersAtOnce),
+        ("learner-counted", Breakage::LearnerCounted),
+        ("no-change-wait", Breakage::NoChangeWait),
     ];
 
     /// Parses a command-line name; the error lists the valid ones.

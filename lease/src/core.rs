@@ -100,6 +100,21 @@ pub trait ElectionCore: Send + 'static {
     fn step_down(&mut self, now: Instant);
     /// Gives up mastership (if held) and stops competing for good: a graceful shutdown.
     fn shut_down(&mut self, now: Instant);
+    /// The configuration this node has applied from the log: its epoch, its voters and its
+    /// learners (this node may be in either or neither). Called at start with what the data
+    /// dir holds and after every applied change; a call with an epoch lower than the current
+    /// one is ignored.
+    ///
+    /// A core built from a plain peer list starts at configuration epoch 0 with every given
+    /// node a voter, so a cluster whose membership never changes need not call this.
+    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]);
+    /// Rule 5 of docs/membership.md: `Some((epoch, at))` once this node, as master, completed
+    /// a lease round at configuration `epoch` answered by a majority of that configuration's
+    /// voters; `at` is the instant (this node's clock) after which the next configuration
+    /// change may be proposed: the round's completion plus the max lease time M, stretched by
+    /// the drift bound (M*(1+ε)/(1-ε)). None for a node that has not, or backends without
+    /// such rounds.
+    fn change_allowed_after(&self) -> Option<(u64, Instant)>;
     /// Gives up mastership (if held) so that `to` takes over next (etcd's leader transfer),
     /// then keeps competing after the hold-off. Only timing: safety never depends on who
     /// takes over. A backend that cannot direct the next master just steps down.

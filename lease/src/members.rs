@@ -2,7 +2,7 @@
 
 use crate::ids::NodeId;
 
-/// Every voting member of a cluster, this node included, sorted and without duplicates.
+/// The voting members of a cluster (of one configuration), sorted and without duplicates.
 ///
 /// Quorums are counted against this list: the PaxosLease acceptors, the naive election's
 /// voters and the replicated log's acceptors all take their majority from here, so a
@@ -20,6 +20,15 @@ impl Members {
         if !ids.contains(&me) {
             ids.push(me);
         }
+        ids.sort();
+        ids.dedup();
+        Members { ids }
+    }
+
+    /// Exactly the voters `nodes`, sorted and deduplicated: for a configuration, in which
+    /// this node may be a voter, a learner or neither.
+    pub fn from_ids(nodes: &[NodeId]) -> Self {
+        let mut ids = nodes.to_vec();
         ids.sort();
         ids.dedup();
         Members { ids }

@@ -56,6 +56,8 @@ struct Attempt {
 pub struct NaiveMajorityElection {
     me: NodeId,
     peers: Members,
+    /// The configuration epoch of `peers` (0 for the list given at construction).
+    conf_epoch: u64,
     config: LeaseConfig,
     epoch: u32,
     quarantine_until: Instant,
@@ -86,6 +88,7 @@ impl NaiveMajorityElection {
         Ok(NaiveMajorityElection {
             me,
             peers: Members::new(me, peers),
+            conf_epoch: 0,
             epoch: epoch.value,
             quarantine_until: if quarantined { now.saturating_add(config.max_lease_time) } else { now },
             config,
@@ -258,5 +261,19 @@ impl ElectionCore for NaiveMajorityElection {
     fn shut_down(&mut self, now: Instant) {
         self.step_down(now);
         self.wanted = false;
+    }
+
+    /// The deliberately unsafe baseline just asks the new voters from then on: it has no
+    /// epochs, so nothing stops an old majority granting meanwhile.
+    fn set_configuration(&mut self, _now: Instant, epoch: u64, voters: &[NodeId], _learners: &[NodeId]) {
+        if epoch < self.conf_epoch {
+            return;
+        }
+        self.conf_epoch = epoch;
+        self.peers = Members::new(self.me, voters);
+    }
+
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        None
     }
 }

@@ -143,7 +143,15 @@ struct Outstanding {
 pub struct LeaseTrackerElection {
     me: NodeId,
     tracker_node: NodeId,
+    /// Every node this one talks to: the voters and learners of the applied configuration,
+    /// and the tracker node.
     peers: Vec<NodeId>,
+    /// The candidates: the voters of the applied configuration. Only they ask for the lease,
+    /// and the tracker grants only to them.
+    voters: Vec<NodeId>,
+    /// The applied configuration epoch, and the local instant it was applied.
+    conf_epoch: u64,
+    applied_at: Instant,
     config: LeaseConfig,
     epoch: u32,
     tracker: Option<Tracker>,
@@ -182,6 +190,9 @@ impl LeaseTrackerElection {
             me,
             tracker_node,
             peers: peers.to_vec(),
+            voters: peers.iter().copied().chain(std::iter::once(me)).collect(),
+            conf_epoch: 0,
+            applied_at: now,
             config,
             epoch: epoch.value,
             tracker,
@@ -222,6 +233,11 @@ impl LeaseTrackerElection {
     fn handle(&mut self, now: Instant, from: NodeId, msg: TrackerMessage) {
         match msg {
             TrackerMessage::Request { request, duration } => {
+                if !self.voters.contains(&from) {
+                    // Not a candidate in the configuration this tracker applied (a learner,
+                    // a removed node, or a voter it has not heard of yet: that one asks again).
+                    return;
+                }
                 let config = self.config.clone();
                 if let Some(t) = self.tracker.as_mut() {
                     let answer = t.on_request(now, from, request, duration, &config);
@@ -278,6 +294,15 @@ impl LeaseTrackerElection {
         }
     }
 
+    /// Whether this node asks for the lease: the driver wants it, it is a voter of the
+    /// applied configuration, and so is the tracker node. Removing the tracker cannot be
+    /// made safe without consensus on the tracker (a partitioned old tracker that has not
+    /// applied the change keeps granting to nodes that have not applied it either), so the
+    /// server refuses such a change; should one be applied anyway, nobody asks.
+    fn competing(&self) -> bool {
+        self.wanted && self.voters.contains(&self.me) && self.voters.contains(&self.tracker_node)
+    }
+
     fn release(&mut self, now: Instant, keep_competing: bool) {
         if let Some(l) = self.lease.take() {
             self.out.changes.push(LeadershipChange::Lost { term: l.term, reason: LossReason::Released });
@@ -321,7 +346,7 @@ impl ElectionCore for LeaseTrackerElection {
                 self.next_attempt = Some(retry.max(self.hold_off_until));
             }
         }
-        if self.wanted && self.outstanding.is_none() && self.next_attempt.is_some_and(|a| now >= a) {
+        if self.competing() && self.outstanding.is_none() && self.next_attempt.is_some_and(|a| now >= a) {
             self.counter += 1;
             let request = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
             self.outstanding = Some(Outstanding { request, sent_at: now });
@@ -333,9 +358,46 @@ impl ElectionCore for LeaseTrackerElection {
     fn poll_timeout(&self) -> Option<Instant> {
         let round = match self.outstanding {
             Some(o) => Some(o.sent_at.saturating_add(self.config.round_timeout)),
-            None => self.next_attempt.filter(|_| self.wanted),
+            None => self.next_attempt.filter(|_| self.competing()),
         };
         [round, self.lease.map(|l| l.valid_until)].into_iter().flatten().min()
+    }
+
+    /// Candidates come and go with the configuration; the tracker node stays (a change that
+    /// removes it is refused by the server: see the module of this type).
+    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
+        if epoch < self.conf_epoch {
+            return;
+        }
+        if epoch > self.conf_epoch {
+            self.applied_at = now;
+        }
+        self.conf_epoch = epoch;
+        self.voters = voters.to_vec();
+        let mut peers: Vec<NodeId> =
+            voters.iter().chain(learners).copied().chain(std::iter::once(self.tracker_node)).collect();
+        peers.sort();
+        peers.dedup();
+        self.peers = peers;
+        if !self.voters.contains(&self.tracker_node) {
+            tracing::warn!(
+                tracker = %self.tracker_node,
+                epoch,
+                "the lease tracker is not a voter of the applied configuration: not asking for the master lease"
+            );
+        }
+        if !self.competing() {
+            // A removed node, or one whose tracker was removed, gives its lease up as a
+            // shutdown would; it asks again if a later configuration makes it a candidate.
+            let wanted = self.wanted;
+            self.release(now, wanted);
+        }
+    }
+
+    /// The tracker grants by its own clock whoever the voters are, so its safety does not
+    /// depend on the voter set: a change may follow as soon as this node applied the last.
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        Some((self.conf_epoch, self.applied_at))
     }
 
     fn take_output(&mut self) -> Output {

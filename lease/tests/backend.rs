@@ -345,6 +345,10 @@ impl ElectionCore for ScriptedCore {
     fn shut_down(&mut self, _: Instant) {
         self.shut_down = true;
     }
+    fn set_configuration(&mut self, _: Instant, _: u64, _: &[NodeId], _: &[NodeId]) {}
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        None
+    }
 }
 
 fn scripted(honest: bool, valid_for: Duration) -> (Arc<DrivenBackend>, LocalNetwork) {

@@ -46,7 +46,7 @@ proptest! {
             last = Some(ballot);
             for from in [2, 3] {
                 let body = Body::PrepareRejected { ballot, promised };
-                node.handle_message(now, NodeId(from), Message { resource: ResourceId::MASTER, body });
+                node.handle_message(now, NodeId(from), Message { resource: ResourceId::MASTER, epoch: 0, body });
             }
             now = node.poll_timeout().expect("a retry is scheduled after a rejection");
             node.on_timeout(now);
@@ -59,7 +59,7 @@ proptest! {
                 // Feed it back so the next iteration sees it.
                 last = Some(next);
                 let body = Body::PrepareRejected { ballot: next, promised };
-                node.handle_message(now, NodeId(2), Message { resource: ResourceId::MASTER, body });
+                node.handle_message(now, NodeId(2), Message { resource: ResourceId::MASTER, epoch: 0, body });
                 now = node.poll_timeout().expect("retry");
                 node.on_timeout(now);
             }

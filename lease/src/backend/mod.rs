@@ -242,4 +242,10 @@ impl ElectionCore for Box<dyn ElectionCore> {
     fn failed_rounds(&self) -> u64 {
         (**self).failed_rounds()
     }
+    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
+        (**self).set_configuration(now, epoch, voters, learners)
+    }
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        (**self).change_allowed_after()
+    }
 }

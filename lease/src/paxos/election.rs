@@ -80,6 +80,14 @@ impl ElectionCore for PaxosLeaseElection {
         self.node.release(now, ResourceId::MASTER, false);
     }
 
+    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
+        self.node.set_configuration(now, epoch, voters, learners);
+    }
+
+    fn change_allowed_after(&self) -> Option<(u64, Instant)> {
+        self.node.change_allowed_after(ResourceId::MASTER)
+    }
+
     fn hand_over(&mut self, now: Instant, to: NodeId) {
         self.node.hand_over(now, ResourceId::MASTER, to);
     }

@@ -1,4 +1,5 @@
-//! The PaxosLease wire messages. Every message names the resource it is about.
+//! The PaxosLease wire messages. Every message names the resource it is about and the
+//! configuration epoch of its sender (rule 4 of `docs/membership.md`).
 
 use crate::ballot::Ballot;
 use crate::ids::{NodeId, ResourceId};
@@ -10,6 +11,11 @@ use std::time::Duration;
 pub struct Message {
     /// The lease instance this message belongs to.
     pub resource: ResourceId,
+    /// The sender's configuration epoch: the highest it has applied or seen. Acceptors adopt
+    /// the highest epoch they see and refuse rounds from a lower one. Absent on the wire
+    /// from a node that predates membership changes, which only ever ran epoch 0.
+    #[serde(default)]
+    pub epoch: u64,
     /// What the message says.
     pub body: Body,
 }
@@ -76,6 +82,15 @@ pub enum Body {
     Release {
         /// The ballot of the lease being released.
         ballot: Ballot,
+    },
+    /// Refusal of a Prepare or Propose sent at a configuration epoch lower than the
+    /// acceptor's: the proposer abandons that round at once and competes again only after it
+    /// has applied the configuration of `epoch` from the log.
+    StaleConfiguration {
+        /// The ballot being refused.
+        ballot: Ballot,
+        /// The acceptor's configuration epoch.
+        epoch: u64,
     },
     /// A hint, never a grant: "`owner` holds the lease for about `duration`".
     Learned {

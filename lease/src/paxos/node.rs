@@ -1,5 +1,6 @@
 //! One node's PaxosLease instances: an acceptor for every resource it is asked about and a
-//! proposer for every resource it competes for.
+//! proposer for every resource it competes for, under the configuration the node applied
+//! from the log (docs/membership.md, rule 4).
 
 use super::acceptor::Acceptor;
 use super::message::{Body, Message};
@@ -19,7 +20,16 @@ use std::collections::{BTreeMap, VecDeque};
 #[derive(Debug)]
 pub struct LeaseNode {
     me: NodeId,
-    peers: Members,
+    /// The voters of the applied configuration: where requests go, whose votes count.
+    voters: Members,
+    /// The learners of the applied configuration: they get hints, never vote.
+    learners: Vec<NodeId>,
+    /// The configuration epoch this node has applied from the log.
+    conf_epoch: u64,
+    /// The highest configuration epoch seen in any message. Above `conf_epoch`, this node
+    /// refuses rounds below it (as acceptor) and does not compete until the log brings it
+    /// there (as proposer).
+    seen_epoch: u64,
     config: LeaseConfig,
     epoch: u32,
     /// The acceptor role stays silent until then (restart quarantine, rule 1).
@@ -32,7 +42,8 @@ pub struct LeaseNode {
 }
 
 impl LeaseNode {
-    /// A node `me` of the cluster `peers` (all acceptors, `me` included), started at `now`.
+    /// A node `me` of the cluster `peers` (all acceptors, `me` included), started at `now`,
+    /// at configuration epoch 0 with every node of `peers` (and `me`) a voter.
     ///
     /// Unless this is the node's very first start, its acceptors stay silent for the max
     /// lease time: a restart wiped whatever they had accepted, and a lease they accepted
@@ -45,12 +56,15 @@ impl LeaseNode {
         now: Instant,
         seed: u64,
     ) -> Self {
-        let peers = Members::new(me, peers);
+        let voters = Members::new(me, peers);
         let quarantined = !epoch.first_start && !config.broken(Breakage::NoQuarantine);
         let quarantine_until = if quarantined { now.saturating_add(config.max_lease_time) } else { now };
         LeaseNode {
             me,
-            peers,
+            voters,
+            learners: Vec::new(),
+            conf_epoch: 0,
+            seen_epoch: 0,
             config,
             epoch: epoch.value,
             quarantine_until,
@@ -77,11 +91,108 @@ impl LeaseNode {
         self.quarantine_until
     }
 
-    /// Starts competing for `resource`.
+    /// The configuration epoch this node has applied.
+    pub fn conf_epoch(&self) -> u64 {
+        self.conf_epoch
+    }
+
+    /// The configuration epoch this node is at: the highest it has applied or seen. Its
+    /// messages carry it, and its acceptors refuse rounds below it.
+    pub fn current_epoch(&self) -> u64 {
+        self.conf_epoch.max(self.seen_epoch)
+    }
+
+    /// The voters of the applied configuration.
+    pub fn voters(&self) -> &Members {
+        &self.voters
+    }
+
+    /// Whether the configuration lets this node compete: it is a voter of the configuration
+    /// it applied, and that is the latest it has seen (rule 4: a node that learnt of a later
+    /// configuration takes it from the log before it competes again).
+    pub fn may_compete(&self) -> bool {
+        self.voters.contains(self.me) && self.seen_epoch <= self.conf_epoch
+    }
+
+    /// Starts competing for `resource` (as soon as the configuration allows).
     pub fn acquire(&mut self, now: Instant, resource: ResourceId) {
-        let (me, epoch, n, config) = (self.me, self.epoch, self.peers.len(), self.config.clone());
-        self.proposers.entry(resource).or_insert_with(|| Proposer::new(me, epoch, n, config)).acquire(now);
+        let (me, epoch, voters, config) = (self.me, self.epoch, self.voters.clone(), self.config.clone());
+        let (conf_epoch, learners, eligible) = (self.conf_epoch, self.learners.clone(), self.may_compete());
+        let mut out = ProposerOutput::default();
+        let p = self.proposers.entry(resource).or_insert_with(|| {
+            let mut p = Proposer::new(me, epoch, voters.clone(), config);
+            let mut quiet = SplitMix64::new(0);
+            p.reconfigure(now, conf_epoch, voters, learners, &mut quiet, &mut ProposerOutput::default());
+            p
+        });
+        p.set_eligible(now, eligible, &mut out);
+        p.acquire(now);
+        self.emit(now, resource, out);
         self.on_timeout(now);
+    }
+
+    /// Applies configuration `epoch` from the log (see
+    /// [`ElectionCore::set_configuration`](crate::core::ElectionCore::set_configuration)):
+    /// ignored below the applied epoch; otherwise every proposer abandons its round and
+    /// continues with the new voters, and a node that is no longer a voter releases what it
+    /// holds and stops competing until a later configuration makes it a voter again.
+    pub fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
+        if epoch < self.conf_epoch {
+            return;
+        }
+        let voters = Members::from_ids(voters);
+        let mut learners: Vec<NodeId> = learners.iter().copied().filter(|l| !voters.contains(*l)).collect();
+        learners.sort();
+        learners.dedup();
+        if epoch == self.conf_epoch && voters == self.voters && learners == self.learners {
+            return;
+        }
+        tracing::debug!(node = %self.me, epoch, voters = ?voters.as_slice(), ?learners, "applying configuration");
+        self.conf_epoch = epoch;
+        self.voters = voters;
+        self.learners = learners;
+        let (eligible, voter) = (self.may_compete(), self.voters.contains(self.me));
+        let resources: Vec<ResourceId> = self.proposers.keys().copied().collect();
+        for resource in resources {
+            let mut out = ProposerOutput::default();
+            if let Some(p) = self.proposers.get_mut(&resource) {
+                p.reconfigure(now, epoch, self.voters.clone(), self.learners.clone(), &mut self.rng, &mut out);
+                if !voter {
+                    p.retire(now, &mut out);
+                }
+                p.set_eligible(now, eligible, &mut out);
+            }
+            self.emit(now, resource, out);
+        }
+    }
+
+    /// Adopts configuration epoch `epoch` seen in a message (rule 4): from now on this node's
+    /// acceptors refuse rounds below it, and its proposers stop competing until the log
+    /// brings this node to it. A held lease is kept: it was won at an epoch the safety
+    /// argument covers, and it runs out by itself.
+    fn observe_epoch(&mut self, now: Instant, epoch: u64) {
+        if epoch <= self.seen_epoch {
+            return;
+        }
+        self.seen_epoch = epoch;
+        let eligible = self.may_compete();
+        let resources: Vec<ResourceId> = self.proposers.keys().copied().collect();
+        for resource in resources {
+            let mut out = ProposerOutput::default();
+            if let Some(p) = self.proposers.get_mut(&resource) {
+                p.set_eligible(now, eligible, &mut out);
+            }
+            self.queue(resource, out);
+        }
+    }
+
+    /// Rule 5 for `resource`: `(epoch, at)` once this node completed a round at its applied
+    /// configuration `epoch` answered by a majority of that configuration's voters; `at` is
+    /// that completion plus the max lease time M as any other clock may measure it
+    /// (M·(1+ε)/(1-ε), rounded up by a millisecond).
+    pub fn change_allowed_after(&self, resource: ResourceId) -> Option<(u64, Instant)> {
+        let (epoch, completed) = self.proposers.get(&resource)?.quorum_round()?;
+        Some((epoch, completed.saturating_add(self.config.cover_remote(self.config.max_lease_time))))
     }
 
     /// Releases `resource` if held; with `keep_competing`, competes again after the hold-off.
@@ -128,12 +239,17 @@ impl LeaseNode {
         self.acceptors.len()
     }
 
-    /// Feeds a message from `from`. Messages from nodes outside the cluster are dropped.
+    /// Feeds a message from `from`.
+    ///
+    /// Any sender is heard, members of the applied configuration or not: a node cannot know
+    /// that it was just promoted, or that a new voter joined, before the log tells it, and
+    /// refusing them would only stall the election. Safety does not rest on who is heard but
+    /// on who is counted: a proposer counts only the voters of its configuration (see
+    /// `Proposer::counts`). The exceptions are requests at this node's own epoch from a node
+    /// that is not a voter of it (such a node must not compete, so only a foreign cluster or
+    /// a bug sends them), which are dropped, and requests from a lower epoch, refused with
+    /// [`Body::StaleConfiguration`].
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
-        if !self.peers.contains(from) {
-            tracing::debug!(%from, "dropping lease message from a node outside the cluster");
-            return;
-        }
         let mut local = VecDeque::new();
         local.push_back((from, msg));
         // Messages to self are handled right here, in order, without a network hop.
@@ -157,12 +273,30 @@ impl LeaseNode {
 
     fn dispatch(&mut self, now: Instant, from: NodeId, msg: Message) {
         let resource = msg.resource;
+        let sent_at = msg.epoch;
+        // Rule 4: adopt the highest epoch seen, from any message.
+        self.observe_epoch(now, sent_at);
+        let current = self.current_epoch();
         if msg.body.is_for_acceptor() {
             if now < self.quarantine_until {
                 return;
             }
+            let round_request = matches!(msg.body, Body::PrepareRequest { .. } | Body::ProposeRequest { .. });
+            // At the epoch this node applied it knows the voters; at a later one it does not
+            // yet, and the sender may well be a new voter.
+            let known_configuration = sent_at == self.conf_epoch && sent_at == current;
+            if round_request && known_configuration && from != self.me && !self.voters.contains(from) {
+                tracing::debug!(%from, epoch = current, "dropping a round from a node that is not a voter");
+                return;
+            }
             let acceptor = self.acceptors.entry(resource).or_default();
             let reply = match msg.body {
+                // Rule 4: a round from an older configuration is refused without touching the
+                // promise, so that the proposer gives up at once. A Release is honoured
+                // whatever its epoch: it only ever frees its sender's own ballot.
+                Body::PrepareRequest { ballot } | Body::ProposeRequest { ballot, .. } if sent_at < current => {
+                    Some(Body::StaleConfiguration { ballot, epoch: current })
+                }
                 Body::PrepareRequest { ballot } => Some(acceptor.on_prepare(now, ballot)),
                 Body::ProposeRequest { ballot, proposal } => {
                     Some(acceptor.on_propose(now, ballot, proposal, self.config.max_lease_time))
@@ -188,8 +322,12 @@ impl LeaseNode {
                 }
             }
             if let Some(body) = reply {
-                self.outbox.push(Envelope { to: from, msg: ElectionMessage::PaxosLease(Message { resource, body }) });
+                let msg = Message { resource, epoch: current, body };
+                self.outbox.push(Envelope { to: from, msg: ElectionMessage::PaxosLease(msg) });
             }
+        } else if sent_at < current && matches!(msg.body, Body::Learned { .. } | Body::HandOver { .. }) {
+            // Hints from a node still at an older configuration (a removed node that came
+            // back, a lagging one) would only hold this node back.
         } else if let Some(p) = self.proposers.get_mut(&resource) {
             let mut out = ProposerOutput::default();
             p.on_message(now, from, msg.body, &mut self.rng, &mut out);
@@ -224,16 +362,33 @@ impl LeaseNode {
         }
     }
 
+    /// Who a proposer's message for `target` goes to. Requests go to the voters (this node's
+    /// own acceptor included, even when it is not a voter: a Release must reach it, and its
+    /// answer does not count); hints go to voters and learners.
+    fn recipients(&self, target: &Target) -> Vec<NodeId> {
+        let mut to: Vec<NodeId> = self.voters.iter().collect();
+        let learners_too = match target {
+            Target::AllAcceptors => self.config.broken(Breakage::LearnerCounted),
+            Target::Others => true,
+        };
+        if learners_too {
+            to.extend(self.learners.iter().copied());
+        }
+        match target {
+            Target::AllAcceptors => to.push(self.me),
+            Target::Others => to.retain(|n| *n != self.me),
+        }
+        to.sort();
+        to.dedup();
+        to
+    }
+
     fn queue(&mut self, resource: ResourceId, out: ProposerOutput) {
+        let epoch = self.current_epoch();
         for (target, body) in out.messages {
-            for peer in self.peers.iter() {
-                if target == Target::Others && peer == self.me {
-                    continue;
-                }
-                self.outbox.push(Envelope {
-                    to: peer,
-                    msg: ElectionMessage::PaxosLease(Message { resource, body: body.clone() }),
-                });
+            for peer in self.recipients(&target) {
+                let msg = Message { resource, epoch, body: body.clone() };
+                self.outbox.push(Envelope { to: peer, msg: ElectionMessage::PaxosLease(msg) });
             }
         }
         self.changes.extend(out.changes.into_iter().map(|c| (resource, c)));

@@ -14,9 +14,9 @@ use std::time::Duration;
 /// Where a proposer's messages go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// Every acceptor, this node's own included.
+    /// Every voter of the proposer's configuration, this node's own acceptor included.
     AllAcceptors,
-    /// Every other node (hints).
+    /// Every other member, voters and learners (hints, so that learners know the master).
     Others,
 }
 
@@ -71,7 +71,20 @@ enum Round {
 pub struct Proposer {
     me: NodeId,
     epoch: u32,
-    acceptors: usize,
+    /// The voters of the configuration this node applied: the only acceptors whose votes
+    /// count, and the set whose majority every round needs.
+    voters: Members,
+    /// The learners of that configuration (only the `learner-counted` control counts them).
+    learners: Vec<NodeId>,
+    /// The configuration epoch of `voters`; every round runs at it.
+    conf_epoch: u64,
+    /// Whether the configuration lets this node compete: it is a voter and has applied the
+    /// highest configuration epoch it has seen (rule 4). `wanted` is the driver's wish,
+    /// this is the log's permission; a round starts only with both.
+    eligible: bool,
+    /// Rule 5: the configuration epoch and the local completion instant of the first round at
+    /// that epoch that a majority of its voters accepted.
+    quorum_round: Option<(u64, Instant)>,
     config: LeaseConfig,
     /// The highest ballot counter used or seen.
     counter: u64,
@@ -102,12 +115,17 @@ pub struct Proposer {
 const RELEASED_BALLOTS: usize = 4;
 
 impl Proposer {
-    /// A proposer of node `me` in restart epoch `epoch`, in a cluster of `acceptors`.
-    pub fn new(me: NodeId, epoch: u32, acceptors: usize, config: LeaseConfig) -> Self {
+    /// A proposer of node `me` in restart epoch `epoch`, at configuration epoch 0 whose
+    /// voters are `voters` (see [`Proposer::reconfigure`] for later configurations).
+    pub fn new(me: NodeId, epoch: u32, voters: Members, config: LeaseConfig) -> Self {
         Proposer {
             me,
             epoch,
-            acceptors,
+            eligible: voters.contains(me),
+            voters,
+            learners: Vec::new(),
+            conf_epoch: 0,
+            quorum_round: None,
             config,
             counter: 0,
             wanted: false,
@@ -124,12 +142,121 @@ impl Proposer {
     }
 
     fn majority(&self) -> usize {
-        Members::majority_of(self.acceptors)
+        self.voters.majority()
     }
 
     /// Enough votes against that a majority can no longer be reached.
     fn hopeless(&self, against: usize) -> bool {
-        against > self.acceptors - self.majority()
+        against > self.voters.len().saturating_sub(self.majority())
+    }
+
+    /// Whether `from`'s vote counts: only voters of this proposer's configuration. A learner
+    /// or a node unknown to the configuration may well answer (an acceptor cannot know
+    /// whether it was just promoted, so it answers any current sender), but only the voters'
+    /// majorities intersect those of the neighbouring configurations (rule 1).
+    fn counts(&self, from: NodeId) -> bool {
+        self.voters.contains(from) || (self.config.broken(Breakage::LearnerCounted) && self.learners.contains(&from))
+    }
+
+    /// The configuration epoch this proposer's rounds run at.
+    pub fn conf_epoch(&self) -> u64 {
+        self.conf_epoch
+    }
+
+    /// The voters whose majority this proposer's rounds need.
+    pub fn voters(&self) -> &Members {
+        &self.voters
+    }
+
+    /// Rule 5: `(epoch, completion)` of the first round at the current configuration epoch
+    /// answered by a majority of its voters (or of the latest epoch that had one).
+    pub fn quorum_round(&self) -> Option<(u64, Instant)> {
+        self.quorum_round
+    }
+
+    /// Whether this node's driver wants the lease (independent of the configuration).
+    pub fn wanted(&self) -> bool {
+        self.wanted
+    }
+
+    /// Switches to configuration `conf_epoch`: any round in progress is abandoned (its
+    /// majority was counted against the old voters), a held lease is kept (the safety
+    /// argument of docs/membership.md covers a lease won at the previous epoch), and the next
+    /// round runs with the new voters. A holder extends at once, so that rule 5's round at
+    /// the new epoch comes as early as possible.
+    pub fn reconfigure(
+        &mut self,
+        now: Instant,
+        conf_epoch: u64,
+        voters: Members,
+        learners: Vec<NodeId>,
+        rng: &mut SplitMix64,
+        out: &mut ProposerOutput,
+    ) {
+        let abandoned = self.abandon_round(out);
+        self.voters = voters;
+        self.learners = learners;
+        self.conf_epoch = conf_epoch;
+        if self.lease.is_some() {
+            self.next_attempt = Some(now.max(self.hold_off_until));
+        } else if abandoned || (self.wanted && self.next_attempt.is_none()) {
+            let jitter = rng.duration_between(self.config.backoff_min, self.config.backoff_max);
+            self.next_attempt = Some(now.saturating_add(jitter).max(self.hold_off_until));
+        }
+    }
+
+    /// Lets the proposer compete (or not) under the configuration: a node that is not a
+    /// voter, or that has seen a configuration epoch it has not applied yet, must not start
+    /// rounds. Losing eligibility abandons the round in progress; a held lease is kept until
+    /// it runs out (the caller releases it when the node was removed).
+    pub fn set_eligible(&mut self, now: Instant, eligible: bool, out: &mut ProposerOutput) {
+        if eligible == self.eligible {
+            return;
+        }
+        self.eligible = eligible;
+        if eligible {
+            if self.wanted && self.round == Round::Idle && self.next_attempt.is_none() {
+                self.next_attempt = Some(now.max(self.hold_off_until));
+            }
+        } else if self.abandon_round(out) && self.wanted {
+            self.next_attempt = Some(now.max(self.hold_off_until));
+        }
+    }
+
+    /// Whether the configuration lets this node compete.
+    pub fn eligible(&self) -> bool {
+        self.eligible
+    }
+
+    /// Gives up a held lease because this node is no longer a voter, as a shutdown would,
+    /// but remembers whether the driver wants the lease: competing resumes if a later
+    /// configuration makes this node a voter again.
+    pub fn retire(&mut self, now: Instant, out: &mut ProposerOutput) {
+        if self.lease.is_some() || !self.recent_proposals.is_empty() || self.round != Round::Idle {
+            let wanted = self.wanted;
+            self.release(now, wanted, out);
+        }
+    }
+
+    /// Drops the round in progress, if any, freeing the acceptors of a half-accepted
+    /// acquisition (as [`Self::fail_round`] does). Returns whether there was a round.
+    fn abandon_round(&mut self, out: &mut ProposerOutput) -> bool {
+        let round = std::mem::replace(&mut self.round, Round::Idle);
+        match round {
+            Round::Idle => false,
+            Round::Preparing { .. } => {
+                self.failed_rounds += 1;
+                true
+            }
+            Round::Proposing { ballot, .. } => {
+                self.failed_rounds += 1;
+                if self.lease.is_none() {
+                    out.messages.push((Target::AllAcceptors, Body::Release { ballot }));
+                    self.recent_proposals.retain(|b| *b != ballot);
+                }
+                true
+            }
+        }
     }
 
     /// Starts competing for the lease.
@@ -199,7 +326,7 @@ impl Proposer {
     /// otherwise stays out of the way for a few rounds (if `to` never takes it, the others
     /// compete as usual after that).
     fn on_hand_over(&mut self, now: Instant, from: NodeId, to: NodeId, released: Vec<Ballot>) {
-        if !self.wanted || self.lease.is_some() || self.round != Round::Idle {
+        if !self.wanted || !self.eligible || self.lease.is_some() || self.round != Round::Idle {
             return;
         }
         if to == self.me {
@@ -221,7 +348,7 @@ impl Proposer {
     /// The next instant this proposer needs to act.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let round_deadline = match &self.round {
-            Round::Idle => self.next_attempt.filter(|_| self.wanted),
+            Round::Idle => self.next_attempt.filter(|_| self.wanted && self.eligible),
             Round::Preparing { deadline, .. } | Round::Proposing { deadline, .. } => Some(*deadline),
         };
         let expiry = self.lease.map(|l| l.expires_at);
@@ -249,7 +376,7 @@ impl Proposer {
         if timed_out {
             self.fail_round(now, rng, out);
         }
-        if self.round == Round::Idle && self.wanted {
+        if self.round == Round::Idle && self.wanted && self.eligible {
             if let Some(at) = self.next_attempt {
                 if now >= at {
                     self.start_round(now, out);
@@ -323,6 +450,9 @@ impl Proposer {
             Body::PrepareResponse { ballot, accepted } => self.on_promise(now, from, ballot, accepted, rng, out),
             Body::PrepareRejected { ballot, promised } => {
                 self.observe(promised);
+                if !self.counts(from) {
+                    return;
+                }
                 let config = &self.config;
                 if let Round::Preparing { ballot: b, blocked, .. } = &mut self.round {
                     if *b == ballot {
@@ -337,6 +467,19 @@ impl Proposer {
             Body::ProposeResponse { ballot, accepted, promised } => {
                 self.observe(promised);
                 self.on_accept(now, from, ballot, accepted, rng, out);
+            }
+            Body::StaleConfiguration { ballot, .. } => {
+                // A voter has moved on to a later configuration: the round cannot win
+                // (rule 4). The node stops this proposer competing until it has applied that
+                // configuration; here the round just ends at once, without waiting for the
+                // other answers or the timeout.
+                let ours = match &self.round {
+                    Round::Preparing { ballot: b, .. } | Round::Proposing { ballot: b, .. } => *b == ballot,
+                    Round::Idle => false,
+                };
+                if ours {
+                    self.fail_round(now, rng, out);
+                }
             }
             Body::HandOver { to, released } => self.on_hand_over(now, from, to, released),
             Body::Learned { owner, ballot, duration } => {
@@ -365,6 +508,9 @@ impl Proposer {
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
+        if !self.counts(from) {
+            return;
+        }
         let (me, epoch, config) = (self.me, self.epoch, &self.config);
         let Round::Preparing { ballot: b, open, blocked, longest_foreign, .. } = &mut self.round else {
             return;
@@ -422,6 +568,9 @@ impl Proposer {
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
+        if !self.counts(from) {
+            return;
+        }
         let (config, majority) = (&self.config, self.majority());
         let Round::Proposing { ballot: b, accepted, rejected, expires_at, .. } = &mut self.round else {
             return;
@@ -447,6 +596,11 @@ impl Proposer {
         }
         self.round = Round::Idle;
         self.failures = 0;
+        // Rule 5: a majority of this epoch's voters has now adopted the epoch (each did on
+        // receiving the request) and accepted. The first such round of an epoch counts.
+        if self.quorum_round.is_none_or(|(e, _)| e < self.conf_epoch) {
+            self.quorum_round = Some((self.conf_epoch, now));
+        }
         // The timer of this round started when it proposed, one validity before expiry.
         let started = Instant::from_nanos(
             expires_at.as_nanos().saturating_sub(crate::time::duration_nanos(self.config.holder_validity())),

@@ -42,7 +42,7 @@ fn sent(node: &mut LeaseNode) -> (Vec<(NodeId, Body)>, Vec<LeadershipChange>) {
 }
 
 fn deliver(node: &mut LeaseNode, now: Instant, from: u32, body: Body) {
-    node.handle_message(now, NodeId(from), Message { resource: R, body });
+    node.handle_message(now, NodeId(from), Message { resource: R, epoch: 0, body });
 }
 
 fn prepare_ballot(messages: &[(NodeId, Body)]) -> Ballot {
