@@ -11,10 +11,10 @@
 
 use crate::node::NodeHandle;
 use leasekv_client::{Client, RetryPolicy};
+use leasekv_kvstore::membership::url_address;
 use leasekv_kvstore::{AlarmAction, AlarmKind, Command, Revision};
 use leasekv_lease::NodeId;
 use std::collections::BTreeMap;
-use leasekv_kvstore::membership::url_address;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -46,12 +46,7 @@ pub fn suspects(hashes: &BTreeMap<NodeId, u32>, cluster_size: usize) -> Vec<Node
 /// Runs the check every `every` until `stopping` turns true; only the ready master checks.
 /// The members asked are those of the configuration in force at each check, at their
 /// published client URLs (a member that never started has none and is left out).
-pub async fn run(
-    node: NodeHandle,
-    me: NodeId,
-    every: Duration,
-    mut stopping: watch::Receiver<bool>,
-) {
+pub async fn run(node: NodeHandle, me: NodeId, every: Duration, mut stopping: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

@@ -105,10 +105,16 @@ pub async fn start_point(config: &NodeConfig, fresh: bool) -> Result<Start, Join
         return serde_json::from_str(&text).map_err(|e| JoinError::File { path, detail: e.to_string() });
     }
     if !fresh || config.initial_cluster_state == ClusterState::New {
-        return Ok(Start { id: config.id, cluster_id: config.cluster_id, seed: seed_from_config(config), joined: false });
+        return Ok(Start {
+            id: config.id,
+            cluster_id: config.cluster_id,
+            seed: seed_from_config(config),
+            joined: false,
+        });
     }
     let start = join(config).await?;
-    let text = serde_json::to_string_pretty(&start).map_err(|e| JoinError::File { path: path.clone(), detail: e.to_string() })?;
+    let text = serde_json::to_string_pretty(&start)
+        .map_err(|e| JoinError::File { path: path.clone(), detail: e.to_string() })?;
     std::fs::write(&path, text).map_err(|e| JoinError::File { path, detail: e.to_string() })?;
     Ok(start)
 }

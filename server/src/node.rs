@@ -12,8 +12,8 @@ use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
-use leasekv_kvstore::state::KvHash;
 use leasekv_kvstore::membership::{url_address, Membership};
+use leasekv_kvstore::state::KvHash;
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
@@ -620,10 +620,10 @@ impl NodeLoop {
                     self.replica.set_change_gate(self.link.change_gate());
                 }
                 match self.replica.propose(now, command) {
-                Ok(id) => {
-                    self.proposals.insert(id, asker);
-                    return;
-                }
+                    Ok(id) => {
+                        self.proposals.insert(id, asker);
+                        return;
+                    }
                     Err(error) => Err(error),
                 }
             }
@@ -709,8 +709,5 @@ impl NodeLoop {
 
 /// Every member's peer address (`host:port` of its first peer URL), for the peer network.
 pub fn peer_addresses(membership: &Membership) -> Vec<(NodeId, String)> {
-    membership
-        .members()
-        .filter_map(|m| Some((m.id, url_address(m.peer_urls.first()?)?.to_string())))
-        .collect()
+    membership.members().filter_map(|m| Some((m.id, url_address(m.peer_urls.first()?)?.to_string()))).collect()
 }

@@ -165,8 +165,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let backend = config.election.backend;
     let seed = u64::from(me.0) ^ (u64::from(epoch.value) << 32) ^ std::process::id() as u64;
     let tracker = config.election.tracker.or_else(|| members.first().copied()).unwrap_or(me);
-    let mut core =
-        backend.build_core(me, &members, Some(tracker), config.lease_config(), epoch, clock.now(), seed)?;
+    let mut core = backend.build_core(me, &members, Some(tracker), config.lease_config(), epoch, clock.now(), seed)?;
     core.set_configuration(clock.now(), membership.epoch, &membership.voters(), &membership.learners());
     let (election_tx, election_rx) = tokio::sync::mpsc::channel(4096);
     let link = ElectionLink::new(election_tx.clone());
@@ -292,7 +291,9 @@ async fn publish_self(shared: Arc<Shared>, name: String, client_url: String) {
                 tracing::info!(node = %me, %name, %client_url, "published this member's name and client URL");
                 return;
             }
-            Err(status) => tracing::debug!(node = %me, error = %status.message(), "publishing this member failed; trying again"),
+            Err(status) => {
+                tracing::debug!(node = %me, error = %status.message(), "publishing this member failed; trying again")
+            }
         }
     }
     tracing::warn!(node = %me, "could not publish this member's name and client URL; MemberList shows them empty");

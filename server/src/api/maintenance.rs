@@ -40,16 +40,17 @@ fn members_pb(membership: &Membership) -> Vec<pb::Member> {
 
 /// A member id from a request: ours are `u32` node ids.
 fn member_id(id: u64) -> Result<NodeId, Status> {
-    u32::try_from(id).ok().filter(|id| *id > 0).map(NodeId).ok_or_else(|| Status::not_found("etcdserver: member not found"))
+    u32::try_from(id)
+        .ok()
+        .filter(|id| *id > 0)
+        .map(NodeId)
+        .ok_or_else(|| Status::not_found("etcdserver: member not found"))
 }
 
 impl ClusterService {
     /// Proposes `change` through the master and answers with the configuration after it
     /// and the id an Add gave its member.
-    async fn change(
-        &self,
-        change: MemberChange,
-    ) -> Result<(Membership, Option<NodeId>, pb::ResponseHeader), Status> {
+    async fn change(&self, change: MemberChange) -> Result<(Membership, Option<NodeId>, pb::ResponseHeader), Status> {
         self.0
             .serve_command(Command::ChangeMembers(change), |response, header| match response {
                 CommandResponse::Members { membership, added } => Some((membership, added, header)),
@@ -61,7 +62,10 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
-    async fn member_add(&self, request: Request<pb::MemberAddRequest>) -> Result<Response<pb::MemberAddResponse>, Status> {
+    async fn member_add(
+        &self,
+        request: Request<pb::MemberAddRequest>,
+    ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let request = request.into_inner();
         let change = MemberChange::Add { peer_urls: request.peer_urls, learner: request.is_learner };
         let (membership, added, header) = self.change(change).await?;

@@ -7,7 +7,8 @@
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
 use super::{
-    ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig, WatchConfig,
+    ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig,
+    WatchConfig,
 };
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;

@@ -123,10 +123,9 @@ impl NodeConfig {
             None if self.initial_cluster_state == ClusterState::Existing => None,
             None => return Err(ConfigErrorKind::SelfNotInPeers(self.id.0)),
         };
-        for (field, listen, listed) in me
-            .iter()
-            .flat_map(|me| [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, me.peer_addr)])
-        {
+        for (field, listen, listed) in me.iter().flat_map(|me| {
+            [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, me.peer_addr)]
+        }) {
             // Listening on every interface is fine as long as the port is the advertised one:
             // the advertised IP is then one of the addresses the listener covers.
             let covers = listen == listed || (listen.ip().is_unspecified() && listen.port() == listed.port());

@@ -319,9 +319,11 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
         ),
         (
             "/cluster/member/promote",
-            unary("etcdserverpb.MemberPromoteRequest", "etcdserverpb.MemberPromoteResponse", |g: Handle, r| async move {
-                g.cluster.member_promote(Request::new(r)).await
-            }),
+            unary(
+                "etcdserverpb.MemberPromoteRequest",
+                "etcdserverpb.MemberPromoteResponse",
+                |g: Handle, r| async move { g.cluster.member_promote(Request::new(r)).await },
+            ),
         ),
         (
             "/maintenance/status",
