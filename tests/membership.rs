@@ -173,7 +173,8 @@ async fn member_list(c: &Client) -> Vec<leasekv::client::proto::etcdserverpb::Me
 async fn caught_up(endpoint: &str, revision: i64) {
     let c = client(endpoint).await;
     eventually(Duration::from_secs(30), || async {
-        let r = c.get("load/", GetOptions { serializable: true, prefix: true, count_only: true, ..Default::default() })
+        let r = c
+            .get("load/", GetOptions { serializable: true, prefix: true, count_only: true, ..Default::default() })
             .await
             .map_err(|e| e.to_string())?;
         let header = r.header.ok_or("no header")?;
@@ -227,9 +228,13 @@ fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() 
         assert!(!acked.is_empty());
 
         // Every live member has every acked write, and the same hash at one revision.
-        let live: Vec<String> =
-            (0..3).filter(|i| *i != victim).map(|i| cluster.endpoint(i)).chain([n4.endpoint(), n5.endpoint()]).collect();
-        let revision = c.get("warmup", GetOptions::default()).await.expect("a linearizable read").header.expect("header").revision;
+        let live: Vec<String> = (0..3)
+            .filter(|i| *i != victim)
+            .map(|i| cluster.endpoint(i))
+            .chain([n4.endpoint(), n5.endpoint()])
+            .collect();
+        let revision =
+            c.get("warmup", GetOptions::default()).await.expect("a linearizable read").header.expect("header").revision;
         let mut hashes = Vec::new();
         for endpoint in &live {
             caught_up(endpoint, revision).await;
@@ -257,7 +262,9 @@ fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() 
         })
         .await;
         assert_eq!(members.len(), 4, "{members:?}");
-        assert!(members.iter().any(|m| m.id == 5 && m.name == "n5" && m.client_urls == [format!("http://{}", n5.endpoint())]));
+        assert!(members
+            .iter()
+            .any(|m| m.id == 5 && m.name == "n5" && m.client_urls == [format!("http://{}", n5.endpoint())]));
         eprintln!("longest put gap: {longest:?}");
         assert!(longest < MAX_PUT_GAP, "the longest gap between acked puts was {longest:?}");
     });
@@ -387,7 +394,10 @@ fn etcdctl_adds_promotes_and_lists_a_learner() {
             .args(args)
             .output()
             .expect("etcdctl runs");
-        (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr))
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr),
+        )
     };
     rt.block_on(async {
         let c = client(&cluster.endpoint(0)).await;
