@@ -16,8 +16,10 @@ use crate::proto::etcdserverpb::{
     CompactionResponse, DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
     HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse, MemberListRequest, MemberListResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
@@ -460,6 +462,30 @@ impl Client {
     /// The cluster's members.
     pub async fn member_list(&self) -> Result<MemberListResponse, ClientError> {
         self.call("MemberList", unary!(ClusterClient, member_list, MemberListRequest { linearizable: false })).await
+    }
+
+    /// Adds a member reached at `peer_urls` (`http://host:port`), as a learner or a voter;
+    /// the answer names its id (`member`) and lists every member.
+    pub async fn member_add(&self, peer_urls: Vec<String>, learner: bool) -> Result<MemberAddResponse, ClientError> {
+        let request = MemberAddRequest { peer_urls, is_learner: learner };
+        self.call("MemberAdd", unary!(ClusterClient, member_add, request.clone())).await
+    }
+
+    /// Removes member `id`.
+    pub async fn member_remove(&self, id: u64) -> Result<MemberRemoveResponse, ClientError> {
+        self.call("MemberRemove", unary!(ClusterClient, member_remove, MemberRemoveRequest { id })).await
+    }
+
+    /// Makes learner `id` a voter. While the previous change settles the cluster answers
+    /// UNAVAILABLE ("unhealthy cluster"), which this retries like any unavailable answer.
+    pub async fn member_promote(&self, id: u64) -> Result<MemberPromoteResponse, ClientError> {
+        self.call("MemberPromote", unary!(ClusterClient, member_promote, MemberPromoteRequest { id })).await
+    }
+
+    /// Changes member `id`'s peer URLs.
+    pub async fn member_update(&self, id: u64, peer_urls: Vec<String>) -> Result<MemberUpdateResponse, ClientError> {
+        let request = MemberUpdateRequest { id, peer_urls };
+        self.call("MemberUpdate", unary!(ClusterClient, member_update, request.clone())).await
     }
 
     /// Status of the member that answers (the current endpoint).

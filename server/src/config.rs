@@ -129,9 +129,37 @@ pub struct NodeConfig {
     pub watch: WatchConfig,
     /// `[runtime]`: the threads that serve this node.
     pub runtime: RuntimeConfig,
+    /// etcd's `initial-cluster-state`: whether this node starts a new cluster with the
+    /// `[[peers]]` listed (`new`, the default) or joins an existing one whose members are
+    /// the `[[peers]]` (`existing`; see [`ClusterState::Existing`]). Used only when the data
+    /// dir is empty: a restarted node follows what its data dir records.
+    pub initial_cluster_state: ClusterState,
     /// Where the configuration came from, so later errors (e.g. from
     /// [`NodeConfig::check_environment`]) can name the file.
     pub origin: Origin,
+}
+
+/// etcd's `initial-cluster-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterState {
+    /// Start a new cluster whose members are the `[[peers]]`.
+    #[default]
+    New,
+    /// Join an existing cluster: the `[[peers]]` are existing members (their client
+    /// addresses are asked for the member list), this node must have been added first
+    /// (`etcdctl member add NAME --peer-urls=http://PEER_ADDR`), and its `id` is the one the
+    /// cluster gave it (the `id` key may then be left out).
+    Existing,
+}
+
+impl ClusterState {
+    /// The name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterState::New => "new",
+            ClusterState::Existing => "existing",
+        }
+    }
 }
 
 /// One member of the cluster as every node sees it: the addresses the others reach it at.

@@ -11,10 +11,10 @@
 
 use crate::node::NodeHandle;
 use leasekv_client::{Client, RetryPolicy};
+use leasekv_kvstore::membership::url_address;
 use leasekv_kvstore::{AlarmAction, AlarmKind, Command, Revision};
 use leasekv_lease::NodeId;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -44,13 +44,9 @@ pub fn suspects(hashes: &BTreeMap<NodeId, u32>, cluster_size: usize) -> Vec<Node
 }
 
 /// Runs the check every `every` until `stopping` turns true; only the ready master checks.
-pub async fn run(
-    node: NodeHandle,
-    me: NodeId,
-    members: Vec<(NodeId, SocketAddr)>,
-    every: Duration,
-    mut stopping: watch::Receiver<bool>,
-) {
+/// The members asked are those of the configuration in force at each check, at their
+/// published client URLs (a member that never started has none and is left out).
+pub async fn run(node: NodeHandle, me: NodeId, every: Duration, mut stopping: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -65,8 +61,14 @@ pub async fn run(
         }
         let Ok(Ok(mine)) = node.hash_kv(status.revision).await else { continue };
         let mut hashes = BTreeMap::from([(me, mine.hash)]);
+        let membership = node.membership();
+        let members: Vec<(NodeId, String)> = membership
+            .members()
+            .filter_map(|m| Some((m.id, url_address(m.client_urls.first()?)?.to_string())))
+            .collect();
+        let cluster_size = membership.ids().len();
         for (id, addr) in members.iter().filter(|(id, _)| *id != me) {
-            match ask(*addr, status.revision).await {
+            match ask(addr, status.revision).await {
                 Some((hash, compacted)) if compacted == mine.compact_revision => {
                     hashes.insert(*id, hash);
                 }
@@ -74,7 +76,7 @@ pub async fn run(
                 None => tracing::debug!(member = %id, "corruption check: no hash; left out"),
             }
         }
-        let suspects = suspects(&hashes, members.len());
+        let suspects = suspects(&hashes, cluster_size);
         if suspects.is_empty() {
             tracing::debug!(revision = status.revision, members = hashes.len(), "corruption check: hashes agree");
             continue;
@@ -99,7 +101,7 @@ pub async fn run(
 }
 
 /// `addr`'s hash at `revision`, waiting up to [`CATCH_UP`] for it to apply that far.
-async fn ask(addr: SocketAddr, revision: Revision) -> Option<MemberHash> {
+async fn ask(addr: &str, revision: Revision) -> Option<MemberHash> {
     let policy = RetryPolicy { attempts: 1, request_timeout: ASK_TIMEOUT, ..RetryPolicy::default() };
     let client = Client::connect_with(&[addr.to_string()], policy).await.ok()?;
     let deadline = tokio::time::Instant::now() + CATCH_UP;

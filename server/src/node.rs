@@ -5,12 +5,14 @@
 //! from anywhere else ([`crate::forward`]). Everything else talks to the loop through a
 //! [`NodeHandle`].
 
+use crate::election_link::ElectionLink;
 use crate::fault_injection::{FaultInjection, NodeFaults};
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
+use leasekv_kvstore::membership::{url_address, Membership};
 use leasekv_kvstore::state::KvHash;
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
@@ -91,6 +93,8 @@ pub struct NodeHandle {
     pub election: Arc<dyn ElectionBackend>,
     /// The node's history as the node loop last published it, for watch streams.
     history: HistoryFeed,
+    /// The configuration in force on this node, as the node loop last published it.
+    membership: watch::Receiver<Arc<Membership>>,
 }
 
 /// Why the node loop dropped a request it had taken without answering it: it stopped.
@@ -214,6 +218,12 @@ impl NodeHandle {
         self.term.load(Ordering::Acquire)
     }
 
+    /// The cluster's configuration in force on this node (what its log applied, or the seed
+    /// it started from while none is recorded), as of the node loop's last step.
+    pub fn membership(&self) -> Arc<Membership> {
+        self.membership.borrow().clone()
+    }
+
     /// A feed of this node's applied history, for a watch stream (see [`HistoryFeed`]).
     pub fn history(&self) -> HistoryFeed {
         self.history.clone()
@@ -252,15 +262,23 @@ impl NodeHandle {
 /// the node then serves nothing and the process should stop (see [`crate::run`]).
 pub type StorageFailed = oneshot::Receiver<String>;
 
-/// Starts the node loop.
+/// Resolves when this node applied its own removal from the cluster, with the configuration
+/// epoch that removed it: the node then takes part in nothing and should stop.
+pub type Removed = oneshot::Receiver<u64>;
+
+/// Starts the node loop. `link` carries configuration changes to the election and its
+/// change gate back (see [`crate::election_link`]).
 pub fn start(
     replica: Replica<SledStorage>,
     election: Arc<dyn ElectionBackend>,
+    link: Arc<ElectionLink>,
     clock: MonotonicClock,
     peers: PeerNetwork,
     faults: &FaultInjection,
-) -> (NodeHandle, StorageFailed) {
+) -> (NodeHandle, StorageFailed, Removed) {
     let (failed_tx, failed) = oneshot::channel();
+    let (removed_tx, removed) = oneshot::channel();
+    let (membership_tx, membership) = watch::channel(Arc::new(replica.membership().clone()));
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
     let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
@@ -290,9 +308,13 @@ pub fn start(
         sync_in_flight: None,
         last_sync_took: Duration::ZERO,
         storage_failed: Some(failed_tx),
+        link,
+        seen_epoch: None,
+        membership: membership_tx,
+        removed: Some(removed_tx),
     };
     tokio::spawn(node.run(rx, status, synced));
-    (NodeHandle { tx, revision, term, election, history }, failed)
+    (NodeHandle { tx, revision, term, election, history, membership }, failed, removed)
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -340,6 +362,14 @@ struct NodeLoop {
     last_sync_took: Duration,
     /// Told once when the storage fails.
     storage_failed: Option<oneshot::Sender<String>>,
+    /// The election's side of configuration changes.
+    link: Arc<ElectionLink>,
+    /// The configuration epoch last handed to the election and the peer network.
+    seen_epoch: Option<u64>,
+    /// Publishes the configuration in force to the handles.
+    membership: watch::Sender<Arc<Membership>>,
+    /// Told once when this node applied its own removal.
+    removed: Option<oneshot::Sender<u64>>,
 }
 
 /// How long the loop must have had nothing to do before a sync may run on the loop itself
@@ -540,6 +570,34 @@ impl NodeLoop {
         }
     }
 
+    /// After a replica step: when the configuration in force changed, hands it to the
+    /// election (`set_configuration`, through the link), to the peer network (members
+    /// added are dialled, removed ones dropped) and to the handles; and when it says this
+    /// node was removed, reports that once (the node then stops, as etcd's does).
+    fn follow_membership(&mut self) {
+        let epoch = self.replica.membership().epoch;
+        if self.seen_epoch == Some(epoch) {
+            return;
+        }
+        self.seen_epoch = Some(epoch);
+        let membership = self.replica.membership().clone();
+        self.link.configure(&self.replica.election_membership());
+        self.peers.set_members(&peer_addresses(&membership));
+        tracing::info!(
+            epoch,
+            voters = ?membership.voters(),
+            learners = ?membership.learners(),
+            "configuration in force"
+        );
+        self.membership.send_replace(Arc::new(membership));
+        if let Some(removed_at) = self.replica.removed() {
+            if let Some(tell) = self.removed.take() {
+                tracing::error!(node = %self.replica.id(), epoch = removed_at, "this node was removed from the cluster; shutting down");
+                let _ = tell.send(removed_at);
+            }
+        }
+    }
+
     /// Publishes the store revision to the handles. Called before any answer goes out
     /// (reads answer inside `handle` from the state its earlier inputs left, proposals in
     /// `flush`), so a client that got an answer and asks again never sees an older revision.
@@ -555,13 +613,20 @@ impl NodeLoop {
     fn serve_here(&mut self, request: MasterRequest, asker: Asker) {
         let now = self.clock.now();
         let result = match request {
-            MasterRequest::Propose(command) => match self.replica.propose(now, command) {
-                Ok(id) => {
-                    self.proposals.insert(id, asker);
-                    return;
+            MasterRequest::Propose(command) => {
+                if matches!(command, Command::ChangeMembers(_)) {
+                    // The gate the election published after its latest step (see
+                    // crate::election_link): only a change checks it.
+                    self.replica.set_change_gate(self.link.change_gate());
                 }
-                Err(error) => Err(error),
-            },
+                match self.replica.propose(now, command) {
+                    Ok(id) => {
+                        self.proposals.insert(id, asker);
+                        return;
+                    }
+                    Err(error) => Err(error),
+                }
+            }
             MasterRequest::Read(request, revision) => self
                 .replica
                 .read_at(now, &request, revision, ReadConsistency::Linearizable)
@@ -600,6 +665,8 @@ impl NodeLoop {
     /// before syncs move back to the thread.
     fn flush(&mut self, woke_from_idle: bool) {
         for _ in 0..16 {
+            // Before sending: a member just added must be reachable for what goes to it.
+            self.follow_membership();
             let output = self.replica.take_output();
             let nothing_held_up = output.messages.is_empty() && output.completions.is_empty();
             self.publish_revision();
@@ -638,4 +705,9 @@ impl NodeLoop {
             return;
         }
     }
+}
+
+/// Every member's peer address (`host:port` of its first peer URL), for the peer network.
+pub fn peer_addresses(membership: &Membership) -> Vec<(NodeId, String)> {
+    membership.members().filter_map(|m| Some((m.id, url_address(m.peer_urls.first()?)?.to_string()))).collect()
 }

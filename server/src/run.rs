@@ -6,6 +6,7 @@ use crate::api::{
     WatchServer, WatchService,
 };
 use crate::config::NodeConfig;
+use crate::election_link::{ElectionLink, LinkedCore};
 use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
@@ -18,7 +19,7 @@ use leasekv_client::proto::v3lockpb::lock_server::LockServer;
 use leasekv_kvstore::log::{OpenError, Replica};
 use leasekv_kvstore::storage::{SledStorage, StorageError};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
-use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, EpochStore};
+use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, ElectionCore, EpochStore};
 use std::future::Future;
 use std::sync::Arc;
 use thiserror::Error;
@@ -85,6 +86,20 @@ pub enum ServerError {
         /// What failed.
         reason: String,
     },
+    /// Joining an existing cluster failed.
+    #[error(transparent)]
+    Join(#[from] crate::join::JoinError),
+    /// The data dir says this node was removed from the cluster.
+    #[error("node {id} was removed from the cluster (membership epoch {epoch}); a removed member never comes back: \
+             delete its data dir {dir}, add it again (`etcdctl member add`) and start it with initial_cluster_state = \"existing\"")]
+    Removed {
+        /// This node.
+        id: u32,
+        /// The configuration epoch that removed it.
+        epoch: u64,
+        /// The data directory.
+        dir: String,
+    },
     /// A gRPC server failed.
     #[error("{what} server failed: {source}")]
     Serve {
@@ -97,7 +112,11 @@ pub enum ServerError {
 
 /// Runs a node until `shutdown` completes, then stops it gracefully.
 pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    let fresh = crate::join::is_empty_dir(&config.data_dir);
     config.check_environment()?;
+    // Who this node is: from the configuration, from a join recorded in the data dir, or
+    // (a fresh node joining) from the existing members.
+    let start = crate::join::start_point(&config, fresh).await?;
     let dir = config.data_dir.display().to_string();
     // Before the storage opens: the skip-fdatasync control changes how it is opened.
     let faults = FaultInjection::from_env()?;
@@ -110,11 +129,27 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
     let epoch =
         storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
-    let me = config.id;
-    let members = config.members();
+    let me = start.id;
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
+    let mut replica = Replica::open_with_seed(
+        me,
+        start.seed.clone(),
+        replica_config(&config, &faults),
+        config.limits(),
+        storage,
+        epoch.value,
+    )
+    .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
+    if let Some(removed_at) = replica.removed() {
+        return Err(ServerError::Removed { id: me.0, epoch: removed_at, dir });
+    }
+    // The configuration in force (recorded in the data dir, or the seed): the election and
+    // the peer network start from it and follow its changes (see `node`).
+    let membership = replica.election_membership();
+    let members = membership.voters();
     let clock = MonotonicClock::new();
-    let peer_addrs: Vec<_> = config.peers.iter().map(|p| (p.id, p.peer_addr)).collect();
-    let peers = PeerNetwork::start(me, &peer_addrs);
+    let peers = PeerNetwork::start(me, &[]);
+    peers.set_members(&node::peer_addresses(replica.membership()));
 
     let client_listener = TcpListener::bind(config.client_addr).await.map_err(|source| ServerError::Bind {
         what: "client",
@@ -129,40 +164,32 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 
     let backend = config.election.backend;
     let seed = u64::from(me.0) ^ (u64::from(epoch.value) << 32) ^ std::process::id() as u64;
-    let core = backend.build_core(
-        me,
-        &members,
-        Some(config.tracker_node()),
-        config.lease_config(),
-        epoch,
-        clock.now(),
-        seed,
-    )?;
+    let tracker = config.election.tracker.or_else(|| members.first().copied()).unwrap_or(me);
+    let mut core = backend.build_core(me, &members, Some(tracker), config.lease_config(), epoch, clock.now(), seed)?;
+    core.set_configuration(clock.now(), membership.epoch, &membership.voters(), &membership.learners());
     let (election_tx, election_rx) = tokio::sync::mpsc::channel(4096);
+    let link = ElectionLink::new(election_tx.clone());
+    let core = LinkedCore::new(core, link.clone());
     let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
     let election_dyn: Arc<dyn ElectionBackend> = election.clone();
 
-    #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
-    let mut replica =
-        Replica::open(me, &members, replica_config(&config, &faults), config.limits(), storage, epoch.value)
-            .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
     #[cfg(feature = "fault-injection")]
     if let Some(key) = &faults.corrupt_key {
         let damaged = replica.corrupt_value(key);
         tracing::warn!(node = %me, key = %String::from_utf8_lossy(key), damaged, "fault injection: corrupted a value in this node's state");
     }
     let peers_for_service = peers.clone();
-    let (node, storage_failed) = node::start(replica, election_dyn.clone(), clock, peers, &faults);
+    let (node, storage_failed, removed) = node::start(replica, election_dyn.clone(), link, clock, peers, &faults);
 
-    let member_addrs = config.peers.iter().map(|p| (p.id, p.client_addr, p.peer_addr)).collect();
-    let shared = Shared::new(node.clone(), me, config.cluster_id, member_addrs);
+    let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
+    let shared = Shared::new(node.clone(), me, start.cluster_id, tracker);
     tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
     let peer_server = tonic::transport::Server::builder()
         .add_service(
             // Snapshots and other large messages are pulled in chunks, so every message on
             // the peer port fits this limit (derived in `peers`).
-            PeerServer::new(PeerService::new(node.clone(), election_tx, members.clone(), peers_for_service))
+            PeerServer::new(PeerService::new(node.clone(), election_tx, peers_for_service))
                 .max_decoding_message_size(PEER_MESSAGE_LIMIT),
         )
         .serve_with_incoming(no_delay(peer_listener));
@@ -174,9 +201,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let watch_service = WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone());
     tokio::spawn(crate::compactor::run(node.clone(), config.compaction, watches_stopping.clone()));
     if let Some(every) = config.corrupt_check_interval {
-        let members = config.peers.iter().map(|p| (p.id, p.client_addr)).collect();
-        tokio::spawn(crate::corrupt_check::run(node.clone(), me, members, every, watches_stopping.clone()));
+        tokio::spawn(crate::corrupt_check::run(node.clone(), me, every, watches_stopping.clone()));
     }
+    tokio::spawn(publish_self(shared.clone(), format!("n{}", me.0), format!("http://{}", config.client_addr)));
     let gateway = crate::gateway::Gateway::new(
         shared.clone(),
         WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),
@@ -210,9 +237,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // A node whose storage failed must not hold on to mastership (its lease would keep the
     // others from taking over while it can acknowledge nothing): it stops like on a
     // shutdown, releasing the lease, and reports the failure (etcd exits likewise).
-    let failure = tokio::select! {
-        _ = shutdown => None,
-        Ok(failure) = storage_failed => Some(failure),
+    let (failure, removed_at) = tokio::select! {
+        _ = shutdown => (None, None),
+        Ok(failure) = storage_failed => (Some(failure), None),
+        // Logged by the node loop; the node stops cleanly, as etcd's removed member does.
+        Ok(epoch) = removed => (None, Some(epoch)),
     };
     match &failure {
         None => tracing::info!(node = %me, "shutting down: releasing mastership"),
@@ -231,10 +260,43 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     peer_task.abort();
     tracing::info!(node = %me, "stopped");
-    match failure {
-        None => Ok(()),
-        Some(reason) => Err(ServerError::StorageFailed { dir, reason }),
+    match (failure, removed_at) {
+        (Some(reason), _) => Err(ServerError::StorageFailed { dir, reason }),
+        (None, Some(epoch)) => Err(ServerError::Removed { id: me.0, epoch, dir }),
+        (None, None) => Ok(()),
     }
+}
+
+/// How many times a node tries to publish its name and client URL before giving up (each
+/// try waits for a master for a few seconds, and a busy answer a little).
+const PUBLISH_ATTEMPTS: u32 = 40;
+
+/// Records this node's name and client URL in the member list once the log has recorded a
+/// configuration that lists it with other ones (a member added by MemberAdd has neither),
+/// as etcd's members publish themselves on start. Bounded: it gives up with a warning.
+async fn publish_self(shared: Arc<Shared>, name: String, client_url: String) {
+    use leasekv_kvstore::membership::MemberChange;
+    use leasekv_kvstore::Command;
+    let me = shared.me;
+    for attempt in 0..PUBLISH_ATTEMPTS {
+        tokio::time::sleep(std::time::Duration::from_millis(if attempt == 0 { 200 } else { 500 })).await;
+        let membership = shared.node.membership();
+        let Some(member) = membership.get(me).filter(|_| membership.is_recorded()) else { continue };
+        if member.name == name && member.client_urls == [client_url.clone()] {
+            return;
+        }
+        let change = MemberChange::Publish { id: me, name: name.clone(), client_urls: vec![client_url.clone()] };
+        match shared.serve_command(Command::ChangeMembers(change), |_, _| Some(())).await {
+            Ok(()) => {
+                tracing::info!(node = %me, %name, %client_url, "published this member's name and client URL");
+                return;
+            }
+            Err(status) => {
+                tracing::debug!(node = %me, error = %status.message(), "publishing this member failed; trying again")
+            }
+        }
+    }
+    tracing::warn!(node = %me, "could not publish this member's name and client URL; MemberList shows them empty");
 }
 
 /// Counts master changes into `etcd_server_leader_changes_seen_total`: each time the master

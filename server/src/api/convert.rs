@@ -284,6 +284,16 @@ pub fn kv_error(error: &KvError) -> Status {
         // etcd's ErrGRPCNoSpace and ErrGRPCCorrupt.
         KvError::NoSpace => Code::ResourceExhausted,
         KvError::Corrupt => Code::DataLoss,
+        // etcd's ErrGRPCMemberNotFound, ErrGRPCPeerURLExist, ErrGRPCMemberNotLearner,
+        // ErrGRPCLearnerNotReady, ErrGRPCTooManyLearners and ErrGRPCUnhealthy.
+        KvError::MemberNotFound(_) => Code::NotFound,
+        KvError::PeerUrlExists
+        | KvError::MemberNotLearner
+        | KvError::LearnerNotReady
+        | KvError::TooManyLearners
+        | KvError::MembershipChange(_) => Code::FailedPrecondition,
+        KvError::BadMemberUrl(_) => Code::InvalidArgument,
+        KvError::MembershipBusy => Code::Unavailable,
         _ => Code::InvalidArgument,
     };
     Status::new(code, message)

@@ -1,9 +1,11 @@
-//! etcd's Cluster (MemberList) and Maintenance (Status, Alarm, Defragment, Hash, HashKV,
+//! etcd's Cluster (MemberAdd, MemberRemove, MemberUpdate, MemberList, MemberPromote) and Maintenance (Status, Alarm, Defragment, Hash, HashKV,
 //! Snapshot, MoveLeader) services.
 
 use super::Shared;
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_kvstore::membership::{Member, MemberChange, Membership};
 use leasekv_kvstore::{AlarmAction, AlarmKind, Command, CommandResponse};
+use leasekv_lease::NodeId;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::Stream;
@@ -17,29 +19,104 @@ const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// messages and stay far below every client's 4 MiB receive limit).
 const SNAPSHOT_CHUNK: usize = 256 << 10;
 
-/// Cluster: the member list from the configuration.
+/// Cluster: the member list as this node's log records it, and etcd's membership changes,
+/// proposed through the master like every write (docs/membership.md).
 pub struct ClusterService(pub Arc<Shared>);
+
+/// etcd's view of one member. A member that never started has no name and no client URLs.
+fn member_pb(member: &Member) -> pb::Member {
+    pb::Member {
+        id: u64::from(member.id.0),
+        name: member.name.clone(),
+        peer_urls: member.peer_urls.clone(),
+        client_urls: member.client_urls.clone(),
+        is_learner: member.learner,
+    }
+}
+
+fn members_pb(membership: &Membership) -> Vec<pb::Member> {
+    membership.members().map(member_pb).collect()
+}
+
+/// A member id from a request: ours are `u32` node ids.
+fn member_id(id: u64) -> Result<NodeId, Status> {
+    u32::try_from(id)
+        .ok()
+        .filter(|id| *id > 0)
+        .map(NodeId)
+        .ok_or_else(|| Status::not_found("etcdserver: member not found"))
+}
+
+impl ClusterService {
+    /// Proposes `change` through the master and answers with the configuration after it
+    /// and the id an Add gave its member.
+    async fn change(&self, change: MemberChange) -> Result<(Membership, Option<NodeId>, pb::ResponseHeader), Status> {
+        self.0
+            .serve_command(Command::ChangeMembers(change), |response, header| match response {
+                CommandResponse::Members { membership, added } => Some((membership, added, header)),
+                _ => None,
+            })
+            .await
+    }
+}
 
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        request: Request<pb::MemberAddRequest>,
+    ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        let request = request.into_inner();
+        let change = MemberChange::Add { peer_urls: request.peer_urls, learner: request.is_learner };
+        let (membership, added, header) = self.change(change).await?;
+        let member = added.and_then(|id| membership.get(id)).map(member_pb);
+        Ok(Response::new(pb::MemberAddResponse { header: Some(header), member, members: members_pb(&membership) }))
+    }
+
+    /// Refused for the lease-tracker backend's tracker node: every lease comes from it, and
+    /// moving that role safely needs consensus on the tracker, which that backend does not
+    /// have (docs/membership.md, last section).
+    async fn member_remove(
+        &self,
+        request: Request<pb::MemberRemoveRequest>,
+    ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        let id = member_id(request.into_inner().id)?;
+        if self.0.tracker == Some(id) {
+            return Err(Status::failed_precondition(format!(
+                "leasekv: member {id} is the lease tracker of the lease-tracker election backend: every master lease is granted by it, and moving that role needs consensus the backend does not have, so it cannot be removed (use the paxoslease backend to replace any member)"
+            )));
+        }
+        let (membership, _, header) = self.change(MemberChange::Remove { id }).await?;
+        Ok(Response::new(pb::MemberRemoveResponse { header: Some(header), members: members_pb(&membership) }))
+    }
+
+    async fn member_update(
+        &self,
+        request: Request<pb::MemberUpdateRequest>,
+    ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        let request = request.into_inner();
+        let id = member_id(request.id)?;
+        let (membership, _, header) = self.change(MemberChange::Update { id, peer_urls: request.peer_urls }).await?;
+        Ok(Response::new(pb::MemberUpdateResponse { header: Some(header), members: members_pb(&membership) }))
+    }
+
+    /// Served from this member's view, as etcd's non-linearizable MemberList.
     async fn member_list(
         &self,
         _request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let members = self
-            .0
-            .members
-            .iter()
-            .map(|(id, client, peer)| pb::Member {
-                id: id.0 as u64,
-                name: format!("n{}", id.0),
-                peer_urls: vec![format!("http://{peer}")],
-                client_urls: vec![format!("http://{client}")],
-                is_learner: false,
-            })
-            .collect();
+        let members = members_pb(&self.0.node.membership());
         // etcd's MemberList header carries no revision (only cluster, member and term).
         Ok(Response::new(pb::MemberListResponse { header: Some(self.0.header(0)), members }))
+    }
+
+    async fn member_promote(
+        &self,
+        request: Request<pb::MemberPromoteRequest>,
+    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        let id = member_id(request.into_inner().id)?;
+        let (membership, _, header) = self.change(MemberChange::Promote { id }).await?;
+        Ok(Response::new(pb::MemberPromoteResponse { header: Some(header), members: members_pb(&membership) }))
     }
 }
 
@@ -105,9 +182,10 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         let target = request.into_inner().target_id;
         let target = self
             .0
-            .members
-            .iter()
-            .map(|(id, _, _)| *id)
+            .node
+            .membership()
+            .voters()
+            .into_iter()
             .find(|id| u64::from(id.0) == target)
             .ok_or_else(|| Status::failed_precondition("etcdserver: bad leader transferee"))?;
         let election = &self.0.node.election;

@@ -30,7 +30,6 @@ use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
 use leasekv_lease::NodeId;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Status;
@@ -53,19 +52,15 @@ pub struct Shared {
     pub me: NodeId,
     /// The cluster id in response headers.
     pub cluster_id: u64,
-    /// Every member: id, client address, peer address.
-    pub members: Vec<(NodeId, SocketAddr, SocketAddr)>,
+    /// The lease-tracker backend's tracker node (`None` with PaxosLease): MemberRemove
+    /// refuses to remove it.
+    pub tracker: Option<NodeId>,
 }
 
 impl Shared {
     /// Builds the shared state.
-    pub fn new(
-        node: NodeHandle,
-        me: NodeId,
-        cluster_id: u64,
-        members: Vec<(NodeId, SocketAddr, SocketAddr)>,
-    ) -> Arc<Self> {
-        Arc::new(Shared { node, me, cluster_id, members })
+    pub fn new(node: NodeHandle, me: NodeId, cluster_id: u64, tracker: Option<NodeId>) -> Arc<Self> {
+        Arc::new(Shared { node, me, cluster_id, tracker })
     }
 
     /// A response header at `revision`. `raft_term` is the term as this node knows it, on

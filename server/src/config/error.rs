@@ -104,6 +104,16 @@ pub enum ConfigErrorKind {
         /// The second user.
         second: String,
     },
+    /// `initial_cluster_state` is neither `new` nor `existing`.
+    #[error(
+        "initial_cluster_state = {0:?} is not valid; use \"new\" (start a new cluster) or \"existing\" (join one)"
+    )]
+    UnknownClusterState(String),
+    /// `initial_cluster_state = "existing"` without any `[[peers]]` to ask.
+    #[error(
+        "initial_cluster_state = \"existing\" needs [[peers]]: the existing members this node asks for the member list"
+    )]
+    JoinWithoutPeers,
     /// This node's id is not among `[[peers]]`.
     #[error(
         "node {0} is not in its own peer list; [[peers]] must list every member of the cluster, this node included"

@@ -7,7 +7,8 @@
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
 use super::{
-    CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig, WatchConfig,
+    ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig,
+    WatchConfig,
 };
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
@@ -28,6 +29,7 @@ pub(super) struct FileConfig {
     peer_addr: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     cluster_id: Option<u64>,
+    initial_cluster_state: Option<Spanned<String>>,
     #[serde(default)]
     peers: Vec<FilePeer>,
     #[serde(default)]
@@ -146,16 +148,35 @@ pub(super) fn resolve(
 ) -> Result<NodeConfig, ConfigError> {
     let err = |kind| ConfigError::new(origin.clone(), kind);
 
-    let id = overrides.id.or(file.id).ok_or_else(|| {
-        err(ConfigErrorKind::Missing { field: "id", hint: "set `id = N` (N ≥ 1) in the file or pass --id" })
-    })?;
+    let initial_cluster_state = match &file.initial_cluster_state {
+        None => ClusterState::New,
+        Some(state) => match state.get_ref().as_str() {
+            "new" => ClusterState::New,
+            "existing" => ClusterState::Existing,
+            other => {
+                return Err(err(ConfigErrorKind::UnknownClusterState(other.to_string()))
+                    .at(Position::of_offset(text, state.span().start)))
+            }
+        },
+    };
+    // A joining node learns its id from the cluster; 0 stands for "not given".
+    let id = match (overrides.id.or(file.id), initial_cluster_state) {
+        (Some(id), _) => id,
+        (None, ClusterState::Existing) => 0,
+        (None, ClusterState::New) => {
+            return Err(err(ConfigErrorKind::Missing {
+                field: "id",
+                hint: "set `id = N` (N ≥ 1) in the file or pass --id",
+            }))
+        }
+    };
     let client_addr = overrides.client_addr.or(file.client_addr).unwrap_or(super::DEFAULT_CLIENT_ADDR);
     let peer_addr = overrides.peer_addr.or(file.peer_addr).unwrap_or(super::DEFAULT_PEER_ADDR);
     let data_dir =
         overrides.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(super::DEFAULT_DATA_DIR));
 
     // Without [[peers]] the node is a cluster of one: itself, at the addresses it listens on.
-    let peers = if file.peers.is_empty() {
+    let peers = if file.peers.is_empty() && initial_cluster_state == ClusterState::New {
         vec![PeerConfig { id: NodeId(id), client_addr, peer_addr }]
     } else {
         file.peers
@@ -247,6 +268,7 @@ pub(super) fn resolve(
         },
         watch,
         runtime,
+        initial_cluster_state,
         origin: origin.clone(),
     })
 }

@@ -444,3 +444,30 @@ fn positions_count_lines_and_characters_from_one() {
     assert_eq!(Position::of_offset(text, 4), Position { line: 2, column: 2 }, "inside é steps back");
     assert_eq!(Position::of_offset(text, 1000), Position { line: 3, column: 1 });
 }
+
+#[test]
+fn the_joining_examples_parse_without_an_id_and_ask_the_first_three_members() {
+    for n in 4..=5u32 {
+        let path = examples_dir().join(format!("n{n}.toml"));
+        let config = NodeConfig::load(Some(&path), &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.initial_cluster_state, ClusterState::Existing);
+        assert_eq!(config.id, NodeId(0), "the cluster gives the id");
+        assert_eq!(config.members(), vec![NodeId(1), NodeId(2), NodeId(3)]);
+        assert_eq!(config.client_addr.to_string(), format!("127.0.0.1:{n}2379"));
+        assert_eq!(config.peer_addr.to_string(), format!("127.0.0.1:{n}2380"));
+    }
+}
+
+#[test]
+fn initial_cluster_state_defaults_to_new_and_rejects_other_words() {
+    assert_eq!(parse(THREE_NODES).expect("valid").initial_cluster_state, ClusterState::New);
+    let existing = format!("initial_cluster_state = \"existing\"\n{THREE_NODES}");
+    assert_eq!(parse(&existing).expect("valid").initial_cluster_state, ClusterState::Existing);
+    let bad = format!("initial_cluster_state = \"joining\"\n{THREE_NODES}");
+    assert!(error_of(&bad).contains("initial_cluster_state = \"joining\" is not valid"), "{}", error_of(&bad));
+    // A new cluster still needs an id; a joining node needs members to ask.
+    assert!(error_of("client_addr = \"127.0.0.1:1\"\n").contains("id is missing"));
+    let lonely =
+        "initial_cluster_state = \"existing\"\nclient_addr = \"127.0.0.1:42379\"\npeer_addr = \"127.0.0.1:42380\"\n";
+    assert!(error_of(lonely).contains("needs [[peers]]"), "{}", error_of(lonely));
+}

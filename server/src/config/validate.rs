@@ -2,7 +2,7 @@
 //! [`NodeConfig::check_environment`] (the configuration against this host).
 
 use super::error::{id_list, ConfigError, ConfigErrorKind};
-use super::{NodeConfig, WatchConfig};
+use super::{ClusterState, NodeConfig, WatchConfig};
 use leasekv_kvstore::log::ReplicaConfigError;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -37,8 +37,13 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |kind| ConfigError::new(self.origin.clone(), kind);
 
-        if self.id.0 == 0 {
+        let joining = self.initial_cluster_state == ClusterState::Existing;
+        // A joining node may leave its id out: the cluster gave it one (checked at start).
+        if self.id.0 == 0 && !joining {
             return Err(err(ConfigErrorKind::ZeroId { what: "id" }));
+        }
+        if joining && self.peers.is_empty() {
+            return Err(err(ConfigErrorKind::JoinWithoutPeers));
         }
         if self.data_dir.as_os_str().is_empty() {
             return Err(err(ConfigErrorKind::EmptyDataDir));
@@ -50,7 +55,7 @@ impl NodeConfig {
 
         self.lease_config().validate().map_err(|e| err(ConfigErrorKind::Lease(e)))?;
         let members = self.members();
-        if let Some(tracker) = self.election.tracker {
+        if let Some(tracker) = self.election.tracker.filter(|_| !joining) {
             if !members.contains(&tracker) {
                 return Err(err(ConfigErrorKind::TrackerNotMember { tracker: tracker.0, members: id_list(members) }));
             }
@@ -111,10 +116,16 @@ impl NodeConfig {
             }
         }
 
-        let me = self.member(self.id).ok_or(ConfigErrorKind::SelfNotInPeers(self.id.0))?;
-        for (field, listen, listed) in
+        // A joining node's [[peers]] are the members it asks; it need not be among them
+        // (the cluster's member list, not this file, says who the members are).
+        let me = match self.member(self.id) {
+            Some(me) => Some(me),
+            None if self.initial_cluster_state == ClusterState::Existing => None,
+            None => return Err(ConfigErrorKind::SelfNotInPeers(self.id.0)),
+        };
+        for (field, listen, listed) in me.iter().flat_map(|me| {
             [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, me.peer_addr)]
-        {
+        }) {
             // Listening on every interface is fine as long as the port is the advertised one:
             // the advertised IP is then one of the addresses the listener covers.
             let covers = listen == listed || (listen.ip().is_unspecified() && listen.port() == listed.port());

@@ -300,6 +300,32 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
             }),
         ),
         (
+            "/cluster/member/add",
+            unary("etcdserverpb.MemberAddRequest", "etcdserverpb.MemberAddResponse", |g: Handle, r| async move {
+                g.cluster.member_add(Request::new(r)).await
+            }),
+        ),
+        (
+            "/cluster/member/remove",
+            unary("etcdserverpb.MemberRemoveRequest", "etcdserverpb.MemberRemoveResponse", |g: Handle, r| async move {
+                g.cluster.member_remove(Request::new(r)).await
+            }),
+        ),
+        (
+            "/cluster/member/update",
+            unary("etcdserverpb.MemberUpdateRequest", "etcdserverpb.MemberUpdateResponse", |g: Handle, r| async move {
+                g.cluster.member_update(Request::new(r)).await
+            }),
+        ),
+        (
+            "/cluster/member/promote",
+            unary(
+                "etcdserverpb.MemberPromoteRequest",
+                "etcdserverpb.MemberPromoteResponse",
+                |g: Handle, r| async move { g.cluster.member_promote(Request::new(r)).await },
+            ),
+        ),
+        (
             "/maintenance/status",
             unary("etcdserverpb.StatusRequest", "etcdserverpb.StatusResponse", |g: Handle, r| async move {
                 g.maintenance.status(Request::new(r)).await

@@ -20,11 +20,11 @@ use crate::peer::wire::Wire;
 use async_trait::async_trait;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId, Transport};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -98,73 +98,127 @@ impl Lane {
     }
 }
 
-/// Senders to every other node.
+/// Senders to every other member. The set of members follows the cluster's configuration
+/// ([`PeerNetwork::set_members`]): a member added at runtime gets its lanes when this node
+/// applies the change, a removed one loses them (its sender tasks end with their queues).
 #[derive(Clone)]
 pub struct PeerNetwork {
     me: NodeId,
-    queues: Arc<HashMap<(NodeId, Lane), LaneQueue>>,
-    /// Per peer: whether its log lane is known to be down (see [`PeerNetwork::log_lane_down`]).
-    log_lane_down: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
-    /// Clients for pulling parked messages from each peer (same channel as the lanes).
-    pullers: Arc<HashMap<NodeId, PeerClient<Channel>>>,
+    links: Arc<RwLock<Links>>,
     /// Messages parked here for peers to pull.
     outbox: Arc<Outbox>,
     /// Pulls from peers in progress.
     inbox: Arc<Inbox>,
 }
 
+/// Every member's links, and who counts as a member (this node included).
+#[derive(Default)]
+struct Links {
+    peers: HashMap<NodeId, PeerLinks>,
+    members: HashSet<NodeId>,
+}
+
+/// The lanes, the pull client and the "log lane down" flag of one peer.
+struct PeerLinks {
+    /// `host:port` it was dialled at; a new address gets new links.
+    addr: String,
+    election: LaneQueue,
+    log: LaneQueue,
+    /// Whether its log lane is known to be down (see [`PeerNetwork::log_lane_down`]).
+    log_down: Arc<AtomicBool>,
+    /// Client for pulling parked messages from it (same channel as the lanes).
+    puller: PeerClient<Channel>,
+}
+
 /// Encoded messages waiting for one lane of one peer.
 type LaneQueue = mpsc::Sender<Vec<u8>>;
+
+impl PeerLinks {
+    /// Starts the sender tasks of both lanes to `peer` at `addr` (no connection is made
+    /// before the first message); `None` when the address is not usable.
+    fn start(me: NodeId, peer: NodeId, addr: &str) -> Option<PeerLinks> {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
+            e.connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(KEEPALIVE)
+                .keep_alive_timeout(KEEPALIVE)
+                .keep_alive_while_idle(true)
+        });
+        let channel = match endpoint {
+            Ok(endpoint) => endpoint.connect_lazy(),
+            Err(error) => {
+                tracing::error!(%peer, %addr, %error, "peer address is not usable");
+                return None;
+            }
+        };
+        let log_down = Arc::new(AtomicBool::new(false));
+        let lane = |lane: Lane, down: Arc<AtomicBool>| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let client = PeerClient::new(channel.clone());
+            let sender = LaneSender { me, peer, addr: addr.to_string(), lane, client, down };
+            tokio::spawn(sender.run(rx));
+            tx
+        };
+        let election = lane(Lane::Election, Arc::new(AtomicBool::new(false)));
+        let log = lane(Lane::Log, log_down.clone());
+        // Chunks are CHUNK_BYTES of payload; the margin covers the chunk's own fields.
+        let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
+        Some(PeerLinks { addr: addr.to_string(), election, log, log_down, puller })
+    }
+
+    fn queue(&self, lane: Lane) -> &LaneQueue {
+        match lane {
+            Lane::Election => &self.election,
+            Lane::Log => &self.log,
+        }
+    }
+}
 
 impl PeerNetwork {
     /// Starts the sender tasks for every peer (no connection is made before the first
     /// message) and the timer that frees expired parked messages.
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
-        let mut queues = HashMap::new();
-        let mut pullers = HashMap::new();
-        let mut log_lane_down = HashMap::new();
-        for &(id, addr) in peers {
-            if id == me {
-                continue;
-            }
-            let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
-                e.connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(KEEPALIVE)
-                    .keep_alive_timeout(KEEPALIVE)
-                    .keep_alive_while_idle(true)
-            });
-            let channel = match endpoint {
-                Ok(endpoint) => endpoint.connect_lazy(),
-                Err(error) => {
-                    tracing::error!(peer = %id, %addr, %error, "peer address is not usable");
-                    continue;
-                }
-            };
-            for lane in [Lane::Election, Lane::Log] {
-                let (tx, rx) = mpsc::channel(QUEUE);
-                let down = Arc::new(AtomicBool::new(false));
-                if lane == Lane::Log {
-                    log_lane_down.insert(id, down.clone());
-                }
-                let sender = LaneSender { me, peer: id, addr, lane, client: PeerClient::new(channel.clone()), down };
-                tokio::spawn(sender.run(rx));
-                queues.insert((id, lane), tx);
-            }
-            // Chunks are CHUNK_BYTES of payload; the margin covers the chunk's own fields.
-            let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
-            pullers.insert(id, puller);
-        }
         let outbox = Outbox::new();
         tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
-        PeerNetwork {
+        let network = PeerNetwork {
             me,
-            queues: Arc::new(queues),
-            log_lane_down: Arc::new(log_lane_down),
-            pullers: Arc::new(pullers),
+            links: Arc::new(RwLock::new(Links::default())),
             outbox,
             inbox: Arc::new(Inbox::default()),
+        };
+        let peers: Vec<(NodeId, String)> = peers.iter().map(|(id, addr)| (*id, addr.to_string())).collect();
+        network.set_members(&peers);
+        network
+    }
+
+    /// Makes `members` (id and `host:port` of each, this node may be among them) the nodes
+    /// this one talks to and accepts messages from: links to new members are started, links
+    /// to members no longer listed are dropped (their senders stop), and a member whose
+    /// address changed is dialled at the new one.
+    pub fn set_members(&self, members: &[(NodeId, String)]) {
+        let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
+        links.members = members.iter().map(|(id, _)| *id).chain(std::iter::once(self.me)).collect();
+        links.peers.retain(|id, link| {
+            let keep = members.iter().any(|(m, addr)| m == id && *addr == link.addr);
+            if !keep {
+                tracing::info!(peer = %id, addr = %link.addr, "no longer a member at this address: its lanes are closed");
+            }
+            keep
+        });
+        for (id, addr) in members {
+            if *id == self.me || links.peers.contains_key(id) {
+                continue;
+            }
+            if let Some(link) = PeerLinks::start(self.me, *id, addr) {
+                tracing::debug!(peer = %id, %addr, "lanes to member started");
+                links.peers.insert(*id, link);
+            }
         }
+    }
+
+    /// Whether `id` is a member this node accepts messages from.
+    pub fn is_member(&self, id: NodeId) -> bool {
+        self.links.read().unwrap_or_else(PoisonError::into_inner).members.contains(&id)
     }
 
     /// This node.
@@ -189,12 +243,13 @@ impl PeerNetwork {
     /// safe because the request never left, instead of leaving it to time out as
     /// "indeterminate". Unknown (never tried, or an unknown peer) counts as up.
     pub fn log_lane_down(&self, peer: NodeId) -> bool {
-        self.log_lane_down.get(&peer).is_some_and(|down| down.load(Ordering::Relaxed))
+        let links = self.links.read().unwrap_or_else(PoisonError::into_inner);
+        links.peers.get(&peer).is_some_and(|link| link.log_down.load(Ordering::Relaxed))
     }
 
     /// A client to pull parked messages from `peer`.
     pub fn puller(&self, peer: NodeId) -> Option<PeerClient<Channel>> {
-        self.pullers.get(&peer).cloned()
+        self.links.read().unwrap_or_else(PoisonError::into_inner).peers.get(&peer).map(|link| link.puller.clone())
     }
 
     /// Queues a message for `to`; drops it when that peer's queue is full. A message larger
@@ -207,14 +262,16 @@ impl PeerNetwork {
             Wire::Election(_) => Lane::Election,
             Wire::Log(_) | Wire::Forward(..) | Wire::Answer(..) | Wire::Parked(_) => Lane::Log,
         };
-        let Some(queue) = self.queues.get(&(to, lane)) else { return };
         let bytes = wire.encode();
         if bytes.len() > LANE_MESSAGE_MAX {
             tracing::debug!(peer = %to, bytes = bytes.len(), "message too big for a lane; parked for the peer to pull");
             self.park(to, ParkedKind::Message, bytes);
             return;
         }
-        let _ = queue.try_send(bytes);
+        let links = self.links.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(link) = links.peers.get(&to) {
+            let _ = link.queue(lane).try_send(bytes);
+        }
     }
 
     /// Queues a log message; a snapshot is parked for `to` to pull in chunks.
@@ -234,7 +291,7 @@ impl PeerNetwork {
 
     /// Parks `data` for `to` and tells it on the log lane.
     fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>) {
-        if to == self.me || !self.queues.contains_key(&(to, Lane::Log)) {
+        if to == self.me || !self.links.read().unwrap_or_else(PoisonError::into_inner).peers.contains_key(&to) {
             return;
         }
         let notice = self.outbox.park(to, kind, data, Instant::now());
@@ -264,7 +321,7 @@ async fn sweep_parked(outbox: Weak<Outbox>) {
 struct LaneSender {
     me: NodeId,
     peer: NodeId,
-    addr: SocketAddr,
+    addr: String,
     lane: Lane,
     client: PeerClient<Channel>,
     /// Set when a stream breaks or cannot be opened; cleared by the next stream's first poll.
@@ -374,12 +431,18 @@ mod tests {
     fn network(me: NodeId, peer: NodeId) -> (PeerNetwork, mpsc::Receiver<Vec<u8>>) {
         let (log_tx, log_rx) = mpsc::channel(16);
         let (election_tx, _) = mpsc::channel(16);
-        let queues = HashMap::from([((peer, Lane::Log), log_tx), ((peer, Lane::Election), election_tx)]);
+        let channel = Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let link = PeerLinks {
+            addr: "127.0.0.1:9".into(),
+            election: election_tx,
+            log: log_tx,
+            log_down: Arc::new(AtomicBool::new(false)),
+            puller: PeerClient::new(channel),
+        };
+        let links = Links { peers: HashMap::from([(peer, link)]), members: HashSet::from([me, peer]) };
         let network = PeerNetwork {
             me,
-            queues: Arc::new(queues),
-            log_lane_down: Arc::new(HashMap::new()),
-            pullers: Arc::new(HashMap::new()),
+            links: Arc::new(RwLock::new(links)),
             outbox: Outbox::new(),
             inbox: Arc::new(Inbox::default()),
         };

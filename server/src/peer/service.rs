@@ -30,29 +30,23 @@ struct Inner {
     node: NodeHandle,
     /// The election side (the backend's inbox).
     election: mpsc::Sender<(NodeId, ElectionMessage)>,
-    /// Known member ids; anything else is refused.
-    members: Vec<NodeId>,
     /// This node's senders: the outbox served here, the pull clients and their bookkeeping.
     network: PeerNetwork,
     rejected: AtomicU64,
 }
 
 impl PeerService {
-    /// A service for these members, serving the transfers `network` parks.
-    pub fn new(
-        node: NodeHandle,
-        election: mpsc::Sender<(NodeId, ElectionMessage)>,
-        members: Vec<NodeId>,
-        network: PeerNetwork,
-    ) -> Self {
-        PeerService { inner: Arc::new(Inner { node, election, members, network, rejected: AtomicU64::new(0) }) }
+    /// A service accepting messages from the members `network` knows (the configuration
+    /// in force, which follows membership changes), serving the transfers it parks.
+    pub fn new(node: NodeHandle, election: mpsc::Sender<(NodeId, ElectionMessage)>, network: PeerNetwork) -> Self {
+        PeerService { inner: Arc::new(Inner { node, election, network, rejected: AtomicU64::new(0) }) }
     }
 }
 
 impl Inner {
     fn member(&self, id: u32) -> Result<NodeId, Status> {
         let from = NodeId(id);
-        if !self.members.contains(&from) {
+        if !self.network.is_member(from) {
             return Err(Status::permission_denied(format!("node {id} is not a member of this cluster")));
         }
         Ok(from)

@@ -12,6 +12,7 @@ mod kv;
 mod lease;
 mod lease_ref;
 mod lock;
+mod member;
 mod output;
 mod snapshot;
 mod watch;
@@ -60,6 +61,9 @@ pub enum Command {
     Lease(lease::LeaseCommand),
     /// Cluster members, master, election backend, term and revision.
     Status,
+    /// List, add, promote, remove or update members (as `etcdctl member`).
+    #[command(subcommand)]
+    Member(member::MemberCommand),
     /// Ask the answering node to give up mastership.
     StepDown,
     /// Save a snapshot of the cluster's state, or restore one into a new member's data dir.
@@ -101,6 +105,7 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Compact(args) => kv::compact(&client, format, args).await,
         Command::Lease(command) => lease::run(&client, format, command).await,
         Command::Status => cluster::status(&client, format).await,
+        Command::Member(command) => member::run(&client, format, command).await,
         Command::StepDown => cluster::step_down(&client).await,
         Command::Snapshot(snapshot::SnapshotCommand::Save(args)) => snapshot::save(&client, args).await,
         Command::Snapshot(snapshot::SnapshotCommand::Restore(_)) => unreachable!("handled above"),

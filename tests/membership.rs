@@ -1,0 +1,430 @@
+//! Membership changes on real processes: a learner joins a loaded cluster and is promoted,
+//! a dead member is replaced, etcd's errors, a removed node refusing to start, and etcdctl
+//! driving the change (docs/membership.md, docs/operations.md "Add a member").
+
+mod common;
+
+use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
+use leasekv::client::{Client, ClientError, GetOptions};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// The longest pause between two acknowledged puts the acceptance run allows.
+const MAX_PUT_GAP: Duration = Duration::from_secs(5);
+
+/// A joining node's files and process.
+struct Joiner {
+    config: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl Joiner {
+    /// Writes the config of a node joining `cluster` (its [[peers]] are the three first
+    /// members; no id: the cluster gives it).
+    fn new(cluster: &Cluster, name: &str) -> Joiner {
+        let ports = common::free_ports(2);
+        let dir = cluster.dir.path();
+        let data = dir.join(format!("data-{name}"));
+        let mut text = format!(
+            "client_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\ninitial_cluster_state = \"existing\"\n",
+            ports[0],
+            ports[1],
+            data.display()
+        );
+        for i in 0..3 {
+            text.push_str(&format!(
+                "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
+                i + 1,
+                cluster.client_ports[i],
+                cluster.peer_ports[i]
+            ));
+        }
+        text.push_str("[election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n");
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, text).expect("joiner config written");
+        Joiner {
+            config,
+            data,
+            log: dir.join(format!("log-{name}")),
+            client_port: ports[0],
+            peer_port: ports[1],
+            child: None,
+        }
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::File::create(&self.log).expect("log file");
+        let child = Command::new(KVSERVER)
+            .arg("--config")
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kvserver starts");
+        self.child = Some(child);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn code(error: &ClientError) -> Option<Code> {
+    match error {
+        ClientError::Rpc { status, .. } => Some(status.code()),
+        ClientError::Unavailable { .. } => Some(Code::Unavailable),
+        _ => None,
+    }
+}
+
+/// Runs a membership change, retrying (bounded) while the cluster answers UNAVAILABLE
+/// ("unhealthy cluster" while the previous change settles, or no master for a moment).
+async fn retry_busy<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline && matches!(code(&e), Some(Code::Unavailable)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) if Instant::now() < deadline && e.to_string().contains("in sync with leader") => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+/// A task putting sequential keys until told to stop: the acked keys and the longest gap
+/// between successive acks.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<Duration>,
+}
+
+impl Load {
+    fn start(endpoints: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, acked2) = (stop.clone(), acked.clone());
+        let task = tokio::spawn(async move {
+            let c = Client::connect(&endpoints).await.expect("load client connects");
+            let mut last = Instant::now();
+            let mut longest = Duration::ZERO;
+            let mut i = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let key = format!("load/{i:08}");
+                if c.put(key.clone(), format!("v{i}"), 0, false).await.is_ok() {
+                    longest = longest.max(last.elapsed());
+                    last = Instant::now();
+                    acked2.lock().unwrap_or_else(|e| e.into_inner()).push(key);
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            longest
+        });
+        Load { stop, acked, task }
+    }
+
+    async fn finish(self) -> (Vec<String>, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        let longest = self.task.await.expect("load task");
+        let acked = self.acked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (acked, longest)
+    }
+}
+
+async fn member_list(c: &Client) -> Vec<leasekv::client::proto::etcdserverpb::Member> {
+    eventually(Duration::from_secs(10), || c.member_list()).await.members
+}
+
+/// Waits until `endpoint` has applied up to revision `revision` (serializable reads).
+async fn caught_up(endpoint: &str, revision: i64) {
+    let c = client(endpoint).await;
+    eventually(Duration::from_secs(30), || async {
+        let r = c
+            .get("load/", GetOptions { serializable: true, prefix: true, count_only: true, ..Default::default() })
+            .await
+            .map_err(|e| e.to_string())?;
+        let header = r.header.ok_or("no header")?;
+        if header.revision >= revision {
+            Ok(())
+        } else {
+            Err(format!("at {} of {revision}", header.revision))
+        }
+    })
+    .await
+}
+
+#[test]
+fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() {
+    let rt = runtime();
+    let mut cluster = Cluster::start("paxoslease");
+    let mut n4 = Joiner::new(&cluster, "n4");
+    let mut n5 = Joiner::new(&cluster, "n5");
+    rt.block_on(async {
+        let endpoints: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+        let load = Load::start(endpoints.clone());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        // Add n4 as a learner and start it.
+        let added = retry_busy("add n4", || c.member_add(vec![n4.peer_url()], true)).await;
+        let id4 = added.member.expect("the added member").id;
+        assert_eq!(id4, 4);
+        n4.start();
+        let promoted = retry_busy("promote n4", || c.member_promote(id4)).await;
+        assert!(promoted.members.iter().any(|m| m.id == id4 && !m.is_learner), "{promoted:?}");
+        let members = member_list(&c).await;
+        eprintln!("after promoting n4: {members:?}");
+
+        // kill -9 an old member that is not master, and remove it.
+        let master = common::cluster::master_index(&cluster).await;
+        let victim = (0..3).find(|i| *i != master && *i != 0).expect("a non-master member");
+        cluster.kill(victim);
+        retry_busy("remove the dead member", || c.member_remove(victim as u64 + 1)).await;
+
+        // Add n5, start it, promote it.
+        let added = retry_busy("add n5", || c.member_add(vec![n5.peer_url()], true)).await;
+        let id5 = added.member.expect("the added member").id;
+        assert_eq!(id5, 5, "ids are never reused");
+        n5.start();
+        retry_busy("promote n5", || c.member_promote(id5)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (acked, longest) = load.finish().await;
+        eprintln!("acked puts: {}, longest gap between acks: {longest:?}", acked.len());
+        assert!(!acked.is_empty());
+
+        // Every live member has every acked write, and the same hash at one revision.
+        let live: Vec<String> = (0..3)
+            .filter(|i| *i != victim)
+            .map(|i| cluster.endpoint(i))
+            .chain([n4.endpoint(), n5.endpoint()])
+            .collect();
+        let revision =
+            c.get("warmup", GetOptions::default()).await.expect("a linearizable read").header.expect("header").revision;
+        let mut hashes = Vec::new();
+        for endpoint in &live {
+            caught_up(endpoint, revision).await;
+            let m = client(endpoint).await;
+            let all = m
+                .get("load/", GetOptions { serializable: true, prefix: true, ..Default::default() })
+                .await
+                .expect("serializable read");
+            let keys: std::collections::HashSet<String> =
+                all.kvs.iter().map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect();
+            let missing: Vec<&String> = acked.iter().filter(|k| !keys.contains(*k)).collect();
+            assert!(missing.is_empty(), "{endpoint} lacks {} acked keys, e.g. {:?}", missing.len(), missing.first());
+            let hash = eventually(Duration::from_secs(10), || m.hash_kv(revision)).await;
+            hashes.push((endpoint.clone(), hash.hash));
+        }
+        assert!(hashes.windows(2).all(|w| w[0].1 == w[1].1), "hashes differ at revision {revision}: {hashes:?}");
+
+        // Both joiners published their names and client URLs.
+        let members = eventually(Duration::from_secs(10), || async {
+            let members = member_list(&c).await;
+            match members.iter().all(|m| !m.name.is_empty()) {
+                true => Ok(members),
+                false => Err(format!("{members:?}")),
+            }
+        })
+        .await;
+        assert_eq!(members.len(), 4, "{members:?}");
+        assert!(members
+            .iter()
+            .any(|m| m.id == 5 && m.name == "n5" && m.client_urls == [format!("http://{}", n5.endpoint())]));
+        eprintln!("longest put gap: {longest:?}");
+        assert!(longest < MAX_PUT_GAP, "the longest gap between acked puts was {longest:?}");
+    });
+    if n4.log().contains("panicked") || n5.log().contains("panicked") {
+        panic!("a joiner panicked: {}\n{}", n4.log(), n5.log());
+    }
+}
+
+#[test]
+fn member_list_shows_learners_and_changes_are_refused_with_etcds_errors() {
+    let rt = runtime();
+    let cluster = Cluster::start("paxoslease");
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+        let members = member_list(&c).await;
+        assert_eq!(members.len(), 3);
+        for m in &members {
+            assert!(!m.is_learner);
+            assert_eq!(m.name, format!("n{}", m.id));
+            assert_eq!(m.peer_urls, [format!("http://127.0.0.1:{}", cluster.peer_ports[m.id as usize - 1])]);
+            assert_eq!(m.client_urls, [format!("http://127.0.0.1:{}", cluster.client_ports[m.id as usize - 1])]);
+        }
+        let learner_url = format!("http://127.0.0.1:{}", common::free_ports(1)[0]);
+        let added = retry_busy("add a learner", || c.member_add(vec![learner_url.clone()], true)).await;
+        let learner = added.member.expect("the added member");
+        assert!(learner.is_learner && learner.name.is_empty() && learner.client_urls.is_empty(), "{learner:?}");
+        // Every member, followers included, shows it once they applied the change.
+        for i in 0..3 {
+            let m = client(&cluster.endpoint(i)).await;
+            eventually(Duration::from_secs(10), || async {
+                let members = member_list(&m).await;
+                match members.iter().find(|x| x.id == learner.id) {
+                    Some(x) if x.is_learner && x.name.is_empty() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await;
+        }
+
+        let refused = |r: Result<_, ClientError>| r.err().and_then(|e| code(&e));
+        // Promote a voter.
+        let error = loop_until_not_busy(|| c.member_promote(1)).await;
+        assert_eq!(refused(error), Some(Code::FailedPrecondition));
+        // Remove an unknown member.
+        let error = loop_until_not_busy(|| c.member_remove(99)).await;
+        assert_eq!(refused(error), Some(Code::NotFound));
+        // Add an existing peer URL.
+        let existing = format!("http://127.0.0.1:{}", cluster.peer_ports[1]);
+        let error = loop_until_not_busy(|| c.member_add(vec![existing.clone()], true)).await;
+        assert_eq!(refused(error), Some(Code::FailedPrecondition));
+        // A bad URL.
+        let error = loop_until_not_busy(|| c.member_add(vec!["127.0.0.1:1".into()], true)).await;
+        assert_eq!(refused(error), Some(Code::InvalidArgument));
+    });
+}
+
+/// Runs `f` until it answers something other than UNAVAILABLE (bounded), and returns that.
+async fn loop_until_not_busy<T, F, Fut>(mut f: F) -> Result<T, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let result = f().await;
+        match &result {
+            Err(e) if Instant::now() < deadline && code(e) == Some(Code::Unavailable) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => return result,
+        }
+    }
+}
+
+#[test]
+fn a_removed_node_refuses_to_start() {
+    let rt = runtime();
+    let mut cluster = Cluster::start("paxoslease");
+    let removed = rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+        let master = common::cluster::master_index(&cluster).await;
+        let victim = (0..3).find(|i| *i != master).expect("a non-master member");
+        // Wait for the victim to have applied the warmup write, then remove it while it runs:
+        // it applies its own removal and stops.
+        caught_up(&cluster.endpoint(victim), 2).await;
+        retry_busy("remove", || c.member_remove(victim as u64 + 1)).await;
+        victim
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stopped = loop {
+        if let Some(child) = cluster.nodes[removed].as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(stopped.is_some(), "the removed node stops by itself: {}", cluster.log(removed));
+    cluster.nodes[removed] = None;
+    assert!(cluster.log(removed).contains("removed from the cluster"), "{}", cluster.log(removed));
+    // Restarted with its data dir: refuses, naming the epoch.
+    let output = Command::new(KVSERVER).arg("--config").arg(cluster.config(removed)).output().expect("kvserver runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a removed node must not start: {stderr}");
+    assert!(stderr.contains("was removed from the cluster (membership epoch"), "{stderr}");
+}
+
+#[test]
+fn etcdctl_adds_promotes_and_lists_a_learner() {
+    let Some(etcdctl) = common::tool("etcdctl", "etcd-client") else {
+        eprintln!("etcdctl is not installed; skipped");
+        return;
+    };
+    let rt = runtime();
+    let cluster = Cluster::start("paxoslease");
+    let mut n4 = Joiner::new(&cluster, "n4");
+    let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
+    let etcdctl_run = |args: &[&str]| {
+        let output = Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoints}"))
+            .args(args)
+            .output()
+            .expect("etcdctl runs");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr),
+        )
+    };
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let added = loop {
+        let (ok, out) = etcdctl_run(&["member", "add", "n4", "--learner", &format!("--peer-urls={}", n4.peer_url())]);
+        if ok || Instant::now() > deadline {
+            assert!(ok, "etcdctl member add: {out}");
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(added.contains("Member") && added.contains("added"), "{added}");
+    n4.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = etcdctl_run(&["member", "promote", "4"]);
+        if ok {
+            assert!(out.contains("promoted"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "etcdctl member promote: {out}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (ok, out) = etcdctl_run(&["member", "list"]);
+    assert!(ok, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("4,") && l.ends_with("false")), "{out}");
+}
