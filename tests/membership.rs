@@ -305,7 +305,9 @@ fn member_list_shows_learners_and_changes_are_refused_with_etcds_errors() {
             .await;
         }
 
-        let refused = |r: Result<_, ClientError>| r.err().and_then(|e| code(&e));
+        fn refused<T>(r: Result<T, ClientError>) -> Option<Code> {
+            r.err().and_then(|e| code(&e))
+        }
         // Promote a voter.
         let error = loop_until_not_busy(|| c.member_promote(1)).await;
         assert_eq!(refused(error), Some(Code::FailedPrecondition));
