@@ -1,4 +1,14 @@
 //! One simulated cluster of election cores, its fault schedule and its oracles.
+//!
+//! With membership changes on, the world also plays the replicated log: it keeps the
+//! configuration history ([`super::membership::History`]), lets the master propose the next
+//! change when rules 2 and 5 of docs/membership.md allow it, and has every member apply each
+//! change after its own delay (0–300 ms, or 0.3–3 s for 15% of them; a restarted member reads
+//! the whole history from its data dir). New learners are nodes started for the first time.
+//! A removed voter crashes before it applies its removal half of the time and comes back
+//! later with the configuration it had; it must never win. In the quiet phase a majority of
+//! the latest configuration's voters is up, learners are up, removed nodes are down, and the
+//! log reaches every live member at once.
 
 use super::clock::SimClock;
 use super::membership::{self, Change, Configuration, History, MembershipStats};
@@ -40,7 +50,8 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// The defaults of the `sim` example: 1 s leases, 5% duplicates, 0.1–2 ms delays, 10%
-    /// of messages slowed by up to 100 ms and 1% stalled by up to 1.5 s, 15 s of chaos.
+    /// of messages slowed by up to 100 ms and 1% stalled by up to 1.5 s, 15 s of chaos, and
+    /// membership changes for PaxosLease (see [`SimConfig::membership`]).
     pub fn new(backend: BackendKind, nodes: usize, loss: f64, drift: f64) -> Self {
         let mut lease = LeaseConfig::with_lease_time(Duration::from_secs(1));
         lease.drift_bound = drift;
