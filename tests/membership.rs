@@ -49,13 +49,7 @@ impl Joiner {
         text.push_str("[election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n");
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, text).expect("joiner config written");
-        Joiner {
-            config,
-            log: dir.join(format!("log-{name}")),
-            client_port: ports[0],
-            peer_port: ports[1],
-            child: None,
-        }
+        Joiner { config, log: dir.join(format!("log-{name}")), client_port: ports[0], peer_port: ports[1], child: None }
     }
 
     fn peer_url(&self) -> String {
