@@ -21,26 +21,90 @@ fn assert_clean(config: KvSimConfig, seeds: u64, base: u64) {
     assert!(summary.watch_responses > seeds * 100, "too few watch responses checked: {}", summary.watch_responses);
 }
 
+/// A fixed membership: every oracle, liveness included.
+fn fixed(nodes: usize, loss: f64) -> KvSimConfig {
+    let mut config = KvSimConfig::new(nodes, 1000, loss, 0.01);
+    config.membership_changes = false;
+    config
+}
+
 #[test]
 fn three_nodes_keep_every_promise() {
-    assert_clean(KvSimConfig::new(3, 1000, 0.05, 0.01), 150, 1_000);
+    assert_clean(fixed(3, 0.05), 150, 1_000);
 }
 
 #[test]
 fn five_nodes_keep_every_promise() {
-    assert_clean(KvSimConfig::new(5, 1000, 0.05, 0.01), 150, 2_000);
+    assert_clean(fixed(5, 0.05), 150, 2_000);
 }
 
 #[test]
 fn heavy_loss_keeps_every_promise() {
-    assert_clean(KvSimConfig::new(5, 1000, 0.2, 0.01), 100, 3_000);
+    assert_clean(fixed(5, 0.2), 100, 3_000);
 }
 
 #[test]
 fn the_lease_tracker_backend_keeps_every_promise() {
-    let mut config = KvSimConfig::new(3, 1000, 0.05, 0.01);
+    let mut config = fixed(3, 0.05);
     config.backend = BackendKind::LeaseTracker;
     assert_clean(config, 100, 4_000);
+}
+
+/// The oracles that a liveness failure trips: no master, so leases outlive their TTL and
+/// replicas do not converge. docs/membership.md ("Known gaps", 1) says why membership
+/// changes can still cause one; every other oracle is about safety.
+const LIVENESS: [&str; 2] = ["lease-outlived", "no-convergence"];
+
+/// Membership changes under faults (learners added and promoted, voters and masters removed):
+/// no safety oracle may fire, and changes must really happen.
+#[test]
+fn membership_changes_keep_every_safety_promise() {
+    for (nodes, base) in [(3, 5_000), (5, 6_000)] {
+        let config = KvSimConfig::new(nodes, 1000, 0.05, 0.01);
+        let (mut liveness, mut safety) = (0, Vec::new());
+        let summary = run_seeds(&config, base, 150, |report| {
+            let (live, safe): (Vec<_>, Vec<_>) = report.violations.iter().partition(|v| LIVENESS.contains(&v.kind));
+            liveness += live.len();
+            safety.extend(safe.into_iter().cloned());
+        });
+        assert!(safety.is_empty(), "{nodes} nodes: {safety:#?}");
+        assert_eq!(summary.acked_lost, 0);
+        assert!(summary.configurations > 150 * 2, "too few configurations applied: {}", summary.configurations);
+        eprintln!("{nodes} nodes: {} (liveness failures, a known gap: {liveness})", summary.line());
+    }
+}
+
+/// Runs seeds with membership changes until the control is caught by `oracle`.
+fn membership_control_caught_by(breakage: LogBreakage, oracle: &str, max_seeds: u64) {
+    let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_breakage(breakage);
+    for seed in 0..max_seeds {
+        if run_seed(&config, seed).violations.iter().any(|v| v.kind == oracle) {
+            return;
+        }
+    }
+    panic!("negative control {} was not caught by the {oracle} oracle in {max_seeds} seeds", breakage.name());
+}
+
+#[test]
+fn a_learner_counted_in_the_log_is_caught_as_lost_acknowledged_writes() {
+    membership_control_caught_by(LogBreakage::LearnerCounted, "acked-write-lost", 100);
+}
+
+#[test]
+fn an_election_switched_before_the_change_is_chosen_is_caught() {
+    membership_control_caught_by(LogBreakage::EarlySwitch, "election-ahead-of-log", 20);
+}
+
+#[test]
+fn two_voters_added_at_once_are_caught() {
+    let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_breakage(LogBreakage::TwoVotersAtOnce);
+    for seed in 0..400 {
+        let report = run_seed(&config, seed);
+        if report.violations.iter().any(|v| !LIVENESS.contains(&v.kind)) {
+            return;
+        }
+    }
+    panic!("negative control two-voters-at-once was not caught by a safety oracle in 400 seeds");
 }
 
 /// Runs seeds until the control is caught by `oracle`; fails if it never is.
