@@ -313,11 +313,11 @@ impl ProposerRounds {
             .unwrap_or_else(|| unreachable!("the timeout did not start a round: {:?}", self.out.messages));
         for &from in &self.peers {
             let body = Body::PrepareResponse { ballot, accepted: None };
-            self.proposer.on_message(self.now, from, body, &mut self.rng, &mut self.out);
+            self.proposer.on_message(self.now, from, 0, body, &mut self.rng, &mut self.out);
         }
         for &from in &self.peers {
             let body = Body::ProposeResponse { ballot, accepted: true, promised: ballot };
-            self.proposer.on_message(self.now, from, body, &mut self.rng, &mut self.out);
+            self.proposer.on_message(self.now, from, 0, body, &mut self.rng, &mut self.out);
         }
         Self::STEPS
     }

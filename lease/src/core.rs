@@ -115,6 +115,14 @@ pub trait ElectionCore: Send + 'static {
     /// the drift bound (M*(1+ε)/(1-ε)). None for a node that has not, or backends without
     /// such rounds.
     fn change_allowed_after(&self) -> Option<(u64, Instant)>;
+    /// The highest configuration epoch this node has seen in any peer's message. Above the
+    /// epoch it applied, the log has chosen a configuration this node does not know yet: the
+    /// driver should make the log catch up (a node that lags behind would otherwise only
+    /// learn it from a master, and there may be none until it does). 0 for backends
+    /// without configuration epochs.
+    fn configuration_seen(&self) -> u64 {
+        0
+    }
     /// Gives up mastership (if held) so that `to` takes over next (etcd's leader transfer),
     /// then keeps competing after the hold-off. Only timing: safety never depends on who
     /// takes over. A backend that cannot direct the next master just steps down.

@@ -45,6 +45,8 @@ struct LinkState {
     pending: Option<Configuration>,
     /// The core's `change_allowed_after` after its latest step.
     gate: Option<(u64, Instant)>,
+    /// The core's `configuration_seen` after its latest step.
+    seen: u64,
 }
 
 /// What the node loop and the election core share (see the module documentation).
@@ -74,6 +76,12 @@ impl ElectionLink {
     /// The election's `change_allowed_after` as of its latest step.
     pub fn change_gate(&self) -> Option<(u64, Instant)> {
         self.lock().gate
+    }
+
+    /// The highest configuration epoch the election saw in a peer's message, as of its
+    /// latest step: above the one in force, the log should catch up.
+    pub fn configuration_seen(&self) -> u64 {
+        self.lock().seen
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LinkState> {
@@ -108,7 +116,9 @@ impl LinkedCore {
     }
 
     fn after_step(&self) {
-        self.link.lock().gate = self.core.change_allowed_after();
+        let mut state = self.link.lock();
+        state.gate = self.core.change_allowed_after();
+        state.seen = self.core.configuration_seen();
     }
 }
 
@@ -161,5 +171,8 @@ impl ElectionCore for LinkedCore {
     }
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
         self.core.change_allowed_after()
+    }
+    fn configuration_seen(&self) -> u64 {
+        self.core.configuration_seen()
     }
 }

@@ -665,6 +665,11 @@ impl NodeLoop {
     /// before syncs move back to the thread.
     fn flush(&mut self, woke_from_idle: bool) {
         for _ in 0..16 {
+            if self.link.configuration_seen() > self.replica.membership().epoch {
+                // A peer is at a configuration this node has not applied: fetch the log
+                // rather than wait for a master to bring it (rate-limited by the replica).
+                self.replica.catch_up(self.clock.now());
+            }
             // Before sending: a member just added must be reachable for what goes to it.
             self.follow_membership();
             let output = self.replica.take_output();

@@ -635,6 +635,7 @@ impl World {
         let mastership = core.mastership(now);
         let hint = core.master_hint(now);
         let gate = core.change_allowed_after();
+        let seen = core.configuration_seen();
         let id = self.nodes[node].id;
         for change in &output.changes {
             let line = format!("{id} {change:?}");
@@ -652,6 +653,9 @@ impl World {
         self.check_single_master();
         if let Some(replica) = self.nodes[node].replica.as_mut() {
             replica.set_change_gate(gate);
+            if seen > replica.membership().epoch {
+                replica.catch_up(now);
+            }
             replica.set_mastership(now, mastership, hint);
             self.after_replica(node);
         }

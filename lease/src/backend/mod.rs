@@ -261,4 +261,7 @@ impl ElectionCore for Box<dyn ElectionCore> {
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
         (**self).change_allowed_after()
     }
+    fn configuration_seen(&self) -> u64 {
+        (**self).configuration_seen()
+    }
 }

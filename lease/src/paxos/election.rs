@@ -88,6 +88,10 @@ impl ElectionCore for PaxosLeaseElection {
         self.node.change_allowed_after(ResourceId::MASTER)
     }
 
+    fn configuration_seen(&self) -> u64 {
+        self.node.seen_epoch()
+    }
+
     fn hand_over(&mut self, now: Instant, to: NodeId) {
         self.node.hand_over(now, ResourceId::MASTER, to);
     }

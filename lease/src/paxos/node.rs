@@ -26,9 +26,11 @@ pub struct LeaseNode {
     learners: Vec<NodeId>,
     /// The configuration epoch this node has applied from the log.
     conf_epoch: u64,
-    /// The highest configuration epoch seen in any message. Above `conf_epoch`, this node
-    /// refuses rounds below it (as acceptor) and does not compete until the log brings it
-    /// there (as proposer).
+    /// The highest configuration epoch seen in any message. Above `conf_epoch`, the log has
+    /// chosen a configuration this node has not applied: the driver asks the log to catch up
+    /// (see [`LeaseNode::seen_epoch`]). It never changes what this node refuses or whether it
+    /// competes: that follows only the applied configuration, which is durable (design v2 in
+    /// docs/membership.md).
     seen_epoch: u64,
     config: LeaseConfig,
     epoch: u32,
@@ -96,9 +98,14 @@ impl LeaseNode {
         self.conf_epoch
     }
 
-    /// The configuration epoch this node is at: the highest it has applied or seen. Its
-    /// messages carry it, and its acceptors refuse rounds below it.
+    /// The configuration epoch this node is at: the one it applied (durable, in its data
+    /// dir). Its messages carry it, and its acceptors refuse rounds below it.
     pub fn current_epoch(&self) -> u64 {
+        self.conf_epoch
+    }
+
+    /// The highest configuration epoch seen in any message (at least the applied one).
+    pub fn seen_epoch(&self) -> u64 {
         self.conf_epoch.max(self.seen_epoch)
     }
 
@@ -108,10 +115,11 @@ impl LeaseNode {
     }
 
     /// Whether the configuration lets this node compete: it is a voter of the configuration
-    /// it applied, and that is the latest it has seen (rule 4: a node that learnt of a later
-    /// configuration takes it from the log before it competes again).
+    /// it applied. A node that has seen a later configuration may still try: acceptors that
+    /// applied the later one refuse it, and rule 5 makes sure a majority of its own
+    /// configuration includes such an acceptor once a second change is under way.
     pub fn may_compete(&self) -> bool {
-        self.voters.contains(self.me) && self.seen_epoch <= self.conf_epoch
+        self.voters.contains(self.me)
     }
 
     /// Starts competing for `resource` (as soon as the configuration allows).
@@ -166,24 +174,10 @@ impl LeaseNode {
         }
     }
 
-    /// Adopts configuration epoch `epoch` seen in a message (rule 4): from now on this node's
-    /// acceptors refuse rounds below it, and its proposers stop competing until the log
-    /// brings this node to it. A held lease is kept: it was won at an epoch the safety
-    /// argument covers, and it runs out by itself.
-    fn observe_epoch(&mut self, now: Instant, epoch: u64) {
-        if epoch <= self.seen_epoch {
-            return;
-        }
-        self.seen_epoch = epoch;
-        let eligible = self.may_compete();
-        let resources: Vec<ResourceId> = self.proposers.keys().copied().collect();
-        for resource in resources {
-            let mut out = ProposerOutput::default();
-            if let Some(p) = self.proposers.get_mut(&resource) {
-                p.set_eligible(now, eligible, &mut out);
-            }
-            self.queue(resource, out);
-        }
+    /// Notes configuration epoch `epoch` seen in a message: only a hint that the log chose
+    /// more than this node applied (see [`LeaseNode::seen_epoch`]).
+    fn observe_epoch(&mut self, epoch: u64) {
+        self.seen_epoch = self.seen_epoch.max(epoch);
     }
 
     /// Rule 5 for `resource`: `(epoch, at)` once this node completed a round at its applied
@@ -274,8 +268,7 @@ impl LeaseNode {
     fn dispatch(&mut self, now: Instant, from: NodeId, msg: Message) {
         let resource = msg.resource;
         let sent_at = msg.epoch;
-        // Rule 4: adopt the highest epoch seen, from any message.
-        self.observe_epoch(now, sent_at);
+        self.observe_epoch(sent_at);
         let current = self.current_epoch();
         if msg.body.is_for_acceptor() {
             if now < self.quarantine_until {
@@ -284,7 +277,7 @@ impl LeaseNode {
             let round_request = matches!(msg.body, Body::PrepareRequest { .. } | Body::ProposeRequest { .. });
             // At the epoch this node applied it knows the voters; at a later one it does not
             // yet, and the sender may well be a new voter.
-            let known_configuration = sent_at == self.conf_epoch && sent_at == current;
+            let known_configuration = sent_at == self.conf_epoch;
             if round_request && known_configuration && from != self.me && !self.voters.contains(from) {
                 tracing::debug!(%from, epoch = current, "dropping a round from a node that is not a voter");
                 return;
@@ -330,7 +323,7 @@ impl LeaseNode {
             // back, a lagging one) would only hold this node back.
         } else if let Some(p) = self.proposers.get_mut(&resource) {
             let mut out = ProposerOutput::default();
-            p.on_message(now, from, msg.body, &mut self.rng, &mut out);
+            p.on_message(now, from, sent_at, msg.body, &mut self.rng, &mut out);
             self.queue(resource, out);
         }
     }

@@ -61,6 +61,9 @@ enum Round {
         deadline: Instant,
         accepted: Votes,
         rejected: Votes,
+        /// Accepts from acceptors that had applied this proposer's configuration: rule 5's
+        /// record needs a majority of those (they refuse older epochs for good).
+        current: Votes,
         /// Expiry of the lease timer started before the ProposeRequest went out.
         expires_at: Instant,
     },
@@ -438,10 +441,12 @@ impl Proposer {
     }
 
     /// Handles a response to one of this proposer's requests, or a hint.
+    /// `sender_epoch` is the configuration epoch the sender had applied when it answered.
     pub fn on_message(
         &mut self,
         now: Instant,
         from: NodeId,
+        sender_epoch: u64,
         body: Body,
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
@@ -466,7 +471,7 @@ impl Proposer {
             }
             Body::ProposeResponse { ballot, accepted, promised } => {
                 self.observe(promised);
-                self.on_accept(now, from, ballot, accepted, rng, out);
+                self.on_accept(now, from, ballot, accepted, sender_epoch >= self.conf_epoch, rng, out);
             }
             Body::StaleConfiguration { ballot, .. } => {
                 // A voter has moved on to a later configuration: the round cannot win
@@ -549,6 +554,7 @@ impl Proposer {
             deadline: now.saturating_add(self.config.round_timeout),
             accepted: Votes::default(),
             rejected: Votes::default(),
+            current: Votes::default(),
             expires_at,
         };
         self.recent_proposals.push(ballot);
@@ -565,6 +571,7 @@ impl Proposer {
         from: NodeId,
         ballot: Ballot,
         was_accepted: bool,
+        at_current_epoch: bool,
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
@@ -572,7 +579,7 @@ impl Proposer {
             return;
         }
         let (config, majority) = (&self.config, self.majority());
-        let Round::Proposing { ballot: b, accepted, rejected, expires_at, .. } = &mut self.round else {
+        let Round::Proposing { ballot: b, accepted, rejected, current, expires_at, .. } = &mut self.round else {
             return;
         };
         if *b != ballot {
@@ -587,18 +594,23 @@ impl Proposer {
             return;
         }
         accepted.record(from);
+        if at_current_epoch {
+            current.record(from);
+        }
         if tally(config, accepted) < majority {
             return;
         }
+        let confirmed = tally(config, current) >= majority;
         let mut expires_at = *expires_at;
         if self.config.broken(Breakage::LateTimer) {
             expires_at = now.saturating_add(self.config.holder_validity());
         }
         self.round = Round::Idle;
         self.failures = 0;
-        // Rule 5: a majority of this epoch's voters has now adopted the epoch (each did on
-        // receiving the request) and accepted. The first such round of an epoch counts.
-        if self.quorum_round.is_none_or(|(e, _)| e < self.conf_epoch) {
+        // Rule 5: a majority of this epoch's voters accepted, each having applied this
+        // configuration (so each refuses older epochs from now on, across restarts too: the
+        // applied configuration is in its data dir). The first such round of an epoch counts.
+        if confirmed && self.quorum_round.is_none_or(|(e, _)| e < self.conf_epoch) {
             self.quorum_round = Some((self.conf_epoch, now));
         }
         // The timer of this round started when it proposed, one validity before expiry.

@@ -353,24 +353,25 @@ fn acceptor_refuses_rounds_from_an_older_configuration() {
 }
 
 #[test]
-fn acceptor_adopts_a_higher_epoch_from_any_message_and_keeps_its_lease() {
+fn a_later_epoch_seen_in_a_message_is_only_a_hint() {
     let mut n2 = node(2, 3, LeaseConfig::default());
     let proposal = Proposal { owner: NodeId(1), duration: Duration::from_millis(500) };
     deliver_at(&mut n2, at(0), 1, 0, Body::ProposeRequest { ballot: b(1, 1), proposal });
     sent_with_epochs(&mut n2);
-    // A hint from a node at epoch 3 (a new voter n4 this node does not know yet) is enough.
+    // A hint from a node at epoch 3 (a new voter n4 this node does not know yet).
     let learned = Body::Learned { owner: NodeId(4), ballot: b(1, 4), duration: Duration::from_millis(1) };
     deliver_at(&mut n2, at(1), 4, 3, learned);
-    assert_eq!(n2.current_epoch(), 3);
-    assert_eq!(n2.conf_epoch(), 0);
-    // The lease is kept: a prepare at epoch 3 sees it.
-    deliver_at(&mut n2, at(2), 3, 3, Body::PrepareRequest { ballot: b(5, 3) });
+    assert_eq!((n2.seen_epoch(), n2.current_epoch()), (3, 0), "seen, not applied");
+    assert!(n2.may_compete(), "what a node refuses and whether it competes follow what it applied");
+    // Rounds of the applied epoch are still answered, and the lease is kept.
+    deliver_at(&mut n2, at(2), 3, 0, Body::PrepareRequest { ballot: b(5, 3) });
     let out = sent_with_epochs(&mut n2);
     assert!(
-        matches!(&out[..], [(_, 3, Body::PrepareResponse { accepted: Some(l), .. })] if l.owner == NodeId(1)),
+        matches!(&out[..], [(_, 0, Body::PrepareResponse { accepted: Some(l), .. })] if l.owner == NodeId(1)),
         "{out:?}"
     );
-    // And the old epoch is refused from now on.
+    // Once this node applied epoch 3 (durably, from the log), the old epoch is refused.
+    n2.set_configuration(at(3), 3, &ids(4), &[]);
     deliver_at(&mut n2, at(3), 1, 0, Body::ProposeRequest { ballot: b(6, 1), proposal });
     assert!(matches!(sent_with_epochs(&mut n2)[..], [(_, 3, Body::StaleConfiguration { epoch: 3, .. })]));
 }
@@ -379,20 +380,20 @@ fn acceptor_adopts_a_higher_epoch_from_any_message_and_keeps_its_lease() {
 fn a_new_voter_at_a_later_epoch_is_answered_before_this_node_applies_it() {
     let mut n2 = node(2, 3, LeaseConfig::default());
     deliver_at(&mut n2, at(0), 9, 1, Body::PrepareRequest { ballot: b(1, 9) });
-    assert!(matches!(sent_with_epochs(&mut n2)[..], [(to, 1, Body::PrepareResponse { .. })] if to == NodeId(9)));
+    assert!(matches!(sent_with_epochs(&mut n2)[..], [(to, 0, Body::PrepareResponse { .. })] if to == NodeId(9)));
 }
 
 #[test]
-fn proposer_that_learns_a_later_epoch_abandons_and_waits_for_the_log() {
+fn a_round_refused_for_a_stale_configuration_ends_at_once() {
     let (mut n1, ballot) = preparing(LeaseConfig::default());
     deliver_at(&mut n1, at(1), 2, 2, Body::StaleConfiguration { ballot, epoch: 2 });
-    assert!(!n1.may_compete());
-    assert_eq!(n1.poll_timeout(), None, "no round until the configuration of epoch 2 is applied");
+    assert_eq!(n1.seen_epoch(), 2);
     // A late promise for the abandoned round changes nothing.
     deliver_at(&mut n1, at(2), 3, 2, Body::PrepareResponse { ballot, accepted: None });
     assert!(!proposed(&sent(&mut n1).0));
+    // Once the log brought it to epoch 2, its rounds carry that epoch.
     n1.set_configuration(at(3), 2, &ids(3), &[]);
-    let retry = n1.poll_timeout().expect("competes again at epoch 2");
+    let retry = n1.poll_timeout().expect("competes again");
     n1.on_timeout(retry);
     let out = sent_with_epochs(&mut n1);
     assert!(out.iter().any(|(_, e, b)| *e == 2 && matches!(b, Body::PrepareRequest { .. })), "{out:?}");
@@ -503,4 +504,25 @@ fn rule_5_is_recorded_for_the_first_majority_round_of_each_epoch() {
     assert_eq!(n1.change_allowed_after(R).map(|(e, _)| e), Some(0), "2 of 4 is not a majority of epoch 1");
     deliver_at(&mut n1, at(103), 4, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
     assert_eq!(n1.change_allowed_after(R), Some((1, at(103).saturating_add(wait))));
+}
+
+#[test]
+fn rule_5_counts_only_acceptors_that_applied_the_configuration() {
+    let config = LeaseConfig::default();
+    let (mut n1, _) = elected(config);
+    sent(&mut n1);
+    n1.set_configuration(at(100), 1, &ids(4), &[]);
+    let next = n1.poll_timeout().expect("extension at once");
+    n1.on_timeout(next);
+    let out = sent_with_epochs(&mut n1);
+    let ballot = prepare_ballot(&out.iter().map(|(to, _, b)| (*to, b.clone())).collect::<Vec<_>>());
+    for from in [2, 3] {
+        deliver_at(&mut n1, at(101), from, 1, Body::PrepareResponse { ballot, accepted: None });
+    }
+    // n2 has applied epoch 1; n3 has not (it answers at epoch 0): the lease is extended by a
+    // majority, but not every acceptor of that majority refuses epoch 0 yet.
+    deliver_at(&mut n1, at(102), 2, 1, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    deliver_at(&mut n1, at(102), 3, 0, Body::ProposeResponse { ballot, accepted: true, promised: ballot });
+    assert!(n1.mastership(at(102), R).is_some());
+    assert_eq!(n1.change_allowed_after(R).map(|(e, _)| e), Some(0), "n3 had not applied epoch 1");
 }
