@@ -69,6 +69,18 @@ enum Round {
     },
 }
 
+/// An acceptor's answer to this proposer's ProposeRequest.
+#[derive(Debug, Clone, Copy)]
+struct AcceptAnswer {
+    /// The ballot answered.
+    ballot: Ballot,
+    /// Accepted, or refused for a higher promise.
+    accepted: bool,
+    /// Whether the acceptor had applied this proposer's configuration (rule 5 counts only
+    /// those).
+    at_current_epoch: bool,
+}
+
 /// Proposer state for one resource.
 #[derive(Debug, Clone)]
 pub struct Proposer {
@@ -471,7 +483,8 @@ impl Proposer {
             }
             Body::ProposeResponse { ballot, accepted, promised } => {
                 self.observe(promised);
-                self.on_accept(now, from, ballot, accepted, sender_epoch >= self.conf_epoch, rng, out);
+                let answer = AcceptAnswer { ballot, accepted, at_current_epoch: sender_epoch >= self.conf_epoch };
+                self.on_accept(now, from, answer, rng, out);
             }
             Body::StaleConfiguration { ballot, .. } => {
                 // A voter has moved on to a later configuration: the round cannot win
@@ -569,12 +582,11 @@ impl Proposer {
         &mut self,
         now: Instant,
         from: NodeId,
-        ballot: Ballot,
-        was_accepted: bool,
-        at_current_epoch: bool,
+        answer: AcceptAnswer,
         rng: &mut SplitMix64,
         out: &mut ProposerOutput,
     ) {
+        let AcceptAnswer { ballot, accepted: was_accepted, at_current_epoch } = answer;
         if !self.counts(from) {
             return;
         }
