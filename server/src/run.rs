@@ -140,7 +140,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         epoch.value,
     )
     .map_err(|source| ServerError::Open { dir: dir.clone(), source })?;
-    if let Some(removed_at) = replica.removed() {
+    if let Some(removed_at) = replica.removed().or_else(|| removed_marker(&config.data_dir)) {
         return Err(ServerError::Removed { id: me.0, epoch: removed_at, dir });
     }
     // The configuration in force (recorded in the data dir, or the seed): the election and
@@ -179,6 +179,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         tracing::warn!(node = %me, key = %String::from_utf8_lossy(key), damaged, "fault injection: corrupted a value in this node's state");
     }
     let peers_for_service = peers.clone();
+    let peers_for_removal = peers.clone();
     let (node, storage_failed, removed) = node::start(replica, election_dyn.clone(), link, clock, peers, &faults);
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
@@ -242,6 +243,16 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         Ok(failure) = storage_failed => (Some(failure), None),
         // Logged by the node loop; the node stops cleanly, as etcd's removed member does.
         Ok(epoch) = removed => (None, Some(epoch)),
+        // A member removed while it was cut off or not yet caught up never applies its
+        // removal: the others stopped sending it the log. They answer it "removed", as
+        // etcd's peers do, and it stops the same way; the marker keeps it from starting again.
+        epoch = peers_for_removal.removed_by_peers() => {
+            tracing::error!(node = %me, epoch, "the other members say this node was removed from the cluster; shutting down");
+            if let Err(error) = std::fs::write(config.data_dir.join(REMOVED_MARKER), epoch.to_string()) {
+                tracing::error!(node = %me, %error, "cannot record the removal in the data dir");
+            }
+            (None, Some(epoch))
+        }
     };
     match &failure {
         None => tracing::info!(node = %me, "shutting down: releasing mastership"),
@@ -265,6 +276,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         (None, Some(epoch)) => Err(ServerError::Removed { id: me.0, epoch, dir }),
         (None, None) => Ok(()),
     }
+}
+
+/// The file in the data dir that records a removal the peers reported (the log may not).
+const REMOVED_MARKER: &str = "leasekv-removed";
+
+/// The membership epoch of a removal the peers reported, recorded in `data_dir`.
+fn removed_marker(data_dir: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(data_dir.join(REMOVED_MARKER)).ok()?.trim().parse().ok()
 }
 
 /// How many times a node tries to publish its name and client URL before giving up (each

@@ -105,6 +105,9 @@ impl Lane {
 pub struct PeerNetwork {
     me: NodeId,
     links: Arc<RwLock<Links>>,
+    /// Set when a peer answers that the log removed this node (see
+    /// [`PeerNetwork::removed_by_peers`]).
+    removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
     /// Messages parked here for peers to pull.
     outbox: Arc<Outbox>,
     /// Pulls from peers in progress.
@@ -136,7 +139,12 @@ type LaneQueue = mpsc::Sender<Vec<u8>>;
 impl PeerLinks {
     /// Starts the sender tasks of both lanes to `peer` at `addr` (no connection is made
     /// before the first message); `None` when the address is not usable.
-    fn start(me: NodeId, peer: NodeId, addr: &str) -> Option<PeerLinks> {
+    fn start(
+        me: NodeId,
+        peer: NodeId,
+        addr: &str,
+        removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
+    ) -> Option<PeerLinks> {
         let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
             e.connect_timeout(Duration::from_millis(500))
                 .tcp_nodelay(true)
@@ -155,7 +163,7 @@ impl PeerLinks {
         let lane = |lane: Lane, down: Arc<AtomicBool>| {
             let (tx, rx) = mpsc::channel(QUEUE);
             let client = PeerClient::new(channel.clone());
-            let sender = LaneSender { me, peer, addr: addr.to_string(), lane, client, down };
+            let sender = LaneSender { me, peer, addr: addr.to_string(), lane, client, down, removed: removed.clone() };
             tokio::spawn(sender.run(rx));
             tx
         };
@@ -175,6 +183,20 @@ impl PeerLinks {
 }
 
 impl PeerNetwork {
+    /// Resolves once a peer answered that the log removed this node from the cluster, with
+    /// the membership epoch it names.
+    pub async fn removed_by_peers(&self) -> u64 {
+        let mut changes = self.removed.subscribe();
+        loop {
+            if let Some(epoch) = *changes.borrow_and_update() {
+                return epoch;
+            }
+            if changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Starts the sender tasks for every peer (no connection is made before the first
     /// message) and the timer that frees expired parked messages.
     pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
@@ -183,6 +205,7 @@ impl PeerNetwork {
         let network = PeerNetwork {
             me,
             links: Arc::new(RwLock::new(Links::default())),
+            removed: Arc::new(tokio::sync::watch::channel(None).0),
             outbox,
             inbox: Arc::new(Inbox::default()),
         };
@@ -209,7 +232,7 @@ impl PeerNetwork {
             if *id == self.me || links.peers.contains_key(id) {
                 continue;
             }
-            if let Some(link) = PeerLinks::start(self.me, *id, addr) {
+            if let Some(link) = PeerLinks::start(self.me, *id, addr, self.removed.clone()) {
                 tracing::debug!(peer = %id, %addr, "lanes to member started");
                 links.peers.insert(*id, link);
             }
@@ -326,6 +349,8 @@ struct LaneSender {
     client: PeerClient<Channel>,
     /// Set when a stream breaks or cannot be opened; cleared by the next stream's first poll.
     down: Arc<AtomicBool>,
+    /// Told when the peer answers that this node was removed.
+    removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
 }
 
 impl LaneSender {
@@ -344,6 +369,9 @@ impl LaneSender {
             self.down.store(true, Ordering::Relaxed);
             if backlog.lock().unwrap_or_else(PoisonError::into_inner).queue.is_closed() {
                 return;
+            }
+            if let Some(epoch) = super::removed_epoch(error.message()) {
+                self.removed.send_replace(Some(epoch));
             }
             if opened.elapsed() >= HEALTHY {
                 backoff = MIN_BACKOFF;
