@@ -187,7 +187,8 @@ impl<S: Storage> Replica<S> {
         }
         // A slot already chosen here can only be proposed again with the same value (that is
         // what phase 1 guarantees), so acknowledging it without storing it again is safe.
-        self.send_durable(from, LogMessage::Accepted { ballot, slot });
+        let applied = self.learner.applied();
+        self.send_durable(from, LogMessage::Accepted { ballot, slot, applied });
         if from != self.me {
             self.learn_commit(now, from, ballot, commit);
         }

@@ -59,9 +59,9 @@ pub(super) struct Leader {
     /// Phase 1 found a membership change accepted at this slot: once it is applied, phase 1
     /// runs again for the slots after it, with a majority of the configuration it made.
     rephase_after: Option<Slot>,
-    /// Nodes that acknowledged an accept of this tenure (a learner must have before it is
-    /// promoted: it is reachable and receiving the log).
-    heard_from: BTreeSet<NodeId>,
+    /// How far each node that acknowledged an accept of this tenure had applied the log (a
+    /// learner must be nearly caught up before it is promoted).
+    progress: BTreeMap<NodeId, Slot>,
 }
 
 impl Candidate {
@@ -122,7 +122,7 @@ impl Leader {
             commit_sent: commit,
             change_pending: None,
             rephase_after: None,
-            heard_from: BTreeSet::new(),
+            progress: BTreeMap::new(),
         }
     }
 }
@@ -188,9 +188,13 @@ impl Role {
         }
     }
 
-    /// Whether `node` acknowledged an accept of this leader's tenure.
-    pub(super) fn heard_from(&self, node: NodeId) -> bool {
-        matches!(self, Role::Leader(l) if l.heard_from.contains(&node))
+    /// How far `node` had applied the log when it last acknowledged an accept of this
+    /// leader's tenure.
+    pub(super) fn progress_of(&self, node: NodeId) -> Option<Slot> {
+        match self {
+            Role::Leader(l) => l.progress.get(&node).copied(),
+            _ => None,
+        }
     }
 
     pub(super) fn enqueue(&mut self, proposal: Proposal) {
@@ -429,14 +433,15 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot) {
+    pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot, applied: Slot) {
         let count_learners = self.config.broken(LogBreakage::LearnerCounted);
         let config = self.membership().clone();
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.ballot != ballot {
             return;
         }
-        leader.heard_from.insert(from);
+        let progress = leader.progress.entry(from).or_default();
+        *progress = (*progress).max(applied);
         let Some(inflight) = leader.inflight.get_mut(&slot) else { return };
         inflight.acks.insert(from);
         let chosen = match count_learners {

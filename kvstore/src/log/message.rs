@@ -44,6 +44,9 @@ pub enum LogMessage {
         ballot: LogBallot,
         /// The slot.
         slot: Slot,
+        /// How far the acceptor has applied the log: the master promotes a learner only once
+        /// it has nearly caught up (etcd's "in sync with leader").
+        applied: Slot,
     },
     /// A Prepare or Accept refused because a higher ballot was promised.
     Reject {

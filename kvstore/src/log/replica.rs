@@ -692,7 +692,12 @@ impl<S: Storage> Replica<S> {
         }
         recorded.check(change)?;
         if let MemberChange::Promote { id } = change {
-            if !self.role.heard_from(*id) {
+            // etcd's rule: the learner has applied at least 90% of what the master has.
+            let ready = self
+                .role
+                .progress_of(*id)
+                .is_some_and(|applied| u128::from(applied) * 10 >= u128::from(self.learner.applied()) * 9);
+            if !ready {
                 return Err(KvError::LearnerNotReady.into());
             }
         }
@@ -795,7 +800,7 @@ impl<S: Storage> Replica<S> {
             LogMessage::Accept { ballot, slot, entry, commit } => {
                 self.on_accept(now, from, ballot, slot, entry, commit)
             }
-            LogMessage::Accepted { ballot, slot } => self.on_accepted(now, from, ballot, slot),
+            LogMessage::Accepted { ballot, slot, applied } => self.on_accepted(now, from, ballot, slot, applied),
             LogMessage::Reject { ballot, promised } => self.on_reject(now, ballot, promised),
             LogMessage::Commit { ballot, commit } => self.on_commit(now, from, ballot, commit),
             LogMessage::Fetch { from: first } => self.on_fetch(from, first),
