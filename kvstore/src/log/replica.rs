@@ -268,21 +268,20 @@ impl<S: Storage> Replica<S> {
     }
 
     /// The election saw a configuration epoch this node has not applied: the log has
-    /// chosen more than this node knows. Asks the members for the chosen entries (at most
-    /// once per retry interval); those that applied it answer.
+    /// chosen more than this node knows. Asks one member for the chosen entries, a different
+    /// one each retry interval (one at a time: the answer may be a whole snapshot), until
+    /// one that applied it answers.
     pub fn catch_up(&mut self, now: Instant) {
         if self.stopped.is_some() || self.removed().is_some() {
             return;
         }
-        if !self.learner.may_fetch(now, self.config.retry_interval) {
+        let others: Vec<NodeId> = self.peers().into_iter().filter(|p| *p != self.me).collect();
+        if others.is_empty() || !self.learner.may_fetch(now, self.config.retry_interval) {
             return;
         }
-        let first = self.learner.commit() + 1;
-        for peer in self.peers() {
-            if peer != self.me {
-                self.send(peer, LogMessage::Fetch { from: first });
-            }
-        }
+        let turn = now.as_nanos() / self.config.retry_interval.as_nanos().max(1) as u64;
+        let peer = others[(turn % others.len() as u64) as usize];
+        self.send(peer, LogMessage::Fetch { from: self.learner.commit() + 1 });
     }
 
     /// Rule 5 of docs/membership.md, as the election reports it
