@@ -430,4 +430,77 @@ fn etcdctl_adds_promotes_and_lists_a_learner() {
     let (ok, out) = etcdctl_run(&["member", "list"]);
     assert!(ok, "{out}");
     assert!(out.lines().any(|l| l.starts_with("4,") && l.ends_with("false")), "{out}");
+    // MemberUpdate (to the URL it has: n4 keeps listening there) and MemberRemove.
+    let (ok, out) = etcdctl_run(&["member", "update", "4", &format!("--peer-urls={}", n4.peer_url())]);
+    assert!(ok && out.contains("updated"), "etcdctl member update: {out}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = etcdctl_run(&["member", "remove", "4"]);
+        if ok {
+            assert!(out.contains("removed"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "etcdctl member remove: {out}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (ok, out) = etcdctl_run(&["member", "list"]);
+    assert!(ok && out.lines().count() == 3 && !out.lines().any(|l| l.starts_with("4,")), "{out}");
+}
+
+#[test]
+fn the_lease_tracker_backend_refuses_to_remove_its_tracker() {
+    let rt = runtime();
+    let cluster = Cluster::start("lease-tracker");
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+        // The tracker is the lowest id unless configured.
+        let refused = c.member_remove(1).await.expect_err("removing the tracker is refused");
+        assert_eq!(code(&refused), Some(Code::FailedPrecondition), "{refused}");
+        assert!(refused.to_string().contains("lease tracker"), "{refused}");
+        // Any other member can go.
+        let removed = retry_busy("remove n3", || c.member_remove(3)).await;
+        assert!(removed.members.iter().all(|m| m.id != 3), "{removed:?}");
+    });
+}
+
+#[test]
+fn a_restarted_member_follows_its_data_dir_not_its_config_file() {
+    let rt = runtime();
+    let mut cluster = Cluster::start("paxoslease");
+    let master = rt.block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
+        common::cluster::master_index(&cluster).await
+    });
+    // Remove a member that is not master (killed first), then restart another one whose
+    // config file still lists all three.
+    let others: Vec<usize> = (0..3).filter(|i| *i != master).collect();
+    let (gone, restarted) = (others[0], others[1]);
+    cluster.kill(gone);
+    rt.block_on(async {
+        let c = client(&cluster.endpoint(master)).await;
+        retry_busy("remove", || c.member_remove(gone as u64 + 1)).await;
+        caught_up(&cluster.endpoint(restarted), 2).await;
+        // Its applied configuration has two members before the restart.
+        let m = client(&cluster.endpoint(restarted)).await;
+        eventually(Duration::from_secs(10), || async {
+            match member_list(&m).await.len() {
+                2 => Ok(()),
+                n => Err(format!("{n} members")),
+            }
+        })
+        .await;
+    });
+    cluster.kill(restarted);
+    cluster.start_node(restarted);
+    rt.block_on(async {
+        let m = client(&cluster.endpoint(restarted)).await;
+        let members = member_list(&m).await;
+        assert_eq!(members.len(), 2, "the data dir's membership, not the file's three: {members:?}");
+        assert!(members.iter().all(|x| x.id != gone as u64 + 1), "{members:?}");
+        // And the two voters make progress together.
+        let c = client(&cluster.endpoint(master)).await;
+        eventually(Duration::from_secs(10), || c.put("after", "restart", 0, false)).await;
+    });
 }

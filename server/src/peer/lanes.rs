@@ -473,6 +473,7 @@ mod tests {
             links: Arc::new(RwLock::new(links)),
             outbox: Outbox::new(),
             inbox: Arc::new(Inbox::default()),
+            removed: Arc::new(tokio::sync::watch::channel(None).0),
         };
         (network, log_rx)
     }
@@ -537,8 +538,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn snapshots_and_oversized_messages_are_parked_and_announced() {
+    // A runtime: the pull client's lazy channel spawns its worker when it is built.
+    #[tokio::test]
+    async fn snapshots_and_oversized_messages_are_parked_and_announced() {
         let (me, peer) = (NodeId(1), NodeId(2));
         let (network, mut lane) = network(me, peer);
 
