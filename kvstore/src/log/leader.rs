@@ -389,6 +389,19 @@ impl<S: Storage> Replica<S> {
         self.broadcast(LogMessage::Accept { ballot, slot, entry, commit });
     }
 
+    /// Proposes an empty slot, if nothing else is in flight: every member acknowledges it and
+    /// reports how far it has applied the log (see `Role::progress_of`).
+    pub(super) fn probe_progress(&mut self, now: Instant) {
+        let Role::Leader(leader) = &mut self.role else { return };
+        if !leader.ready || !leader.inflight.is_empty() || !leader.queue.is_empty() || leader.change_pending.is_some() {
+            return;
+        }
+        let slot = leader.next_slot;
+        leader.next_slot += 1;
+        self.propose_slot(now, slot, Entry::default());
+        self.drain_local(now);
+    }
+
     /// Moves queued proposals into new slots while the pipeline has room.
     pub(super) fn fill_pipeline(&mut self, now: Instant) {
         loop {

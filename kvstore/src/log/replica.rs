@@ -671,7 +671,13 @@ impl<S: Storage> Replica<S> {
         }
         self.check_alarms(now, &command)?;
         if let Command::ChangeMembers(change) = &command {
-            self.check_change(now, change)?;
+            let checked = self.check_change(now, change);
+            if matches!(checked, Err(RequestError::Invalid(KvError::LearnerNotReady))) {
+                // An idle cluster sends the learner nothing to acknowledge, so the master
+                // would never hear how far it got: an empty slot asks every member.
+                self.probe_progress(now);
+            }
+            checked?;
         }
         Ok(command)
     }
@@ -775,7 +781,7 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    fn drain_local(&mut self, now: Instant) {
+    pub(super) fn drain_local(&mut self, now: Instant) {
         // Bounded: each local message is answered by at most one local message.
         let mut budget = 1_000_000usize;
         while let Some(message) = self.outbox.next_local() {

@@ -50,7 +50,7 @@ impl Inner {
         if membership.was_removed(from) {
             // etcd answers a removed member the same way, and it stops for good: its own log
             // may never tell it (the others no longer send it anything).
-            return Err(Status::failed_precondition(super::removed_notice(id, membership.epoch)));
+            return Err(Status::permission_denied(super::removed_notice(id, membership.epoch)));
         }
         if !self.network.is_member(from) {
             return Err(Status::permission_denied(format!("node {id} is not a member of this cluster")));
