@@ -160,6 +160,16 @@ impl Load {
     }
 }
 
+/// `leasekv_snapshots_installed_total` as a member's `/metrics` reports it.
+fn snapshots_installed(url: &str) -> f64 {
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).build().into();
+    let text = agent.get(url).call().expect("a scrape").body_mut().read_to_string().expect("the exposition");
+    text.lines()
+        .find_map(|l| l.strip_prefix("leasekv_snapshots_installed_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn member_list(c: &Client) -> Vec<leasekv::client::proto::etcdserverpb::Member> {
     eventually(Duration::from_secs(10), || c.member_list()).await.members
 }
@@ -185,7 +195,9 @@ async fn caught_up(endpoint: &str, revision: i64) {
 #[test]
 fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() {
     let rt = runtime();
-    let mut cluster = Cluster::start("paxoslease");
+    // Snapshots every 100 slots, keeping 10 behind: by the time a member joins, the log it
+    // needs is gone and it must catch up from a snapshot, as in a long-running cluster.
+    let mut cluster = Cluster::start_with("paxoslease", "[log]\nsnapshot_every = 100\nretain_after_snapshot = 10\n");
     let mut n4 = Joiner::new(&cluster, "n4");
     let mut n5 = Joiner::new(&cluster, "n5");
     rt.block_on(async {
@@ -193,7 +205,7 @@ fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() 
         let c = client(&cluster.endpoint(0)).await;
         eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
         let load = Load::start(endpoints.clone());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        caught_up(&cluster.endpoint(0), 300).await;
 
         // Add n4 as a learner and start it.
         let added = retry_busy("add n4", || c.member_add(vec![n4.peer_url()], true)).await;
@@ -202,6 +214,9 @@ fn a_learner_joins_a_loaded_cluster_is_promoted_and_a_dead_member_is_replaced() 
         n4.start();
         let promoted = retry_busy("promote n4", || c.member_promote(id4)).await;
         assert!(promoted.members.iter().any(|m| m.id == id4 && !m.is_learner), "{promoted:?}");
+        let metrics = format!("http://{}/metrics", n4.endpoint());
+        let installed = tokio::task::spawn_blocking(move || snapshots_installed(&metrics)).await.expect("scrape");
+        assert!(installed >= 1.0, "n4 caught up without a snapshot ({installed})");
         let members = member_list(&c).await;
         eprintln!("after promoting n4: {members:?}");
 
