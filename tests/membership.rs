@@ -424,43 +424,31 @@ fn etcdctl_adds_promotes_and_lists_a_learner() {
         let c = client(&cluster.endpoint(0)).await;
         eventually(Duration::from_secs(10), || c.put("warmup", "1", 0, false)).await;
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let added = loop {
-        let (ok, out) = etcdctl_run(&["member", "add", "n4", "--learner", &format!("--peer-urls={}", n4.peer_url())]);
-        if ok || Instant::now() > deadline {
-            assert!(ok, "etcdctl member add: {out}");
-            break out;
+    // Retried while the change settles ("unhealthy cluster") or the learner catches up.
+    let until_ok = |args: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out) = etcdctl_run(args);
+            if ok {
+                return out;
+            }
+            assert!(Instant::now() < deadline, "etcdctl {args:?}: {out}");
+            std::thread::sleep(Duration::from_millis(300));
         }
-        std::thread::sleep(Duration::from_millis(300));
     };
+    let added = until_ok(&["member", "add", "n4", "--learner", &format!("--peer-urls={}", n4.peer_url())]);
     assert!(added.contains("Member") && added.contains("added"), "{added}");
     n4.start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out) = etcdctl_run(&["member", "promote", "4"]);
-        if ok {
-            assert!(out.contains("promoted"), "{out}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "etcdctl member promote: {out}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let out = until_ok(&["member", "promote", "4"]);
+    assert!(out.contains("promoted"), "{out}");
     let (ok, out) = etcdctl_run(&["member", "list"]);
     assert!(ok, "{out}");
     assert!(out.lines().any(|l| l.starts_with("4,") && l.ends_with("false")), "{out}");
     // MemberUpdate (to the URL it has: n4 keeps listening there) and MemberRemove.
     let (ok, out) = etcdctl_run(&["member", "update", "4", &format!("--peer-urls={}", n4.peer_url())]);
     assert!(ok && out.contains("updated"), "etcdctl member update: {out}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out) = etcdctl_run(&["member", "remove", "4"]);
-        if ok {
-            assert!(out.contains("removed"), "{out}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "etcdctl member remove: {out}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let out = until_ok(&["member", "remove", "4"]);
+    assert!(out.contains("removed"), "{out}");
     let (ok, out) = etcdctl_run(&["member", "list"]);
     assert!(ok && out.lines().count() == 3 && !out.lines().any(|l| l.starts_with("4,")), "{out}");
 }
