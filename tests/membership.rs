@@ -487,7 +487,13 @@ fn a_restarted_member_follows_its_data_dir_not_its_config_file() {
     rt.block_on(async {
         let c = client(&cluster.endpoint(master)).await;
         retry_busy("remove", || c.member_remove(gone as u64 + 1)).await;
-        caught_up(&cluster.endpoint(restarted), 2).await;
+        // Writes after the removal: the member to restart accepts them, and the sync that
+        // makes them durable also records a commit index past the removal (a commit index
+        // is written lazily, with the next sync), so its data dir holds the removal.
+        for i in 0..3 {
+            eventually(Duration::from_secs(10), || c.put(format!("after-removal/{i}"), "v", 0, false)).await;
+        }
+        caught_up(&cluster.endpoint(restarted), 5).await;
         // Its applied configuration has two members before the restart.
         let m = client(&cluster.endpoint(restarted)).await;
         eventually(Duration::from_secs(10), || async {
