@@ -327,6 +327,7 @@ impl EpochStore for SledEpochStore {
 mod tests {
     use super::*;
     use crate::log::{Entry, LogBallot};
+    use crate::storage::tests::reopen;
     use leasekv_lease::NodeId;
 
     fn accepted(round: u64, chosen: bool) -> AcceptedSlot {
@@ -337,7 +338,7 @@ mod tests {
     fn synced_data_survives_drop_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut s = SledStorage::open(dir.path()).unwrap();
+            let mut s = reopen(dir.path());
             s.save_promise(LogBallot { round: 7, node: NodeId(3) }).unwrap();
             s.save_slot(1, &accepted(7, true)).unwrap();
             s.save_slot(300, &accepted(7, false)).unwrap();
@@ -345,7 +346,7 @@ mod tests {
             s.save_snapshot(&SnapshotRecord { index: 0, data: vec![9; 10] }).unwrap();
             s.sync().unwrap();
         }
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = reopen(dir.path());
         let r = s.recover().unwrap();
         assert_eq!(r.promised, LogBallot { round: 7, node: NodeId(3) });
         assert_eq!(r.commit, 1);
@@ -394,7 +395,7 @@ mod tests {
             chosen: true,
         };
         {
-            let mut s = SledStorage::open(dir.path()).unwrap();
+            let mut s = reopen(dir.path());
             s.save_slot(1, &big(1)).unwrap();
             s.save_slot(2, &big(2)).unwrap();
             s.save_slot(3, &accepted(1, true)).unwrap();
@@ -409,7 +410,7 @@ mod tests {
         }
         let blobs = std::fs::read_dir(dir.path().join("blobs")).map_or(0, |d| d.count());
         assert_eq!(blobs, 0, "no sled blob files");
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = reopen(dir.path());
         let r = s.recover().unwrap();
         assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), [2, 3].into_iter().chain(10..60).collect::<Vec<_>>());
         assert_eq!(r.slots[&2], big(2));
@@ -423,13 +424,13 @@ mod tests {
     fn databases_with_sleds_default_segments_still_open() {
         let dir = tempfile::tempdir().unwrap();
         drop(sled::Config::new().path(dir.path()).open().unwrap());
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = reopen(dir.path());
         assert_eq!(s.piece, 4096);
         s.save_snapshot(&SnapshotRecord { index: 0, data: vec![3; 1 << 20] }).unwrap();
         s.sync().unwrap();
         drop(s);
         assert_eq!(std::fs::read_dir(dir.path().join("blobs")).map_or(0, |d| d.count()), 0);
-        assert_eq!(SledStorage::open(dir.path()).unwrap().recover().unwrap().snapshot.unwrap().data, vec![3; 1 << 20]);
+        assert_eq!(reopen(dir.path()).recover().unwrap().snapshot.unwrap().data, vec![3; 1 << 20]);
 
         let fresh = tempfile::tempdir().unwrap();
         assert_eq!(SledStorage::open(fresh.path()).unwrap().piece, SEGMENT_SIZE / 128);
@@ -440,7 +441,7 @@ mod tests {
     #[test]
     fn corrupt_records_are_reported_by_name() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = reopen(dir.path());
         s.save_slot(5, &accepted(1, false)).unwrap();
         s.sync().unwrap();
 
@@ -478,16 +479,16 @@ mod tests {
     fn epoch_increments_across_reopen_and_first_start_only_once() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let s = SledStorage::open(dir.path()).unwrap();
+            let s = reopen(dir.path());
             let mut e = s.epoch_store();
             assert_eq!(e.begin_epoch().unwrap(), RestartEpoch { value: 1, first_start: true });
         }
         for expected in 2..=4 {
-            let s = SledStorage::open(dir.path()).unwrap();
+            let s = reopen(dir.path());
             assert_eq!(s.epoch_store().begin_epoch().unwrap(), RestartEpoch { value: expected, first_start: false });
         }
         // The epoch shares the database with the log but does not disturb it.
-        let mut s = SledStorage::open(dir.path()).unwrap();
+        let mut s = reopen(dir.path());
         assert_eq!(s.recover().unwrap(), Recovered::default());
     }
 

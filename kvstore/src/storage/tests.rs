@@ -5,6 +5,21 @@ use crate::command::{Command, PutRequest};
 use crate::log::{Entry, Proposal, ProposalId};
 use leasekv_lease::NodeId;
 
+/// Opens the store at `path`, waiting (bounded) for the previous handle's background
+/// flusher to let go of sled's file lock: dropping a `Db` releases it asynchronously.
+pub(crate) fn reopen(path: &std::path::Path) -> SledStorage {
+    for _ in 0..100 {
+        match SledStorage::open(path) {
+            Ok(store) => return store,
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => panic!("open {}: {e}", path.display()),
+        }
+    }
+    panic!("{}: sled's lock was not released within 2 s", path.display())
+}
+
 fn ballot(round: u64) -> LogBallot {
     LogBallot { round, node: NodeId((round % 3 + 1) as u32) }
 }
@@ -145,7 +160,7 @@ fn both_implementations_recover_the_same_state() {
     sled.sync().unwrap();
     let expected = mem.recover().unwrap();
     drop(sled);
-    assert_eq!(SledStorage::open(dir.path()).unwrap().recover().unwrap(), expected, "after reopening");
+    assert_eq!(reopen(dir.path()).recover().unwrap(), expected, "after reopening");
 }
 
 #[test]
