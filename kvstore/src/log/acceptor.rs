@@ -187,10 +187,14 @@ impl<S: Storage> Replica<S> {
         }
         // A slot already chosen here can only be proposed again with the same value (that is
         // what phase 1 guarantees), so acknowledging it without storing it again is safe.
-        let applied = self.learner.applied();
-        self.send_durable(from, LogMessage::Accepted { ballot, slot, applied });
+        // The commit index it carries first, so that the progress reported is current.
         if from != self.me {
             self.learn_commit(now, from, ballot, commit);
         }
+        if self.stopped.is_some() {
+            return;
+        }
+        let applied = self.learner.applied();
+        self.send_durable(from, LogMessage::Accepted { ballot, slot, applied });
     }
 }

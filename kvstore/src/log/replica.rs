@@ -30,6 +30,10 @@ use leasekv_lease::{Instant, Mastership, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// How many slots behind the master a learner may be and still be promoted (on top of
+/// etcd's 10%).
+const LEARNER_SLACK_SLOTS: u64 = 16;
+
 /// How soon a node proposes raising an alarm again while the first proposal is on its way.
 const ALARM_RETRY: Duration = Duration::from_secs(1);
 
@@ -697,11 +701,13 @@ impl<S: Storage> Replica<S> {
         }
         recorded.check(change)?;
         if let MemberChange::Promote { id } = change {
-            // etcd's rule: the learner has applied at least 90% of what the master has.
-            let ready = self
-                .role
-                .progress_of(*id)
-                .is_some_and(|applied| u128::from(applied) * 10 >= u128::from(self.learner.applied()) * 9);
+            // etcd's rule: the learner has applied at least 90% of what the master has. Its
+            // report is a slot or two behind by construction (it learns a slot is chosen
+            // after acknowledging it), which a small log would never make up for: a few
+            // slots behind count as in sync too.
+            let ours = self.learner.applied();
+            let allowed_lag = (ours / 10).max(LEARNER_SLACK_SLOTS);
+            let ready = self.role.progress_of(*id).is_some_and(|applied| applied.saturating_add(allowed_lag) >= ours);
             if !ready {
                 return Err(KvError::LearnerNotReady.into());
             }
