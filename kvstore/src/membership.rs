@@ -180,7 +180,7 @@ impl Membership {
 
     /// How many voters make a majority.
     pub fn quorum(&self) -> usize {
-        self.voters().len() / 2 + 1
+        self.members.values().filter(|m| !m.learner).count() / 2 + 1
     }
 
     /// Whether the voters among `acks` make a majority (learners and strangers never count).

@@ -448,7 +448,8 @@ impl<S: Storage> Replica<S> {
 
     pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot, applied: Slot) {
         let count_learners = self.config.broken(LogBreakage::LearnerCounted);
-        let config = self.membership().clone();
+        // Borrowed, not cloned: this runs for every acknowledgement of every slot.
+        let config = super::replica::in_force(&self.learner, &self.seed);
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.ballot != ballot {
             return;

@@ -236,12 +236,7 @@ impl<S: Storage> Replica<S> {
     /// the seed while none is recorded. Quorums count its voters; the election must be
     /// given the same (see `leasekv_lease::ElectionCore::set_configuration`).
     pub fn membership(&self) -> &Membership {
-        let recorded = self.learner.machine().membership();
-        if recorded.is_recorded() {
-            recorded
-        } else {
-            &self.seed
-        }
+        in_force(&self.learner, &self.seed)
     }
 
     /// The configuration epoch that removed this node, if the log says it was removed: it
@@ -841,5 +836,16 @@ impl<S: Storage> Replica<S> {
     pub(super) fn schedule_tick(&mut self, now: Instant) {
         let at = now.saturating_add(self.config.retry_interval);
         self.next_tick = Some(self.next_tick.map_or(at, |t| t.min(at)));
+    }
+}
+
+/// The configuration in force (see [`Replica::membership`]), from the two fields it depends
+/// on, so that the master's hot path can read it while it holds its role mutably.
+pub(super) fn in_force<'a>(learner: &'a Learner, seed: &'a Membership) -> &'a Membership {
+    let recorded = learner.machine().membership();
+    if recorded.is_recorded() {
+        recorded
+    } else {
+        seed
     }
 }
