@@ -25,6 +25,7 @@ use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,
     GrantNamedResponse, LeaseInfo, ListLeasesRequest, ResolveNameRequest, StepDownRequest,
 };
+use crate::tls::ClientTls;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,6 +57,9 @@ pub enum ClientError {
     /// An endpoint string is malformed.
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
+    /// An `https://` endpoint, and no CA to verify it with.
+    #[error("endpoint {0} uses TLS: give the CA that signs its certificate (--cacert, or LEASEKV_CACERT)")]
+    TlsNeeded(String),
     /// No endpoint accepted a connection.
     #[error("could not connect to any endpoint after {attempts} attempts: {failures}")]
     Connect {
@@ -65,7 +69,8 @@ pub enum ClientError {
         failures: String,
     },
     /// The server answered the call with an error.
-    #[error("{method} on {endpoint} failed ({code:?}): {message}", code = status.code(), message = status.message())]
+    #[error("{method} on {endpoint} failed ({code:?}): {message}", code = status.code(),
+        message = append_causes(status.message().to_string(), std::error::Error::source(status.as_ref())))]
     Rpc {
         /// The endpoint that answered.
         endpoint: String,
@@ -221,15 +226,43 @@ impl Client {
 
     /// Connects with an explicit retry policy.
     pub async fn connect_with(endpoints: &[String], policy: RetryPolicy) -> Result<Client, ClientError> {
+        Client::connect_with_tls(endpoints, policy, None).await
+    }
+
+    /// Connects with an explicit retry policy, over TLS when `tls` is given: then every
+    /// endpoint uses TLS (`host:port` and `http://` ones too, as etcdctl does with
+    /// `--cacert`). An `https://` endpoint without `tls` is refused: no system trust store
+    /// is used, the CA must be named.
+    pub async fn connect_with_tls(
+        endpoints: &[String],
+        policy: RetryPolicy,
+        tls: Option<&ClientTls>,
+    ) -> Result<Client, ClientError> {
         let urls = endpoints.iter().map(|e| parse_endpoint_list(e)).collect::<Result<Vec<_>, _>>()?;
-        let urls: Vec<String> = urls.into_iter().flatten().collect();
+        let mut urls: Vec<String> = urls.into_iter().flatten().collect();
         if urls.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
+        if tls.is_some() {
+            for url in &mut urls {
+                if let Some(rest) = url.strip_prefix("http://") {
+                    *url = format!("https://{rest}");
+                }
+            }
+        } else if let Some(url) = urls.iter().find(|u| u.starts_with("https://")) {
+            return Err(ClientError::TlsNeeded(url.clone()));
+        }
         let mut builders = Vec::with_capacity(urls.len());
         for url in &urls {
-            let builder = Endpoint::from_shared(url.clone())
-                .map_err(|e| EndpointError::Invalid(url.clone(), error_chain(&e)))?
+            let builder =
+                Endpoint::from_shared(url.clone()).map_err(|e| EndpointError::Invalid(url.clone(), error_chain(&e)))?;
+            let builder = match tls {
+                Some(tls) => builder
+                    .tls_config(tls.config())
+                    .map_err(|e| EndpointError::Invalid(url.clone(), error_chain(&e)))?,
+                None => builder,
+            };
+            let builder = builder
                 .connect_timeout(policy.connect_timeout)
                 .tcp_nodelay(true)
                 // Detects a silently dead peer on idle connections (e.g. a long keepalive stream).

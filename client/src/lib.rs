@@ -14,12 +14,14 @@ pub mod client;
 pub mod endpoint;
 pub mod outcome;
 pub mod recipes;
+pub mod tls;
 pub mod watch;
 
 pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
 pub use outcome::{indeterminate_write, is_indeterminate, INDETERMINATE_WRITE};
 pub use recipes::Session;
+pub use tls::{ClientTls, TlsOptionError};
 pub use watch::{Watch, WatchError, WatchOptions, WatchUpdate};
 
 /// Generated protobuf messages, gRPC clients and server traits.

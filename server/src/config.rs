@@ -41,6 +41,17 @@
 //!
 //! [runtime]
 //! # worker_threads = 1            # default: half of this host's CPUs, at least 1
+//!
+//! [tls.client]                      # TLS on the client port (docs/security.md)
+//! # cert = "certs/n1.crt"
+//! # key = "certs/n1.key"
+//! # ca = "certs/ca.crt"             # verify client certificates against this CA
+//! # require_client_cert = true      # refuse clients without one (needs `ca`)
+//!
+//! [tls.peer]                        # mutual TLS between members
+//! # cert = "certs/n1-peer.crt"      # must name this member (its name, or its peer host)
+//! # key = "certs/n1-peer.key"
+//! # ca = "certs/ca.crt"
 //! ```
 //!
 //! [`NodeConfig::load`] reads the file (or the built-in default, [`DEFAULT_CONFIG_TOML`]),
@@ -134,6 +145,9 @@ pub struct NodeConfig {
     /// the `[[peers]]` (`existing`; see [`ClusterState::Existing`]). Used only when the data
     /// dir is empty: a restarted node follows what its data dir records.
     pub initial_cluster_state: ClusterState,
+    /// `[tls.client]` and `[tls.peer]`: TLS on the client and peer ports (plain TCP where
+    /// absent). The files are read at start (see [`crate::tls`]).
+    pub tls: crate::tls::TlsSettings,
     /// Where the configuration came from, so later errors (e.g. from
     /// [`NodeConfig::check_environment`]) can name the file.
     pub origin: Origin,

@@ -6,8 +6,8 @@
 //! records a configuration, the seed is unused.
 
 use crate::config::{ClusterState, NodeConfig};
-use leasekv_client::Client;
-use leasekv_kvstore::membership::{Member, Membership};
+use leasekv_client::{Client, ClientTls, RetryPolicy};
+use leasekv_kvstore::membership::{url_address, Member, Membership};
 use leasekv_lease::NodeId;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -81,8 +81,8 @@ pub fn seed_from_config(config: &NodeConfig) -> Membership {
             .map(|p| Member {
                 id: p.id,
                 name: format!("n{}", p.id.0),
-                peer_urls: vec![format!("http://{}", p.peer_addr)],
-                client_urls: vec![format!("http://{}", p.client_addr)],
+                peer_urls: vec![format!("{}://{}", config.tls.peer_scheme(), p.peer_addr)],
+                client_urls: vec![format!("{}://{}", config.tls.client_scheme(), p.client_addr)],
                 learner: false,
             })
             .collect(),
@@ -119,14 +119,26 @@ pub async fn start_point(config: &NodeConfig, fresh: bool) -> Result<Start, Join
     Ok(start)
 }
 
+/// How a joining node reaches the members' client ports when they run TLS: it trusts the
+/// client port's CA (`[tls.client] ca`, else the peer CA) and presents its peer certificate,
+/// which a port that requires client certificates accepts when one CA signs both.
+fn join_tls(config: &NodeConfig) -> Result<Option<ClientTls>, JoinError> {
+    let Some(client) = &config.tls.client else { return Ok(None) };
+    let peer = config.tls.peer.as_ref();
+    let ca = client.ca.as_deref().or(peer.map(|p| p.ca.as_path())).unwrap_or(client.cert.as_path());
+    ClientTls::from_files(Some(ca), peer.map(|p| p.cert.as_path()), peer.map(|p| p.key.as_path()))
+        .map_err(|e| JoinError::File { path: ca.to_path_buf(), detail: e.to_string() })
+}
+
 /// Asks the listed members for the member list and finds this node in it by its peer URL.
 async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
-    let url = format!("http://{}", config.peer_addr);
+    let url = format!("{}://{}", config.tls.peer_scheme(), config.peer_addr);
+    let tls = join_tls(config)?;
     let mut last_error = String::from("none listed");
     for peer in &config.peers {
         let endpoint = vec![peer.client_addr.to_string()];
         let answer = tokio::time::timeout(ASK_TIMEOUT, async {
-            let client = Client::connect(&endpoint).await?;
+            let client = Client::connect_with_tls(&endpoint, RetryPolicy::default(), tls.as_ref()).await?;
             client.member_list().await
         })
         .await;
@@ -155,7 +167,12 @@ async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
             })
             .collect();
         let seed = Membership::seed(members);
-        let me = seed.member_with_peer_url(&url).ok_or(JoinError::NotAdded { url: url.clone() })?.id;
+        // By address: an operator may have added it as http:// or https://.
+        let me = seed
+            .members()
+            .find(|m| m.peer_urls.iter().any(|u| url_address(u) == url_address(&url)))
+            .ok_or(JoinError::NotAdded { url: url.clone() })?
+            .id;
         if config.id.0 != 0 && config.id != me {
             return Err(JoinError::IdMismatch { configured: config.id.0, assigned: me.0, url });
         }

@@ -13,6 +13,7 @@
 //! - [`history_feed`]: how watch streams follow the applied history.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
+//! - [`tls`]: TLS on the client and peer ports, certificate reload, peer identities.
 
 #![deny(missing_docs)]
 
@@ -31,3 +32,4 @@ pub mod node;
 pub mod peer;
 pub mod restore;
 pub mod run;
+pub mod tls;

@@ -12,6 +12,7 @@ use crate::node;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
 use crate::peer::proto::peer_server::PeerServer;
 use crate::peer::service::PeerService;
+use crate::tls::incoming::tls_incoming;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
 use leasekv_client::proto::v3electionpb::election_server::ElectionServer;
@@ -148,7 +149,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let membership = replica.election_membership();
     let members = membership.voters();
     let clock = MonotonicClock::new();
-    let peers = PeerNetwork::start(me, &[]);
+    // Read once more here (check_environment read them to fail early): what the ports use.
+    let tls = Arc::new(
+        crate::tls::TlsState::load(&config.tls)
+            .map_err(crate::config::ConfigErrorKind::Tls)
+            .map_err(|kind| crate::config::ConfigError::new(config.origin.clone(), kind))?,
+    );
+    tls.watch();
+    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone());
     peers.set_members(&node::peer_addresses(replica.membership()));
 
     let client_listener = TcpListener::bind(config.client_addr).await.map_err(|source| ServerError::Bind {
@@ -186,15 +194,18 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let shared = Shared::new(node.clone(), me, start.cluster_id, tracker);
     tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
-    let peer_server = tonic::transport::Server::builder()
-        .add_service(
-            // Snapshots and other large messages are pulled in chunks, so every message on
-            // the peer port fits this limit (derived in `peers`).
-            PeerServer::new(PeerService::new(node.clone(), election_tx, peers_for_service))
-                .max_decoding_message_size(PEER_MESSAGE_LIMIT),
-        )
-        .serve_with_incoming(no_delay(peer_listener));
-    let peer_task = tokio::spawn(peer_server);
+    // Snapshots and other large messages are pulled in chunks, so every message on the peer
+    // port fits this limit (derived in `peers`).
+    let peer_service =
+        PeerServer::new(PeerService::new(node.clone(), election_tx, peers_for_service, tls.peer_server.is_some()))
+            .max_decoding_message_size(PEER_MESSAGE_LIMIT);
+    let peer_server = tonic::transport::Server::builder().add_service(peer_service);
+    let peer_task = match &tls.peer_server {
+        Some(current) => {
+            tokio::spawn(peer_server.serve_with_incoming(tls_incoming(peer_listener, current.clone(), "peer")))
+        }
+        None => tokio::spawn(peer_server.serve_with_incoming(no_delay(peer_listener))),
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // Watch streams never end by themselves; the graceful shutdown below would wait for them.
@@ -204,7 +215,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     if let Some(every) = config.corrupt_check_interval {
         tokio::spawn(crate::corrupt_check::run(node.clone(), me, every, watches_stopping.clone()));
     }
-    tokio::spawn(publish_self(shared.clone(), format!("n{}", me.0), format!("http://{}", config.client_addr)));
+    let client_url = format!("{}://{}", config.tls.client_scheme(), config.client_addr);
+    tokio::spawn(publish_self(shared.clone(), format!("n{}", me.0), client_url));
     let gateway = crate::gateway::Gateway::new(
         shared.clone(),
         WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),
@@ -227,13 +239,17 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let routes =
         tonic::service::Routes::from(routes.into_axum_router().layer(axum::middleware::from_fn(crate::metrics::track)));
     tokio::spawn(count_leader_changes(election_dyn.clone(), me));
-    let client_server = tonic::transport::Server::builder()
-        .accept_http1(true)
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(no_delay(client_listener), async {
-            let _ = stop_rx.await;
-        });
-    let client_task = tokio::spawn(client_server);
+    let client_server = tonic::transport::Server::builder().accept_http1(true).add_routes(routes);
+    let stopping = async {
+        let _ = stop_rx.await;
+    };
+    let client_task = match &tls.client_port {
+        Some(current) => tokio::spawn(
+            client_server
+                .serve_with_incoming_shutdown(tls_incoming(client_listener, current.clone(), "client"), stopping),
+        ),
+        None => tokio::spawn(client_server.serve_with_incoming_shutdown(no_delay(client_listener), stopping)),
+    };
 
     // A node whose storage failed must not hold on to mastership (its lease would keep the
     // others from taking over while it can acknowledge nothing): it stops like on a

@@ -16,7 +16,8 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// Writes `n1.toml` … `n3.toml` into `dir` for a cluster on these ports, with data in
 /// `dir/data1` …, 800 ms election leases, `backend`, and `extra` appended to every file (e.g.
-/// a `[log]` section). Returns the three paths.
+/// a `[log]` section; `{id}` in it becomes the node's id, for per-node files such as
+/// certificates). Returns the three paths.
 #[allow(dead_code)] // not every test file starts its own cluster
 pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backend: &str, extra: &str) -> Vec<PathBuf> {
     let mut peers = String::new();
@@ -36,7 +37,8 @@ pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backe
                 client_ports[i],
                 peer_ports[i],
                 dir.join(format!("data{}", i + 1)).display()
-            );
+            )
+            .replace("{id}", &(i + 1).to_string());
             let path = dir.join(format!("n{}.toml", i + 1));
             std::fs::write(&path, config).expect("node config written");
             path

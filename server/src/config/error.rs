@@ -196,6 +196,15 @@ pub enum ConfigErrorKind {
     /// `data_dir` is the empty path.
     #[error("data_dir is empty; give a directory path such as \"./leasekv-data\"")]
     EmptyDataDir,
+    /// `[tls.client] require_client_cert = true` without a CA to verify them against.
+    #[error(
+        "[tls.client] require_client_cert = true needs `ca`: the CA file client certificates are verified against"
+    )]
+    ClientCertWithoutCa,
+    /// A TLS file that cannot be used (missing, unreadable, not PEM, a key that does not
+    /// match its certificate).
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The data directory cannot be created or written.
     #[error("data_dir \"{path}\" is not usable: cannot {action}: {source}")]
     DataDir {

@@ -10,6 +10,7 @@ use super::{
     ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig,
     WatchConfig,
 };
+use crate::tls::{ClientPortTls, PeerPortTls, TlsSettings};
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
 use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
@@ -46,6 +47,36 @@ pub(super) struct FileConfig {
     watch: FileWatch,
     #[serde(default)]
     runtime: FileRuntime,
+    #[serde(default)]
+    tls: FileTls,
+}
+
+/// `[tls]`: `[tls.client]` and `[tls.peer]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTls {
+    client: Option<FileClientTls>,
+    peer: Option<FilePeerTls>,
+}
+
+/// `[tls.client]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClientTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: Option<PathBuf>,
+    #[serde(default)]
+    require_client_cert: bool,
+}
+
+/// `[tls.peer]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePeerTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
 }
 
 /// One `[[peers]]` entry: a member and the addresses the others reach it at.
@@ -250,6 +281,16 @@ pub(super) fn resolve(
 
     let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers));
 
+    let tls = TlsSettings {
+        client: file.tls.client.map(|c| ClientPortTls {
+            cert: c.cert,
+            key: c.key,
+            ca: c.ca,
+            require_client_cert: c.require_client_cert,
+        }),
+        peer: file.tls.peer.map(|p| PeerPortTls { cert: p.cert, key: p.key, ca: p.ca }),
+    };
+
     Ok(NodeConfig {
         id: NodeId(id),
         client_addr,
@@ -269,6 +310,7 @@ pub(super) fn resolve(
         watch,
         runtime,
         initial_cluster_state,
+        tls,
         origin: origin.clone(),
     })
 }

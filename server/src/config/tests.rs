@@ -471,3 +471,39 @@ fn initial_cluster_state_defaults_to_new_and_rejects_other_words() {
         "initial_cluster_state = \"existing\"\nclient_addr = \"127.0.0.1:42379\"\npeer_addr = \"127.0.0.1:42380\"\n";
     assert!(error_of(lonely).contains("needs [[peers]]"), "{}", error_of(lonely));
 }
+
+#[test]
+fn tls_sections_are_read_and_checked() {
+    let with = |tls: &str| format!("{THREE_NODES}\n{tls}");
+    let config = parse(&with(
+        "[tls.client]\ncert = \"c.crt\"\nkey = \"c.key\"\nca = \"ca.crt\"\nrequire_client_cert = true\n\
+         [tls.peer]\ncert = \"p.crt\"\nkey = \"p.key\"\nca = \"ca.crt\"\n",
+    ))
+    .unwrap();
+    let client = config.tls.client.as_ref().unwrap();
+    assert!(client.require_client_cert && client.ca == Some(PathBuf::from("ca.crt")));
+    assert_eq!(config.tls.peer.as_ref().unwrap().cert, PathBuf::from("p.crt"));
+    assert_eq!((config.tls.client_scheme(), config.tls.peer_scheme()), ("https", "https"));
+    assert_eq!(parse(THREE_NODES).unwrap().tls, crate::tls::TlsSettings::default());
+
+    let error = error_of(&with("[tls.client]\ncert = \"c.crt\"\nkey = \"c.key\"\nrequire_client_cert = true\n"));
+    assert!(error.contains("require_client_cert = true needs `ca`"), "{error}");
+    let error = error_of(&with("[tls.peer]\ncert = \"p.crt\"\nkey = \"p.key\"\n"));
+    assert!(error.contains("missing field `ca`"), "{error}");
+    let error = error_of(&with("[tls.peer]\ncert = \"p.crt\"\nkey = \"p.key\"\nca = \"x\"\nverify = false\n"));
+    assert!(error.contains("unknown field `verify`"), "{error}");
+}
+
+#[test]
+fn a_missing_tls_file_fails_the_environment_check_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = local_node(dir.path());
+    config.tls.client = Some(crate::tls::ClientPortTls {
+        cert: dir.path().join("absent.crt"),
+        key: dir.path().join("absent.key"),
+        ca: None,
+        require_client_cert: false,
+    });
+    let error = config.check_environment().unwrap_err().to_string();
+    assert!(error.contains("absent.crt") && error.contains("cannot read it"), "{error}");
+}

@@ -48,6 +48,9 @@ impl NodeConfig {
         if self.data_dir.as_os_str().is_empty() {
             return Err(err(ConfigErrorKind::EmptyDataDir));
         }
+        if self.tls.client.as_ref().is_some_and(|c| c.require_client_cert && c.ca.is_none()) {
+            return Err(err(ConfigErrorKind::ClientCertWithoutCa));
+        }
         if self.client_addr == self.peer_addr {
             return Err(err(ConfigErrorKind::SameListenAddress(self.client_addr)));
         }
@@ -170,6 +173,8 @@ impl NodeConfig {
         check_data_dir(&self.data_dir).map_err(err)?;
         check_port_free("client", self.client_addr).map_err(err)?;
         check_port_free("peer", self.peer_addr).map_err(err)?;
+        // Every TLS file is read now, so a missing or damaged one fails the start naming it.
+        crate::tls::TlsState::load(&self.tls).map_err(|e| err(ConfigErrorKind::Tls(e)))?;
         Ok(())
     }
 }

@@ -17,9 +17,12 @@ use crate::peer::parked::{Inbox, Outbox, ParkedKind, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::PeerEnvelope;
 use crate::peer::wire::Wire;
+use crate::tls::connector::PeerTlsConnector;
+use crate::tls::reload::Current;
 use async_trait::async_trait;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId, Transport};
+use rustls::ClientConfig;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -112,6 +115,8 @@ pub struct PeerNetwork {
     outbox: Arc<Outbox>,
     /// Pulls from peers in progress.
     inbox: Arc<Inbox>,
+    /// Mutual TLS to the peers (`[tls.peer]`); plain TCP when `None`.
+    tls: Option<Arc<Current<ClientConfig>>>,
 }
 
 /// Every member's links, and who counts as a member (this node included).
@@ -144,6 +149,7 @@ impl PeerLinks {
         peer: NodeId,
         addr: &str,
         removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
+        tls: Option<&Arc<Current<ClientConfig>>>,
     ) -> Option<PeerLinks> {
         let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
             e.connect_timeout(Duration::from_millis(500))
@@ -153,7 +159,11 @@ impl PeerLinks {
                 .keep_alive_while_idle(true)
         });
         let channel = match endpoint {
-            Ok(endpoint) => endpoint.connect_lazy(),
+            Ok(endpoint) => match tls {
+                // The URI stays http://: the connector runs the TLS handshake itself.
+                Some(tls) => endpoint.connect_with_connector_lazy(PeerTlsConnector::new(tls.clone())),
+                None => endpoint.connect_lazy(),
+            },
             Err(error) => {
                 tracing::error!(%peer, %addr, %error, "peer address is not usable");
                 return None;
@@ -199,7 +209,8 @@ impl PeerNetwork {
 
     /// Starts the sender tasks for every peer (no connection is made before the first
     /// message) and the timer that frees expired parked messages.
-    pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)]) -> Self {
+    /// `tls` is the client configuration for mutual TLS to the peers (`None`: plain TCP).
+    pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)], tls: Option<Arc<Current<ClientConfig>>>) -> Self {
         let outbox = Outbox::new();
         tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
         let network = PeerNetwork {
@@ -208,6 +219,7 @@ impl PeerNetwork {
             removed: Arc::new(tokio::sync::watch::channel(None).0),
             outbox,
             inbox: Arc::new(Inbox::default()),
+            tls,
         };
         let peers: Vec<(NodeId, String)> = peers.iter().map(|(id, addr)| (*id, addr.to_string())).collect();
         network.set_members(&peers);
@@ -232,7 +244,7 @@ impl PeerNetwork {
             if *id == self.me || links.peers.contains_key(id) {
                 continue;
             }
-            if let Some(link) = PeerLinks::start(self.me, *id, addr, self.removed.clone()) {
+            if let Some(link) = PeerLinks::start(self.me, *id, addr, self.removed.clone(), self.tls.as_ref()) {
                 tracing::debug!(peer = %id, %addr, "lanes to member started");
                 links.peers.insert(*id, link);
             }
@@ -474,6 +486,7 @@ mod tests {
             outbox: Outbox::new(),
             inbox: Arc::new(Inbox::default()),
             removed: Arc::new(tokio::sync::watch::channel(None).0),
+            tls: None,
         };
         (network, log_rx)
     }
@@ -655,7 +668,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         let addr = listener.local_addr().expect("its address");
         drop(listener);
-        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)]);
+        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)], None);
         assert!(!network.log_lane_down(NodeId(3)), "an unknown peer counts as up");
         assert!(!network.log_lane_down(me), "so does this node");
         assert!(

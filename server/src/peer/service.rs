@@ -11,6 +11,7 @@ use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{reassemble, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES};
 use crate::peer::proto as pb;
 use crate::peer::wire::Wire;
+use crate::tls::identity::CertNames;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,20 +34,53 @@ struct Inner {
     /// This node's senders: the outbox served here, the pull clients and their bookkeeping.
     network: PeerNetwork,
     rejected: AtomicU64,
+    /// Whether the peer port runs mutual TLS: then every stream's certificate must speak for
+    /// the member its messages claim to come from (see [`crate::tls::identity`]).
+    tls: bool,
+    impostors: AtomicU64,
+}
+
+/// The certificate names of a peer connection, when it came over TLS.
+fn peer_names<T>(request: &Request<T>) -> Option<CertNames> {
+    let certs = request.peer_certs()?;
+    CertNames::of(certs.first()?)
 }
 
 impl PeerService {
     /// A service accepting messages from the members `network` knows (the configuration
     /// in force, which follows membership changes), serving the transfers it parks.
-    pub fn new(node: NodeHandle, election: mpsc::Sender<(NodeId, ElectionMessage)>, network: PeerNetwork) -> Self {
-        PeerService { inner: Arc::new(Inner { node, election, network, rejected: AtomicU64::new(0) }) }
+    /// With `tls`, each stream's client certificate must speak for the member its messages
+    /// claim to come from.
+    pub fn new(
+        node: NodeHandle,
+        election: mpsc::Sender<(NodeId, ElectionMessage)>,
+        network: PeerNetwork,
+        tls: bool,
+    ) -> Self {
+        let rejected = AtomicU64::new(0);
+        let impostors = AtomicU64::new(0);
+        PeerService { inner: Arc::new(Inner { node, election, network, rejected, tls, impostors }) }
     }
 }
 
 impl Inner {
-    fn member(&self, id: u32) -> Result<NodeId, Status> {
+    /// The member a message claims to come from, if it may: a member (not removed), and,
+    /// over TLS, one the connection's certificate speaks for.
+    fn member(&self, id: u32, names: Option<&CertNames>) -> Result<NodeId, Status> {
         let from = NodeId(id);
         let membership = self.node.membership();
+        if self.tls {
+            let speaks = names.is_some_and(|names| names.speak_for(from, &membership));
+            if !speaks {
+                if self.impostors.fetch_add(1, Ordering::Relaxed).is_multiple_of(100) {
+                    tracing::warn!(claimed = id, certificate = ?names,
+                        "refused a peer stream: its certificate does not name the member it claims to be");
+                }
+                return Err(Status::permission_denied(format!(
+                    "the peer certificate does not name member {id} (by member name as CN or DNS SAN, or by its peer URL host)"
+                )));
+            }
+        }
         if membership.was_removed(from) {
             // etcd answers a removed member the same way, and it stops for good: its own log
             // may never tell it (the others no longer send it anything).
@@ -60,8 +94,8 @@ impl Inner {
 
     /// Hands every message of an envelope on, in order. Messages that do not decode are
     /// dropped (and counted) without costing the others; the answer reports the first.
-    fn accept(self: &Arc<Self>, envelope: pb::PeerEnvelope) -> Result<(), Status> {
-        let from = self.member(envelope.from)?;
+    fn accept(self: &Arc<Self>, envelope: pb::PeerEnvelope, names: Option<&CertNames>) -> Result<(), Status> {
+        let from = self.member(envelope.from, names)?;
         let mut outcome = Ok(());
         for payload in std::iter::once(&envelope.payload).chain(&envelope.more) {
             if let Err(status) = self.accept_one(from, payload) {
@@ -176,9 +210,10 @@ impl Inner {
 #[tonic::async_trait]
 impl pb::peer_server::Peer for PeerService {
     async fn send(&self, request: Request<Streaming<pb::PeerEnvelope>>) -> Result<Response<pb::Empty>, Status> {
+        let names = peer_names(&request);
         let mut stream = request.into_inner();
         while let Some(envelope) = stream.next().await {
-            match self.inner.accept(envelope?) {
+            match self.inner.accept(envelope?, names.as_ref()) {
                 // A stranger's stream is cut; one bad message from a member is dropped
                 // (and counted) without costing the messages behind it.
                 Err(status) if status.code() == tonic::Code::PermissionDenied => return Err(status),
@@ -197,8 +232,9 @@ impl pb::peer_server::Peer for PeerService {
         &self,
         request: Request<pb::FetchParkedRequest>,
     ) -> Result<Response<Self::FetchParkedStream>, Status> {
+        let names = peer_names(&request);
         let request = request.into_inner();
-        let from = self.inner.member(request.from)?;
+        let from = self.inner.member(request.from, names.as_ref())?;
         let serving = self.inner.network.outbox().serve(from, request.transfer, Instant::now()).ok_or_else(|| {
             Status::not_found(format!(
                 "transfer {} is not parked for node {}: replaced by a newer one, expired or already sent",

@@ -27,9 +27,20 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "kvcli", version, propagate_version = true)]
 pub struct Cli {
-    /// Comma-separated endpoints (host:port or http://host:port), tried in order.
+    /// Comma-separated endpoints (host:port, http://host:port or https://host:port), tried
+    /// in order.
     #[arg(long, global = true, env = "LEASEKV_ENDPOINTS", default_value = "127.0.0.1:2379")]
     pub endpoints: String,
+    /// CA certificate (PEM) that signs the servers' certificates: connect over TLS.
+    #[arg(long, id = "tls_cacert", global = true, env = "LEASEKV_CACERT")]
+    pub cacert: Option<std::path::PathBuf>,
+    /// Client certificate (PEM), for servers that verify clients (with --key).
+    #[arg(long = "cert", id = "tls_cert", global = true, env = "LEASEKV_CERT")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    // Its own id: `key` is the positional KEY of get, put and del.
+    #[arg(long = "key", id = "tls_key", global = true, env = "LEASEKV_KEY")]
+    pub key: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(short = 'w', long = "write-out", global = true, value_enum, default_value_t = OutputFormat::Simple)]
     pub write_out: OutputFormat,
@@ -90,7 +101,8 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         return snapshot::restore(args).map(|()| None);
     }
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
-    let client = Client::connect(&endpoints).await?;
+    let tls = leasekv::client::ClientTls::from_files(cli.cacert.as_deref(), cli.cert.as_deref(), cli.key.as_deref())?;
+    let client = Client::connect_with_tls(&endpoints, Default::default(), tls.as_ref()).await?;
     let format = cli.write_out;
     if let Command::Lock(args) = cli.command {
         return lock::lock(&client, args).await;
