@@ -195,6 +195,11 @@ pub enum Command {
     /// it takes the next epoch. Changes no key and not the revision. The master proposes it
     /// alone in its slot and nothing after it until it is chosen (docs/membership.md, rule 3).
     ChangeMembers(crate::membership::MemberChange),
+    /// One change to users, roles or whether auth is enabled (see [`crate::auth`]), put
+    /// through the log as etcd puts its auth requests through raft, so that every member
+    /// checks permissions against the same users and roles. Changes no key and not the
+    /// revision. Appended last so that log records written before it existed still decode.
+    Auth(crate::auth::AuthChange),
 }
 
 /// An alarm etcd raises on a member (etcd's `AlarmType`).
@@ -240,7 +245,7 @@ pub struct Alarm {
 impl Command {
     /// Whether this command can change the key space or the lease table.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. } | Command::ChangeMembers(_))
+        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. } | Command::ChangeMembers(_) | Command::Auth(_))
     }
 
     /// Whether this command can make the store hold more data: what a NOSPACE alarm
@@ -365,6 +370,15 @@ pub enum CommandResponse {
         membership: crate::membership::Membership,
         /// The added member's id (MemberAdd only).
         added: Option<leasekv_lease::NodeId>,
+    },
+    /// From [`Command::Auth`]: the auth state after the change, as the server needs it to
+    /// issue and check tokens.
+    Auth {
+        /// The auth revision after the change (unchanged by a change that was a no-op, such
+        /// as enabling auth when it is on).
+        revision: u64,
+        /// Whether auth is enabled after the change.
+        enabled: bool,
     },
 }
 

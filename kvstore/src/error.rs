@@ -135,4 +135,40 @@ pub enum KvError {
     /// docs/membership.md); etcd answers a change it cannot take safely the same way.
     #[error("etcdserver: unhealthy cluster")]
     MembershipBusy,
+    /// Enabling auth without a user named `root` (etcd's `ErrRootUserNotExist`).
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    /// Enabling auth while the `root` user lacks the `root` role (etcd's `ErrRootRoleNotExist`).
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    /// UserAdd of a name taken (etcd's `ErrUserAlreadyExist`).
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExists,
+    /// UserAdd with an empty name (etcd's `ErrUserEmpty`).
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    /// A user change naming a user that does not exist (etcd's `ErrUserNotFound`).
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    /// RoleAdd of a name taken (etcd's `ErrRoleAlreadyExist`).
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExists,
+    /// A change naming a role that does not exist (etcd's `ErrRoleNotFound`).
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    /// RoleAdd with an empty name (etcd's `ErrRoleEmpty`).
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    /// UserRevokeRole of a role the user does not have (etcd's `ErrRoleNotGranted`).
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    /// RoleRevokePermission of a range the role has no permission on (etcd's
+    /// `ErrPermissionNotGranted`).
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    /// An auth change etcd forbids (its `ErrInvalidAuthMgmt`): deleting the root user or the
+    /// root role, or revoking the root role from the root user, while auth is enabled; or
+    /// granting a permission on a range that holds no key.
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthManagement,
 }

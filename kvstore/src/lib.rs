@@ -7,9 +7,11 @@
 //! - [`lessor`]: the master's TTL-lease deadlines.
 //! - [`sim`]: a deterministic simulator of whole replicas with a linearizability checker.
 //! - [`watch`]: the sans-IO core of etcd's Watch streams, over the state machine's history.
+//! - [`auth`]: users, roles and permissions (etcd's auth store), replicated state only.
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod backup;
 pub mod command;
 pub mod error;

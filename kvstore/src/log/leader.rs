@@ -675,5 +675,6 @@ pub(super) fn command_size(command: &Command) -> usize {
         Command::LeaseExpire { ids, .. } => 8 * ids.len() + 16,
         Command::Barrier { .. } | Command::Compact { .. } | Command::Alarm { .. } => 16,
         Command::ChangeMembers(_) => 256,
+        Command::Auth(change) => change.approximate_size(),
     }
 }

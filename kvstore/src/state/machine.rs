@@ -15,6 +15,7 @@ use super::history::{History, HistoryRead, HistoryReader};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
+use crate::auth::AuthStore;
 use crate::command::{
     Alarm, AlarmAction, AlarmKind, Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, Keep,
     LeaseGrantResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, Tenure,
@@ -45,6 +46,8 @@ pub struct StateMachine {
     /// The cluster's configuration (see [`Command::ChangeMembers`]); epoch 0 until the first
     /// master records the seed.
     membership: Membership,
+    /// Users, roles and whether auth is enabled (see [`Command::Auth`]).
+    auth: AuthStore,
     /// Dead keys each apply removes: [`StateMachine::CLEANUP_PER_APPLY`] except in tests,
     /// which lower it to make the lazy path run across many applies. Not replicated: every
     /// replica runs the same build.
@@ -77,6 +80,7 @@ impl StateMachine {
             digest: digest::EMPTY,
             alarms: BTreeSet::new(),
             membership: Membership::default(),
+            auth: AuthStore::default(),
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         }
     }
@@ -108,6 +112,10 @@ impl StateMachine {
                 self.membership = membership.clone();
                 CommandResponse::Members { membership, added }
             }),
+            Command::Auth(change) => self
+                .auth
+                .apply(change)
+                .map(|()| CommandResponse::Auth { revision: self.auth.revision(), enabled: self.auth.is_enabled() }),
         };
         self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
         self.history.set_head(self.revision);
@@ -295,6 +303,11 @@ impl StateMachine {
         &self.membership
     }
 
+    /// Users, roles and whether auth is enabled, as the log recorded them.
+    pub fn auth(&self) -> &AuthStore {
+        &self.auth
+    }
+
     /// The raised alarms, in (member, kind) order.
     pub fn alarms(&self) -> impl Iterator<Item = &Alarm> + '_ {
         self.alarms.iter()
@@ -441,6 +454,7 @@ impl StateMachine {
             history: &self.history,
             alarms: &self.alarms,
             membership: &self.membership,
+            auth: &self.auth,
         })
     }
 
@@ -456,6 +470,7 @@ impl StateMachine {
             digest: restored.digest,
             alarms: restored.alarms,
             membership: restored.membership,
+            auth: restored.auth,
             cleanup_budget: Self::CLEANUP_PER_APPLY,
         })
     }

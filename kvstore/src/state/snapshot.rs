@@ -1,5 +1,5 @@
 //! The snapshot format: the whole replicated state (keys, leases, revision, id counter,
-//! digest) as postcard bytes.
+//! digest, alarms, membership, auth store) as postcard bytes.
 //!
 //! Lease key sets are not stored: they are implied by each key's `lease` field and rebuilt
 //! on restore, which keeps snapshots smaller and makes a key/lease mismatch unrepresentable.
@@ -19,6 +19,7 @@ use super::graveyard::{Death, Graveyard};
 use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
+use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
 use crate::membership::Membership;
 use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
@@ -40,7 +41,11 @@ pub struct SnapshotError(pub String);
 ///    format 3 snapshot is still read: its history starts, compacted, at its revision.
 /// 5: format 4 followed by the raised alarms. Format 4 is still read, with no alarms.
 /// 6: format 5 followed by the membership. Format 5 is still read, with none recorded.
-const FORMAT: u32 = 6;
+/// 7: format 6 followed by the auth store. Format 6 is still read, with auth disabled and
+///    no users or roles.
+const FORMAT: u32 = 7;
+/// The last format without the auth store, still accepted.
+const FORMAT_WITHOUT_AUTH: u32 = 6;
 /// The last format without the membership, still accepted.
 const FORMAT_WITHOUT_MEMBERSHIP: u32 = 5;
 /// The last format without alarms, still accepted.
@@ -66,6 +71,8 @@ pub(super) struct Parts<'a> {
     pub(super) alarms: &'a BTreeSet<Alarm>,
     /// The membership.
     pub(super) membership: &'a Membership,
+    /// Users, roles and whether auth is enabled.
+    pub(super) auth: &'a AuthStore,
 }
 
 /// Everything a snapshot holds, decoded and checked.
@@ -86,6 +93,8 @@ pub(super) struct Restored {
     pub(super) alarms: BTreeSet<Alarm>,
     /// The membership.
     pub(super) membership: Membership,
+    /// Users, roles and whether auth is enabled.
+    pub(super) auth: AuthStore,
 }
 
 #[derive(Serialize)]
@@ -237,7 +246,8 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
         .expect("snapshot serialisation into memory cannot fail");
     let bytes = postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail");
     let bytes = postcard::to_extend(parts.alarms, bytes).expect("snapshot serialisation into memory cannot fail");
-    postcard::to_extend(parts.membership, bytes).expect("snapshot serialisation into memory cannot fail")
+    let bytes = postcard::to_extend(parts.membership, bytes).expect("snapshot serialisation into memory cannot fail");
+    postcard::to_extend(parts.auth, bytes).expect("snapshot serialisation into memory cannot fail")
 }
 
 /// Decodes the alarms section of a format 5 or 6 snapshot; returns what follows it.
@@ -245,12 +255,18 @@ fn decode_alarms(bytes: &[u8]) -> Result<(BTreeSet<Alarm>, &[u8]), SnapshotError
     postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the alarms: {e}")))
 }
 
-/// Decodes the membership section of a format 6 snapshot, which ends it.
-fn decode_membership(bytes: &[u8]) -> Result<Membership, SnapshotError> {
-    let (membership, rest): (Membership, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the membership: {e}")))?;
+/// Decodes the membership section of a format 6 or 7 snapshot; returns what follows it.
+fn decode_membership(bytes: &[u8]) -> Result<(Membership, &[u8]), SnapshotError> {
+    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the membership: {e}")))
+}
+
+/// Decodes and checks the auth section of a format 7 snapshot, which ends it.
+fn decode_auth(bytes: &[u8]) -> Result<AuthStore, SnapshotError> {
+    let (auth, rest): (AuthStore, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the auth store: {e}")))?;
     no_trailing(rest)?;
-    Ok(membership)
+    auth.check().map_err(|problem| SnapshotError(format!("the auth store is inconsistent: {problem}")))?;
+    Ok(auth)
 }
 
 fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
@@ -301,26 +317,35 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
     if snap.revision < 1 {
         return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
     }
-    let (history, alarms, membership) = match snap.format {
+    let (history, alarms, membership, auth) = match snap.format {
         FORMAT => {
             let (history, rest) = decode_history(rest, snap.revision)?;
             let (alarms, rest) = decode_alarms(rest)?;
-            (history, alarms, decode_membership(rest)?)
+            let (membership, rest) = decode_membership(rest)?;
+            (history, alarms, membership, decode_auth(rest)?)
+        }
+        FORMAT_WITHOUT_AUTH => {
+            let (history, rest) = decode_history(rest, snap.revision)?;
+            let (alarms, rest) = decode_alarms(rest)?;
+            let (membership, rest) = decode_membership(rest)?;
+            no_trailing(rest)?;
+            (history, alarms, membership, AuthStore::default())
         }
         FORMAT_WITHOUT_MEMBERSHIP => {
             let (history, rest) = decode_history(rest, snap.revision)?;
             let (alarms, rest) = decode_alarms(rest)?;
             no_trailing(rest)?;
-            (history, alarms, Membership::default())
+            (history, alarms, Membership::default(), AuthStore::default())
         }
         FORMAT_WITHOUT_ALARMS => {
             let (history, rest) = decode_history(rest, snap.revision)?;
             no_trailing(rest)?;
-            (history, BTreeSet::new(), Membership::default())
+            (history, BTreeSet::new(), Membership::default(), AuthStore::default())
         }
         FORMAT_WITHOUT_HISTORY => {
             no_trailing(rest)?;
-            (History::from_parts(Vec::new(), snap.revision, snap.revision), BTreeSet::new(), Membership::default())
+            let history = History::from_parts(Vec::new(), snap.revision, snap.revision);
+            (history, BTreeSet::new(), Membership::default(), AuthStore::default())
         }
         other => {
             return Err(SnapshotError(format!(
@@ -398,5 +423,6 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         history,
         alarms,
         membership,
+        auth,
     })
 }

@@ -25,7 +25,7 @@ pub struct KvHash {
 
 impl StateMachine {
     /// The hash of the keys and the history up to `revision` (the current revision when
-    /// `revision <= 0`). Members that applied the same commands give the same hash for the
+    /// `revision <= 0`); like etcd's `HashKV`, nothing else (no leases, users or roles). Members that applied the same commands give the same hash for the
     /// same revision and compaction point, whatever their snapshots and restarts. Refused
     /// like a read at that revision: compacted or in the future.
     pub fn hash_kv(&self, revision: Revision) -> Result<KvHash, KvError> {
@@ -47,8 +47,9 @@ impl StateMachine {
         Ok(KvHash { hash: hasher.finalize(), compact_revision: self.history.compacted(), revision })
     }
 
-    /// The hash of the whole replicated state (keys, leases, history, revision), etcd's
-    /// `Hash`: equal on members that applied the same commands.
+    /// The hash of the whole replicated state (keys, leases, history, revision, alarms,
+    /// membership, users and roles), etcd's `Hash` (which hashes its whole database, auth
+    /// buckets included): equal on members that applied the same commands.
     pub fn hash(&self) -> u32 {
         crc32fast::hash(&self.to_snapshot_bytes())
     }
@@ -76,6 +77,8 @@ impl StateMachine {
         // The new cluster's members come from its own config files (the seed its first
         // master records), never from the cluster the backup was taken of.
         self.membership = crate::membership::Membership::default();
+        // Users, roles and whether auth is on stay, as they do in a restored etcd backup:
+        // they belong to the data, not to the cluster's members.
         self
     }
 }

@@ -468,6 +468,29 @@ fn arb_command() -> impl Strategy<Value = Command> {
             prop::option::of(prop::sample::select(vec![AlarmKind::NoSpace, AlarmKind::Corrupt])),
         )
             .prop_map(|(action, member, kind)| Command::Alarm { action, member, kind }),
+        1 => arb_auth_change().prop_map(Command::Auth),
+    ]
+}
+
+/// Auth changes over two users and two roles, enough to reach enabled states and refusals.
+fn arb_auth_change() -> impl Strategy<Value = crate::auth::AuthChange> {
+    use crate::auth::{AuthChange, Permission, PermissionKind};
+    let user = prop::sample::select(vec!["root", "u"]).prop_map(str::to_string);
+    let role = prop::sample::select(vec!["root", "r"]).prop_map(str::to_string);
+    let key = prop::sample::select(vec!["", "a", "c"]).prop_map(|k| k.as_bytes().to_vec());
+    prop_oneof![
+        Just(AuthChange::Enable { token_secret: vec![5; 8] }),
+        Just(AuthChange::Disable),
+        user.clone().prop_map(|name| AuthChange::UserAdd { name, password_hash: Some("h".into()), no_password: false }),
+        user.clone().prop_map(|name| AuthChange::UserDelete { name }),
+        (user.clone(), role.clone()).prop_map(|(user, role)| AuthChange::UserGrantRole { user, role }),
+        (user, role.clone()).prop_map(|(user, role)| AuthChange::UserRevokeRole { user, role }),
+        role.clone().prop_map(|name| AuthChange::RoleAdd { name }),
+        role.clone().prop_map(|name| AuthChange::RoleDelete { name }),
+        (role, key.clone(), key).prop_map(|(role, key, range_end)| AuthChange::RoleGrantPermission {
+            role,
+            permission: Permission { kind: PermissionKind::ReadWrite, key, range_end },
+        }),
     ]
 }
 
@@ -564,6 +587,7 @@ proptest! {
         prop_assert_eq!(straight.pending_cleanup(), restored.pending_cleanup());
         prop_assert_eq!(straight.bytes_in_use(), restored.bytes_in_use());
         prop_assert_eq!(straight.alarms().collect::<Vec<_>>(), restored.alarms().collect::<Vec<_>>());
+        prop_assert_eq!(straight.auth(), restored.auth());
     }
 }
 
@@ -1000,4 +1024,104 @@ fn lease_revoke_leaves_one_delete_per_key_at_one_revision() {
             (EventKind::Delete, b"b".to_vec(), 4, Some(b"1".to_vec())),
         ]
     );
+}
+
+fn auth(change: crate::auth::AuthChange) -> Command {
+    Command::Auth(change)
+}
+
+/// A machine with keys, a user `root` holding the root role, a role with a permission, and
+/// auth enabled.
+fn with_auth() -> StateMachine {
+    use crate::auth::{AuthChange, Permission, PermissionKind};
+    let mut sm = StateMachine::new();
+    ok(&mut sm, &put_cmd("a", "1", 0));
+    for change in [
+        AuthChange::UserAdd { name: "root".into(), password_hash: Some("h".into()), no_password: false },
+        AuthChange::UserGrantRole { user: "root".into(), role: "root".into() },
+        AuthChange::RoleAdd { name: "reader".into() },
+        AuthChange::RoleGrantPermission {
+            role: "reader".into(),
+            permission: Permission { kind: PermissionKind::Read, key: b"a".to_vec(), range_end: vec![0] },
+        },
+        AuthChange::Enable { token_secret: vec![1, 2, 3] },
+    ] {
+        ok(&mut sm, &auth(change));
+    }
+    sm
+}
+
+#[test]
+fn auth_changes_move_no_key_and_not_the_revision() {
+    use crate::auth::AuthChange;
+    let mut sm = StateMachine::new();
+    ok(&mut sm, &put_cmd("a", "1", 0));
+    let before = observable(&sm);
+    let add = auth(AuthChange::UserAdd { name: "root".into(), password_hash: None, no_password: true });
+    assert!(!add.is_write() && !add.adds_data());
+    assert_eq!(ok(&mut sm, &add), CommandResponse::Auth { revision: 2, enabled: false });
+    assert_eq!(fails(&mut sm, &add).to_string(), "etcdserver: user name already exists");
+    let enable = auth(AuthChange::Enable { token_secret: vec![9] });
+    assert_eq!(fails(&mut sm, &enable), KvError::RootRoleNotExist);
+    ok(&mut sm, &auth(AuthChange::UserGrantRole { user: "root".into(), role: "root".into() }));
+    assert_eq!(ok(&mut sm, &enable), CommandResponse::Auth { revision: 3, enabled: true });
+    assert_eq!(observable(&sm), before);
+    assert!(sm.auth().is_enabled() && sm.auth().is_admin("root"));
+    assert_eq!(sm.auth().token_secret(), [9]);
+}
+
+#[test]
+fn the_auth_store_survives_snapshots_and_restores_into_a_new_cluster() {
+    let sm = with_auth();
+    let restored = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
+    assert_eq!(restored.auth(), sm.auth());
+    assert_eq!(restored.digest(), sm.digest());
+    assert_eq!(restored.hash(), sm.hash());
+    // etcd's backups carry users and roles; a restored cluster keeps them.
+    let fresh = restored.for_new_cluster();
+    assert_eq!(fresh.auth(), sm.auth());
+    assert!(fresh.auth().is_permitted("root", b"a", b"", crate::auth::PermissionKind::Write));
+}
+
+#[test]
+fn hash_kv_leaves_auth_out_but_the_whole_state_hash_does_not() {
+    let plain = {
+        let mut sm = StateMachine::new();
+        ok(&mut sm, &put_cmd("a", "1", 0));
+        sm
+    };
+    let with = with_auth();
+    assert_eq!(plain.revision(), with.revision());
+    assert_eq!(plain.hash_kv(0).unwrap(), with.hash_kv(0).unwrap());
+    assert_ne!(plain.hash(), with.hash());
+}
+
+#[test]
+fn format_6_snapshots_decode_with_auth_off() {
+    let mut sm = with_auth();
+    ok(&mut sm, &put_cmd("b", "2", 0));
+    let mut expected = sm.clone();
+    expected.auth = crate::auth::AuthStore::default();
+    // A format 6 snapshot is format 7's bytes without the auth section, numbered 6 (the
+    // format is the first field, a one-byte varint).
+    let section = postcard::to_allocvec(sm.auth()).unwrap().len();
+    let mut bytes = sm.to_snapshot_bytes();
+    assert_eq!(bytes[0], 7);
+    bytes.truncate(bytes.len() - section);
+    bytes[0] = 6;
+    let old = StateMachine::from_snapshot_bytes(&bytes).unwrap();
+    assert_eq!(old.auth(), &crate::auth::AuthStore::default());
+    assert_eq!(observable(&old), observable(&sm));
+    assert_eq!(old.to_snapshot_bytes(), expected.to_snapshot_bytes());
+    // A format 6 snapshot followed by anything is refused, not taken for auth.
+    bytes.push(0);
+    assert!(StateMachine::from_snapshot_bytes(&bytes).unwrap_err().to_string().contains("trailing"));
+}
+
+#[test]
+fn an_inconsistent_auth_section_is_refused() {
+    let mut sm = with_auth();
+    sm.auth.users.get_mut("root").unwrap().roles.insert("ghost".into());
+    let err = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap_err();
+    assert!(err.to_string().contains("the auth store is inconsistent"), "{err}");
 }
