@@ -32,7 +32,13 @@ pub mod proto {
         tonic::include_proto!("mvccpb");
     }
 
-    /// etcd's v3 API subset: KV, Watch, Lease, Cluster, Maintenance.
+    /// etcd's auth records (users' options, permissions), as the Auth service carries them.
+    pub mod authpb {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("authpb");
+    }
+
+    /// etcd's v3 API subset: KV, Watch, Lease, Cluster, Maintenance, Auth.
     pub mod etcdserverpb {
         #![allow(missing_docs, clippy::all)]
         tonic::include_proto!("etcdserverpb");

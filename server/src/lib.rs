@@ -11,6 +11,7 @@
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`history_feed`]: how watch streams follow the applied history.
+//! - [`auth`]: who calls (tokens, client certificates) and whether they may.
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 //! - [`tls`]: TLS on the client and peer ports, certificate reload, peer identities.
@@ -18,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod compactor;
 pub mod config;
 pub mod corrupt_check;

@@ -11,6 +11,7 @@ use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterReq
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
+use leasekv_kvstore::auth::AuthStore;
 use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
 use leasekv_kvstore::membership::{url_address, Membership};
 use leasekv_kvstore::state::KvHash;
@@ -95,6 +96,8 @@ pub struct NodeHandle {
     history: HistoryFeed,
     /// The configuration in force on this node, as the node loop last published it.
     membership: watch::Receiver<Arc<Membership>>,
+    /// Users, roles and permissions as this node last applied them.
+    auth: watch::Receiver<Arc<AuthStore>>,
 }
 
 /// Why the node loop dropped a request it had taken without answering it: it stopped.
@@ -224,6 +227,12 @@ impl NodeHandle {
         self.membership.borrow().clone()
     }
 
+    /// Users, roles and permissions as this node applied them (published before any answer
+    /// to the command that changed them goes out).
+    pub fn auth(&self) -> Arc<AuthStore> {
+        self.auth.borrow().clone()
+    }
+
     /// A feed of this node's applied history, for a watch stream (see [`HistoryFeed`]).
     pub fn history(&self) -> HistoryFeed {
         self.history.clone()
@@ -279,6 +288,7 @@ pub fn start(
     let (failed_tx, failed) = oneshot::channel();
     let (removed_tx, removed) = oneshot::channel();
     let (membership_tx, membership) = watch::channel(Arc::new(replica.membership().clone()));
+    let (auth_tx, auth) = watch::channel(Arc::new(replica.state().auth().clone()));
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
     let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
@@ -311,10 +321,11 @@ pub fn start(
         link,
         seen_epoch: None,
         membership: membership_tx,
+        auth: auth_tx,
         removed: Some(removed_tx),
     };
     tokio::spawn(node.run(rx, status, synced));
-    (NodeHandle { tx, revision, term, election, history, membership }, failed, removed)
+    (NodeHandle { tx, revision, term, election, history, membership, auth }, failed, removed)
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -368,6 +379,8 @@ struct NodeLoop {
     seen_epoch: Option<u64>,
     /// Publishes the configuration in force to the handles.
     membership: watch::Sender<Arc<Membership>>,
+    /// Publishes the auth store to the handles.
+    auth: watch::Sender<Arc<AuthStore>>,
     /// Told once when this node applied its own removal.
     removed: Option<oneshot::Sender<u64>>,
 }
@@ -598,6 +611,21 @@ impl NodeLoop {
         }
     }
 
+    /// Publishes the auth store when an applied command (or a snapshot) changed it, before
+    /// the answers go out: a client told its user was added can authenticate at once.
+    fn follow_auth(&mut self) {
+        let current = self.replica.state().auth();
+        let published = self.auth.borrow();
+        let same = published.revision() == current.revision()
+            && published.is_enabled() == current.is_enabled()
+            && published.token_secret() == current.token_secret();
+        drop(published);
+        if !same {
+            tracing::info!(revision = current.revision(), enabled = current.is_enabled(), "auth store changed");
+            self.auth.send_replace(Arc::new(current.clone()));
+        }
+    }
+
     /// Publishes the store revision to the handles. Called before any answer goes out
     /// (reads answer inside `handle` from the state its earlier inputs left, proposals in
     /// `flush`), so a client that got an answer and asks again never sees an older revision.
@@ -672,6 +700,7 @@ impl NodeLoop {
             }
             // Before sending: a member just added must be reachable for what goes to it.
             self.follow_membership();
+            self.follow_auth();
             let output = self.replica.take_output();
             let nothing_held_up = output.messages.is_empty() && output.completions.is_empty();
             self.publish_revision();

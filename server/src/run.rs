@@ -2,8 +2,8 @@
 //! and stopping it: the master releases its lease first so another node takes over at once.
 
 use crate::api::{
-    ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService, Shared,
-    WatchServer, WatchService,
+    AuthService, ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService,
+    Shared, WatchServer, WatchService,
 };
 use crate::config::NodeConfig;
 use crate::election_link::{ElectionLink, LinkedCore};
@@ -231,6 +231,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         )
         .add_service(pb::lease_server::LeaseServer::new(LeaseService(shared.clone())))
         .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
+        .add_service(pb::auth_server::AuthServer::new(AuthService(shared.clone())))
         .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
         .add_service(WatchServer::new(watch_service))
         .add_service(LockServer::new(LockService(shared.clone())))

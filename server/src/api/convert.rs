@@ -294,6 +294,16 @@ pub fn kv_error(error: &KvError) -> Status {
         | KvError::MembershipChange(_) => Code::FailedPrecondition,
         KvError::BadMemberUrl(_) => Code::InvalidArgument,
         KvError::MembershipBusy => Code::Unavailable,
+        // etcd's auth errors: FAILED_PRECONDITION but for empty names and invalid
+        // management (rpctypes/error.go).
+        KvError::RootUserNotExist
+        | KvError::RootRoleNotExist
+        | KvError::UserAlreadyExists
+        | KvError::UserNotFound
+        | KvError::RoleAlreadyExists
+        | KvError::RoleNotFound
+        | KvError::RoleNotGranted
+        | KvError::PermissionNotGranted => Code::FailedPrecondition,
         _ => Code::InvalidArgument,
     };
     Status::new(code, message)

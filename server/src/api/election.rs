@@ -7,7 +7,9 @@ use super::recipe::{
     as_recipe_error, contender_key, contenders, create_unless_present, wait_for_change, wait_until_first,
 };
 use super::Shared;
+use crate::auth::caller_of;
 use leasekv_client::proto::v3electionpb as pb;
+use leasekv_kvstore::auth::PermissionKind;
 use leasekv_kvstore::{
     Command, CommandResponse, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyRange, PutRequest, TxnOp,
     TxnRequest,
@@ -79,6 +81,9 @@ impl pb::election_server::Election for ElectionService {
     /// Joins the election with `value` and returns once this lease leads. Campaigning again
     /// with the same lease resumes the same candidacy (with the new value).
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<pb::CampaignResponse>, Status> {
+        // A campaign writes its key under `name/` and reads its rivals' there.
+        let (start, end) = super::guard::prefix_range(&request.get_ref().name);
+        caller_of(&self.shared.node, &request)?.check(&start, &end, PermissionKind::ReadWrite)?;
         let request = request.into_inner();
         let key = contender_key(&request.name, request.lease);
         let (rev, existing, _) =
@@ -95,8 +100,10 @@ impl pb::election_server::Election for ElectionService {
 
     /// Replaces the leader's value, if `leader` still leads.
     async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let caller = caller_of(&self.shared.node, &request)?;
         let request = request.into_inner();
         let leader = request.leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
+        caller.check(&leader.key, &[], PermissionKind::Write)?;
         let put = PutRequest { key: leader.key.clone(), value: request.value, lease: leader.lease, prev_kv: false };
         let header = self.as_leader(&leader, TxnOp::Put(put)).await?;
         Ok(Response::new(pb::ProclaimResponse { header: Some(header) }))
@@ -104,6 +111,8 @@ impl pb::election_server::Election for ElectionService {
 
     /// The current leader's key-value.
     async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
+        let (start, end) = super::guard::prefix_range(&request.get_ref().name);
+        caller_of(&self.shared.node, &request)?.check(&start, &end, PermissionKind::Read)?;
         let name = request.into_inner().name;
         let (contenders, revision) = contenders(&self.shared, &name).await?;
         let kv = contenders.into_iter().next().ok_or_else(|| Status::unknown(NO_LEADER))?;
@@ -113,6 +122,8 @@ impl pb::election_server::Election for ElectionService {
     /// The leader now (once there is one), then every change of leader or of its value,
     /// until the client goes away or the node stops.
     async fn observe(&self, request: Request<pb::LeaderRequest>) -> Result<Response<ObserveStream>, Status> {
+        let (start, end) = super::guard::prefix_range(&request.get_ref().name);
+        caller_of(&self.shared.node, &request)?.check(&start, &end, PermissionKind::Read)?;
         let name = request.into_inner().name;
         let (tx, rx) = mpsc::channel(16);
         let shared = self.shared.clone();
@@ -163,7 +174,9 @@ impl pb::election_server::Election for ElectionService {
 
     /// Gives up leadership: deletes the leader key if it still is the one won at `rev`.
     async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
+        let caller = caller_of(&self.shared.node, &request)?;
         let leader = request.into_inner().leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
+        caller.check(&leader.key, &[], PermissionKind::Write)?;
         let delete = DeleteRangeRequest { range: KeyRange::single(leader.key.clone()), prev_kv: false };
         let header = match self.as_leader(&leader, TxnOp::DeleteRange(delete)).await {
             // etcd's Resign succeeds whether or not the key still led.

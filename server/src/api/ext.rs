@@ -1,6 +1,7 @@
 //! The `leasekv.v1.LeaseKv` extension: named leases, election status, step-down.
 
 use super::Shared;
+use crate::auth::caller_of;
 use leasekv_client::proto::leasekv as ext;
 use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
@@ -16,6 +17,7 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         &self,
         request: Request<ext::GrantNamedRequest>,
     ) -> Result<Response<ext::GrantNamedResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let request = request.into_inner();
         let command = Command::LeaseGrant { id: 0, name: Some(request.name), ttl: request.ttl };
         let reply = self.0.serve_command(command, |response, _header| match response {
@@ -29,6 +31,7 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         &self,
         request: Request<ext::ResolveNameRequest>,
     ) -> Result<Response<ext::ResolveNameResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let name = request.into_inner().name;
         match self.0.node.resolve_name(name.clone()).await.map_err(super::convert::request_error)? {
             Some(id) => Ok(Response::new(ext::ResolveNameResponse { id })),
@@ -40,8 +43,9 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
 
     async fn list_leases(
         &self,
-        _request: Request<ext::ListLeasesRequest>,
+        request: Request<ext::ListLeasesRequest>,
     ) -> Result<Response<ext::ListLeasesResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let shared = &self.0;
         let list = shared.serve(|| shared.node.lease_list()).await?;
         Ok(Response::new(ext::ListLeasesResponse {
@@ -59,8 +63,9 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
 
     async fn election_status(
         &self,
-        _request: Request<ext::ElectionStatusRequest>,
+        request: Request<ext::ElectionStatusRequest>,
     ) -> Result<Response<ext::ElectionStatusResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let election = &self.0.node.election;
         let status = election.status();
         let now = election.now();
@@ -81,8 +86,9 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
     /// is not retried: with no master to ask, it fails at once.
     async fn step_down(
         &self,
-        _request: Request<ext::StepDownRequest>,
+        request: Request<ext::StepDownRequest>,
     ) -> Result<Response<ext::StepDownResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         match self.0.node.step_down().await {
             Ok(()) => Ok(Response::new(ext::StepDownResponse {})),
             Err(RequestError::NotMaster { .. }) => {

@@ -2,7 +2,8 @@
 
 use super::convert::{delete_in, delete_out, put_command, put_out, range_in, range_out, txn_in, txn_out};
 use super::range_shape::RangeShape;
-use super::Shared;
+use super::{guard, Shared};
+use crate::auth::caller_of;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ReadConsistency;
 use leasekv_kvstore::{Command, CommandResponse};
@@ -39,6 +40,7 @@ impl KvService {
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        guard::range(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let range = range_in(request.into_inner())?;
         let consistency =
             if range.serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
@@ -50,6 +52,7 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        guard::put(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let command = put_command(request.into_inner());
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Put(p) => Some(put_out(p, header)),
@@ -62,6 +65,7 @@ impl pb::kv_server::Kv for KvService {
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        guard::delete(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let command = Command::DeleteRange(delete_in(request.into_inner()));
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::DeleteRange(d) => Some(delete_out(d, header)),
@@ -71,6 +75,7 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        guard::txn(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let request = request.into_inner();
         if crate::fault_injection::split_txn() && request.success.len() > 1 {
             return self.split_txn(request).await.map(Response::new);
@@ -84,6 +89,8 @@ impl pb::kv_server::Kv for KvService {
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        // etcd asks nothing of a compaction but a user (when auth is on).
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let command = Command::Compact { revision: request.into_inner().revision };
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Compact { .. } => Some(pb::CompactionResponse { header: Some(header) }),

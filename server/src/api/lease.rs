@@ -1,6 +1,7 @@
 //! etcd's Lease service, keepalive stream included.
 
 use super::Shared;
+use crate::auth::caller_of;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::{Command, CommandResponse};
 use std::pin::Pin;
@@ -22,6 +23,7 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let request = request.into_inner();
         let command = Command::LeaseGrant { id: request.id, name: None, ttl: request.ttl };
         let reply = self.0.serve_command(command, |response, header| match response {
@@ -39,7 +41,19 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        let command = Command::LeaseRevoke { id: request.into_inner().id };
+        let caller = caller_of(&self.0.node, &request)?;
+        let id = request.into_inner().id;
+        if caller.enforced() {
+            // etcd's rule: revoking deletes the lease's keys, so it needs WRITE on each.
+            caller.authenticated()?;
+            let shared = &self.0;
+            if let Ok(status) = shared.serve(|| shared.node.lease_status(id)).await {
+                for key in &status.keys {
+                    caller.check(key, &[], leasekv_kvstore::auth::PermissionKind::Write)?;
+                }
+            }
+        }
+        let command = Command::LeaseRevoke { id };
         let reply = self.0.serve_command(command, |_, header| Some(pb::LeaseRevokeResponse { header: Some(header) }));
         let revoked = reply.await?;
         crate::metrics::metrics().leases_revoked.inc();
@@ -52,6 +66,7 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveStream>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         Ok(Response::new(self.keep_alive(request.into_inner())))
     }
 
@@ -59,6 +74,7 @@ impl pb::lease_server::Lease for LeaseService {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let request = request.into_inner();
         let shared = &self.0;
         let answer = shared.serve(|| shared.node.lease_status(request.id)).await;
@@ -85,8 +101,9 @@ impl pb::lease_server::Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _request: Request<pb::LeaseLeasesRequest>,
+        request: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        caller_of(&self.0.node, &request)?.authenticated()?;
         let shared = &self.0;
         let list = shared.serve(|| shared.node.lease_list()).await?;
         Ok(Response::new(pb::LeaseLeasesResponse {

@@ -2,6 +2,7 @@
 //! Snapshot, MoveLeader) services.
 
 use super::Shared;
+use crate::auth::caller_of;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::membership::{Member, MemberChange, Membership};
 use leasekv_kvstore::{AlarmAction, AlarmKind, Command, CommandResponse};
@@ -66,6 +67,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let request = request.into_inner();
         let change = MemberChange::Add { peer_urls: request.peer_urls, learner: request.is_learner };
         let (membership, added, header) = self.change(change).await?;
@@ -80,6 +82,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let id = member_id(request.into_inner().id)?;
         if self.0.tracker == Some(id) {
             return Err(Status::failed_precondition(format!(
@@ -94,6 +97,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let request = request.into_inner();
         let id = member_id(request.id)?;
         let (membership, _, header) = self.change(MemberChange::Update { id, peer_urls: request.peer_urls }).await?;
@@ -114,6 +118,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let id = member_id(request.into_inner().id)?;
         let (membership, _, header) = self.change(MemberChange::Promote { id }).await?;
         Ok(Response::new(pb::MemberPromoteResponse { header: Some(header), members: members_pb(&membership) }))
@@ -141,6 +146,14 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     /// Lists, raises or disarms alarms, through the log as etcd does, so every member
     /// answers from the same alarms.
     async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+        {
+            // Listing alarms needs a user; raising or disarming one the root role.
+            let caller = caller_of(&self.0.node, &request)?;
+            match request.get_ref().action {
+                0 => caller.authenticated()?,
+                _ => caller.admin()?,
+            }
+        }
         let request = request.into_inner();
         let action = match pb::alarm_request::AlarmAction::try_from(request.action) {
             Ok(pb::alarm_request::AlarmAction::Get) => AlarmAction::List,
@@ -179,6 +192,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         request: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let target = request.into_inner().target_id;
         let target = self
             .0
@@ -222,14 +236,16 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     /// segments, and the quota measures data in use, which compaction alone lowers.
     async fn defragment(
         &self,
-        _request: Request<pb::DefragmentRequest>,
+        request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         Ok(Response::new(pb::DefragmentResponse { header: Some(self.0.header(self.0.node.revision())) }))
     }
 
     /// The backup file of this member's state (see `leasekv_kvstore::backup`), taken at
     /// once and streamed in chunks; every message's header carries its revision.
-    async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+    async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let (file, revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
         let header = self.0.header(revision);
         // Chunks are copied out one at a time as the stream is polled, so serving a
@@ -250,6 +266,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
 
     /// The hash of this member's keys and history up to a revision (0: its current one).
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let revision = request.into_inner().revision;
         let hash = self
             .0
@@ -267,7 +284,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     }
 
     /// The hash of this member's whole replicated state.
-    async fn hash(&self, _request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+    async fn hash(&self, request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+        caller_of(&self.0.node, &request)?.admin()?;
         let (hash, revision) = self.0.node.hash().await.map_err(super::convert::request_error)?;
         Ok(Response::new(pb::HashResponse { header: Some(self.0.header(revision)), hash }))
     }

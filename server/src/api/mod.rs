@@ -4,9 +4,11 @@
 //! forwards one hop to the master; while there is no master a request waits a bounded
 //! time, then fails with UNAVAILABLE.
 
+mod auth;
 pub mod convert;
 mod election;
 mod ext;
+mod guard;
 mod kv;
 mod lease;
 mod lock;
@@ -15,6 +17,7 @@ mod range_shape;
 mod recipe;
 mod watch;
 
+pub use auth::AuthService;
 pub use election::ElectionService;
 pub use ext::ExtService;
 pub use kv::KvService;

@@ -20,6 +20,7 @@ use crate::history_feed::HistoryFeed;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::watch_request::RequestUnion;
 use leasekv_client::proto::mvccpb;
+use leasekv_kvstore::auth::PermissionKind;
 use leasekv_kvstore::watch::{StreamConfig, WatchResponse, WatchSpec, WatchStream};
 use leasekv_kvstore::{Event, EventKind, KeyRange, Revision};
 use prost::bytes::Bytes;
@@ -88,7 +89,8 @@ impl wire::watch_server::Watch for WatchService {
     type WatchStream = ResponseStream;
 
     async fn watch(&self, request: Request<Streaming<pb::WatchRequest>>) -> Result<Response<ResponseStream>, Status> {
-        Ok(Response::new(self.open(request.into_inner())))
+        let caller = crate::auth::caller_of(&self.shared.node, &request)?;
+        Ok(Response::new(self.open(caller, request.into_inner())))
     }
 }
 
@@ -96,12 +98,15 @@ impl WatchService {
     /// Serves one watch stream whose requests come from `incoming` (a gRPC stream, or the
     /// JSON objects of an HTTP gateway request): a stream ends when its requests fail or
     /// its responses are dropped, not when the requests end.
-    pub fn open<S>(&self, incoming: S) -> ResponseStream
+    ///
+    /// `caller` is judged for each watch created: etcd's READ permission on its range.
+    pub fn open<S>(&self, caller: crate::auth::Caller, incoming: S) -> ResponseStream
     where
         S: Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(self.settings.outbound_responses.max(1));
-        let task = StreamTask { shared: self.shared.clone(), core: WatchStream::new(self.settings.stream.clone()), tx };
+        let core = WatchStream::new(self.settings.stream.clone());
+        let task = StreamTask { shared: self.shared.clone(), core, tx, caller };
         tokio::spawn(task.run(
             incoming,
             self.shared.node.history(),
@@ -117,6 +122,8 @@ struct StreamTask {
     shared: Arc<Shared>,
     core: WatchStream,
     tx: mpsc::Sender<Result<wire::WatchResponse, Status>>,
+    /// Who opened the stream, judged for each watch it creates.
+    caller: crate::auth::Caller,
 }
 
 /// Why a stream task stops.
@@ -190,13 +197,33 @@ impl StreamTask {
     /// Serves one client request.
     async fn handle(&mut self, request: pb::WatchRequest, head: Revision) -> Result<(), Ended> {
         let response = match request.request_union {
-            Some(RequestUnion::CreateRequest(create)) => Some(self.core.create(spec_in(create), head)),
+            Some(RequestUnion::CreateRequest(create)) => {
+                if let Err(status) = self.caller.check(&create.key, &create.range_end, PermissionKind::Read) {
+                    // etcd's answer: created and canceled at once, with the reason.
+                    return self.refuse_watch(create.watch_id, head, status).await;
+                }
+                Some(self.core.create(spec_in(create), head))
+            }
             Some(RequestUnion::CancelRequest(cancel)) => self.core.cancel(cancel.watch_id, head),
             Some(RequestUnion::ProgressRequest(_)) => self.core.request_progress(head),
             // etcd ignores a request with nothing in it.
             None => None,
         };
         self.send_all(response.into_iter().collect()).await
+    }
+
+    /// A watch the caller may not create: etcd answers it created and canceled at once,
+    /// with the permission error as the cancel reason.
+    async fn refuse_watch(&self, watch_id: i64, head: Revision, status: Status) -> Result<(), Ended> {
+        let refusal = wire::WatchResponse {
+            header: Some(self.shared.header(head)),
+            watch_id: if watch_id > 0 { watch_id } else { -1 },
+            created: true,
+            canceled: true,
+            cancel_reason: status.message().to_string(),
+            ..Default::default()
+        };
+        self.tx.send(Ok(refusal)).await.map_err(|_| Ended::ClientGone)
     }
 
     async fn send_all(&self, responses: Vec<WatchResponse>) -> Result<(), Ended> {

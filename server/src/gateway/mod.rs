@@ -19,8 +19,8 @@ pub mod json;
 pub mod streams;
 
 use crate::api::{
-    ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService, Shared,
-    WatchService,
+    AuthService, ClusterService, ElectionService, ExtService, KvService, LeaseService, LockService, MaintenanceService,
+    Shared, WatchService,
 };
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -55,6 +55,7 @@ pub struct Gateway {
     lock: LockService,
     election: ElectionService,
     ext: ExtService,
+    auth: AuthService,
 }
 
 impl Gateway {
@@ -68,6 +69,7 @@ impl Gateway {
             maintenance: MaintenanceService(shared.clone()),
             lock: LockService(shared.clone()),
             ext: ExtService(shared.clone()),
+            auth: AuthService(shared.clone()),
             watch,
             election,
             shared,
@@ -84,10 +86,11 @@ fn unary<Req, Resp, F, Fut>(req: &'static str, resp: &'static str, call: F) -> M
 where
     Req: Message + Default + 'static,
     Resp: Message + 'static,
-    F: Fn(Handle, Req) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Handle, Request<Req>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
 {
-    post(move |State(gateway): State<Handle>, body: Body| async move {
+    post(move |State(gateway): State<Handle>, http: axum::extract::Request| async move {
+        let (parts, body) = http.into_parts();
         let body = match read_body(body).await {
             Ok(body) => body,
             Err(status) => return errors::response(&status),
@@ -96,11 +99,25 @@ where
             Ok(request) => request,
             Err(status) => return errors::response(&status),
         };
-        match call(gateway, request).await {
+        match call(gateway, grpc_request(parts, request)).await {
             Ok(answer) => json_response(json::encode(resp, answer.get_ref())),
             Err(status) => errors::response(&status),
         }
     })
+}
+
+/// A gRPC request as the services take it, with the HTTP request's headers as metadata (so
+/// etcd's `Authorization: <token>` header names the caller, as in etcd's gateway) and its
+/// connection's extensions (a TLS client certificate).
+fn grpc_request<T>(parts: axum::http::request::Parts, message: T) -> Request<T> {
+    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+    Request::from_parts(metadata, parts.extensions, message)
+}
+
+/// The caller of a gateway request (see [`crate::auth`]).
+fn caller_of_http(gateway: &Gateway, parts: &axum::http::request::Parts) -> Result<crate::auth::Caller, Status> {
+    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers.clone());
+    crate::auth::Caller::of(gateway.shared.node.auth(), &metadata, &parts.extensions)
 }
 
 async fn read_body(body: Body) -> Result<Bytes, Status> {
@@ -137,18 +154,27 @@ fn stream_response(body: Body) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn watch(State(gateway): State<Handle>, body: Body) -> Response {
+async fn watch(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
+    let (parts, body) = http.into_parts();
+    let caller = match caller_of_http(&gateway, &parts) {
+        Ok(caller) => caller,
+        Err(status) => return errors::response(&status),
+    };
     let failure = streams::Failure::default();
     let requests = match streams::requests::<pb::WatchRequest>("etcdserverpb.WatchRequest", body, failure.clone()).await
     {
         Ok(requests) => requests,
         Err(status) => return errors::response(&status),
     };
-    let responses = gateway.watch.open(requests);
+    let responses = gateway.watch.open(caller, requests);
     stream_response(streams::answer("etcdserverpb.WatchResponse", responses, failure))
 }
 
-async fn keep_alive(State(gateway): State<Handle>, body: Body) -> Response {
+async fn keep_alive(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
+    let (parts, body) = http.into_parts();
+    if let Err(status) = caller_of_http(&gateway, &parts).and_then(|c| c.authenticated()) {
+        return errors::response(&status);
+    }
     let failure = streams::Failure::default();
     let name = "etcdserverpb.LeaseKeepAliveRequest";
     let requests = match streams::requests::<pb::LeaseKeepAliveRequest>(name, body, failure.clone()).await {
@@ -159,7 +185,8 @@ async fn keep_alive(State(gateway): State<Handle>, body: Body) -> Response {
     stream_response(streams::answer("etcdserverpb.LeaseKeepAliveResponse", responses, failure))
 }
 
-async fn observe(State(gateway): State<Handle>, body: Body) -> Response {
+async fn observe(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
+    let (parts, body) = http.into_parts();
     use election::election_server::Election;
     let request = match read_body(body)
         .await
@@ -168,7 +195,7 @@ async fn observe(State(gateway): State<Handle>, body: Body) -> Response {
         Ok(request) => request,
         Err(status) => return errors::response(&status),
     };
-    match gateway.election.observe(Request::new(request)).await {
+    match gateway.election.observe(grpc_request(parts, request)).await {
         Ok(answers) => stream_response(streams::answer(
             "v3electionpb.LeaderResponse",
             answers.into_inner(),
@@ -178,14 +205,15 @@ async fn observe(State(gateway): State<Handle>, body: Body) -> Response {
     }
 }
 
-async fn snapshot(State(gateway): State<Handle>, body: Body) -> Response {
+async fn snapshot(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
+    let (parts, body) = http.into_parts();
     use pb::maintenance_server::Maintenance;
     if let Err(status) =
         read_body(body).await.and_then(|b| json::decode::<pb::SnapshotRequest>("etcdserverpb.SnapshotRequest", &b))
     {
         return errors::response(&status);
     }
-    match gateway.maintenance.snapshot(Request::new(pb::SnapshotRequest {})).await {
+    match gateway.maintenance.snapshot(grpc_request(parts, pb::SnapshotRequest {})).await {
         Ok(answers) => stream_response(streams::answer(
             "etcdserverpb.SnapshotResponse",
             answers.into_inner(),
@@ -231,59 +259,64 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
     use election::election_server::Election;
     use ext::lease_kv_server::LeaseKv;
     use lock::lock_server::Lock;
+    use pb::auth_server::Auth;
     use pb::cluster_server::Cluster;
     use pb::kv_server::Kv;
     use pb::lease_server::Lease;
     use pb::maintenance_server::Maintenance;
     let lease_revoke =
         unary("etcdserverpb.LeaseRevokeRequest", "etcdserverpb.LeaseRevokeResponse", |g: Handle, r| async move {
-            g.lease.lease_revoke(Request::new(r)).await
+            g.lease.lease_revoke(r).await
         });
     let lease_time_to_live = unary(
         "etcdserverpb.LeaseTimeToLiveRequest",
         "etcdserverpb.LeaseTimeToLiveResponse",
-        |g: Handle, r| async move { g.lease.lease_time_to_live(Request::new(r)).await },
+        |g: Handle, r| async move { g.lease.lease_time_to_live(r).await },
     );
     let lease_leases =
         unary("etcdserverpb.LeaseLeasesRequest", "etcdserverpb.LeaseLeasesResponse", |g: Handle, r| async move {
-            g.lease.lease_leases(Request::new(r)).await
+            g.lease.lease_leases(r).await
         });
     vec![
         (
             "/kv/range",
             unary("etcdserverpb.RangeRequest", "etcdserverpb.RangeResponse", |g: Handle, r| async move {
-                g.kv.range(Request::new(r)).await
+                g.kv.range(r).await
             }),
         ),
         (
             "/kv/put",
-            unary("etcdserverpb.PutRequest", "etcdserverpb.PutResponse", |g: Handle, r| async move {
-                g.kv.put(Request::new(r)).await
-            }),
+            unary(
+                "etcdserverpb.PutRequest",
+                "etcdserverpb.PutResponse",
+                |g: Handle, r| async move { g.kv.put(r).await },
+            ),
         ),
         (
             "/kv/deleterange",
             unary("etcdserverpb.DeleteRangeRequest", "etcdserverpb.DeleteRangeResponse", |g: Handle, r| async move {
-                g.kv.delete_range(Request::new(r)).await
+                g.kv.delete_range(r).await
             }),
         ),
         (
             "/kv/txn",
-            unary("etcdserverpb.TxnRequest", "etcdserverpb.TxnResponse", |g: Handle, r| async move {
-                g.kv.txn(Request::new(r)).await
-            }),
+            unary(
+                "etcdserverpb.TxnRequest",
+                "etcdserverpb.TxnResponse",
+                |g: Handle, r| async move { g.kv.txn(r).await },
+            ),
         ),
         (
             "/kv/compaction",
             unary("etcdserverpb.CompactionRequest", "etcdserverpb.CompactionResponse", |g: Handle, r| async move {
-                g.kv.compact(Request::new(r)).await
+                g.kv.compact(r).await
             }),
         ),
         ("/watch", post(watch)),
         (
             "/lease/grant",
             unary("etcdserverpb.LeaseGrantRequest", "etcdserverpb.LeaseGrantResponse", |g: Handle, r| async move {
-                g.lease.lease_grant(Request::new(r)).await
+                g.lease.lease_grant(r).await
             }),
         ),
         ("/lease/revoke", lease_revoke.clone()),
@@ -296,25 +329,25 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
         (
             "/cluster/member/list",
             unary("etcdserverpb.MemberListRequest", "etcdserverpb.MemberListResponse", |g: Handle, r| async move {
-                g.cluster.member_list(Request::new(r)).await
+                g.cluster.member_list(r).await
             }),
         ),
         (
             "/cluster/member/add",
             unary("etcdserverpb.MemberAddRequest", "etcdserverpb.MemberAddResponse", |g: Handle, r| async move {
-                g.cluster.member_add(Request::new(r)).await
+                g.cluster.member_add(r).await
             }),
         ),
         (
             "/cluster/member/remove",
             unary("etcdserverpb.MemberRemoveRequest", "etcdserverpb.MemberRemoveResponse", |g: Handle, r| async move {
-                g.cluster.member_remove(Request::new(r)).await
+                g.cluster.member_remove(r).await
             }),
         ),
         (
             "/cluster/member/update",
             unary("etcdserverpb.MemberUpdateRequest", "etcdserverpb.MemberUpdateResponse", |g: Handle, r| async move {
-                g.cluster.member_update(Request::new(r)).await
+                g.cluster.member_update(r).await
             }),
         ),
         (
@@ -322,112 +355,229 @@ fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
             unary(
                 "etcdserverpb.MemberPromoteRequest",
                 "etcdserverpb.MemberPromoteResponse",
-                |g: Handle, r| async move { g.cluster.member_promote(Request::new(r)).await },
+                |g: Handle, r| async move { g.cluster.member_promote(r).await },
             ),
         ),
         (
             "/maintenance/status",
             unary("etcdserverpb.StatusRequest", "etcdserverpb.StatusResponse", |g: Handle, r| async move {
-                g.maintenance.status(Request::new(r)).await
+                g.maintenance.status(r).await
             }),
         ),
         (
             "/lock/lock",
-            unary("v3lockpb.LockRequest", "v3lockpb.LockResponse", |g: Handle, r| async move {
-                g.lock.lock(Request::new(r)).await
-            }),
+            unary("v3lockpb.LockRequest", "v3lockpb.LockResponse", |g: Handle, r| async move { g.lock.lock(r).await }),
         ),
         (
             "/lock/unlock",
-            unary("v3lockpb.UnlockRequest", "v3lockpb.UnlockResponse", |g: Handle, r| async move {
-                g.lock.unlock(Request::new(r)).await
-            }),
+            unary(
+                "v3lockpb.UnlockRequest",
+                "v3lockpb.UnlockResponse",
+                |g: Handle, r| async move { g.lock.unlock(r).await },
+            ),
         ),
         (
             "/election/campaign",
             unary("v3electionpb.CampaignRequest", "v3electionpb.CampaignResponse", |g: Handle, r| async move {
-                g.election.campaign(Request::new(r)).await
+                g.election.campaign(r).await
             }),
         ),
         (
             "/election/proclaim",
             unary("v3electionpb.ProclaimRequest", "v3electionpb.ProclaimResponse", |g: Handle, r| async move {
-                g.election.proclaim(Request::new(r)).await
+                g.election.proclaim(r).await
             }),
         ),
         (
             "/election/leader",
             unary("v3electionpb.LeaderRequest", "v3electionpb.LeaderResponse", |g: Handle, r| async move {
-                g.election.leader(Request::new(r)).await
+                g.election.leader(r).await
             }),
         ),
         ("/election/observe", post(observe)),
         (
             "/maintenance/alarm",
             unary("etcdserverpb.AlarmRequest", "etcdserverpb.AlarmResponse", |g: Handle, r| async move {
-                g.maintenance.alarm(Request::new(r)).await
+                g.maintenance.alarm(r).await
             }),
         ),
         (
             "/maintenance/transfer-leadership",
             unary("etcdserverpb.MoveLeaderRequest", "etcdserverpb.MoveLeaderResponse", |g: Handle, r| async move {
-                g.maintenance.move_leader(Request::new(r)).await
+                g.maintenance.move_leader(r).await
             }),
         ),
         (
             "/maintenance/defragment",
             unary("etcdserverpb.DefragmentRequest", "etcdserverpb.DefragmentResponse", |g: Handle, r| async move {
-                g.maintenance.defragment(Request::new(r)).await
+                g.maintenance.defragment(r).await
             }),
         ),
         (
             "/maintenance/hash",
             unary("etcdserverpb.HashRequest", "etcdserverpb.HashResponse", |g: Handle, r| async move {
-                g.maintenance.hash(Request::new(r)).await
+                g.maintenance.hash(r).await
             }),
         ),
         (
             "/maintenance/hashkv",
             unary("etcdserverpb.HashKVRequest", "etcdserverpb.HashKVResponse", |g: Handle, r| async move {
-                g.maintenance.hash_kv(Request::new(r)).await
+                g.maintenance.hash_kv(r).await
             }),
         ),
         ("/maintenance/snapshot", post(snapshot)),
         (
             "/election/resign",
             unary("v3electionpb.ResignRequest", "v3electionpb.ResignResponse", |g: Handle, r| async move {
-                g.election.resign(Request::new(r)).await
+                g.election.resign(r).await
             }),
+        ),
+        // etcd's Auth service.
+        (
+            "/auth/enable",
+            unary("etcdserverpb.AuthEnableRequest", "etcdserverpb.AuthEnableResponse", |g: Handle, r| async move {
+                g.auth.auth_enable(r).await
+            }),
+        ),
+        (
+            "/auth/disable",
+            unary("etcdserverpb.AuthDisableRequest", "etcdserverpb.AuthDisableResponse", |g: Handle, r| async move {
+                g.auth.auth_disable(r).await
+            }),
+        ),
+        (
+            "/auth/status",
+            unary("etcdserverpb.AuthStatusRequest", "etcdserverpb.AuthStatusResponse", |g: Handle, r| async move {
+                g.auth.auth_status(r).await
+            }),
+        ),
+        (
+            "/auth/authenticate",
+            unary("etcdserverpb.AuthenticateRequest", "etcdserverpb.AuthenticateResponse", |g: Handle, r| async move {
+                g.auth.authenticate(r).await
+            }),
+        ),
+        (
+            "/auth/user/add",
+            unary("etcdserverpb.AuthUserAddRequest", "etcdserverpb.AuthUserAddResponse", |g: Handle, r| async move {
+                g.auth.user_add(r).await
+            }),
+        ),
+        (
+            "/auth/user/get",
+            unary("etcdserverpb.AuthUserGetRequest", "etcdserverpb.AuthUserGetResponse", |g: Handle, r| async move {
+                g.auth.user_get(r).await
+            }),
+        ),
+        (
+            "/auth/user/list",
+            unary("etcdserverpb.AuthUserListRequest", "etcdserverpb.AuthUserListResponse", |g: Handle, r| async move {
+                g.auth.user_list(r).await
+            }),
+        ),
+        (
+            "/auth/user/delete",
+            unary(
+                "etcdserverpb.AuthUserDeleteRequest",
+                "etcdserverpb.AuthUserDeleteResponse",
+                |g: Handle, r| async move { g.auth.user_delete(r).await },
+            ),
+        ),
+        (
+            "/auth/user/changepw",
+            unary(
+                "etcdserverpb.AuthUserChangePasswordRequest",
+                "etcdserverpb.AuthUserChangePasswordResponse",
+                |g: Handle, r| async move { g.auth.user_change_password(r).await },
+            ),
+        ),
+        (
+            "/auth/user/grant",
+            unary(
+                "etcdserverpb.AuthUserGrantRoleRequest",
+                "etcdserverpb.AuthUserGrantRoleResponse",
+                |g: Handle, r| async move { g.auth.user_grant_role(r).await },
+            ),
+        ),
+        (
+            "/auth/user/revoke",
+            unary(
+                "etcdserverpb.AuthUserRevokeRoleRequest",
+                "etcdserverpb.AuthUserRevokeRoleResponse",
+                |g: Handle, r| async move { g.auth.user_revoke_role(r).await },
+            ),
+        ),
+        (
+            "/auth/role/add",
+            unary("etcdserverpb.AuthRoleAddRequest", "etcdserverpb.AuthRoleAddResponse", |g: Handle, r| async move {
+                g.auth.role_add(r).await
+            }),
+        ),
+        (
+            "/auth/role/get",
+            unary("etcdserverpb.AuthRoleGetRequest", "etcdserverpb.AuthRoleGetResponse", |g: Handle, r| async move {
+                g.auth.role_get(r).await
+            }),
+        ),
+        (
+            "/auth/role/list",
+            unary("etcdserverpb.AuthRoleListRequest", "etcdserverpb.AuthRoleListResponse", |g: Handle, r| async move {
+                g.auth.role_list(r).await
+            }),
+        ),
+        (
+            "/auth/role/delete",
+            unary(
+                "etcdserverpb.AuthRoleDeleteRequest",
+                "etcdserverpb.AuthRoleDeleteResponse",
+                |g: Handle, r| async move { g.auth.role_delete(r).await },
+            ),
+        ),
+        (
+            "/auth/role/grant",
+            unary(
+                "etcdserverpb.AuthRoleGrantPermissionRequest",
+                "etcdserverpb.AuthRoleGrantPermissionResponse",
+                |g: Handle, r| async move { g.auth.role_grant_permission(r).await },
+            ),
+        ),
+        (
+            "/auth/role/revoke",
+            unary(
+                "etcdserverpb.AuthRoleRevokePermissionRequest",
+                "etcdserverpb.AuthRoleRevokePermissionResponse",
+                |g: Handle, r| async move { g.auth.role_revoke_permission(r).await },
+            ),
         ),
         // Our extension service, under a prefix of its own.
         (
             "/leasekv/grantnamed",
             unary("leasekv.v1.GrantNamedRequest", "leasekv.v1.GrantNamedResponse", |g: Handle, r| async move {
-                g.ext.grant_named(Request::new(r)).await
+                g.ext.grant_named(r).await
             }),
         ),
         (
             "/leasekv/resolvename",
             unary("leasekv.v1.ResolveNameRequest", "leasekv.v1.ResolveNameResponse", |g: Handle, r| async move {
-                g.ext.resolve_name(Request::new(r)).await
+                g.ext.resolve_name(r).await
             }),
         ),
         (
             "/leasekv/listleases",
             unary("leasekv.v1.ListLeasesRequest", "leasekv.v1.ListLeasesResponse", |g: Handle, r| async move {
-                g.ext.list_leases(Request::new(r)).await
+                g.ext.list_leases(r).await
             }),
         ),
         (
             "/leasekv/electionstatus",
             unary("leasekv.v1.ElectionStatusRequest", "leasekv.v1.ElectionStatusResponse", |g: Handle, r| async move {
-                g.ext.election_status(Request::new(r)).await
+                g.ext.election_status(r).await
             }),
         ),
         (
             "/leasekv/stepdown",
             unary("leasekv.v1.StepDownRequest", "leasekv.v1.StepDownResponse", |g: Handle, r| async move {
-                g.ext.step_down(Request::new(r)).await
+                g.ext.step_down(r).await
             }),
         ),
     ]

@@ -1,0 +1,306 @@
+//! etcd's users, roles and permissions, as etcdctl sees them (docs/security.md):
+//!
+//! - `etcdctl_auth_flows_answer_as_etcd`: one fixed sequence of `etcdctl user`, `role`,
+//!   `auth` and KV commands, with and without `--user`, run against a three-node leasekv
+//!   cluster (through a follower) and a real etcd; the transcripts (exit code, output, the
+//!   error etcdctl prints) must be the same line for line.
+//! - `the_permission_matrix_holds`: each kind of role (read, write, readwrite on a prefix) ×
+//!   each operation (get, put, del, txn, watch, lease revoke) × inside and outside the prefix,
+//!   against both systems, each answer as etcd's and as the rule says.
+//!
+//! Without etcd or etcdctl the tests skip, except under `CI=true`, where they fail.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const KVSERVER: &str = env!("CARGO_BIN_EXE_kvserver");
+const RUN_LIMIT: Duration = Duration::from_secs(15);
+
+/// A running system: its processes (killed by pid on drop) and the endpoint the commands go to.
+struct System {
+    name: &'static str,
+    _dir: tempfile::TempDir,
+    children: Vec<Child>,
+    endpoint: String,
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn leasekv() -> System {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = common::free_ports(6);
+    let configs = common::write_configs(dir.path(), &ports[..3], &ports[3..], "paxoslease", "");
+    let children = configs
+        .iter()
+        .enumerate()
+        .map(|(i, path)| {
+            let log = std::fs::File::create(dir.path().join(format!("log{i}"))).expect("log");
+            Command::new(KVSERVER)
+                .arg("--config")
+                .arg(path)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("kvserver")
+        })
+        .collect();
+    // The second node: most answers come from the master through it.
+    System { name: "leasekv", endpoint: format!("127.0.0.1:{}", ports[1]), _dir: dir, children }
+}
+
+fn etcd(bin: &Path) -> System {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = common::free_ports(2);
+    let child = Command::new(bin)
+        .arg("--name=e0")
+        .arg(format!("--data-dir={}", dir.path().join("data").display()))
+        .arg(format!("--listen-client-urls=http://127.0.0.1:{}", ports[0]))
+        .arg(format!("--advertise-client-urls=http://127.0.0.1:{}", ports[0]))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", ports[1]))
+        .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{}", ports[1]))
+        .arg(format!("--initial-cluster=e0=http://127.0.0.1:{}", ports[1]))
+        .arg("--log-level=error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd starts");
+    System { name: "etcd", endpoint: format!("127.0.0.1:{}", ports[0]), _dir: dir, children: vec![child] }
+}
+
+/// What one etcdctl run printed: exit code, standard output, and the error lines (etcdctl's
+/// own `Error:` line; the client library's retry warnings differ in their timestamps).
+fn etcdctl(bin: &Path, endpoint: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(["--dial-timeout=3s", "--command-timeout=5s"])
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl starts");
+    if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
+        let _ = pipe.write_all(input.as_bytes());
+    }
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(RUN_LIMIT) {
+        Ok(output) => output.expect("etcdctl output"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+            panic!("etcdctl {args:?} did not finish within {RUN_LIMIT:?}");
+        }
+    };
+    let errors: Vec<&str> =
+        std::str::from_utf8(&output.stderr).unwrap_or("").lines().filter(|l| !l.starts_with('{')).collect();
+    format!(
+        "exit {:?}\n{}{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        errors.iter().map(|l| format!("stderr: {l}\n")).collect::<String>()
+    )
+}
+
+/// etcdctl and etcd, or `None` (skip) outside CI.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    let etcdctl = common::tool("etcdctl", "etcd-client")?;
+    let etcd = common::tool("etcd", "etcd-server")?;
+    Some((etcdctl, etcd))
+}
+
+/// Waits (bounded) until the system answers a read.
+fn wait_ready(bin: &Path, system: &System) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if etcdctl(bin, &system.endpoint, &["get", "/ready"], None).starts_with("exit Some(0)") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{} did not become ready", system.name);
+}
+
+const ROOT: &str = "--user=root:rootpw";
+
+/// The sequence: (arguments, standard input).
+fn auth_flows() -> Vec<(Vec<&'static str>, Option<&'static str>)> {
+    let steps: Vec<(&str, Option<&str>)> = vec![
+        ("user add root:rootpw", None),
+        ("role add root", None),
+        ("user grant-role root root", None),
+        ("auth enable", None),
+        ("get /x", None),
+        ("user add root:other --user=root:rootpw", None),
+        ("user add alice:alicepw --user=root:rootpw", None),
+        ("user add bob:bobpw --user=root:rootpw", None),
+        ("user add  --user=root:rootpw", None),
+        ("role add app --user=root:rootpw", None),
+        ("role add app --user=root:rootpw", None),
+        ("role grant-permission app readwrite /app/ --prefix --user=root:rootpw", None),
+        ("role grant-permission app read /shared --user=root:rootpw", None),
+        ("role grant-permission app write /w /wz --user=root:rootpw", None),
+        ("role grant-permission nosuch read /x --user=root:rootpw", None),
+        ("role get app --user=root:rootpw", None),
+        ("role get nosuch --user=root:rootpw", None),
+        ("user grant-role alice app --user=root:rootpw", None),
+        ("user grant-role alice nosuch --user=root:rootpw", None),
+        ("user grant-role nosuch app --user=root:rootpw", None),
+        ("user get alice --user=root:rootpw", None),
+        ("user get nosuch --user=root:rootpw", None),
+        ("user list --user=root:rootpw", None),
+        ("role list --user=root:rootpw", None),
+        ("put /app/x 1 --user=alice:alicepw", None),
+        ("put /other 1 --user=alice:alicepw", None),
+        ("put /other 1 --user=root:rootpw", None),
+        ("put /shared s --user=root:rootpw", None),
+        ("get /app/x --user=alice:alicepw", None),
+        ("get /shared --user=alice:alicepw", None),
+        ("put /shared v --user=alice:alicepw", None),
+        ("get /app/ --prefix --user=alice:alicepw", None),
+        ("get / --prefix --user=alice:alicepw", None),
+        ("get /other --user=alice:alicepw", None),
+        ("put /w/1 v --user=alice:alicepw", None),
+        ("get /w/1 --user=alice:alicepw", None),
+        ("get /app/x", None),
+        ("get /app/x --user=alice:wrong", None),
+        ("get /app/x --user=nobody:pw", None),
+        ("txn --user=alice:alicepw", Some("mod(\"/app/x\") > \"0\"\n\nput /app/y 2\n\nput /app/z 3\n\n")),
+        ("txn --user=alice:alicepw", Some("mod(\"/other\") > \"0\"\n\nput /app/y 2\n\n\n")),
+        ("txn --user=alice:alicepw", Some("mod(\"/app/x\") > \"0\"\n\nput /app/y 2\n\nput /other 3\n\n")),
+        ("del /app/x --user=alice:alicepw", None),
+        ("del /other --user=bob:bobpw", None),
+        ("user get alice --user=bob:bobpw", None),
+        ("user get bob --user=bob:bobpw", None),
+        ("user list --user=bob:bobpw", None),
+        ("role get app --user=alice:alicepw", None),
+        ("role get app --user=bob:bobpw", None),
+        ("user passwd bob --interactive=false --user=bob:bobpw", Some("newbobpw\n")),
+        ("get /x --user=bob:bobpw", None),
+        ("get /x --user=bob:newbobpw", None),
+        ("role revoke-permission app /shared --user=root:rootpw", None),
+        ("role revoke-permission app /nothing --user=root:rootpw", None),
+        ("get /shared --user=alice:alicepw", None),
+        ("user revoke-role alice app --user=root:rootpw", None),
+        ("user revoke-role alice app --user=root:rootpw", None),
+        ("get /app/y --user=alice:alicepw", None),
+        ("role delete app --user=root:rootpw", None),
+        ("role delete nosuch --user=root:rootpw", None),
+        ("user delete root --user=root:rootpw", None),
+        ("role delete root --user=root:rootpw", None),
+        ("user revoke-role root root --user=root:rootpw", None),
+        ("user delete bob --user=alice:alicepw", None),
+        ("user delete bob --user=root:rootpw", None),
+        ("user delete bob --user=root:rootpw", None),
+        ("auth disable --user=alice:alicepw", None),
+        ("auth disable --user=root:rootpw", None),
+        ("get /app/y", None),
+        ("user list", None),
+        ("auth enable", None),
+        ("get /app/y", None),
+    ];
+    steps.into_iter().map(|(args, stdin)| (args.split(' ').collect(), stdin)).collect()
+}
+
+#[test]
+fn etcdctl_auth_flows_answer_as_etcd() {
+    let Some((etcdctl_bin, etcd_bin)) = tools() else {
+        eprintln!("skipped: etcd or etcdctl is not installed");
+        return;
+    };
+    let (ours, theirs) = (leasekv(), etcd(&etcd_bin));
+    wait_ready(&etcdctl_bin, &ours);
+    wait_ready(&etcdctl_bin, &theirs);
+    let mut differences = Vec::new();
+    for (args, stdin) in auth_flows() {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+        let a = etcdctl(&etcdctl_bin, &ours.endpoint, &args, stdin);
+        let b = etcdctl(&etcdctl_bin, &theirs.endpoint, &args, stdin);
+        if a != b {
+            differences.push(format!("etcdctl {}\n--- leasekv\n{a}--- etcd\n{b}", args.join(" ")));
+        }
+    }
+    assert!(differences.is_empty(), "{} steps differ:\n{}", differences.len(), differences.join("\n"));
+}
+
+/// Sets up the matrix's users: `r`, `w` and `rw`, each with a role of that kind on `/in/`.
+fn matrix_setup(bin: &Path, endpoint: &str) {
+    let mut steps = vec!["user add root:rootpw".to_string(), "user grant-role root root".into(), "auth enable".into()];
+    for (user, kind) in [("r", "read"), ("w", "write"), ("rw", "readwrite")] {
+        steps.push(format!("user add {user}:pw {ROOT}"));
+        steps.push(format!("role add role-{user} {ROOT}"));
+        steps.push(format!("role grant-permission role-{user} {kind} /in/ --prefix {ROOT}"));
+        steps.push(format!("user grant-role {user} role-{user} {ROOT}"));
+    }
+    steps.push(format!("put /in/k v {ROOT}"));
+    steps.push(format!("put /out/k v {ROOT}"));
+    for step in steps {
+        let args: Vec<&str> = step.split(' ').collect();
+        let out = etcdctl(bin, endpoint, &args, None);
+        assert!(out.starts_with("exit Some(0)"), "setup step {step}: {out}");
+    }
+}
+
+#[test]
+fn the_permission_matrix_holds() {
+    let Some((etcdctl_bin, etcd_bin)) = tools() else {
+        eprintln!("skipped: etcd or etcdctl is not installed");
+        return;
+    };
+    let (ours, theirs) = (leasekv(), etcd(&etcd_bin));
+    for system in [&ours, &theirs] {
+        wait_ready(&etcdctl_bin, system);
+        matrix_setup(&etcdctl_bin, &system.endpoint);
+    }
+    let mut failures = Vec::new();
+    for (user, can_read, can_write) in [("r", true, false), ("w", false, true), ("rw", true, true)] {
+        for (place, inside) in [("/in", true), ("/out", false)] {
+            let key = format!("{place}/k");
+            let txn = format!("value(\"{key}\") = \"v\"\n\nput {key} t\n\n\n");
+            let ops: Vec<(&str, Vec<String>, Option<String>, bool)> = vec![
+                ("get", vec!["get".into(), key.clone()], None, can_read),
+                ("get prefix", vec!["get".into(), format!("{place}/"), "--prefix".into()], None, can_read),
+                ("put", vec!["put".into(), key.clone(), "v".into()], None, can_write),
+                (
+                    "put --prev-kv",
+                    vec!["put".into(), key.clone(), "v".into(), "--prev-kv".into()],
+                    None,
+                    can_read && can_write,
+                ),
+                ("del", vec!["del".into(), format!("{place}/none")], None, can_write),
+                ("txn", vec!["txn".into()], Some(txn), can_read && can_write),
+            ];
+            for (name, mut args, stdin, allowed) in ops {
+                args.push(format!("--user={user}:pw"));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let expected = allowed && inside;
+                let a = etcdctl(&etcdctl_bin, &ours.endpoint, &args, stdin.as_deref());
+                let b = etcdctl(&etcdctl_bin, &theirs.endpoint, &args, stdin.as_deref());
+                let ok = a.starts_with("exit Some(0)");
+                if ok != expected || (!ok && !a.contains("permission denied")) {
+                    failures.push(format!("{user} {name} {place}: expected allowed={expected}, leasekv said:\n{a}"));
+                }
+                if a != b {
+                    failures
+                        .push(format!("{user} {name} {place}: leasekv and etcd differ\n--- leasekv\n{a}--- etcd\n{b}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
