@@ -304,3 +304,54 @@ fn the_permission_matrix_holds() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+const KVCLI: &str = env!("CARGO_BIN_EXE_kvcli");
+
+/// kvcli's `--user` and its `user`, `role` and `auth` commands (no etcd needed).
+#[test]
+fn kvcli_manages_users_and_roles_and_authenticates() {
+    let system = leasekv();
+    let kvcli = |args: &str| {
+        let out = Command::new(KVCLI)
+            .arg("--endpoints")
+            .arg(&system.endpoint)
+            .args(args.split(' '))
+            .output()
+            .expect("kvcli runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let started = Instant::now();
+    while !kvcli("put /ready 1").0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "leasekv did not become ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (args, ok, says) in [
+        ("user add root:rootpw", true, "User root created"),
+        ("auth enable", true, "Authentication Enabled"),
+        ("put /k v", false, "user name is empty"),
+        ("--user root:rootpw auth status", true, "Authentication Status: true"),
+        ("--user root:rootpw user add app:apppw", true, "User app created"),
+        ("--user root:rootpw role add app", true, "Role app created"),
+        ("--user root:rootpw role grant-permission app readwrite /app/ --prefix", true, "Role app updated"),
+        ("--user root:rootpw role get app", true, "[/app/, /app0) (prefix /app/)"),
+        ("--user root:rootpw user grant-role app app", true, "Role app is granted to user app"),
+        ("--user app:apppw put /app/1 x", true, "OK"),
+        ("--user app --password apppw get /app/1", true, "x"),
+        ("--user app:apppw put /other x", false, "permission denied"),
+        ("--user app:wrong get /app/1", false, "authentication failed"),
+        ("--user app:apppw user list", false, "permission denied"),
+        ("--user root:rootpw user passwd app --new-password p2", true, "Password updated"),
+        ("--user app:apppw get /app/1", false, "authentication failed"),
+        ("--user app:p2 get /app/1", true, "x"),
+        ("--user root:rootpw user get app", true, "Roles: app"),
+        ("--user root:rootpw role revoke-permission app /app/ --prefix", true, "revoked"),
+        ("--user app:p2 get /app/1", false, "permission denied"),
+        ("--user root:rootpw auth disable", true, "Authentication Disabled"),
+        ("get /app/1", true, "x"),
+    ] {
+        let (success, text) = kvcli(args);
+        assert_eq!(success, ok, "kvcli {args}: {text}");
+        assert!(text.contains(says), "kvcli {args}: expected {says:?} in {text}");
+    }
+}

@@ -219,3 +219,36 @@ fn certificates_rotate_without_a_restart_and_impostor_peers_are_refused() {
         assert!(cluster.log(i).contains("TLS certificates reloaded"), "node {i} logs the reload");
     }
 }
+
+/// A client certificate's common name is the user when auth is on (etcd's rule): the
+/// example's client certificate says `root`.
+#[test]
+fn the_client_certificate_names_the_user_when_auth_is_on() {
+    let certs_dir = tempfile::tempdir().expect("tempdir");
+    let Some(certs) = make_certs(certs_dir.path()) else {
+        eprintln!("skipped: openssl is not installed");
+        return;
+    };
+    let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
+    let rt = runtime();
+    let root_cert = client_tls(&certs, true);
+    // A node's certificate is a valid client certificate too, for a user named "n1".
+    let n1_cert =
+        ClientTls::from_files(Some(&certs.join("ca.crt")), Some(&certs.join("n1.crt")), Some(&certs.join("n1.key")))
+            .expect("files")
+            .expect("TLS");
+    rt.block_on(async {
+        let endpoint = cluster.endpoint(0);
+        eventually(Duration::from_secs(20), || round_trip(&endpoint, &root_cert, "/cn/before".into())).await;
+        let admin = tls_client(&endpoint, &root_cert).await.expect("connects");
+        admin.user_add("root", None).await.expect("a certificate-only root user");
+        admin.user_grant_role("root", "root").await.expect("root role");
+        admin.auth_enable().await.expect("auth on");
+        // No token: the certificate says who this is.
+        eventually(Duration::from_secs(10), || round_trip(&endpoint, &root_cert, "/cn/root".into())).await;
+        assert!(admin.user_list().await.expect("root may list users").contains(&"root".to_string()));
+        let stranger = tls_client(&endpoint, &n1_cert).await.expect("connects");
+        let error = stranger.put("/cn/n1", "v", 0, false).await.expect_err("user n1 does not exist");
+        assert!(error.to_string().contains("permission denied"), "{error}");
+    });
+}

@@ -11,8 +11,12 @@
 use crate::endpoint::{parse_endpoint_list, EndpointError};
 use crate::outcome::is_retryable;
 use crate::proto::etcdserverpb::{
-    alarm_request::AlarmAction, cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, AlarmMember, AlarmRequest, AlarmResponse, AlarmType, CompactionRequest,
+    alarm_request::AlarmAction, auth_client::AuthClient, cluster_client::ClusterClient, kv_client::KvClient,
+    lease_client::LeaseClient, maintenance_client::MaintenanceClient, AlarmMember, AlarmRequest, AlarmResponse,
+    AlarmType, AuthDisableRequest, AuthEnableRequest, AuthRoleAddRequest, AuthRoleDeleteRequest, AuthRoleGetRequest,
+    AuthRoleGrantPermissionRequest, AuthRoleListRequest, AuthRoleRevokePermissionRequest, AuthStatusRequest,
+    AuthStatusResponse, AuthUserAddRequest, AuthUserChangePasswordRequest, AuthUserDeleteRequest, AuthUserGetRequest,
+    AuthUserGrantRoleRequest, AuthUserListRequest, AuthUserRevokeRoleRequest, AuthenticateRequest, CompactionRequest,
     CompactionResponse, DefragmentRequest, DefragmentResponse, DeleteRangeRequest, DeleteRangeResponse, HashKvRequest,
     HashKvResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest,
@@ -33,6 +37,8 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
@@ -46,6 +52,51 @@ macro_rules! unary {
             async move { $stub::new(channel).$method(request).await }
         }
     };
+}
+
+/// A user name and password for etcd's auth (etcdctl's `--user name:password`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("user", &self.user).finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// `name:password` as etcdctl takes it; `None` without a colon.
+    pub fn parse(user: &str) -> Option<Credentials> {
+        let (user, password) = user.split_once(':')?;
+        Some(Credentials { user: user.to_string(), password: password.to_string() })
+    }
+}
+
+/// A channel that sends the client's auth token, once it has one.
+pub type Conn = InterceptedService<Channel, TokenInterceptor>;
+
+/// Adds the `token` metadata etcd servers read the caller from.
+#[derive(Debug, Clone)]
+pub struct TokenInterceptor(Arc<std::sync::RwLock<Option<MetadataValue<Ascii>>>>);
+
+impl tonic::service::Interceptor for TokenInterceptor {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(token) = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            request.metadata_mut().insert("token", token);
+        }
+        Ok(request)
+    }
+}
+
+/// Whether the server refused a token that authenticating again would replace.
+fn is_stale_token(status: &Status) -> bool {
+    status.message() == "etcdserver: invalid auth token"
+        || status.message() == "etcdserver: revision of auth store is old"
 }
 
 /// Why a client operation failed. Messages name the endpoint and the call.
@@ -211,7 +262,12 @@ struct Inner {
     /// Normalised endpoint URLs, in the caller's order.
     endpoints: Vec<String>,
     /// One channel per endpoint; tonic channels reconnect by themselves after a failure.
-    channels: Vec<Channel>,
+    /// Each sends the auth token, once there is one.
+    channels: Vec<Conn>,
+    /// The user and password to authenticate with (etcd's auth), if any.
+    credentials: Option<Credentials>,
+    /// The token every call carries (shared by the channels' interceptors).
+    token: Arc<std::sync::RwLock<Option<MetadataValue<Ascii>>>>,
     /// Index of the endpoint calls go to first.
     current: AtomicUsize,
     policy: RetryPolicy,
@@ -277,12 +333,21 @@ impl Client {
             match builders[index].connect().await {
                 Ok(connected) => {
                     // The others connect on first use, so failing over costs nothing up front.
+                    let token = Arc::new(std::sync::RwLock::new(None));
                     let channels = builders
                         .iter()
                         .enumerate()
                         .map(|(i, b)| if i == index { connected.clone() } else { b.connect_lazy() })
+                        .map(|channel| InterceptedService::new(channel, TokenInterceptor(token.clone())))
                         .collect();
-                    let inner = Inner { endpoints: urls, channels, current: AtomicUsize::new(index), policy };
+                    let inner = Inner {
+                        endpoints: urls,
+                        channels,
+                        current: AtomicUsize::new(index),
+                        policy,
+                        credentials: None,
+                        token,
+                    };
                     return Ok(Client { inner: Arc::new(inner) });
                 }
                 Err(e) => failures.push(format!("{}: {}", urls[index], error_chain(&e))),
@@ -332,7 +397,7 @@ impl Client {
     /// Runs one unary call with failover: `f` is invoked with the channel of the endpoint to try.
     pub(crate) async fn call<T, F, Fut>(&self, method: &'static str, f: F) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         self.call_with_deadline(method, Some(self.inner.policy.request_timeout), f).await
@@ -347,17 +412,28 @@ impl Client {
         mut f: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let policy = self.inner.policy;
+        let mut reauthenticated = false;
         let deadline = deadline.unwrap_or(Duration::MAX);
         let attempts = policy.attempts.max(1);
         let mut failures = Vec::new();
         for attempt in 1..=attempts {
             let index = self.current_index();
             let endpoint = &self.inner.endpoints[index];
-            match timeout_or_wait(deadline, f(self.inner.channels[index].clone())).await {
+            let mut outcome = timeout_or_wait(deadline, f(self.inner.channels[index].clone())).await;
+            // etcd's clients authenticate again when the token expired or the auth store
+            // changed since it was issued, and retry at once (once per call).
+            if let Ok(Err(status)) = &outcome {
+                if !reauthenticated && self.inner.credentials.is_some() && is_stale_token(status) {
+                    reauthenticated = true;
+                    self.authenticate().await?;
+                    outcome = timeout_or_wait(deadline, f(self.inner.channels[index].clone())).await;
+                }
+            }
+            match outcome {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) if is_retryable(&status) => {
                     failures.push(format!("{endpoint}: {}", status_summary(&status)));
@@ -373,6 +449,153 @@ impl Client {
             }
         }
         Err(ClientError::Unavailable { method, attempts, failures: failures.join("; ") })
+    }
+
+    /// Connects as `user` (etcd's auth): authenticates at once and sends the token with
+    /// every call, authenticating again when the server says it is stale.
+    pub async fn connect_as(
+        endpoints: &[String],
+        policy: RetryPolicy,
+        tls: Option<&ClientTls>,
+        credentials: Credentials,
+    ) -> Result<Client, ClientError> {
+        let client = Client::connect_with_tls(endpoints, policy, tls).await?;
+        let inner = Arc::into_inner(client.inner).ok_or(ClientError::NoEndpoints)?;
+        let client = Client { inner: Arc::new(Inner { credentials: Some(credentials), ..inner }) };
+        match client.authenticate().await {
+            // Auth is off: no token is needed (etcd serves such a client too).
+            Err(ClientError::Rpc { status, .. }) if status.message() == "etcdserver: authentication is not enabled" => {
+                Ok(client)
+            }
+            Err(error) => Err(error),
+            Ok(()) => Ok(client),
+        }
+    }
+
+    /// Asks for a token with the credentials and keeps it for later calls.
+    async fn authenticate(&self) -> Result<(), ClientError> {
+        let Some(credentials) = self.inner.credentials.clone() else { return Ok(()) };
+        *self.inner.token.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        let request = AuthenticateRequest { name: credentials.user, password: credentials.password };
+        let answer = Box::pin(self.call("Authenticate", unary!(AuthClient, authenticate, request.clone()))).await?;
+        let token = MetadataValue::try_from(answer.token.as_str()).map_err(|_| ClientError::Connect {
+            attempts: 1,
+            failures: "the server sent a token that is not ASCII".into(),
+        })?;
+        *self.inner.token.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(token);
+        Ok(())
+    }
+
+    // ----- Auth -----
+
+    /// Turns auth on (the `root` user with the `root` role must exist).
+    pub async fn auth_enable(&self) -> Result<(), ClientError> {
+        self.call("AuthEnable", unary!(AuthClient, auth_enable, AuthEnableRequest {})).await.map(drop)
+    }
+
+    /// Turns auth off (root only).
+    pub async fn auth_disable(&self) -> Result<(), ClientError> {
+        self.call("AuthDisable", unary!(AuthClient, auth_disable, AuthDisableRequest {})).await.map(drop)
+    }
+
+    /// Whether auth is on, and the auth store's revision.
+    pub async fn auth_status(&self) -> Result<AuthStatusResponse, ClientError> {
+        self.call("AuthStatus", unary!(AuthClient, auth_status, AuthStatusRequest {})).await
+    }
+
+    /// Adds a user; `password` `None` adds one that cannot authenticate with a password
+    /// (etcd's `--no-password`: for client-certificate users).
+    pub async fn user_add(&self, name: &str, password: Option<&str>) -> Result<(), ClientError> {
+        let request = AuthUserAddRequest {
+            name: name.to_string(),
+            password: password.unwrap_or_default().to_string(),
+            options: Some(crate::proto::authpb::UserAddOptions { no_password: password.is_none() }),
+            hashed_password: String::new(),
+        };
+        self.call("UserAdd", unary!(AuthClient, user_add, request.clone())).await.map(drop)
+    }
+
+    /// Deletes a user.
+    pub async fn user_delete(&self, name: &str) -> Result<(), ClientError> {
+        let request = AuthUserDeleteRequest { name: name.to_string() };
+        self.call("UserDelete", unary!(AuthClient, user_delete, request.clone())).await.map(drop)
+    }
+
+    /// A user's roles.
+    pub async fn user_get(&self, name: &str) -> Result<Vec<String>, ClientError> {
+        let request = AuthUserGetRequest { name: name.to_string() };
+        Ok(self.call("UserGet", unary!(AuthClient, user_get, request.clone())).await?.roles)
+    }
+
+    /// Every user's name, sorted.
+    pub async fn user_list(&self) -> Result<Vec<String>, ClientError> {
+        Ok(self.call("UserList", unary!(AuthClient, user_list, AuthUserListRequest {})).await?.users)
+    }
+
+    /// Changes a user's password (root only).
+    pub async fn user_change_password(&self, name: &str, password: &str) -> Result<(), ClientError> {
+        let request = AuthUserChangePasswordRequest {
+            name: name.to_string(),
+            password: password.to_string(),
+            hashed_password: String::new(),
+        };
+        self.call("UserChangePassword", unary!(AuthClient, user_change_password, request.clone())).await.map(drop)
+    }
+
+    /// Grants `role` to `user`.
+    pub async fn user_grant_role(&self, user: &str, role: &str) -> Result<(), ClientError> {
+        let request = AuthUserGrantRoleRequest { user: user.to_string(), role: role.to_string() };
+        self.call("UserGrantRole", unary!(AuthClient, user_grant_role, request.clone())).await.map(drop)
+    }
+
+    /// Revokes `role` from `user`.
+    pub async fn user_revoke_role(&self, user: &str, role: &str) -> Result<(), ClientError> {
+        let request = AuthUserRevokeRoleRequest { name: user.to_string(), role: role.to_string() };
+        self.call("UserRevokeRole", unary!(AuthClient, user_revoke_role, request.clone())).await.map(drop)
+    }
+
+    /// Adds a role without permissions.
+    pub async fn role_add(&self, name: &str) -> Result<(), ClientError> {
+        let request = AuthRoleAddRequest { name: name.to_string() };
+        self.call("RoleAdd", unary!(AuthClient, role_add, request.clone())).await.map(drop)
+    }
+
+    /// Deletes a role (and revokes it from every user).
+    pub async fn role_delete(&self, name: &str) -> Result<(), ClientError> {
+        let request = AuthRoleDeleteRequest { role: name.to_string() };
+        self.call("RoleDelete", unary!(AuthClient, role_delete, request.clone())).await.map(drop)
+    }
+
+    /// A role's permissions.
+    pub async fn role_get(&self, name: &str) -> Result<Vec<crate::proto::authpb::Permission>, ClientError> {
+        let request = AuthRoleGetRequest { role: name.to_string() };
+        Ok(self.call("RoleGet", unary!(AuthClient, role_get, request.clone())).await?.perm)
+    }
+
+    /// Every role's name, sorted.
+    pub async fn role_list(&self) -> Result<Vec<String>, ClientError> {
+        Ok(self.call("RoleList", unary!(AuthClient, role_list, AuthRoleListRequest {})).await?.roles)
+    }
+
+    /// Grants `role` a permission on a key (`range_end` empty), a range, or every key from
+    /// `key` on (`range_end` `\0`).
+    pub async fn role_grant_permission(
+        &self,
+        role: &str,
+        permission: crate::proto::authpb::Permission,
+    ) -> Result<(), ClientError> {
+        let request = AuthRoleGrantPermissionRequest { name: role.to_string(), perm: Some(permission) };
+        self.call("RoleGrantPermission", unary!(AuthClient, role_grant_permission, request.clone())).await.map(drop)
+    }
+
+    /// Revokes `role`'s permission on exactly this key and range end.
+    pub async fn role_revoke_permission(&self, role: &str, key: &[u8], range_end: &[u8]) -> Result<(), ClientError> {
+        let request = AuthRoleRevokePermissionRequest {
+            role: role.to_string(),
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+        };
+        self.call("RoleRevokePermission", unary!(AuthClient, role_revoke_permission, request.clone())).await.map(drop)
     }
 
     // ----- KV -----

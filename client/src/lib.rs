@@ -17,7 +17,7 @@ pub mod recipes;
 pub mod tls;
 pub mod watch;
 
-pub use client::{prefix_range_end, Client, ClientError, GetOptions, KeepAliveStream, RetryPolicy};
+pub use client::{prefix_range_end, Client, ClientError, Conn, Credentials, GetOptions, KeepAliveStream, RetryPolicy};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
 pub use outcome::{indeterminate_write, is_indeterminate, INDETERMINATE_WRITE};
 pub use recipes::Session;

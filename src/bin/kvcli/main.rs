@@ -6,6 +6,7 @@
 //! The code is here, under its binary, so that the client library does not depend on clap,
 //! anyhow or serde_json.
 
+mod auth;
 mod cluster;
 mod elect;
 mod kv;
@@ -41,6 +42,13 @@ pub struct Cli {
     // Its own id: `key` is the positional KEY of get, put and del.
     #[arg(long = "key", id = "tls_key", global = true, env = "LEASEKV_KEY")]
     pub key: Option<std::path::PathBuf>,
+    /// The user to authenticate as (etcd's auth): NAME:PASSWORD, or NAME with --password.
+    // Its own id: `user` is also a subcommand and a positional of `user add`.
+    #[arg(long = "user", id = "auth_user", global = true, env = "LEASEKV_USER")]
+    pub user: Option<String>,
+    /// The password of --user, when it is not given as NAME:PASSWORD.
+    #[arg(long = "password", id = "auth_password", global = true, env = "LEASEKV_PASSWORD")]
+    pub password: Option<String>,
     /// Output format.
     #[arg(short = 'w', long = "write-out", global = true, value_enum, default_value_t = OutputFormat::Simple)]
     pub write_out: OutputFormat,
@@ -87,6 +95,15 @@ pub enum Command {
     Alarm(cluster::AlarmCommand),
     /// Give unused disk space back on the answering member.
     Defrag,
+    /// Turn auth on or off, or show whether it is on (as `etcdctl auth`).
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
+    /// Add, delete, list users; grant and revoke their roles (as `etcdctl user`).
+    #[command(subcommand)]
+    User(auth::UserCommand),
+    /// Add, delete, list roles; grant and revoke their permissions (as `etcdctl role`).
+    #[command(subcommand)]
+    Role(auth::RoleCommand),
     /// Hand mastership to the member with this id (decimal, or hex as `member list` shows it).
     MoveMaster {
         /// The member that should be master.
@@ -102,7 +119,10 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
     }
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
     let tls = leasekv::client::ClientTls::from_files(cli.cacert.as_deref(), cli.cert.as_deref(), cli.key.as_deref())?;
-    let client = Client::connect_with_tls(&endpoints, Default::default(), tls.as_ref()).await?;
+    let client = match credentials(cli.user.as_deref(), cli.password.as_deref())? {
+        Some(credentials) => Client::connect_as(&endpoints, Default::default(), tls.as_ref(), credentials).await?,
+        None => Client::connect_with_tls(&endpoints, Default::default(), tls.as_ref()).await?,
+    };
     let format = cli.write_out;
     if let Command::Lock(args) = cli.command {
         return lock::lock(&client, args).await;
@@ -125,8 +145,26 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Alarm(command) => cluster::alarm(&client, command).await,
         Command::Defrag => cluster::defrag(&client).await,
         Command::MoveMaster { member } => cluster::move_master(&client, &member).await,
+        Command::Auth(command) => auth::auth(&client, command).await,
+        Command::User(command) => auth::user(&client, command).await,
+        Command::Role(command) => auth::role(&client, command).await,
     }
     .map(|()| None)
+}
+
+/// `--user NAME:PASSWORD`, or `--user NAME --password PASSWORD`.
+fn credentials(user: Option<&str>, password: Option<&str>) -> Result<Option<leasekv::client::Credentials>> {
+    use leasekv::client::Credentials;
+    match (user, password) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => anyhow::bail!("--password needs --user NAME"),
+        (Some(user), Some(password)) => {
+            Ok(Some(Credentials { user: user.to_string(), password: password.to_string() }))
+        }
+        (Some(user), None) => Credentials::parse(user)
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("--user {user}: give the password as --user NAME:PASSWORD or --password")),
+    }
 }
 
 fn main() -> ExitCode {
