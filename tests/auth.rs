@@ -256,6 +256,30 @@ fn matrix_setup(bin: &Path, endpoint: &str) {
     }
 }
 
+/// What `etcdctl watch` printed when the server canceled the watch within two seconds;
+/// `None` when it was still watching (then it is killed, by pid).
+fn watch_outcome(bin: &Path, endpoint: &str, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl starts");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        if let Ok(Some(_)) = child.try_wait() {
+            let output = child.wait_with_output().expect("output");
+            return Some(String::from_utf8_lossy(&output.stdout).to_string());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
 #[test]
 fn the_permission_matrix_holds() {
     let Some((etcdctl_bin, etcd_bin)) = tools() else {
@@ -284,11 +308,21 @@ fn the_permission_matrix_holds() {
                 ),
                 ("del", vec!["del".into(), format!("{place}/none")], None, can_write),
                 ("txn", vec!["txn".into()], Some(txn), can_read && can_write),
+                // A watch it may not create is canceled at once; one it may runs until killed.
+                ("watch", vec!["watch".into(), format!("{place}/")], None, can_read),
             ];
             for (name, mut args, stdin, allowed) in ops {
                 args.push(format!("--user={user}:pw"));
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let expected = allowed && inside;
+                if name == "watch" {
+                    let a = watch_outcome(&etcdctl_bin, &ours.endpoint, &args);
+                    let b = watch_outcome(&etcdctl_bin, &theirs.endpoint, &args);
+                    if a.is_none() != expected || a != b {
+                        failures.push(format!("{user} watch {place}: expected allowed={expected}; leasekv {a:?}, etcd {b:?}"));
+                    }
+                    continue;
+                }
                 let a = etcdctl(&etcdctl_bin, &ours.endpoint, &args, stdin.as_deref());
                 let b = etcdctl(&etcdctl_bin, &theirs.endpoint, &args, stdin.as_deref());
                 let ok = a.starts_with("exit Some(0)");

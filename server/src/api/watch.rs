@@ -220,7 +220,8 @@ impl StreamTask {
             watch_id: if watch_id > 0 { watch_id } else { -1 },
             created: true,
             canceled: true,
-            cancel_reason: status.message().to_string(),
+            // etcd puts the gRPC error's text there, code included.
+            cancel_reason: format!("rpc error: code = PermissionDenied desc = {}", status.message()),
             ..Default::default()
         };
         self.tx.send(Ok(refusal)).await.map_err(|_| Ended::ClientGone)
