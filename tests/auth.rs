@@ -319,7 +319,9 @@ fn the_permission_matrix_holds() {
                     let a = watch_outcome(&etcdctl_bin, &ours.endpoint, &args);
                     let b = watch_outcome(&etcdctl_bin, &theirs.endpoint, &args);
                     if a.is_none() != expected || a != b {
-                        failures.push(format!("{user} watch {place}: expected allowed={expected}; leasekv {a:?}, etcd {b:?}"));
+                        failures.push(format!(
+                            "{user} watch {place}: expected allowed={expected}; leasekv {a:?}, etcd {b:?}"
+                        ));
                     }
                     continue;
                 }

@@ -25,6 +25,15 @@ fn make_certs(dir: &Path) -> Option<PathBuf> {
     Some(dir.to_path_buf())
 }
 
+/// Certificates (in a directory kept while the test runs) and a 3-node cluster using them
+/// on both ports; `None` (skip) without openssl outside CI.
+fn tls_cluster() -> Option<(tempfile::TempDir, PathBuf, Cluster)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = make_certs(dir.path())?;
+    let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
+    Some((dir, certs, cluster))
+}
+
 /// The TLS sections of every node: both ports, client certificates required.
 fn tls_sections(certs: &Path) -> String {
     let c = certs.display();
@@ -99,13 +108,11 @@ async fn claim(peer_port: u16, certs: &Path, name: &str, claimed: u32) -> Result
 
 #[test]
 fn a_three_node_cluster_serves_clients_and_peers_over_tls_only() {
-    let certs_dir = tempfile::tempdir().expect("tempdir");
-    let Some(certs) = make_certs(certs_dir.path()) else {
+    let etcdctl_bin = common::tool("etcdctl", "etcd-client");
+    let Some((_certs_dir, certs, cluster)) = tls_cluster() else {
         eprintln!("skipped: openssl is not installed");
         return;
     };
-    let etcdctl_bin = common::tool("etcdctl", "etcd-client");
-    let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
     let rt = runtime();
     let tls = client_tls(&certs, true);
 
@@ -169,12 +176,10 @@ fn a_three_node_cluster_serves_clients_and_peers_over_tls_only() {
 
 #[test]
 fn certificates_rotate_without_a_restart_and_impostor_peers_are_refused() {
-    let certs_dir = tempfile::tempdir().expect("tempdir");
-    let Some(certs) = make_certs(certs_dir.path()) else {
+    let Some((_certs_dir, certs, cluster)) = tls_cluster() else {
         eprintln!("skipped: openssl is not installed");
         return;
     };
-    let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
     let rt = runtime();
     let old = client_tls(&certs, true);
     let first = cluster.endpoint(0);
@@ -224,12 +229,10 @@ fn certificates_rotate_without_a_restart_and_impostor_peers_are_refused() {
 /// example's client certificate says `root`.
 #[test]
 fn the_client_certificate_names_the_user_when_auth_is_on() {
-    let certs_dir = tempfile::tempdir().expect("tempdir");
-    let Some(certs) = make_certs(certs_dir.path()) else {
+    let Some((_certs_dir, certs, cluster)) = tls_cluster() else {
         eprintln!("skipped: openssl is not installed");
         return;
     };
-    let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
     let rt = runtime();
     let root_cert = client_tls(&certs, true);
     // A node's certificate is a valid client certificate too, for a user named "n1".

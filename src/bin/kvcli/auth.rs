@@ -2,7 +2,7 @@
 //! prints it.
 
 use anyhow::{bail, Result};
-use clap::{Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use leasekv::client::proto::authpb::{permission::Type, Permission};
 use leasekv::client::{prefix_range_end, Client};
 
@@ -102,40 +102,44 @@ pub enum RoleCommand {
         role: String,
         /// read, write or readwrite.
         kind: Kind,
-        /// The key (or the range's start, or the prefix).
-        key: String,
-        /// The range's end (exclusive).
-        range_end: Option<String>,
-        /// Every key starting with KEY.
-        #[arg(long, conflicts_with = "range_end")]
-        prefix: bool,
-        /// Every key from KEY on.
-        #[arg(long, conflicts_with_all = ["range_end", "prefix"])]
-        from_key: bool,
+        /// What it covers.
+        #[command(flatten)]
+        range: KeyRange,
     },
     /// Revoke the permission on exactly this key, range or prefix.
     RevokePermission {
         /// The role.
         role: String,
-        /// The key (or the range's start, or the prefix).
-        key: String,
-        /// The range's end.
-        range_end: Option<String>,
-        /// The permission was granted with --prefix.
-        #[arg(long, conflicts_with = "range_end")]
-        prefix: bool,
-        /// The permission was granted with --from-key.
-        #[arg(long, conflicts_with_all = ["range_end", "prefix"])]
-        from_key: bool,
+        /// What it covers, as it was granted.
+        #[command(flatten)]
+        range: KeyRange,
     },
 }
 
-fn range_end(key: &str, end: Option<String>, prefix: bool, from_key: bool) -> Vec<u8> {
-    match (end, prefix, from_key) {
-        (Some(end), _, _) => end.into_bytes(),
-        (None, true, _) => prefix_range_end(key.as_bytes()),
-        (None, _, true) => vec![0],
-        (None, false, false) => Vec::new(),
+/// The keys a permission covers, as etcdctl takes them.
+#[derive(Debug, Args)]
+pub struct KeyRange {
+    /// The key (or the range's start, or the prefix).
+    key: String,
+    /// The range's end (exclusive).
+    range_end: Option<String>,
+    /// Every key starting with KEY.
+    #[arg(long, conflicts_with = "range_end")]
+    prefix: bool,
+    /// Every key from KEY on.
+    #[arg(long, conflicts_with_all = ["range_end", "prefix"])]
+    from_key: bool,
+}
+
+impl KeyRange {
+    /// The permission's range end: empty for one key, `\0` from the key on.
+    fn end(&self) -> Vec<u8> {
+        match (&self.range_end, self.prefix, self.from_key) {
+            (Some(end), _, _) => end.clone().into_bytes(),
+            (None, true, _) => prefix_range_end(self.key.as_bytes()),
+            (None, _, true) => vec![0],
+            (None, false, false) => Vec::new(),
+        }
     }
 }
 
@@ -254,20 +258,19 @@ pub async fn role(client: &Client, command: RoleCommand) -> Result<()> {
                 println!("{role}");
             }
         }
-        RoleCommand::GrantPermission { role, kind, key, range_end: end, prefix, from_key } => {
+        RoleCommand::GrantPermission { role, kind, range } => {
             let perm_type = match kind {
                 Kind::Read => Type::Read,
                 Kind::Write => Type::Write,
                 Kind::Readwrite => Type::Readwrite,
             } as i32;
-            let range_end = range_end(&key, end, prefix, from_key);
-            client.role_grant_permission(&role, Permission { perm_type, key: key.into_bytes(), range_end }).await?;
+            let permission = Permission { perm_type, key: range.key.clone().into_bytes(), range_end: range.end() };
+            client.role_grant_permission(&role, permission).await?;
             println!("Role {role} updated");
         }
-        RoleCommand::RevokePermission { role, key, range_end: end, prefix, from_key } => {
-            let range_end = range_end(&key, end, prefix, from_key);
-            client.role_revoke_permission(&role, key.as_bytes(), &range_end).await?;
-            println!("Permission of key {key} is revoked from role {role}");
+        RoleCommand::RevokePermission { role, range } => {
+            client.role_revoke_permission(&role, range.key.as_bytes(), &range.end()).await?;
+            println!("Permission of key {} is revoked from role {role}", range.key);
         }
     }
     Ok(())
