@@ -14,12 +14,14 @@
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 //! - [`tls`]: TLS on the client and peer ports, certificate reload, peer identities.
+//! - [`conn_limit`]: the cap on connections open on the client port.
 
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod compactor;
 pub mod config;
+pub mod conn_limit;
 pub mod corrupt_check;
 pub mod election_link;
 pub mod fault_injection;
