@@ -26,6 +26,8 @@ pub mod corrupt_check;
 pub mod election_link;
 pub mod fault_injection;
 pub mod forward;
+#[cfg(test)]
+mod fuzz;
 pub mod gateway;
 pub mod history_feed;
 pub mod join;
