@@ -619,3 +619,82 @@ fn a_burst_of_watchers_on_one_stream_all_see_their_events() {
         drop(tx);
     });
 }
+
+/// The client-port limits of `[limits]` and the peer protocol version, on real processes:
+/// each excess gets its clear error and the node goes on serving.
+#[test]
+fn client_limits_and_a_peer_of_another_protocol_version_get_clear_errors() {
+    use leasekv::client::proto::etcdserverpb as pb;
+    use leasekv::server::peer::proto::{peer_client::PeerClient, PeerEnvelope};
+    use std::io::{Read, Write};
+    let limits = "[limits]\nmax_leases = 2\nmax_client_connections = 16\nmax_request_bytes = 65536\n";
+    let cluster = Cluster::start_with("paxoslease", limits);
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let url = format!("http://{}", cluster.endpoint(master));
+        let mut kv = pb::kv_client::KvClient::connect(url.clone()).await.expect("connects");
+        let mut lease = pb::lease_client::LeaseClient::connect(url).await.expect("connects");
+        // [limits] max_leases: the third live lease is refused.
+        for _ in 0..2 {
+            eventually(Duration::from_secs(10), || {
+                let mut lease = lease.clone();
+                async move { lease.lease_grant(pb::LeaseGrantRequest { ttl: 60, id: 0 }).await }
+            })
+            .await;
+        }
+        let err = lease.lease_grant(pb::LeaseGrantRequest { ttl: 60, id: 0 }).await.expect_err("a third lease");
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+        assert!(err.message().contains("too many leases") && err.message().contains("max_leases"), "{err:?}");
+        // [limits] max_request_bytes: etcd's error within the framing allowance, refused
+        // unread beyond it.
+        let put = |len: usize| pb::PutRequest { key: b"/big".to_vec(), value: vec![b'x'; len], ..Default::default() };
+        let err = kv.put(put(70_000)).await.expect_err("over max_request_bytes");
+        assert_eq!((err.code(), err.message()), (tonic::Code::InvalidArgument, "etcdserver: request is too large"));
+        let err = kv.put(put(700_000)).await.expect_err("over the gRPC message limit");
+        assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+        kv.put(put(1000)).await.expect("a put within the limit");
+    });
+    // The gateway's body limit follows max_request_bytes.
+    let port = cluster.client_ports[0];
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    let body = format!("{{\"key\":\"Zm9v\",\"value\":\"{}\"}}", "A".repeat(200_000));
+    let head =
+        format!("POST /v3/kv/put HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes()).and_then(|_| s.write_all(body.as_bytes())).expect("sent");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("request is too large"), "{answer}");
+    // [limits] max_client_connections: connections beyond it are closed at once.
+    let held: Vec<_> = (0..24).filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+    // A refused connection reads EOF (or a reset) at once; an admitted one waits for a
+    // request, so its read times out.
+    let closed = held
+        .iter()
+        .filter(|s| {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+            let mut reader: &std::net::TcpStream = s;
+            match reader.read(&mut [0u8; 64]) {
+                Ok(n) => n == 0,
+                Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            }
+        })
+        .count();
+    // Beyond 16, less the ones the earlier clients may still hold.
+    assert!(closed >= 6, "{closed} of 24 connections were closed, expected those beyond 16");
+    drop(held);
+    rt.block_on(async {
+        // A peer speaking another protocol version is disconnected with a clear error.
+        let peer = format!("http://127.0.0.1:{}", cluster.peer_ports[0]);
+        for version in [0, 99] {
+            let channel = tonic::transport::Endpoint::from_shared(peer.clone()).expect("endpoint").connect_lazy();
+            let envelope = PeerEnvelope { from: 2, payload: vec![0xff; 4], more: vec![], version };
+            let err = PeerClient::new(channel).send(tokio_stream::iter(vec![envelope])).await.expect_err("refused");
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+            assert!(err.message().contains("peer protocol version mismatch"), "{err:?}");
+        }
+        // And the node still serves.
+        let c = client(&cluster.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("/still", "up", 0, false)).await;
+    });
+}

@@ -98,7 +98,12 @@ async fn claim(peer_port: u16, certs: &Path, name: &str, claimed: u32) -> Result
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     // Garbage payload: a member's is dropped (and counted), a stranger's stream is cut.
-    let envelope = PeerEnvelope { from: claimed, payload: vec![0xff; 16], more: vec![] };
+    let envelope = PeerEnvelope {
+        from: claimed,
+        payload: vec![0xff; 16],
+        more: vec![],
+        version: leasekv::server::peer::wire::PEER_PROTOCOL_VERSION,
+    };
     let stream = tokio_stream::iter(vec![envelope]);
     tokio::time::timeout(Duration::from_secs(5), PeerClient::new(channel).send(stream))
         .await

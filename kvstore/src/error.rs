@@ -171,4 +171,13 @@ pub enum KvError {
     /// granting a permission on a range that holds no key.
     #[error("etcdserver: invalid auth management")]
     InvalidAuthManagement,
+    /// A LeaseGrant while the store already holds `[limits] max_leases` live leases. etcd has
+    /// no such cap; without one a single client granting leases in a loop grows every
+    /// replica's memory (and the master's expiry tracking) without bound. Last, so the
+    /// earlier variants keep their tags on the peer wire.
+    #[error("etcdserver: too many leases: the store holds at most {max} live leases ([limits] max_leases); revoke unused leases or raise the limit")]
+    TooManyLeases {
+        /// The limit.
+        max: usize,
+    },
 }

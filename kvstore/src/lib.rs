@@ -15,6 +15,8 @@ pub mod auth;
 pub mod backup;
 pub mod command;
 pub mod error;
+#[cfg(test)]
+mod fuzz;
 pub mod lessor;
 pub mod limits;
 pub mod log;

@@ -19,11 +19,23 @@ pub struct Limits {
     /// and the NOSPACE alarm is raised. 0: no quota.
     #[serde(default)]
     pub quota_bytes: u64,
+    /// Most live leases the store holds; a grant beyond it is refused
+    /// ([`crate::KvError::TooManyLeases`]). Checked by the master when a grant is proposed,
+    /// so leases granted concurrently may overshoot it by the grants in flight.
+    #[serde(default = "Limits::default_max_leases")]
+    pub max_leases: usize,
 }
 
 impl Limits {
     /// etcd's default quota, 2 GiB.
     pub const DEFAULT_QUOTA_BYTES: u64 = 2 << 30;
+    /// The default cap on live leases: far above what lease-per-session clients use, low
+    /// enough that the lease table (about 100 B a lease) stays well under a gigabyte.
+    pub const DEFAULT_MAX_LEASES: usize = 1_000_000;
+
+    fn default_max_leases() -> usize {
+        Self::DEFAULT_MAX_LEASES
+    }
 }
 
 impl Default for Limits {
@@ -34,6 +46,7 @@ impl Default for Limits {
             max_txn_ops: 128,
             max_lease_name_bytes: 256,
             quota_bytes: Self::DEFAULT_QUOTA_BYTES,
+            max_leases: Self::DEFAULT_MAX_LEASES,
         }
     }
 }

@@ -43,3 +43,17 @@ impl fmt::Display for Ballot {
 /// orders successive masters (each new tenure starts with a higher ballot than every ballot
 /// of the previous one).
 pub type Term = Ballot;
+
+impl Ballot {
+    /// The highest counter a peer's ballot may carry; a message with a higher one is
+    /// dropped as malformed. An honest node raises its counter by one a round (a few a
+    /// second at most), so no real ballot comes near it in any lifetime; without the cap a
+    /// member sending a ballot at `u64::MAX` would leave no higher ballot to outbid it
+    /// (every proposer stuck, or an overflow). Found by the election fuzz target.
+    pub const MAX_COUNTER: u64 = 1 << 62;
+
+    /// Whether the counter is at most [`Ballot::MAX_COUNTER`].
+    pub fn is_plausible(&self) -> bool {
+        self.counter <= Self::MAX_COUNTER
+    }
+}

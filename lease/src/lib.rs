@@ -20,6 +20,8 @@ pub mod ballot;
 pub mod config;
 pub mod core;
 pub mod epoch;
+#[cfg(test)]
+mod fuzz;
 pub mod ids;
 pub mod members;
 pub mod message;

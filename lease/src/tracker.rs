@@ -347,7 +347,7 @@ impl ElectionCore for LeaseTrackerElection {
             }
         }
         if self.competing() && self.outstanding.is_none() && self.next_attempt.is_some_and(|a| now >= a) {
-            self.counter += 1;
+            self.counter = self.counter.saturating_add(1);
             let request = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
             self.outstanding = Some(Outstanding { request, sent_at: now });
             self.next_attempt = None;

@@ -25,6 +25,11 @@
 //! # max_value_bytes = 1572864
 //! # max_txn_ops = 128
 //! # max_lease_name_bytes = 256
+//! # max_leases = 1000000            # live leases (etcd has no cap)
+//! # max_request_bytes = 1572864     # etcd's --max-request-bytes
+//! # max_client_connections = 10000  # on the client port; more are closed at once
+//! # max_concurrent_streams = 1000   # HTTP/2 streams per client connection
+//! # max_watchers_per_stream = 10000
 //!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time
 //! # snapshot_every = 10000        # slots, and the log since the last snapshot outweighs it
@@ -69,7 +74,8 @@ mod validate;
 pub use compaction::CompactionPolicy;
 pub use error::{ConfigError, ConfigErrorKind, Origin, Position};
 pub use validate::{
-    MAX_KEY_BYTES, MAX_LEASE_NAME_BYTES, MAX_RETAIN_AFTER_SNAPSHOT, MAX_TXN_OPS, MAX_VALUE_BYTES, MAX_WORKER_THREADS,
+    MAX_CLIENT_COUNT_LIMIT, MAX_KEY_BYTES, MAX_LEASES, MAX_LEASE_NAME_BYTES, MAX_REQUEST_BYTES,
+    MAX_RETAIN_AFTER_SNAPSHOT, MAX_TXN_OPS, MAX_VALUE_BYTES, MAX_WORKER_THREADS, MIN_REQUEST_BYTES,
 };
 
 use leasekv_kvstore::log::ReplicaConfig;
@@ -127,8 +133,10 @@ pub struct NodeConfig {
     pub peers: Vec<PeerConfig>,
     /// `[election]`: backend and lease timing.
     pub election: ElectionConfig,
-    /// `[limits]`: request size limits.
+    /// `[limits]`: request size limits (and the lease cap) the store checks.
     pub limits: Limits,
+    /// `[limits]`: what one client may cost this node on the client port.
+    pub client_limits: ClientLimits,
     /// `[log]`: tuning of the replicated log.
     pub log: LogConfig,
     /// `[compaction]`: how much MVCC history is kept.
@@ -218,6 +226,59 @@ pub struct LogConfig {
     pub max_batch_commands: usize,
     /// Most slots proposed and not yet chosen at once.
     pub max_inflight_slots: usize,
+}
+
+/// `[limits]` of the client port: bounds on what clients can make this node hold, so that a
+/// hostile or broken client gets a clear error instead of running the node out of memory,
+/// file descriptors or CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Largest request (etcd's `--max-request-bytes`): a write whose encoded request is
+    /// larger fails with etcd's `etcdserver: request is too large`; a gRPC message more than
+    /// [`ClientLimits::GRPC_OVERHEAD_BYTES`] beyond it is not even read. The gateway reads
+    /// JSON bodies up to [`ClientLimits::gateway_body_limit`].
+    pub max_request_bytes: usize,
+    /// Most connections open on the client port at once; a connection beyond it is closed
+    /// as soon as it is accepted (and logged, at most once per 5 s).
+    pub max_client_connections: usize,
+    /// Most concurrent HTTP/2 streams (calls) on one client connection, advertised in the
+    /// connection's SETTINGS.
+    pub max_concurrent_streams: u32,
+    /// Most watchers on one Watch stream; a create beyond it is cancelled with a reason.
+    pub max_watchers_per_stream: usize,
+}
+
+impl ClientLimits {
+    /// The defaults: etcd's 1.5 MiB request limit, 10,000 connections, 1,000 streams per
+    /// connection (etcd's `math.MaxUint32` lets one connection hold unbounded server
+    /// work), 10,000 watchers per stream.
+    pub const DEFAULT: ClientLimits = ClientLimits {
+        max_request_bytes: 1536 * 1024,
+        max_client_connections: 10_000,
+        max_concurrent_streams: 1000,
+        max_watchers_per_stream: 10_000,
+    };
+
+    /// What a gRPC message may exceed `max_request_bytes` by before it is refused unread:
+    /// etcd's `grpcOverheadBytes`, room for the framing around a request at the limit.
+    pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+    /// The largest gRPC message the client services decode.
+    pub fn grpc_message_limit(&self) -> usize {
+        self.max_request_bytes.saturating_add(Self::GRPC_OVERHEAD_BYTES)
+    }
+
+    /// The largest HTTP/JSON gateway body read: a gRPC message at the limit with its bytes
+    /// in base64 (4/3 larger) and 64 KiB for the JSON around them.
+    pub fn gateway_body_limit(&self) -> usize {
+        (self.grpc_message_limit() / 3).saturating_mul(4).saturating_add(64 * 1024)
+    }
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits::DEFAULT
+    }
 }
 
 /// `[watch]`: how this node serves watch streams.
@@ -337,9 +398,14 @@ impl NodeConfig {
 
     /// How the Watch service serves streams on this node.
     pub fn watch_settings(&self) -> crate::api::WatchSettings {
+        let defaults = crate::api::WatchSettings::default();
         crate::api::WatchSettings {
             progress_notify_interval: self.watch.progress_notify_interval,
-            ..crate::api::WatchSettings::default()
+            stream: leasekv_kvstore::watch::StreamConfig {
+                max_watchers: self.client_limits.max_watchers_per_stream,
+                ..defaults.stream.clone()
+            },
+            ..defaults
         }
     }
 

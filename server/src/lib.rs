@@ -15,6 +15,7 @@
 //! - [`api`]: the client-facing gRPC services (etcd v3 subset and the leasekv extension).
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 //! - [`tls`]: TLS on the client and peer ports, certificate reload, peer identities.
+//! - [`conn_limit`]: the cap on connections open on the client port.
 
 #![deny(missing_docs)]
 
@@ -22,10 +23,13 @@ pub mod api;
 pub mod auth;
 pub mod compactor;
 pub mod config;
+pub mod conn_limit;
 pub mod corrupt_check;
 pub mod election_link;
 pub mod fault_injection;
 pub mod forward;
+#[cfg(test)]
+mod fuzz;
 pub mod gateway;
 pub mod history_feed;
 pub mod join;

@@ -6,6 +6,7 @@ use crate::api::{
     Shared, WatchServer, WatchService,
 };
 use crate::config::NodeConfig;
+use crate::conn_limit::{limit_connections, ConnectionGate};
 use crate::election_link::{ElectionLink, LinkedCore};
 use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
@@ -29,8 +30,6 @@ use tonic::transport::server::TcpIncoming;
 
 /// How long a stopping node lets its lease release reach the peers.
 const RELEASE_GRACE: std::time::Duration = std::time::Duration::from_millis(150);
-/// Largest client request: etcd's request limit plus room for the envelope.
-const CLIENT_MESSAGE_LIMIT: usize = 2 << 20;
 
 /// Why a node could not start or stopped with an error. One line each.
 #[derive(Debug, Error)]
@@ -191,7 +190,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let (node, storage_failed, removed) = node::start(replica, election_dyn.clone(), link, clock, peers, &faults);
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
-    let shared = Shared::new(node.clone(), me, start.cluster_id, tracker);
+    let shared = Shared::with_limits(node.clone(), me, start.cluster_id, tracker, config.client_limits.clone());
     tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
     // Snapshots and other large messages are pulled in chunks, so every message on the peer
@@ -225,31 +224,53 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // One port for both, as etcd: gRPC calls go to the services by their paths, HTTP/1.1
     // and HTTP/2 requests to the gateway's `/v3/...` paths, `/health`, `/version` and
     // `/metrics`; every request is counted on the way.
+    // Every client service decodes at most `[limits] max_request_bytes` plus etcd's
+    // allowance for framing; tonic refuses a longer message from its length prefix, before
+    // buffering it (etcd's grpc-go likewise).
+    let message_limit = config.client_limits.grpc_message_limit();
     let routes = tonic::service::Routes::from(crate::gateway::router(gateway))
+        .add_service(pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(message_limit))
         .add_service(
-            pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
+            pb::lease_server::LeaseServer::new(LeaseService(shared.clone())).max_decoding_message_size(message_limit),
         )
-        .add_service(pb::lease_server::LeaseServer::new(LeaseService(shared.clone())))
-        .add_service(pb::cluster_server::ClusterServer::new(ClusterService(shared.clone())))
-        .add_service(pb::auth_server::AuthServer::new(AuthService(shared.clone())))
-        .add_service(pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone())))
-        .add_service(WatchServer::new(watch_service))
-        .add_service(LockServer::new(LockService(shared.clone())))
-        .add_service(ElectionServer::new(ElectionService::new(shared.clone(), watches_stopping.clone())))
-        .add_service(LeaseKvServer::new(ExtService(shared.clone())));
+        .add_service(
+            pb::cluster_server::ClusterServer::new(ClusterService(shared.clone()))
+                .max_decoding_message_size(message_limit),
+        )
+        .add_service(
+            pb::auth_server::AuthServer::new(AuthService(shared.clone())).max_decoding_message_size(message_limit),
+        )
+        .add_service(
+            pb::maintenance_server::MaintenanceServer::new(MaintenanceService(shared.clone()))
+                .max_decoding_message_size(message_limit),
+        )
+        .add_service(WatchServer::new(watch_service).max_decoding_message_size(message_limit))
+        .add_service(LockServer::new(LockService(shared.clone())).max_decoding_message_size(message_limit))
+        .add_service(
+            ElectionServer::new(ElectionService::new(shared.clone(), watches_stopping.clone()))
+                .max_decoding_message_size(message_limit),
+        )
+        .add_service(LeaseKvServer::new(ExtService(shared.clone())).max_decoding_message_size(message_limit));
     let routes =
         tonic::service::Routes::from(routes.into_axum_router().layer(axum::middleware::from_fn(crate::metrics::track)));
     tokio::spawn(count_leader_changes(election_dyn.clone(), me));
-    let client_server = tonic::transport::Server::builder().accept_http1(true).add_routes(routes);
+    let client_server = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .max_concurrent_streams(config.client_limits.max_concurrent_streams)
+        .add_routes(routes);
+    let connections = ConnectionGate::new("client", config.client_limits.max_client_connections);
     let stopping = async {
         let _ = stop_rx.await;
     };
     let client_task = match &tls.client_port {
-        Some(current) => tokio::spawn(
+        Some(current) => tokio::spawn(client_server.serve_with_incoming_shutdown(
+            limit_connections(tls_incoming(client_listener, current.clone(), "client"), connections),
+            stopping,
+        )),
+        None => tokio::spawn(
             client_server
-                .serve_with_incoming_shutdown(tls_incoming(client_listener, current.clone(), "client"), stopping),
+                .serve_with_incoming_shutdown(limit_connections(no_delay(client_listener), connections), stopping),
         ),
-        None => tokio::spawn(client_server.serve_with_incoming_shutdown(no_delay(client_listener), stopping)),
     };
 
     // A node whose storage failed must not hold on to mastership (its lease would keep the

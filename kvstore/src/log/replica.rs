@@ -664,6 +664,11 @@ impl<S: Storage> Replica<S> {
         }
         if let Command::LeaseGrant { ttl, .. } = &mut command {
             *ttl = (*ttl).max(self.config.min_ttl_secs);
+            // An admission check, not one the state machine repeats when it applies: the
+            // cap bounds memory, it is no invariant, so grants in flight may overshoot it.
+            if self.learner.machine().lease_count() >= self.limits.max_leases {
+                return Err(KvError::TooManyLeases { max: self.limits.max_leases }.into());
+            }
         }
         if !self.is_master(Some(now)) || matches!(self.role, Role::Follower) {
             return Err(RequestError::NotMaster { hint: self.master_hint.filter(|h| *h != self.me) });

@@ -177,7 +177,14 @@ mod tests {
     use crate::command::{Compare, CompareResult, CompareTarget, DeleteRangeRequest};
 
     fn limits() -> Limits {
-        Limits { max_key_bytes: 8, max_value_bytes: 16, max_txn_ops: 3, max_lease_name_bytes: 4, quota_bytes: 0 }
+        Limits {
+            max_key_bytes: 8,
+            max_value_bytes: 16,
+            max_txn_ops: 3,
+            max_lease_name_bytes: 4,
+            quota_bytes: 0,
+            max_leases: 10,
+        }
     }
 
     fn put(key: &str, value: &str) -> PutRequest {

@@ -116,6 +116,23 @@ pub enum Body {
 }
 
 impl Body {
+    /// Whether every ballot the body carries is plausible ([`Ballot::is_plausible`]); a body
+    /// that is not is dropped on arrival.
+    pub fn is_plausible(&self) -> bool {
+        match self {
+            Body::PrepareRequest { ballot }
+            | Body::PrepareResponse { ballot, .. }
+            | Body::ProposeRequest { ballot, .. }
+            | Body::Release { ballot }
+            | Body::StaleConfiguration { ballot, .. }
+            | Body::Learned { ballot, .. } => ballot.is_plausible(),
+            Body::PrepareRejected { ballot, promised } | Body::ProposeResponse { ballot, promised, .. } => {
+                ballot.is_plausible() && promised.is_plausible()
+            }
+            Body::HandOver { released, .. } => released.iter().all(Ballot::is_plausible),
+        }
+    }
+
     /// Whether the body is addressed to the acceptor role (as opposed to the proposer).
     pub fn is_for_acceptor(&self) -> bool {
         matches!(self, Body::PrepareRequest { .. } | Body::ProposeRequest { .. } | Body::Release { .. })

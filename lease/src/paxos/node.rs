@@ -244,6 +244,11 @@ impl LeaseNode {
     /// a bug sends them), which are dropped, and requests from a lower epoch, refused with
     /// [`Body::StaleConfiguration`].
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
+        // A ballot no honest node can have issued would leave nothing to outbid it.
+        if !msg.body.is_plausible() {
+            tracing::debug!(%from, "dropped a PaxosLease message with an implausible ballot");
+            return;
+        }
         let mut local = VecDeque::new();
         local.push_back((from, msg));
         // Messages to self are handled right here, in order, without a network hop.

@@ -402,7 +402,9 @@ impl Proposer {
 
     /// Phase 1: a fresh ballot, higher than any seen, to every acceptor.
     fn start_round(&mut self, now: Instant, out: &mut ProposerOutput) {
-        self.counter += 1;
+        // Saturating: the counter only follows plausible ballots (`Ballot::MAX_COUNTER`), so
+        // this never saturates in practice, and must not panic if it ever did.
+        self.counter = self.counter.saturating_add(1);
         let ballot = Ballot { counter: self.counter, epoch: self.epoch, node: self.me };
         self.round = Round::Preparing {
             ballot,

@@ -283,6 +283,8 @@ pub fn kv_error(error: &KvError) -> Status {
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
         // etcd's ErrGRPCNoSpace and ErrGRPCCorrupt.
         KvError::NoSpace => Code::ResourceExhausted,
+        // etcd has no lease cap; a quota's code, as NOSPACE has.
+        KvError::TooManyLeases { .. } => Code::ResourceExhausted,
         KvError::Corrupt => Code::DataLoss,
         // etcd's ErrGRPCMemberNotFound, ErrGRPCPeerURLExist, ErrGRPCMemberNotLearner,
         // ErrGRPCLearnerNotReady, ErrGRPCTooManyLearners and ErrGRPCUnhealthy.

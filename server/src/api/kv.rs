@@ -52,6 +52,7 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        self.0.check_request_size(request.get_ref())?;
         guard::put(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let command = put_command(request.into_inner());
         let reply = self.0.serve_command(command, |response, header| match response {
@@ -65,6 +66,7 @@ impl pb::kv_server::Kv for KvService {
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        self.0.check_request_size(request.get_ref())?;
         guard::delete(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let command = Command::DeleteRange(delete_in(request.into_inner()));
         let reply = self.0.serve_command(command, |response, header| match response {
@@ -75,6 +77,7 @@ impl pb::kv_server::Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        self.0.check_request_size(request.get_ref())?;
         guard::txn(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let request = request.into_inner();
         if crate::fault_injection::split_txn() && request.success.len() > 1 {

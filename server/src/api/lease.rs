@@ -124,8 +124,13 @@ impl LeaseService {
         let shared = self.0.clone();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
+            let mut pacer = KeepAlivePacer::default();
             while let Some(Ok(request)) = incoming.next().await {
                 let id = request.id;
+                if let Some(wait) = pacer.wait(id, tokio::time::Instant::now()) {
+                    tokio::time::sleep(wait).await;
+                }
+                pacer.renewing(id, tokio::time::Instant::now());
                 let answer = match shared.serve(|| shared.node.keep_alive(id)).await {
                     Ok(ttl) => {
                         crate::metrics::metrics().leases_renewed.inc();
@@ -144,5 +149,70 @@ impl LeaseService {
             }
         });
         Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+/// The shortest time between two renewals of one lease on one keepalive stream. etcd's
+/// clients renew every TTL/3, at least 333 ms apart with leasekv's 1 s minimum TTL, so only
+/// a flood ever waits.
+pub const MIN_RENEW_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Paces one keepalive stream (docs/configuration.md, "Keepalive floods"). A stream is
+/// served one request at a time, so it never has more than one renewal in flight; on top of
+/// that, a request for a lease renewed less than [`MIN_RENEW_INTERVAL`] ago waits out the
+/// rest of the interval before it is served. Every answer is still a real renewal (answering
+/// early from the last one would promise the client time the lease does not have), and a
+/// client sending faster than that fills its HTTP/2 flow-control window and is held there,
+/// costing the node a bounded buffer and at most ten renewals a second per lease.
+#[derive(Debug, Default)]
+pub struct KeepAlivePacer {
+    last: std::collections::HashMap<i64, tokio::time::Instant>,
+}
+
+impl KeepAlivePacer {
+    /// Entries kept before old ones are dropped (leases not renewed within the interval need
+    /// no entry), so a stream cycling through many lease ids costs bounded memory.
+    const PRUNE_ABOVE: usize = 4096;
+
+    /// How long a request for lease `id` must wait at `now`, if at all.
+    pub fn wait(&self, id: i64, now: tokio::time::Instant) -> Option<std::time::Duration> {
+        let due = *self.last.get(&id)? + MIN_RENEW_INTERVAL;
+        (due > now).then(|| due - now)
+    }
+
+    /// Records that lease `id` is being renewed at `now`.
+    pub fn renewing(&mut self, id: i64, now: tokio::time::Instant) {
+        if self.last.len() >= Self::PRUNE_ABOVE {
+            self.last.retain(|_, at| now.saturating_duration_since(*at) < MIN_RENEW_INTERVAL);
+        }
+        self.last.insert(id, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_renewed_again_within_the_interval_waits_out_the_rest() {
+        let mut pacer = KeepAlivePacer::default();
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(pacer.wait(7, t0), None, "a first renewal goes at once");
+        pacer.renewing(7, t0);
+        assert_eq!(pacer.wait(7, t0 + Duration::from_millis(30)), Some(Duration::from_millis(70)));
+        assert_eq!(pacer.wait(8, t0), None, "other leases are not held up");
+        assert_eq!(pacer.wait(7, t0 + MIN_RENEW_INTERVAL), None);
+    }
+
+    #[test]
+    fn many_lease_ids_cost_bounded_memory() {
+        let mut pacer = KeepAlivePacer::default();
+        let t0 = tokio::time::Instant::now();
+        for i in 0..100_000i64 {
+            // One id a millisecond: the old ones fall out of the interval and are pruned.
+            pacer.renewing(i, t0 + Duration::from_millis(i as u64));
+        }
+        assert!(pacer.last.len() <= KeepAlivePacer::PRUNE_ABOVE, "{}", pacer.last.len());
     }
 }

@@ -26,6 +26,7 @@ pub use lock::LockService;
 pub use maintenance::{ClusterService, MaintenanceService};
 pub use watch::{WatchServer, WatchService, WatchSettings};
 
+use crate::config::ClientLimits;
 use crate::node::NodeHandle;
 use convert::request_error;
 use leasekv_client::proto::etcdserverpb as pb;
@@ -36,6 +37,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Status;
+
+/// etcd's answer to a request over `--max-request-bytes` (`rpctypes.ErrGRPCRequestTooLarge`).
+pub const REQUEST_TOO_LARGE: &str = "etcdserver: request is too large";
+
+/// The request size check of [`Shared::check_request_size`], on an encoded length.
+pub fn check_request_size(len: usize, max: usize) -> Result<(), Status> {
+    if len > max {
+        tracing::debug!(len, max, "refused a request over [limits] max_request_bytes");
+        return Err(Status::invalid_argument(REQUEST_TOO_LARGE));
+    }
+    Ok(())
+}
 
 /// How long a request waits for a master before it fails with UNAVAILABLE.
 const WAIT_FOR_MASTER: Duration = Duration::from_secs(3);
@@ -58,12 +71,33 @@ pub struct Shared {
     /// The lease-tracker backend's tracker node (`None` with PaxosLease): MemberRemove
     /// refuses to remove it.
     pub tracker: Option<NodeId>,
+    /// What one client may cost this node (`[limits]`): the request size the services and
+    /// the gateway check, the watchers per stream.
+    pub limits: ClientLimits,
 }
 
 impl Shared {
-    /// Builds the shared state.
+    /// Builds the shared state, with the default client limits.
     pub fn new(node: NodeHandle, me: NodeId, cluster_id: u64, tracker: Option<NodeId>) -> Arc<Self> {
-        Arc::new(Shared { node, me, cluster_id, tracker })
+        Self::with_limits(node, me, cluster_id, tracker, ClientLimits::default())
+    }
+
+    /// Builds the shared state with the configured client limits.
+    pub fn with_limits(
+        node: NodeHandle,
+        me: NodeId,
+        cluster_id: u64,
+        tracker: Option<NodeId>,
+        limits: ClientLimits,
+    ) -> Arc<Self> {
+        Arc::new(Shared { node, me, cluster_id, tracker, limits })
+    }
+
+    /// etcd's check of `--max-request-bytes` on a write: a request whose encoding is larger
+    /// than the limit fails with etcd's exact error (InvalidArgument, `etcdserver: request
+    /// is too large`), before it costs a log slot.
+    pub fn check_request_size(&self, request: &impl prost::Message) -> Result<(), Status> {
+        check_request_size(request.encoded_len(), self.limits.max_request_bytes)
     }
 
     /// A response header at `revision`. `raft_term` is the term as this node knows it, on

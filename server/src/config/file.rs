@@ -7,8 +7,8 @@
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
 use super::{
-    ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig, RuntimeConfig,
-    WatchConfig,
+    ClientLimits, ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig,
+    RuntimeConfig, WatchConfig,
 };
 use crate::tls::{ClientPortTls, PeerPortTls, TlsSettings};
 use leasekv_kvstore::log::ReplicaConfig;
@@ -108,6 +108,11 @@ struct FileLimits {
     max_value_bytes: Option<usize>,
     max_txn_ops: Option<usize>,
     max_lease_name_bytes: Option<usize>,
+    max_request_bytes: Option<usize>,
+    max_client_connections: Option<usize>,
+    max_concurrent_streams: Option<u32>,
+    max_watchers_per_stream: Option<usize>,
+    max_leases: Option<usize>,
 }
 
 /// `[storage]`.
@@ -244,6 +249,22 @@ pub(super) fn resolve(
         max_txn_ops: file.limits.max_txn_ops.unwrap_or(default_limits.max_txn_ops),
         max_lease_name_bytes: file.limits.max_lease_name_bytes.unwrap_or(default_limits.max_lease_name_bytes),
         quota_bytes: file.storage.quota_bytes.unwrap_or(default_limits.quota_bytes),
+        max_leases: file.limits.max_leases.unwrap_or(default_limits.max_leases),
+    };
+    let client_limits = ClientLimits {
+        max_request_bytes: file.limits.max_request_bytes.unwrap_or(ClientLimits::DEFAULT.max_request_bytes),
+        max_client_connections: file
+            .limits
+            .max_client_connections
+            .unwrap_or(ClientLimits::DEFAULT.max_client_connections),
+        max_concurrent_streams: file
+            .limits
+            .max_concurrent_streams
+            .unwrap_or(ClientLimits::DEFAULT.max_concurrent_streams),
+        max_watchers_per_stream: file
+            .limits
+            .max_watchers_per_stream
+            .unwrap_or(ClientLimits::DEFAULT.max_watchers_per_stream),
     };
 
     let default_log = ReplicaConfig::for_lease_time(lease_time);
@@ -300,6 +321,7 @@ pub(super) fn resolve(
         peers,
         election,
         limits,
+        client_limits,
         log,
         compaction,
         corrupt_check_interval: match file.storage.corrupt_check_interval_ms {

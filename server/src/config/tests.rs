@@ -507,3 +507,43 @@ fn a_missing_tls_file_fails_the_environment_check_naming_it() {
     let error = config.check_environment().unwrap_err().to_string();
     assert!(error.contains("absent.crt") && error.contains("cannot read it"), "{error}");
 }
+
+#[test]
+fn client_limits_default_reach_the_services_and_are_checked() {
+    let config = parse("id = 1\n").expect("valid");
+    assert_eq!(config.client_limits, ClientLimits::DEFAULT);
+    assert_eq!(config.client_limits.max_request_bytes, 1_572_864, "etcd's --max-request-bytes default");
+    assert_eq!(config.limits().max_leases, 1_000_000);
+    assert_eq!(config.watch_settings().stream.max_watchers, 10_000);
+    // etcd's receive limit: the request limit and 512 KiB of framing.
+    assert_eq!(config.client_limits.grpc_message_limit(), 1_572_864 + 524_288);
+
+    let text = "id = 1\n[limits]\nmax_request_bytes = 4096\nmax_client_connections = 7\nmax_concurrent_streams = 9\n\
+                max_watchers_per_stream = 11\nmax_leases = 13\n";
+    let config = parse(text).expect("valid");
+    let client = &config.client_limits;
+    assert_eq!(
+        (
+            client.max_request_bytes,
+            client.max_client_connections,
+            client.max_concurrent_streams,
+            client.max_watchers_per_stream
+        ),
+        (4096, 7, 9, 11)
+    );
+    assert_eq!(config.limits().max_leases, 13);
+    assert_eq!(config.watch_settings().stream.max_watchers, 11);
+    assert!(client.gateway_body_limit() > client.grpc_message_limit() * 4 / 3, "room for base64");
+
+    for (text, expected) in [
+        ("max_request_bytes = 10", "[limits] max_request_bytes = 10 is out of range; allowed is 1024 to 67108864"),
+        ("max_client_connections = 0", "[limits] max_client_connections = 0 is out of range; allowed is 1 to 10000000"),
+        ("max_concurrent_streams = 0", "[limits] max_concurrent_streams = 0 is out of range"),
+        ("max_watchers_per_stream = 0", "[limits] max_watchers_per_stream = 0 is out of range"),
+        ("max_leases = 0", "[limits] max_leases = 0 is out of range; allowed is 1 to 100000000"),
+        ("max_concurrent_streams = -1", "invalid value"),
+    ] {
+        let message = error_of(&format!("id = 1\n[limits]\n{text}\n"));
+        assert!(message.contains(expected), "{text}: {message}");
+    }
+}

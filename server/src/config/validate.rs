@@ -23,6 +23,18 @@ pub const MAX_LEASE_NAME_BYTES: usize = 4096;
 /// exhaust it.
 pub const MAX_RETAIN_AFTER_SNAPSHOT: u64 = 1_000_000;
 
+/// Largest `[limits] max_request_bytes`: as `max_value_bytes`, one request is one gRPC
+/// message and one log slot.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+/// Smallest `[limits] max_request_bytes`: below it ordinary requests (a txn of a few keys)
+/// would fail.
+pub const MIN_REQUEST_BYTES: usize = 1024;
+/// Largest `[limits] max_client_connections`, `max_concurrent_streams`,
+/// `max_watchers_per_stream`: beyond what any host serves, low enough to catch a typo.
+pub const MAX_CLIENT_COUNT_LIMIT: usize = 10_000_000;
+/// Largest `[limits] max_leases`.
+pub const MAX_LEASES: usize = 100_000_000;
+
 /// Largest `[runtime] worker_threads`: far beyond any benefit, low enough that a typo (an
 /// extra zero or three) fails at start instead of spawning threads until the host runs out.
 pub const MAX_WORKER_THREADS: usize = 1024;
@@ -64,15 +76,21 @@ impl NodeConfig {
             }
         }
 
+        let client = &self.client_limits;
         let limits = [
-            ("max_key_bytes", self.limits.max_key_bytes, MAX_KEY_BYTES),
-            ("max_value_bytes", self.limits.max_value_bytes, MAX_VALUE_BYTES),
-            ("max_txn_ops", self.limits.max_txn_ops, MAX_TXN_OPS),
-            ("max_lease_name_bytes", self.limits.max_lease_name_bytes, MAX_LEASE_NAME_BYTES),
+            ("max_key_bytes", self.limits.max_key_bytes, 1, MAX_KEY_BYTES),
+            ("max_value_bytes", self.limits.max_value_bytes, 1, MAX_VALUE_BYTES),
+            ("max_txn_ops", self.limits.max_txn_ops, 1, MAX_TXN_OPS),
+            ("max_lease_name_bytes", self.limits.max_lease_name_bytes, 1, MAX_LEASE_NAME_BYTES),
+            ("max_leases", self.limits.max_leases, 1, MAX_LEASES),
+            ("max_request_bytes", client.max_request_bytes, MIN_REQUEST_BYTES, MAX_REQUEST_BYTES),
+            ("max_client_connections", client.max_client_connections, 1, MAX_CLIENT_COUNT_LIMIT),
+            ("max_concurrent_streams", client.max_concurrent_streams as usize, 1, MAX_CLIENT_COUNT_LIMIT),
+            ("max_watchers_per_stream", client.max_watchers_per_stream, 1, MAX_CLIENT_COUNT_LIMIT),
         ];
-        for (field, value, max) in limits {
-            if !(1..=max).contains(&value) {
-                return Err(err(ConfigErrorKind::Limit { field, value, min: 1, max }));
+        for (field, value, min, max) in limits {
+            if !(min..=max).contains(&value) {
+                return Err(err(ConfigErrorKind::Limit { field, value, min, max }));
             }
         }
 

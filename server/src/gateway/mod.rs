@@ -37,9 +37,6 @@ use std::future::Future;
 use std::sync::Arc;
 use tonic::{Request, Status};
 
-/// The largest request body the gateway reads: a request at the node's limit, with its
-/// bytes in base64 and room for the JSON around them. A larger body is refused.
-pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// How much of an oversized body is read (and dropped) before answering, so that a client
 /// still sending it gets the answer; a larger one finds the connection closed.
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
@@ -91,7 +88,8 @@ where
 {
     post(move |State(gateway): State<Handle>, http: axum::extract::Request| async move {
         let (parts, body) = http.into_parts();
-        let body = match read_body(body).await {
+        let limit = gateway.shared.limits.gateway_body_limit();
+        let body = match read_body(body, limit).await {
             Ok(body) => body,
             Err(status) => return errors::response(&status),
         };
@@ -120,7 +118,10 @@ fn caller_of_http(gateway: &Gateway, parts: &axum::http::request::Parts) -> Resu
     crate::auth::Caller::of(gateway.shared.node.auth(), &metadata, &parts.extensions)
 }
 
-async fn read_body(body: Body) -> Result<Bytes, Status> {
+/// Reads a request body of at most `limit` bytes (`[limits] max_request_bytes`, with room for
+/// base64 and JSON: [`crate::config::ClientLimits::gateway_body_limit`]); a larger one is
+/// refused with etcd's message.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Status> {
     use tokio_stream::StreamExt;
     let mut chunks = body.into_data_stream();
     let mut read = Vec::new();
@@ -128,18 +129,18 @@ async fn read_body(body: Body) -> Result<Bytes, Status> {
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| Status::invalid_argument(format!("unreadable request body: {e}")))?;
         total += chunk.len();
-        if total <= BODY_LIMIT {
+        if total <= limit {
             read.extend_from_slice(&chunk);
         } else if total > DRAIN_LIMIT {
             // Past this, stop reading: the connection closes with the answer.
             break;
         }
     }
-    if total > BODY_LIMIT {
+    if total > limit {
         // The rest was read and dropped, so that a client still sending its body sees the
         // answer instead of a broken pipe.
         return Err(Status::invalid_argument(format!(
-            "etcdserver: request is too large: the gateway reads bodies of at most {BODY_LIMIT} bytes"
+            "etcdserver: request is too large: the gateway reads bodies of at most {limit} bytes ([limits] max_request_bytes)"
         )));
     }
     Ok(Bytes::from(read))
@@ -188,7 +189,7 @@ async fn keep_alive(State(gateway): State<Handle>, http: axum::extract::Request)
 async fn observe(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
     let (parts, body) = http.into_parts();
     use election::election_server::Election;
-    let request = match read_body(body)
+    let request = match read_body(body, gateway.shared.limits.gateway_body_limit())
         .await
         .and_then(|b| json::decode::<election::LeaderRequest>("v3electionpb.LeaderRequest", &b))
     {
@@ -208,8 +209,9 @@ async fn observe(State(gateway): State<Handle>, http: axum::extract::Request) ->
 async fn snapshot(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
     let (parts, body) = http.into_parts();
     use pb::maintenance_server::Maintenance;
-    if let Err(status) =
-        read_body(body).await.and_then(|b| json::decode::<pb::SnapshotRequest>("etcdserverpb.SnapshotRequest", &b))
+    if let Err(status) = read_body(body, gateway.shared.limits.gateway_body_limit())
+        .await
+        .and_then(|b| json::decode::<pb::SnapshotRequest>("etcdserverpb.SnapshotRequest", &b))
     {
         return errors::response(&status);
     }

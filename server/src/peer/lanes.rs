@@ -390,8 +390,13 @@ impl LaneSender {
             }
             if last_warning.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
                 last_warning = Some(Instant::now());
-                tracing::warn!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
-                    "peer unreachable; messages to it are dropped until it is back");
+                if error.message().starts_with(super::wire::VERSION_MISMATCH) {
+                    tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
+                        "peer refused this node's protocol version; messages to it are dropped");
+                } else {
+                    tracing::warn!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
+                        "peer unreachable; messages to it are dropped until it is back");
+                }
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -451,7 +456,7 @@ impl Stream for LentQueue {
             bytes += next.len();
             more.push(next);
         }
-        Poll::Ready(Some(PeerEnvelope { from, payload, more }))
+        Poll::Ready(Some(PeerEnvelope { from, payload, more, version: super::wire::PEER_PROTOCOL_VERSION }))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::node::{NodeHandle, Request as NodeRequest};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{reassemble, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES};
 use crate::peer::proto as pb;
-use crate::peer::wire::Wire;
+use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
 use crate::tls::identity::CertNames;
 use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::{ElectionMessage, NodeId};
@@ -38,7 +38,12 @@ struct Inner {
     /// the member its messages claim to come from (see [`crate::tls::identity`]).
     tls: bool,
     impostors: AtomicU64,
+    /// When a version mismatch was last logged.
+    version_logged: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How often a refused protocol version is logged.
+const VERSION_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The certificate names of a peer connection, when it came over TLS.
 fn peer_names<T>(request: &Request<T>) -> Option<CertNames> {
@@ -59,7 +64,8 @@ impl PeerService {
     ) -> Self {
         let rejected = AtomicU64::new(0);
         let impostors = AtomicU64::new(0);
-        PeerService { inner: Arc::new(Inner { node, election, network, rejected, tls, impostors }) }
+        let version_logged = std::sync::Mutex::new(None);
+        PeerService { inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged }) }
     }
 }
 
@@ -92,10 +98,25 @@ impl Inner {
         Ok(from)
     }
 
+    /// Refuses a member speaking another peer protocol version (see
+    /// [`crate::peer::wire::PEER_PROTOCOL_VERSION`]), with one log line per interval.
+    fn check_version(&self, from: NodeId, version: u32) -> Result<(), Status> {
+        let Err(status) = check_version(version) else { return Ok(()) };
+        let now = Instant::now();
+        let mut logged = self.version_logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.is_none_or(|at| now.duration_since(at) >= VERSION_LOG_EVERY) {
+            *logged = Some(now);
+            tracing::error!(peer = %from, theirs = version, ours = PEER_PROTOCOL_VERSION,
+                "disconnected a peer speaking another protocol version; every member must run the same peer protocol version");
+        }
+        Err(status)
+    }
+
     /// Hands every message of an envelope on, in order. Messages that do not decode are
     /// dropped (and counted) without costing the others; the answer reports the first.
     fn accept(self: &Arc<Self>, envelope: pb::PeerEnvelope, names: Option<&CertNames>) -> Result<(), Status> {
         let from = self.member(envelope.from, names)?;
+        self.check_version(from, envelope.version)?;
         let mut outcome = Ok(());
         for payload in std::iter::once(&envelope.payload).chain(&envelope.more) {
             if let Err(status) = self.accept_one(from, payload) {
@@ -199,7 +220,11 @@ impl Inner {
             return Err(PullError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
         }
         let mut client = self.network.puller(from).ok_or(PullError::UnknownPeer)?;
-        let request = pb::FetchParkedRequest { from: self.network.me().0, transfer: notice.transfer };
+        let request = pb::FetchParkedRequest {
+            from: self.network.me().0,
+            transfer: notice.transfer,
+            version: crate::peer::wire::PEER_PROTOCOL_VERSION,
+        };
         let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await
             .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
@@ -214,9 +239,14 @@ impl pb::peer_server::Peer for PeerService {
         let mut stream = request.into_inner();
         while let Some(envelope) = stream.next().await {
             match self.inner.accept(envelope?, names.as_ref()) {
-                // A stranger's stream is cut; one bad message from a member is dropped
-                // (and counted) without costing the messages behind it.
-                Err(status) if status.code() == tonic::Code::PermissionDenied => return Err(status),
+                // A stranger's stream is cut, and so is one of another protocol version; one
+                // bad message from a member is dropped (and counted) without costing the
+                // messages behind it.
+                Err(status)
+                    if matches!(status.code(), tonic::Code::PermissionDenied | tonic::Code::FailedPrecondition) =>
+                {
+                    return Err(status)
+                }
                 _ => {}
             }
         }
@@ -235,6 +265,7 @@ impl pb::peer_server::Peer for PeerService {
         let names = peer_names(&request);
         let request = request.into_inner();
         let from = self.inner.member(request.from, names.as_ref())?;
+        self.inner.check_version(from, request.version)?;
         let serving = self.inner.network.outbox().serve(from, request.transfer, Instant::now()).ok_or_else(|| {
             Status::not_found(format!(
                 "transfer {} is not parked for node {}: replaced by a newer one, expired or already sent",

@@ -9,6 +9,36 @@ use leasekv_kvstore::log::LogMessage;
 use leasekv_lease::ElectionMessage;
 use serde::{Deserialize, Serialize};
 
+/// The peer protocol version this build speaks: what a [`Wire`] payload means. Every
+/// `PeerEnvelope` and `FetchParkedRequest` carries it, and a node refuses a stream or pull of
+/// any other version with one clear error ([`check_version`]) instead of decoding payloads it
+/// may half-understand (postcard has no field tags: a variant added to any type in a
+/// message, such as a new store error, shifts what the bytes mean). Raise it with every
+/// change to the encoding of [`Wire`] or anything inside it; members of a cluster must then
+/// all run the new version (a rolling upgrade across a version change is not supported).
+///
+/// Version 1: the first versioned protocol (0, the field absent, is every build before).
+pub const PEER_PROTOCOL_VERSION: u32 = 1;
+
+/// The start of the refusal [`check_version`] returns; the sending side recognises it.
+pub const VERSION_MISMATCH: &str = "peer protocol version mismatch";
+
+/// Checks a peer's protocol version: the FAILED_PRECONDITION status that refuses its stream,
+/// naming both versions, unless it is [`PEER_PROTOCOL_VERSION`].
+pub fn check_version(theirs: u32) -> Result<(), tonic::Status> {
+    if theirs == PEER_PROTOCOL_VERSION {
+        return Ok(());
+    }
+    let theirs = match theirs {
+        0 => "none (a build from before protocol versions)".to_string(),
+        v => v.to_string(),
+    };
+    Err(tonic::Status::failed_precondition(format!(
+        "{VERSION_MISMATCH}: the peer speaks version {theirs}, this node speaks version {PEER_PROTOCOL_VERSION}; \
+         every member must run a build of the same peer protocol version"
+    )))
+}
+
 /// One node-to-node message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Wire {
@@ -35,5 +65,26 @@ impl Wire {
     /// Decodes a `PeerEnvelope` payload.
     pub fn decode(bytes: &[u8]) -> Result<Wire, postcard::Error> {
         postcard::from_bytes(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_version_is_accepted_and_the_refusal_names_both() {
+        assert!(check_version(PEER_PROTOCOL_VERSION).is_ok());
+        for (theirs, named) in [(0, "none (a build from before protocol versions)"), (2, "2"), (u32::MAX, "4294967295")]
+        {
+            let status = check_version(theirs).expect_err("another version is refused");
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+            assert!(status.message().starts_with(VERSION_MISMATCH), "{}", status.message());
+            assert!(
+                status.message().contains(&format!("speaks version {named}, this node speaks version 1")),
+                "{}",
+                status.message()
+            );
+        }
     }
 }

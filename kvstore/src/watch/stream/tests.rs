@@ -179,3 +179,17 @@ fn periodic_progress_goes_to_synced_quiet_watchers_that_asked() {
     assert!(stream.progress_tick(sm.revision()).is_empty(), "an event went out this period");
     assert_eq!(stream.progress_tick(sm.revision()).len(), 1);
 }
+
+#[test]
+fn a_watcher_beyond_the_cap_is_refused_with_a_reason_and_a_slot_frees_on_cancel() {
+    let mut stream = WatchStream::new(StreamConfig { max_watchers: 2, ..StreamConfig::default() });
+    let first = stream.create(spec(KeyRange::single("a"), 0), 1).watch_id;
+    stream.create(spec(KeyRange::single("b"), 0), 1);
+    let refused = stream.create(spec(KeyRange::single("c"), 0), 1);
+    assert!(refused.created && refused.canceled);
+    assert_eq!(refused.cancel_reason, "too many watchers on this stream (at most 2)");
+    assert_eq!(stream.len(), 2);
+    assert!(stream.cancel(first, 1).is_some());
+    let again = stream.create(spec(KeyRange::single("c"), 0), 1);
+    assert!(again.created && !again.canceled, "{again:?}");
+}
