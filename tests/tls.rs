@@ -258,5 +258,38 @@ fn the_client_certificate_names_the_user_when_auth_is_on() {
         let stranger = tls_client(&endpoint, &n1_cert).await.expect("connects");
         let error = stranger.put("/cn/n1", "v", 0, false).await.expect_err("user n1 does not exist");
         assert!(error.to_string().contains("permission denied"), "{error}");
+        admin.user_add("app", Some("apppw")).await.expect("a password user");
+        admin.role_add("app").await.expect("a role");
+        let permission = leasekv::client::proto::authpb::Permission {
+            perm_type: leasekv::client::proto::authpb::permission::Type::Readwrite as i32,
+            key: b"/app/".to_vec(),
+            range_end: b"/app0".to_vec(),
+        };
+        admin.role_grant_permission("app", permission).await.expect("a permission");
+        admin.user_grant_role("app", "app").await.expect("granted");
     });
+
+    // etcdctl with certificates and a user, as against etcd: the token names the user (it
+    // comes before the certificate's CN).
+    let Some(bin) = common::tool("etcdctl", "etcd-client") else { return };
+    let tls_args = [
+        format!("--cacert={}", certs.join("ca.crt").display()),
+        format!("--cert={}", certs.join("client.crt").display()),
+        format!("--key={}", certs.join("client.key").display()),
+    ];
+    let run = |args: &[&str]| {
+        let mut all: Vec<&str> = tls_args.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        etcdctl(&bin, &cluster.endpoint(1), &all)
+    };
+    let (ok, out) = run(&["--user=app:apppw", "put", "/app/1", "v"]);
+    assert!(ok, "etcdctl --user over TLS: {out}");
+    let (ok, out) = run(&["--user=app:apppw", "put", "/other", "v"]);
+    assert!(!ok && out.contains("permission denied"), "app may not write /other: {out}");
+    let (ok, out) = run(&["--user=app:wrong", "get", "/app/1"]);
+    assert!(!ok && out.contains("authentication failed"), "{out}");
+    let (ok, out) = run(&["put", "/other", "v"]);
+    assert!(ok, "without --user the certificate's CN (root) is the user: {out}");
+    let (ok, out) = run(&["user", "list"]);
+    assert!(ok && out.contains("app") && out.contains("root"), "{out}");
 }
