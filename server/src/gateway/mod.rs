@@ -113,9 +113,8 @@ fn grpc_request<T>(parts: axum::http::request::Parts, message: T) -> Request<T> 
 }
 
 /// The caller of a gateway request (see [`crate::auth`]).
-fn caller_of_http(gateway: &Gateway, parts: &axum::http::request::Parts) -> Result<crate::auth::Caller, Status> {
-    let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers.clone());
-    crate::auth::Caller::of(gateway.shared.node.auth(), &metadata, &parts.extensions)
+fn caller_of_http(gateway: &Gateway, parts: axum::http::request::Parts) -> Result<crate::auth::Caller, Status> {
+    crate::auth::caller_of(&gateway.shared.node, &grpc_request(parts, ()))
 }
 
 /// Reads a request body of at most `limit` bytes (`[limits] max_request_bytes`, with room for
@@ -157,7 +156,7 @@ fn stream_response(body: Body) -> Response {
 
 async fn watch(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
     let (parts, body) = http.into_parts();
-    let caller = match caller_of_http(&gateway, &parts) {
+    let caller = match caller_of_http(&gateway, parts) {
         Ok(caller) => caller,
         Err(status) => return errors::response(&status),
     };
@@ -173,7 +172,7 @@ async fn watch(State(gateway): State<Handle>, http: axum::extract::Request) -> R
 
 async fn keep_alive(State(gateway): State<Handle>, http: axum::extract::Request) -> Response {
     let (parts, body) = http.into_parts();
-    if let Err(status) = caller_of_http(&gateway, &parts).and_then(|c| c.authenticated()) {
+    if let Err(status) = caller_of_http(&gateway, parts).and_then(|c| c.authenticated()) {
         return errors::response(&status);
     }
     let failure = streams::Failure::default();

@@ -47,11 +47,12 @@ pub struct TlsState {
 impl TlsState {
     /// Reads every file; the first that cannot be used is the error.
     pub fn load(settings: &TlsSettings) -> Result<TlsState, TlsError> {
+        let (client_port, peer) = build(settings)?;
         Ok(TlsState {
             settings: settings.clone(),
-            client_port: settings.client.as_ref().map(client_port_config).transpose()?.map(Current::new),
-            peer_server: settings.peer.as_ref().map(peer_server_config).transpose()?.map(Current::new),
-            peer_client: settings.peer.as_ref().map(peer_client_config).transpose()?.map(Current::new),
+            client_port: client_port.map(Current::new),
+            peer_server: peer.as_ref().map(|(server, _)| Current::new(server.clone())),
+            peer_client: peer.map(|(_, client)| Current::new(client)),
         })
     }
 
@@ -67,15 +68,15 @@ impl TlsState {
 
     /// Rebuilds every configuration from the files; all or nothing.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let fresh = TlsState::load(&self.settings)?;
-        let pairs = [(&self.client_port, fresh.client_port), (&self.peer_server, fresh.peer_server)];
-        for (current, new) in pairs {
-            if let (Some(current), Some(new)) = (current, new) {
-                current.set(Arc::unwrap_or_clone(new.get()));
-            }
+        let (client_port, peer) = build(&self.settings)?;
+        if let (Some(current), Some(new)) = (&self.client_port, client_port) {
+            current.set(new);
         }
-        if let (Some(current), Some(new)) = (&self.peer_client, fresh.peer_client) {
-            current.set(Arc::unwrap_or_clone(new.get()));
+        if let (Some(server), Some(client), Some((new_server, new_client))) =
+            (&self.peer_server, &self.peer_client, peer)
+        {
+            server.set(new_server);
+            client.set(new_client);
         }
         Ok(())
     }
@@ -88,6 +89,19 @@ impl TlsState {
         }
         tokio::spawn(watch(Arc::downgrade(self), self.settings.files()));
     }
+}
+
+/// The configurations the settings call for: the client port's, and the peer port's server
+/// and client sides.
+type Built = (Option<ServerConfig>, Option<(ServerConfig, ClientConfig)>);
+
+fn build(settings: &TlsSettings) -> Result<Built, TlsError> {
+    let client_port = settings.client.as_ref().map(client_port_config).transpose()?;
+    let peer = match &settings.peer {
+        Some(peer) => Some((peer_server_config(peer)?, peer_client_config(peer)?)),
+        None => None,
+    };
+    Ok((client_port, peer))
 }
 
 /// What identifies a version of a file cheaply: its modification time and size.
