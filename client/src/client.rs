@@ -49,10 +49,15 @@ macro_rules! unary {
     ($stub:ident, $method:ident, $request:expr) => {
         |channel| {
             let request = $request;
-            async move { $stub::new(channel).$method(request).await }
+            async move { $stub::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES).$method(request).await }
         }
     };
 }
+
+/// The largest answer a call accepts: etcd's clients' default (`MaxCallRecvMsgSize`,
+/// `math.MaxInt32`), so a range over many large values is not refused by the client after
+/// the server did the work (tonic's own default is 4 MiB).
+pub const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 
 /// A user name and password for etcd's auth (etcdctl's `--user name:password`).
 #[derive(Clone, PartialEq, Eq)]

@@ -1,0 +1,239 @@
+//! `scalebench`: the scale and cost rows, leasekv against etcd on this machine, one row per
+//! command, its figures as the last line (`key=value` pairs) and as JSON for the plots.
+//!
+//! ```text
+//! cargo run --release -p leasekv --bin scalebench -- leases --system leasekv --count 100000
+//! cargo run --release -p leasekv --bin scalebench -- leases --system etcd --count 100000
+//! cargo run --release -p leasekv --bin scalebench -- all          # every row, both systems, plots
+//! cargo run --release -p leasekv --bin scalebench -- plot         # redraw from the JSON
+//! ```
+//!
+//! Each run starts its own 3-node cluster on 127.0.0.1 (leasekv's `kvserver`, built first
+//! when run through cargo, or `KVSERVER_BIN`; etcd from PATH or `ETCD_BIN`) in a temporary
+//! directory and removes it afterwards. docs/performance.md explains the rows and reports
+//! the figures.
+
+mod cluster;
+mod compaction;
+mod keys;
+mod latency;
+mod leases;
+mod load;
+mod plot;
+mod report;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use cluster::System;
+use report::Report;
+use std::path::PathBuf;
+
+/// Scale and cost benchmarks, leasekv against etcd.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    #[command(subcommand)]
+    command: Task,
+}
+
+/// Which system a row runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SystemArg {
+    /// leasekv (3 kvserver nodes).
+    Leasekv,
+    /// etcd (3 members).
+    Etcd,
+}
+
+/// One row's options.
+#[derive(Debug, Clone, clap::Args)]
+struct RowArgs {
+    /// The system to measure.
+    #[arg(long, value_enum)]
+    system: SystemArg,
+    /// leasekv's election backend.
+    #[arg(long, default_value = "paxoslease", value_parser = ["paxoslease", "lease-tracker"])]
+    backend: String,
+    /// The row's size: leases, keys or puts (each row has its own default, the issue's).
+    #[arg(long)]
+    count: Option<u64>,
+    /// expiry-storm: seconds from the start until every lease runs out (the grants must
+    /// finish at least 6 s before).
+    #[arg(long, default_value_t = 60)]
+    ttl: u64,
+    /// Where the JSON report is written.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/target/scalebench"))]
+    out: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Live leases, one key each, kept alive: RSS per lease, keepalives/s, p99, master CPU.
+    Leases(RowArgs),
+    /// Leases that all run out at once: time until their keys are gone, writer p99.
+    ExpiryStorm(RowArgs),
+    /// A key space of 1 KiB values: RSS, data dir, a 10,000-key prefix range.
+    Keys(RowArgs),
+    /// Restart of a member holding the key space: time from start to serving it.
+    Restart(RowArgs),
+    /// A member replaced by an empty one: time until it serves the key space, and the others'
+    /// put throughput meanwhile.
+    CatchUp(RowArgs),
+    /// Overwrites of 10,000 keys with auto-compaction: the data dir's size over time.
+    Compaction(RowArgs),
+    /// One client's put latency, at the master and spread over the members.
+    PutLatency(RowArgs),
+    /// Put throughput and p99 against the number of clients.
+    Clients(RowArgs),
+    /// Every row for leasekv and etcd in turn, then the plots.
+    All {
+        /// Multiplies every row's default size (0.01 for a quick look).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Rows to run (comma-separated names); all by default.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Where the JSON reports are written.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/target/scalebench"))]
+        out: PathBuf,
+        /// Where the plots are drawn.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/scalebench"))]
+        plots: PathBuf,
+    },
+    /// Draws the curves of every JSON report in `--input` as SVG files in `--output`.
+    Plot {
+        /// The reports.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/target/scalebench"))]
+        input: PathBuf,
+        /// Where the SVG files and their index go.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/scalebench"))]
+        output: PathBuf,
+    },
+}
+
+/// The issue's size of each row.
+fn default_count(workload: &str) -> u64 {
+    match workload {
+        "leases" | "expiry-storm" => 100_000,
+        "keys" | "restart" | "catch-up" => 1_000_000,
+        "compaction" => 10_000_000,
+        _ => 1,
+    }
+}
+
+/// The rows, in the order `all` runs them.
+const ROWS: [&str; 8] = ["put-latency", "clients", "leases", "expiry-storm", "keys", "restart", "catch-up", "compaction"];
+
+fn system_of(args: &RowArgs) -> System {
+    match (args.system, args.backend.as_str()) {
+        (SystemArg::Etcd, _) => System::Etcd,
+        (SystemArg::Leasekv, "lease-tracker") => System::LeaseKv("lease-tracker"),
+        (SystemArg::Leasekv, _) => System::LeaseKv("paxoslease"),
+    }
+}
+
+/// Runs one row; `keys`, `restart` and `catch-up` may share one loaded cluster.
+async fn run_row(workload: &str, system: System, count: u64, ttl: u64) -> Result<Vec<Report>> {
+    use keys::Rows;
+    Ok(match workload {
+        "leases" => vec![leases::leases(system, count).await?],
+        "expiry-storm" => vec![leases::expiry_storm(system, count, ttl).await?],
+        "keys" => keys::key_space(system, count, Rows { keys: true, restart: false, catch_up: false }).await?,
+        "restart" => keys::key_space(system, count, Rows { keys: false, restart: true, catch_up: false }).await?,
+        "catch-up" => keys::key_space(system, count, Rows { keys: false, restart: false, catch_up: true }).await?,
+        "key-space" => keys::key_space(system, count, Rows { keys: true, restart: true, catch_up: true }).await?,
+        "compaction" => vec![compaction::compaction(system, count).await?],
+        "put-latency" => vec![latency::put_latency(system).await?],
+        "clients" => vec![latency::clients(system).await?],
+        other => bail!("unknown workload {other}"),
+    })
+}
+
+fn publish(reports: &[Report], out: &std::path::Path) -> Result<()> {
+    for report in reports {
+        let path = report.write(out)?;
+        eprintln!("wrote {}", path.display());
+        println!("{}", report.summary_line());
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("scalebench: cannot start the runtime: {error}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(error) = runtime.block_on(run(args)) {
+        eprintln!("scalebench: error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let (workload, row) = match args.command {
+        Task::Plot { input, output } => {
+            for path in plot::draw_all(&input, &output)? {
+                eprintln!("drew {}", path.display());
+            }
+            return Ok(());
+        }
+        Task::All { scale, only, out, plots } => return run_all(scale, &only, &out, &plots).await,
+        Task::Leases(a) => ("leases", a),
+        Task::ExpiryStorm(a) => ("expiry-storm", a),
+        Task::Keys(a) => ("keys", a),
+        Task::Restart(a) => ("restart", a),
+        Task::CatchUp(a) => ("catch-up", a),
+        Task::Compaction(a) => ("compaction", a),
+        Task::PutLatency(a) => ("put-latency", a),
+        Task::Clients(a) => ("clients", a),
+    };
+    let count = row.count.unwrap_or_else(|| default_count(workload));
+    if count == 0 {
+        bail!("--count must be at least 1");
+    }
+    let reports = run_row(workload, system_of(&row), count, row.ttl).await?;
+    publish(&reports, &row.out)
+}
+
+/// Every selected row, leasekv then etcd for each, so a row's two figures come from
+/// neighbouring minutes of the same run; the key-space rows share one load per system.
+async fn run_all(scale: f64, only: &[String], out: &std::path::Path, plots: &std::path::Path) -> Result<()> {
+    for name in only {
+        if !ROWS.contains(&name.as_str()) {
+            bail!("unknown row {name}; the rows are {}", ROWS.join(", "));
+        }
+    }
+    let wanted = |row: &str| only.is_empty() || only.iter().any(|o| o == row);
+    let mut done_key_space = false;
+    for row in ROWS {
+        if !wanted(row) {
+            continue;
+        }
+        let key_space_row = matches!(row, "keys" | "restart" | "catch-up");
+        if key_space_row && done_key_space {
+            continue;
+        }
+        for system in [System::LeaseKv("paxoslease"), System::Etcd] {
+            let count = ((default_count(row) as f64 * scale).round() as u64).max(1);
+            let reports = if key_space_row {
+                use keys::Rows;
+                let rows = Rows { keys: wanted("keys"), restart: wanted("restart"), catch_up: wanted("catch-up") };
+                keys::key_space(system, count, rows).await?
+            } else {
+                // A storm of a scaled-down count grants quickly; the full one needs the minute.
+                let ttl = if count < 20_000 { 20 } else { 60 };
+                run_row(row, system, count, ttl).await?
+            };
+            publish(&reports, out)?;
+        }
+        done_key_space |= key_space_row;
+    }
+    for path in plot::draw_all(out, plots)? {
+        eprintln!("drew {}", path.display());
+    }
+    Ok(())
+}
