@@ -387,6 +387,8 @@ impl NodeConfig {
             retain_after_snapshot: self.log.retain_after_snapshot,
             max_batch_commands: self.log.max_batch_commands,
             max_inflight_slots: self.log.max_inflight_slots,
+            // The node loop takes them where their stall does not starve the election.
+            defer_snapshots: true,
             ..ReplicaConfig::for_lease_time(self.election.lease_time)
         }
     }

@@ -447,6 +447,14 @@ impl NodeLoop {
                     let _ = tell.send(failure.to_string());
                 }
             }
+            // A renewal that arrived while the loop was busy (a snapshot, a large apply) is
+            // applied before anything else: `select!` picks among ready branches at random,
+            // and a replica timeout handled first would find the previous lease run out and
+            // give up the log round of a master whose mastership was renewed all along.
+            if status.has_changed().unwrap_or(false) {
+                let s = *status.borrow_and_update();
+                self.apply_status(&s);
+            }
             // Whether this turn handles exactly one input, so the loop's only sends are the
             // replica's output, which `flush` sees.
             let mut one_input = true;
@@ -493,10 +501,36 @@ impl NodeLoop {
             }
             let woke_from_idle = one_input && rx.is_empty() && busy_until.elapsed() >= IDLE_BEFORE_SYNC_ON_LOOP;
             self.flush(woke_from_idle);
+            if self.replica.snapshot_due() {
+                self.take_snapshot();
+            }
             self.notice_master_change();
             busy_until = Instant::now();
         }
         tracing::info!("node loop stopped");
+    }
+
+    /// Takes the snapshot the replica says is due, after this turn's answers went out.
+    ///
+    /// A snapshot serializes and stores the whole state: hundreds of milliseconds for a few
+    /// megabytes, seconds for a gigabyte. On the runtime's worker that stall starved the
+    /// election's renewals (one worker by default), so a busy master lost its mastership at
+    /// every snapshot, and with it every lease countdown restarted (scalebench's expiry
+    /// storm: keys gone 13 s late). `block_in_place` hands the worker's other tasks to
+    /// another thread for the duration; the loop itself still waits, so requests queue
+    /// rather than fail.
+    fn take_snapshot(&mut self) {
+        let started = Instant::now();
+        let replica = &mut self.replica;
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| replica.snapshot_if_due()),
+            _ => replica.snapshot_if_due(),
+        }
+        let took = started.elapsed();
+        if took > Duration::from_millis(100) {
+            tracing::info!(took_ms = took.as_millis() as u64, applied = self.replica.applied_index(), "snapshot taken");
+        }
+        self.flush(false);
     }
 
     fn apply_status(&mut self, status: &ElectionStatus) {

@@ -25,6 +25,11 @@ pub struct ReplicaConfig {
     /// least as many bytes of log (otherwise small slots on a large state snapshot every
     /// few seconds).
     pub snapshot_every: u64,
+    /// Leave snapshots to the driver ([`super::Replica::snapshot_if_due`]) instead of taking
+    /// them at the end of the apply that makes one due. A snapshot costs time in proportion
+    /// to the whole state; the server takes it where that stall cannot hold up its election
+    /// renewals (off its async worker), which an apply deep inside a message cannot.
+    pub defer_snapshots: bool,
     /// Slots kept in the log behind the snapshot, so a replica slightly behind gets entries
     /// rather than a whole snapshot.
     pub retain_after_snapshot: u64,
@@ -56,6 +61,7 @@ impl ReplicaConfig {
             max_inflight_slots: 2,
             retry_interval: lease_time / 10,
             snapshot_every: 10_000,
+            defer_snapshots: false,
             retain_after_snapshot: 1_000,
             max_fetch_entries: 256,
             max_expire_batch: 500,

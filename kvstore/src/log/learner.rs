@@ -315,7 +315,9 @@ impl<S: Storage> Replica<S> {
                 self.on_applied_change(now, slot);
             }
         }
-        self.maybe_snapshot();
+        if !self.config.defer_snapshots {
+            self.maybe_snapshot();
+        }
         if self.lessor.is_running() {
             // An applied expiry may have made room in the backlog.
             self.expire_leases(now);
@@ -344,10 +346,25 @@ impl<S: Storage> Replica<S> {
         }
     }
 
+    /// Whether a snapshot is due (see [`super::ReplicaConfig::defer_snapshots`]).
+    pub fn snapshot_due(&self) -> bool {
+        self.stopped.is_none() && self.learner.snapshot_due(self.config.snapshot_every)
+    }
+
+    /// Takes the snapshot that is due, if one is, and drops the log behind it; with
+    /// [`super::ReplicaConfig::defer_snapshots`] the driver calls this after each step (the same
+    /// state as at the end of the apply, since nothing else ran in between).
+    pub fn snapshot_if_due(&mut self) {
+        self.maybe_snapshot();
+    }
+
     /// Snapshots the state machine every `snapshot_every` slots, once at least as many bytes
     /// of commands as the last snapshot held were applied since it, and drops the log behind
     /// it (keeping a short tail for peers that are only slightly behind).
     fn maybe_snapshot(&mut self) {
+        if self.stopped.is_some() {
+            return;
+        }
         if !self.learner.snapshot_due(self.config.snapshot_every) {
             return;
         }

@@ -240,7 +240,11 @@ impl SimSummary {
 
 /// Runs one seed.
 pub fn run_seed(config: &KvSimConfig, seed: u64) -> SeedReport {
-    let mut world = World::new(config.clone(), seed);
+    let mut config = config.clone();
+    // Odd seeds leave snapshots to the driver, as the server does, so both ways of taking
+    // them run under the oracles.
+    config.replica.defer_snapshots |= seed % 2 == 1;
+    let mut world = World::new(config, seed);
     world.run();
     world.finish()
 }
@@ -663,6 +667,9 @@ impl World {
 
     fn after_replica(&mut self, node: usize) {
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
+        if replica.snapshot_due() {
+            replica.snapshot_if_due();
+        }
         let output = replica.take_output();
         let deadline = replica.poll_timeout();
         let id = self.nodes[node].id;

@@ -57,6 +57,8 @@ pub struct Cluster {
     /// Which system runs.
     pub system: System,
     settings: Settings,
+    /// The cluster's files: removed when the cluster is dropped, unless `SCALEBENCH_KEEP`
+    /// is set (to read the members' logs after a surprising figure).
     dir: tempfile::TempDir,
     members: Vec<Member>,
     /// The leasekv server binary.
@@ -125,6 +127,11 @@ impl Cluster {
                 child: None,
                 id: i as u64 + 1,
             });
+        }
+        let mut dir = dir;
+        if std::env::var_os("SCALEBENCH_KEEP").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("scalebench: keeping {}", dir.path().display());
         }
         let mut cluster = Cluster { system, settings, dir, members, kvserver };
         for i in 0..3 {
@@ -227,7 +234,7 @@ impl Cluster {
                 let config = self.dir.path().join(format!("{}.toml", member.name));
                 std::fs::write(&config, text)?;
                 let mut c = Command::new(&self.kvserver);
-                c.arg("--config").arg(config).env("RUST_LOG", "warn");
+                c.arg("--config").arg(config).env("RUST_LOG", std::env::var("SCALEBENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()));
                 c
             }
             System::Etcd => {
@@ -310,6 +317,21 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("no leader within 30 s")
+    }
+
+    /// The election term (etcd's raft term, leasekv's log round) as a running member reports
+    /// it: the difference between two readings counts the leader changes in between.
+    pub async fn term(&self) -> u64 {
+        for i in 0..self.len() {
+            if self.is_running(i) {
+                if let Ok(c) = self.client(i).await {
+                    if let Ok(s) = c.status().await {
+                        return s.raft_term;
+                    }
+                }
+            }
+        }
+        0
     }
 
     /// Stops member `i`: SIGTERM and up to 30 s to exit, or kill -9.

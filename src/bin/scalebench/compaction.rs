@@ -22,6 +22,7 @@ const RETENTION: u64 = 10_000;
 pub async fn compaction(system: System, count: u64) -> Result<Report> {
     let mut report = Report::new("compaction", &system.name(), count);
     let cluster = Cluster::start(system, Settings { compaction_retention: Some(RETENTION), ..Default::default() }).await?;
+    let term_at_start = cluster.term().await;
     let leader = cluster.leader().await?;
     let conns = connections(&cluster.endpoints(), 8).await?;
     let key_bytes = "/churn/00000000".len() as u64;
@@ -69,5 +70,6 @@ pub async fn compaction(system: System, count: u64) -> Result<Report> {
     report.figure("data_dir_final_bytes", last as f64);
     report.figure("data_dir_max_over_live", max as f64 / live as f64);
     report.figure("rss_bytes", cluster.rss_bytes(leader).unwrap_or_default() as f64);
+    report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
     Ok(report)
 }

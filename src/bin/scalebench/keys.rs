@@ -3,7 +3,6 @@
 //! go on serving writes.
 
 use crate::cluster::{disk_bytes, Cluster, Settings, System};
-use crate::leases::mib;
 use crate::load::{bulk, connections, quantile_ms, window, Writer};
 use crate::report::Report;
 use anyhow::{anyhow, Result};
@@ -37,6 +36,7 @@ fn key(i: u64) -> String {
 pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Report>> {
     let mut reports = Vec::new();
     let mut cluster = Cluster::start(system, Settings::default()).await?;
+    let term_at_start = cluster.term().await;
     let conns = connections(&cluster.endpoints(), 8).await?;
     eprintln!("[{}] loading {count} keys of {VALUE_BYTES} B", system.name());
     let value = vec![b'k'; VALUE_BYTES];
@@ -75,6 +75,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         if count >= RANGE_KEYS && returned as u64 != RANGE_KEYS {
             return Err(anyhow!("the prefix range returned {returned} keys, not {RANGE_KEYS}"));
         }
+        report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
         reports.push(report);
     }
 
@@ -83,12 +84,11 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         let member = (leader + 1) % 3;
         eprintln!("[{}] restarting a member holding {count} keys", system.name());
         cluster.stop(member, true);
-        let started = Instant::now();
         cluster.restart(member)?;
         let serving = wait_has(&cluster, member, &last_key, Duration::from_secs(600)).await?;
         report.figure("restart_to_serving_s", serving.as_secs_f64());
         report.figure("rss_after_restart_bytes", cluster.rss_bytes(member).unwrap_or_default() as f64);
-        let _ = started;
+        report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
         reports.push(report);
     }
 
@@ -106,7 +106,6 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         cluster.stop(old, false);
         let replaced_at = Instant::now();
         let slot = cluster.replace(old).await?;
-        let started = Instant::now();
         let serving = wait_has(&cluster, slot, &last_key, Duration::from_secs(900)).await;
         let during_to = Instant::now();
         let (samples, failed) = writer.stop().await;
@@ -130,7 +129,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         report.figure("writer_failed", failed as f64);
         report.figure("new_member_data_dir_bytes", disk_bytes(cluster.data_dir(slot)) as f64);
         report.figure("new_member_rss_bytes", cluster.rss_bytes(slot).unwrap_or_default() as f64);
-        let _ = (started, mib(0));
+        report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
         reports.push(report);
     }
     Ok(reports)

@@ -52,6 +52,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub async fn put_latency(system: System) -> Result<Report> {
     let mut report = Report::new("put-latency", &system.name(), 1);
     let cluster = Cluster::start(system, Settings::default()).await?;
+    let term_at_start = cluster.term().await;
     let leader = cluster.leader().await?;
     let at_leader = connections(&[cluster.endpoint(leader)], 1).await?;
     let spread = connections(&cluster.endpoints(), 3).await?;
@@ -69,6 +70,7 @@ pub async fn put_latency(system: System) -> Result<Report> {
     report.figure("put_p99_master_ms", median(p99));
     report.figure("put_p50_any_ms", median(any50));
     report.figure("put_p99_any_ms", median(any99));
+    report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
     Ok(report)
 }
 
@@ -94,6 +96,7 @@ async fn spread_puts(conns: &[Client]) -> (f64, f64, f64) {
 pub async fn clients(system: System) -> Result<Report> {
     let mut report = Report::new("clients", &system.name(), 256);
     let cluster = Cluster::start(system, Settings::default()).await?;
+    let term_at_start = cluster.term().await;
     let conns = connections(&cluster.endpoints(), 8).await?;
     for clients in [1usize, 4, 16, 64, 256] {
         let (mut rates, mut p99s) = (Vec::new(), Vec::new());
@@ -109,5 +112,6 @@ pub async fn clients(system: System) -> Result<Report> {
         report.figure(&format!("puts_per_s_{clients}"), rate);
         report.figure(&format!("put_p99_ms_{clients}"), p99);
     }
+    report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
     Ok(report)
 }

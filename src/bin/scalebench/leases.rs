@@ -25,6 +25,7 @@ const KEEPALIVE_SECONDS: u64 = 10;
 pub async fn leases(system: System, count: u64) -> Result<Report> {
     let mut report = Report::new("leases", &system.name(), count);
     let cluster = Cluster::start(system, Settings::default()).await?;
+    let term_at_start = cluster.term().await;
     let leader = cluster.leader().await?;
     let conns = connections(&cluster.endpoints(), 8).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -101,6 +102,7 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
     report.figure("paced_achieved_per_s", paced.renewed as f64 / seconds);
     report.figure("paced_keepalive_p99_ms", quantile_ms(&mut paced.latencies, 0.99));
     report.figure("paced_master_cpu_cores", cpu / seconds);
+    report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
     Ok(report)
 }
 
@@ -110,6 +112,7 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
 pub async fn expiry_storm(system: System, count: u64, ttl_seconds: u64) -> Result<Report> {
     let mut report = Report::new("expiry-storm", &system.name(), count);
     let cluster = Cluster::start(system, Settings::default()).await?;
+    let term_at_start = cluster.term().await;
     let leader = cluster.leader().await?;
     let conns = connections(&cluster.endpoints(), 8).await?;
     // Lease i, granted at g_i, gets TTL ceil(D - g_i): every lease ends within a second of
@@ -190,6 +193,7 @@ pub async fn expiry_storm(system: System, count: u64, ttl_seconds: u64) -> Resul
     report.figure("writer_quiet_per_s", quiet_rate);
     report.figure("writer_storm_per_s", storm_rate);
     report.figure("writer_failed", failed as f64);
+    report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
     Ok(report)
 }
 
