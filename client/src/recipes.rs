@@ -127,7 +127,12 @@ impl Client {
         let request = LeaderRequest { name: name.into() };
         self.call("Leader", |channel| {
             let request = request.clone();
-            async move { ElectionClient::new(channel).max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES).leader(request).await }
+            async move {
+                ElectionClient::new(channel)
+                    .max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES)
+                    .leader(request)
+                    .await
+            }
         })
         .await
     }
@@ -137,7 +142,12 @@ impl Client {
         let request = LeaderRequest { name: name.into() };
         self.call("Observe", |channel| {
             let request = request.clone();
-            async move { ElectionClient::new(channel).max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES).observe(request).await }
+            async move {
+                ElectionClient::new(channel)
+                    .max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES)
+                    .observe(request)
+                    .await
+            }
         })
         .await
     }

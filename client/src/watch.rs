@@ -135,7 +135,10 @@ impl Watch {
                     // Cannot fail: the receiver is alive until the call below consumes it.
                     let _ =
                         requests.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) }).await;
-                    let response = WatchClient::new(channel).max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES).watch(ReceiverStream::new(receiver)).await?;
+                    let response = WatchClient::new(channel)
+                        .max_decoding_message_size(crate::client::MAX_RESPONSE_BYTES)
+                        .watch(ReceiverStream::new(receiver))
+                        .await?;
                     Ok(response.map(|stream| (requests, stream)))
                 }
             })

@@ -69,7 +69,11 @@ fn no_file_gives_a_single_node_on_2379_with_data_in_leasekv_data() {
     assert_eq!(config.election.lease_time, DEFAULT_LEASE_TIME);
     assert_eq!(config.origin, Origin::Builtin);
     assert_eq!(config.limits(), Limits::default());
-    assert_eq!(config.replica_config(), ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME));
+    // The node loop takes snapshots itself (off the runtime's worker).
+    assert_eq!(
+        config.replica_config(),
+        ReplicaConfig { defer_snapshots: true, ..ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME) }
+    );
     assert_eq!(config.lease_config(), LeaseConfig::with_lease_time(DEFAULT_LEASE_TIME));
     assert_eq!(config, NodeConfig::builtin());
 }

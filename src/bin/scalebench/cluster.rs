@@ -103,7 +103,10 @@ pub fn kvserver_binary() -> Result<PathBuf> {
         }
     }
     if !beside.is_file() {
-        bail!("{} is missing: build it with `cargo build --release --bin kvserver`, or set KVSERVER_BIN", beside.display());
+        bail!(
+            "{} is missing: build it with `cargo build --release --bin kvserver`, or set KVSERVER_BIN",
+            beside.display()
+        );
     }
     Ok(beside)
 }
@@ -234,7 +237,9 @@ impl Cluster {
                 let config = self.dir.path().join(format!("{}.toml", member.name));
                 std::fs::write(&config, text)?;
                 let mut c = Command::new(&self.kvserver);
-                c.arg("--config").arg(config).env("RUST_LOG", std::env::var("SCALEBENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()));
+                c.arg("--config")
+                    .arg(config)
+                    .env("RUST_LOG", std::env::var("SCALEBENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()));
                 c
             }
             System::Etcd => {
@@ -289,13 +294,21 @@ impl Cluster {
         while started.elapsed() < wait {
             if let Ok(client) = self.client(i).await {
                 let options = leasekv::client::GetOptions { serializable: true, ..Default::default() };
-                if client.get("/scalebench/ready", options).await.is_ok() && client.put("/scalebench/ready", "1", 0, false).await.is_ok() {
+                if client.get("/scalebench/ready", options).await.is_ok()
+                    && client.put("/scalebench/ready", "1", 0, false).await.is_ok()
+                {
                     return Ok(started.elapsed());
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        bail!("{} member {} at {} did not serve within {wait:?}; its log:\n{}", self.system.name(), self.members[i].name, self.endpoint(i), self.log_tail(i))
+        bail!(
+            "{} member {} at {} did not serve within {wait:?}; its log:\n{}",
+            self.system.name(),
+            self.members[i].name,
+            self.endpoint(i),
+            self.log_tail(i)
+        )
     }
 
     /// The slot of the member the cluster names leader (PaxosLease master or etcd leader).

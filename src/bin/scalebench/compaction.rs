@@ -21,7 +21,8 @@ const RETENTION: u64 = 10_000;
 /// revisions; the leader's data directory size every 2 s against the live data.
 pub async fn compaction(system: System, count: u64) -> Result<Report> {
     let mut report = Report::new("compaction", &system.name(), count);
-    let cluster = Cluster::start(system, Settings { compaction_retention: Some(RETENTION), ..Default::default() }).await?;
+    let cluster =
+        Cluster::start(system, Settings { compaction_retention: Some(RETENTION), ..Default::default() }).await?;
     let term_at_start = cluster.term().await;
     let leader = cluster.leader().await?;
     let conns = connections(&cluster.endpoints(), 8).await?;

@@ -96,7 +96,8 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         let mut report = Report::new("catch-up", &system.name(), count);
         let leader = cluster.leader().await?;
         let old = (leader + 1) % 3;
-        let others: Vec<String> = (0..cluster.len()).filter(|&j| j != old && cluster.is_running(j)).map(|j| cluster.endpoint(j)).collect();
+        let others: Vec<String> =
+            (0..cluster.len()).filter(|&j| j != old && cluster.is_running(j)).map(|j| cluster.endpoint(j)).collect();
         let writer_conns = connections(&others, 4).await?;
         let writer = Writer::start(&writer_conns, 16, "/catchup-writer/", 256);
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -111,12 +112,20 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         let (samples, failed) = writer.stop().await;
         let serving = serving?;
         let (before_p99, before_rate) = window(&samples, before_from, before_to);
-        let (during_p99, during_rate) = window(&samples, replaced_at, during_to.max(replaced_at + Duration::from_secs(1)));
+        let (during_p99, during_rate) =
+            window(&samples, replaced_at, during_to.max(replaced_at + Duration::from_secs(1)));
         let mut t = before_from;
         while t < during_to {
             let (_, rate) = window(&samples, t, t + Duration::from_secs(1));
-            let x = t.duration_since(replaced_at).as_secs_f64() - replaced_at.saturating_duration_since(t).as_secs_f64();
-            report.point("writer_puts_per_s_vs_seconds", "seconds since the member was replaced", "puts/s of the others", x, rate);
+            let x =
+                t.duration_since(replaced_at).as_secs_f64() - replaced_at.saturating_duration_since(t).as_secs_f64();
+            report.point(
+                "writer_puts_per_s_vs_seconds",
+                "seconds since the member was replaced",
+                "puts/s of the others",
+                x,
+                rate,
+            );
             t += Duration::from_secs(1);
         }
         report.figure("catch_up_to_serving_s", serving.as_secs_f64());
@@ -150,5 +159,9 @@ async fn wait_has(cluster: &Cluster, i: usize, key: &str, wait: Duration) -> Res
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Err(anyhow!("member {} did not serve {key} within {wait:?}; its log:\n{}", cluster.endpoint(i), cluster.log_tail(i)))
+    Err(anyhow!(
+        "member {} did not serve {key} within {wait:?}; its log:\n{}",
+        cluster.endpoint(i),
+        cluster.log_tail(i)
+    ))
 }

@@ -62,7 +62,13 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
         })
         .await?;
         granted += chunk;
-        report.point("rss_vs_leases", "live leases", "master RSS (MiB)", granted as f64, mib(cluster.rss_bytes(leader).unwrap_or_default()));
+        report.point(
+            "rss_vs_leases",
+            "live leases",
+            "master RSS (MiB)",
+            granted as f64,
+            mib(cluster.rss_bytes(leader).unwrap_or_default()),
+        );
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_leases = cluster.rss_bytes(leader).unwrap_or_default();
@@ -81,7 +87,8 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
     eprintln!("[{}] keepalives back to back for {KEEPALIVE_SECONDS} s", system.name());
     let cpu_before = cluster.cpu_seconds(leader).unwrap_or_default();
     let started = Instant::now();
-    let (pool, mut flat) = pool.run(Duration::ZERO, started + Duration::from_secs(KEEPALIVE_SECONDS), KEEPALIVE_WINDOW).await?;
+    let (pool, mut flat) =
+        pool.run(Duration::ZERO, started + Duration::from_secs(KEEPALIVE_SECONDS), KEEPALIVE_WINDOW).await?;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cluster.cpu_seconds(leader).unwrap_or_default() - cpu_before;
     report.figure("keepalives_per_s", flat.renewed as f64 / seconds);
@@ -153,7 +160,11 @@ pub async fn expiry_storm(system: System, count: u64, ttl_seconds: u64) -> Resul
         counter.get("/storm/", options).await.map(|r| r.count).unwrap_or(-1)
     };
     let before = count_left().await;
-    eprintln!("[{}] {before} keys attached; storm in {:.1} s", system.name(), storm_at.saturating_duration_since(Instant::now()).as_secs_f64());
+    eprintln!(
+        "[{}] {before} keys attached; storm in {:.1} s",
+        system.name(),
+        storm_at.saturating_duration_since(Instant::now()).as_secs_f64()
+    );
     let quiet_from = grants_done + Duration::from_secs(1);
     tokio::time::sleep_until(storm_at.into()).await;
     let give_up = latest_expiry + Duration::from_secs(300);

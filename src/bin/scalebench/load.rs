@@ -95,8 +95,15 @@ where
         task.await?;
     }
     progress.abort();
-    let bulk = Bulk { done: done.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed), elapsed: started.elapsed() };
-    eprintln!("  {label}: {} done in {:.1} s ({:.0}/s), {} failed", bulk.done, bulk.elapsed.as_secs_f64(), bulk.rate(), bulk.failed);
+    let bulk =
+        Bulk { done: done.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed), elapsed: started.elapsed() };
+    eprintln!(
+        "  {label}: {} done in {:.1} s ({:.0}/s), {} failed",
+        bulk.done,
+        bulk.elapsed.as_secs_f64(),
+        bulk.rate(),
+        bulk.failed
+    );
     if bulk.failed * 100 > total {
         return Err(anyhow!("{label}: {} of {total} operations failed", bulk.failed));
     }
@@ -163,7 +170,8 @@ impl Writer {
 
 /// The p99 latency (ms) and throughput (ops/s) of the samples that completed in `from..to`.
 pub fn window(samples: &[Sample], from: Instant, to: Instant) -> (f64, f64) {
-    let mut latencies: Vec<Duration> = samples.iter().filter(|s| s.at >= from && s.at < to).map(|s| s.latency).collect();
+    let mut latencies: Vec<Duration> =
+        samples.iter().filter(|s| s.at >= from && s.at < to).map(|s| s.latency).collect();
     let seconds = to.saturating_duration_since(from).as_secs_f64().max(1e-9);
     let rate = latencies.len() as f64 / seconds;
     (quantile_ms(&mut latencies, 0.99), rate)
@@ -186,7 +194,10 @@ pub struct KeepAliveFigures {
 /// `window` renewals in flight per stream (a stream is answered in order, one at a time, by
 /// etcd and leasekv alike, so the pipeline keeps it busy without reordering).
 pub struct KeepAlivePool {
-    streams: Vec<(mpsc::Sender<LeaseKeepAliveRequest>, tonic::Streaming<leasekv::client::proto::etcdserverpb::LeaseKeepAliveResponse>)>,
+    streams: Vec<(
+        mpsc::Sender<LeaseKeepAliveRequest>,
+        tonic::Streaming<leasekv::client::proto::etcdserverpb::LeaseKeepAliveResponse>,
+    )>,
     shares: Vec<Vec<i64>>,
 }
 
@@ -212,7 +223,9 @@ impl KeepAlivePool {
             // only returns once a request has been sent: renew one lease to open it.
             let first = share.first().copied().unwrap_or_default();
             tx.send(LeaseKeepAliveRequest { id: first }).await?;
-            let response = LeaseClient::new(channels[s % channels.len()].clone()).lease_keep_alive(ReceiverStream::new(rx)).await?;
+            let response = LeaseClient::new(channels[s % channels.len()].clone())
+                .lease_keep_alive(ReceiverStream::new(rx))
+                .await?;
             let mut responses = response.into_inner();
             responses.message().await?;
             opened.push((tx, responses));
@@ -223,7 +236,12 @@ impl KeepAlivePool {
     /// Renews every lease once per `period` (or back to back when `period` is zero) until
     /// `until`, `window` renewals in flight per stream. Returns the figures and the pool, to
     /// go on with.
-    pub async fn run(self, period: Duration, until: Instant, window: usize) -> Result<(KeepAlivePool, KeepAliveFigures)> {
+    pub async fn run(
+        self,
+        period: Duration,
+        until: Instant,
+        window: usize,
+    ) -> Result<(KeepAlivePool, KeepAliveFigures)> {
         let figures = Arc::new(Mutex::new(KeepAliveFigures::default()));
         let mut tasks = Vec::new();
         for ((tx, mut responses), share) in self.streams.into_iter().zip(self.shares) {

@@ -59,7 +59,7 @@ struct RowArgs {
     count: Option<u64>,
     /// expiry-storm: seconds from the start until every lease runs out (the grants must
     /// finish at least 6 s before).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 90)]
     ttl: u64,
     /// Where the JSON report is written.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/target/scalebench"))]
@@ -122,7 +122,8 @@ fn default_count(workload: &str) -> u64 {
 }
 
 /// The rows, in the order `all` runs them.
-const ROWS: [&str; 8] = ["put-latency", "clients", "leases", "expiry-storm", "keys", "restart", "catch-up", "compaction"];
+const ROWS: [&str; 8] =
+    ["put-latency", "clients", "leases", "expiry-storm", "keys", "restart", "catch-up", "compaction"];
 
 fn system_of(args: &RowArgs) -> System {
     match (args.system, args.backend.as_str()) {
@@ -225,7 +226,7 @@ async fn run_all(scale: f64, only: &[String], out: &std::path::Path, plots: &std
                 keys::key_space(system, count, rows).await?
             } else {
                 // A storm of a scaled-down count grants quickly; the full one needs the minute.
-                let ttl = if count < 20_000 { 20 } else { 60 };
+                let ttl = if count < 20_000 { 20 } else { 90 };
                 run_row(row, system, count, ttl).await?
             };
             publish(&reports, out)?;
