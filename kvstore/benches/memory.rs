@@ -9,9 +9,12 @@
 //!
 //! `cargo bench -p leasekv-kvstore --bench memory`
 
+use leasekv_kvstore::lessor::Lessor;
 use leasekv_kvstore::{Command, PutRequest, StateMachine};
+use leasekv_lease::Instant;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;
@@ -79,4 +82,49 @@ fn main() {
     println!("leasekv-bench: memory per history entry, create: {create_event:.0} B");
     println!("leasekv-bench: memory per history entry, overwrite (holds the previous value): {overwrite_event:.0} B");
     println!("leasekv-bench: history entries retained after compaction: {}", sm.history_len());
+    drop(sm);
+    lease_memory();
+}
+
+/// Memory per lease with one key, beyond the key: the same keys written once without leases
+/// and once each attached to its own lease, both compacted, plus the master's countdown
+/// (the lessor), which only the master holds.
+fn lease_memory() {
+    let compacted_keys = |leased: bool| {
+        let mut sm = StateMachine::new();
+        let before = held();
+        for i in 0..KEYS {
+            let lease = if leased {
+                let grant = Command::LeaseGrant { id: 0, name: None, ttl: 30 };
+                match sm.apply(&grant).result {
+                    Ok(leasekv_kvstore::CommandResponse::LeaseGrant(g)) => g.id,
+                    other => panic!("lease grant: {other:?}"),
+                }
+            } else {
+                0
+            };
+            let Command::Put(mut put) = put(i, b'a') else { unreachable!("put() builds puts") };
+            put.lease = lease;
+            sm.apply(&Command::Put(put)).result.expect("put");
+        }
+        sm.apply(&Command::Compact { revision: sm.revision() }).result.expect("compact");
+        let bytes = held() - before;
+        let ids: Vec<_> = sm.leases().map(|l| l.id).collect();
+        (bytes, ids, sm)
+    };
+    let (plain, _, plain_sm) = compacted_keys(false);
+    drop(plain_sm);
+    let (leased, ids, leased_sm) = compacted_keys(true);
+    let before = held();
+    let mut lessor = Lessor::new();
+    lessor.start(Instant::ZERO, ids.iter().map(|&id| (id, Duration::from_secs(30))));
+    let countdown = held() - before;
+    let per = |bytes: isize| bytes as f64 / KEYS as f64;
+    println!(
+        "leasekv-bench: memory per lease with one key, beyond the key: {:.0} B in the state machine (every member) + {:.0} B of countdown (the master) = {:.0} B",
+        per(leased - plain),
+        per(countdown),
+        per(leased - plain + countdown)
+    );
+    drop((lessor, leased_sm));
 }

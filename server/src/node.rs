@@ -521,10 +521,12 @@ impl NodeLoop {
     /// rather than fail.
     fn take_snapshot(&mut self) {
         let started = Instant::now();
-        let replica = &mut self.replica;
+        let (replica, now) = (&mut self.replica, self.clock.now());
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| replica.snapshot_if_due()),
-            _ => replica.snapshot_if_due(),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| replica.snapshot_if_due(now))
+            }
+            _ => replica.snapshot_if_due(now),
         }
         let took = started.elapsed();
         if took > Duration::from_millis(100) {

@@ -148,6 +148,10 @@ pub struct Replica<S: Storage> {
     pub(super) outbox: Outbox,
     /// Why the replica stopped (a storage failure).
     pub(super) stopped: Option<StorageFailure>,
+    /// When a snapshot was last sent to each peer, and how long until it may get another.
+    pub(super) snapshots_sent: std::collections::HashMap<NodeId, (Instant, std::time::Duration)>,
+    /// Peers waiting for a snapshot the driver builds (with `defer_snapshots`).
+    pub(super) snapshot_wanted_by: BTreeSet<NodeId>,
 }
 
 impl<S: Storage> Replica<S> {
@@ -221,6 +225,8 @@ impl<S: Storage> Replica<S> {
             outbox: Outbox::new(me),
             stopped: None,
             counts: ReplicaCounts::default(),
+            snapshots_sent: std::collections::HashMap::new(),
+            snapshot_wanted_by: BTreeSet::new(),
         };
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
@@ -814,7 +820,7 @@ impl<S: Storage> Replica<S> {
             LogMessage::Accepted { ballot, slot, applied } => self.on_accepted(now, from, ballot, slot, applied),
             LogMessage::Reject { ballot, promised } => self.on_reject(now, ballot, promised),
             LogMessage::Commit { ballot, commit } => self.on_commit(now, from, ballot, commit),
-            LogMessage::Fetch { from: first } => self.on_fetch(from, first),
+            LogMessage::Fetch { from: first } => self.on_fetch(now, from, first),
             LogMessage::Entries { entries, commit } => self.on_entries(now, from, entries, commit),
             LogMessage::Snapshot { index, data } => self.on_snapshot(now, index, data),
         }

@@ -666,9 +666,10 @@ impl World {
     }
 
     fn after_replica(&mut self, node: usize) {
+        let now = self.local(node);
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
         if replica.snapshot_due() {
-            replica.snapshot_if_due();
+            replica.snapshot_if_due(now);
         }
         let output = replica.take_output();
         let deadline = replica.poll_timeout();

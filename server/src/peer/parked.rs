@@ -14,8 +14,9 @@
 //! - the receiver decides when to start, so it can insist on one transfer per peer at a
 //!   time ([`Inbox`]) and drop notices it does not need, without the sender knowing;
 //! - the sender keeps only the newest parked message per peer and kind ([`Outbox`]): the
-//!   replica answers every repeated `Fetch` with a fresh snapshot, and a pushed stream would
-//!   have to carry each one or cut one off midway, while a parked one is simply replaced;
+//!   replica answers a repeated `Fetch` with a fresh snapshot once the last one had time to
+//!   arrive (its size at 50 MB/s), and a pushed stream would have to carry each one or cut
+//!   one off midway, while a parked one is simply replaced;
 //! - flow control is the HTTP/2 stream's: the sender reads the next chunk from its parked
 //!   buffer only when the receiver has taken the previous one, so neither side ever holds
 //!   more than the message and a chunk or two in flight;

@@ -79,6 +79,8 @@ enum Task {
     /// A member replaced by an empty one: time until it serves the key space, and the others'
     /// put throughput meanwhile.
     CatchUp(RowArgs),
+    /// The keys, restart and catch-up rows on one loaded key space.
+    KeySpace(RowArgs),
     /// Overwrites of 10,000 keys with auto-compaction: the data dir's size over time.
     Compaction(RowArgs),
     /// One client's put latency, at the master and spread over the members.
@@ -115,7 +117,7 @@ enum Task {
 fn default_count(workload: &str) -> u64 {
     match workload {
         "leases" | "expiry-storm" => 100_000,
-        "keys" | "restart" | "catch-up" => 1_000_000,
+        "keys" | "restart" | "catch-up" | "key-space" => 1_000_000,
         "compaction" => 10_000_000,
         _ => 1,
     }
@@ -188,6 +190,7 @@ async fn run(args: Args) -> Result<()> {
         Task::Keys(a) => ("keys", a),
         Task::Restart(a) => ("restart", a),
         Task::CatchUp(a) => ("catch-up", a),
+        Task::KeySpace(a) => ("key-space", a),
         Task::Compaction(a) => ("compaction", a),
         Task::PutLatency(a) => ("put-latency", a),
         Task::Clients(a) => ("clients", a),
