@@ -79,9 +79,12 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
     report.figure("rss_per_lease_bytes", (leases_and_keys_cost - keys_cost) / count as f64);
 
     // Keepalives back to back: the most this pool gets renewed.
-    let ids: Vec<i64> = ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if ids.contains(&0) {
-        bail!("some leases were not granted");
+    // A grant or attach that failed (at most 1% of them, or the load stops) is left out
+    // and counted.
+    let ids: Vec<i64> = ids.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().filter(|&id| id != 0).collect();
+    report.figure("leases_not_granted", (count - ids.len() as u64) as f64);
+    if ids.is_empty() {
+        bail!("no lease was granted");
     }
     let pool = KeepAlivePool::open(&cluster.endpoints(), KEEPALIVE_STREAMS, &ids).await?;
     eprintln!("[{}] keepalives back to back for {KEEPALIVE_SECONDS} s", system.name());
