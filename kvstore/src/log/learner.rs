@@ -11,12 +11,12 @@ use crate::command::{Command, CommandResponse};
 use crate::state::StateMachine;
 use crate::storage::{SnapshotRecord, Storage};
 use leasekv_lease::{Instant, NodeId};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The rate a snapshot is assumed to reach a peer at, to wait before sending that peer
 /// another (50 MB/s: a 1 GiB state every 20 s at most; a small one every retry interval).
 const SNAPSHOT_TRANSFER_BYTES_PER_SEC: f64 = 50e6;
-use std::collections::BTreeSet;
 
 /// What one replica has learned: how far the log is chosen and applied, the state machine
 /// it was applied to, and the bookkeeping of snapshots, compaction and catching up.
