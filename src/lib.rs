@@ -21,6 +21,8 @@
 
 #![deny(missing_docs)]
 
+pub mod process;
+
 pub use leasekv_client as client;
 pub use leasekv_kvstore as kvstore;
 pub use leasekv_lease as lease;

@@ -23,26 +23,8 @@ impl Cluster {
     }
 }
 
-/// Resident memory of process `pid` in bytes (Linux `/proc`), if readable.
-pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// CPU time (user + system) the process `pid` has used so far, in seconds. Linux's
-/// `/proc/PID/stat` counts it in clock ticks, which are 1/100 s on every Linux this runs on
-/// (`getconf CLK_TCK`).
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces; the fields after its closing ')' do not.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
-}
+#[allow(unused_imports)] // the watch benchmark reads them; the others do not
+pub use leasekv::process::{cpu_seconds, rss_bytes};
 
 #[derive(Clone, Copy, PartialEq)]
 pub enum Target {
@@ -159,19 +141,9 @@ impl Cluster {
     }
 
     pub fn stop(&mut self, i: usize, sigterm: bool) {
-        let Some(mut child) = self.nodes[i].take() else { return };
-        if sigterm {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        if let Some(mut child) = self.nodes[i].take() {
+            leasekv::process::stop_child(&mut child, sigterm, Duration::from_secs(10));
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 

@@ -4,6 +4,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use leasekv::client::Client;
+use leasekv::process::{cpu_seconds, rss_bytes, stop_child};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -349,19 +350,9 @@ impl Cluster {
 
     /// Stops member `i`: SIGTERM and up to 30 s to exit, or kill -9.
     pub fn stop(&mut self, i: usize, sigterm: bool) {
-        let Some(mut child) = self.members[i].child.take() else { return };
-        if sigterm {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        if let Some(mut child) = self.members[i].child.take() {
+            stop_child(&mut child, sigterm, Duration::from_secs(30));
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     /// Starts stopped member `i` again on its data directory.
@@ -435,23 +426,6 @@ where
 
 fn tracing_or_eprint(message: &str) {
     eprintln!("scalebench: {message}");
-}
-
-/// Resident memory of process `pid` in bytes (Linux `/proc`).
-pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// CPU time (user + system) process `pid` has used, seconds (clock ticks of 1/100 s).
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
 }
 
 /// Disk space the files under `dir` take (allocated blocks, as `du` counts them: a
