@@ -152,8 +152,10 @@ async fn run_row(workload: &str, system: System, count: u64, ttl: u64) -> Result
     })
 }
 
-fn publish(reports: &[Report], out: &std::path::Path) -> Result<()> {
-    for report in reports {
+fn publish(mut reports: Vec<Report>, out: &std::path::Path) -> Result<()> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    for report in &mut reports {
+        report.finished_unix_s = now;
         let path = report.write(out)?;
         eprintln!("wrote {}", path.display());
         println!("{}", report.summary_line());
@@ -200,7 +202,7 @@ async fn run(args: Args) -> Result<()> {
         bail!("--count must be at least 1");
     }
     let reports = run_row(workload, system_of(&row), count, row.ttl).await?;
-    publish(&reports, &row.out)
+    publish(reports, &row.out)
 }
 
 /// Every selected row, leasekv then etcd for each, so a row's two figures come from
@@ -232,7 +234,7 @@ async fn run_all(scale: f64, only: &[String], out: &std::path::Path, plots: &std
                 let ttl = if count < 20_000 { 20 } else { 90 };
                 run_row(row, system, count, ttl).await?
             };
-            publish(&reports, out)?;
+            publish(reports, out)?;
         }
         done_key_space |= key_space_row;
     }
