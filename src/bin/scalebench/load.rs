@@ -203,7 +203,7 @@ pub struct KeepAlivePool {
 
 impl KeepAlivePool {
     /// Opens `streams` keepalive streams spread over `endpoints` (one HTTP/2 connection per
-    /// endpoint and 8 streams per connection at most... as client libraries multiplex) and
+    /// endpoint at least, at most 8 streams per connection, as client libraries multiplex) and
     /// deals `leases` out among them.
     pub async fn open(endpoints: &[String], streams: usize, leases: &[i64]) -> Result<KeepAlivePool> {
         let connections = streams.div_ceil(8).max(endpoints.len());
