@@ -527,7 +527,7 @@ impl<S: Storage> Replica<S> {
             name: lease.name.clone(),
             granted_ttl: lease.ttl,
             remaining,
-            keys: lease.keys.iter().cloned().collect(),
+            keys: lease.keys.iter().map(<[u8]>::to_vec).collect(),
         })
     }
 

@@ -5,9 +5,10 @@
 //! single owner of values.
 
 use super::digest::mix64;
+use super::lease_keys::LeaseKeys;
 use crate::error::KvError;
 use crate::types::{LeaseId, Revision, NO_LEASE};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Longest lease name the state machine accepts, bytes. Equal to the default
 /// [`crate::Limits::max_lease_name_bytes`]; the apply path cannot see the configured limits
@@ -16,7 +17,7 @@ pub(super) const MAX_LEASE_NAME_BYTES: usize = 256;
 
 /// A live TTL lease as the replicated state knows it (deadlines are not replicated: only
 /// the master tracks them, see [`crate::lessor`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The id.
     pub id: LeaseId,
@@ -25,7 +26,7 @@ pub struct Lease {
     /// Granted TTL, seconds.
     pub ttl: i64,
     /// The keys attached.
-    pub keys: BTreeSet<Vec<u8>>,
+    pub keys: LeaseKeys,
 }
 
 /// Live leases by id, with the name index.
@@ -122,7 +123,7 @@ impl LeaseTable {
         if let Some(name) = name {
             self.names.insert(name.to_string(), id);
         }
-        self.leases.insert(id, Lease { id, name: name.map(str::to_string), ttl, keys: BTreeSet::new() });
+        self.leases.insert(id, Lease { id, name: name.map(str::to_string), ttl, keys: LeaseKeys::new() });
         Ok(id)
     }
 
@@ -151,7 +152,7 @@ impl LeaseTable {
     /// Records that `key` is attached to `id` (no-op for [`NO_LEASE`]).
     pub(super) fn attach(&mut self, id: LeaseId, key: &[u8]) {
         if let Some(lease) = self.leases.get_mut(&id) {
-            lease.keys.insert(key.to_vec());
+            lease.keys.insert(key);
         }
     }
 

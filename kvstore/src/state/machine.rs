@@ -255,12 +255,12 @@ impl StateMachine {
         let deleted = i64::try_from(lease.keys.len()).unwrap_or(i64::MAX);
         // Watchers see one delete per key, in key order, all at `at`; the history needs each
         // key's last value (prev_kv) while it is still readable.
-        for key in &lease.keys {
+        for key in lease.keys.iter() {
             if let Some(kv) = self.keys.get(key) {
                 self.history.delete(kv.clone(), at);
             }
         }
-        self.keys.bury(lease.id, at, lease.keys);
+        self.keys.bury(lease.id, at, lease.keys.into_set());
         deleted
     }
 

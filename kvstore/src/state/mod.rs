@@ -6,11 +6,13 @@ mod digest;
 mod graveyard;
 mod history;
 mod keyspace;
+mod lease_keys;
 mod lease_table;
 mod machine;
 mod snapshot;
 mod validate;
 
 pub use history::{HistoryRead, HistoryReader};
+pub use lease_keys::LeaseKeys;
 pub use machine::{KvHash, Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};

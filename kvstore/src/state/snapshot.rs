@@ -18,6 +18,7 @@
 use super::graveyard::{Death, Graveyard};
 use super::history::History;
 use super::keyspace::Keyspace;
+use super::lease_keys::LeaseKeys;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
 use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
@@ -364,7 +365,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
                 return Err(SnapshotError(format!("lease {} has an invalid or duplicate name {name:?}", l.id)));
             }
         }
-        let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: BTreeSet::new() };
+        let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: LeaseKeys::new() };
         if leases.insert(l.id, lease).is_some() {
             return Err(SnapshotError(format!("lease {} appears twice", l.id)));
         }
@@ -405,7 +406,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
                         String::from_utf8_lossy(&key)
                     )));
                 };
-                l.keys.insert(key.clone());
+                l.keys.insert(&key);
             }
         }
         kvs.push(KeyValue { key, value, create_revision, mod_revision, version, lease });

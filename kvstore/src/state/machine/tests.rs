@@ -35,7 +35,7 @@ fn all(sm: &StateMachine) -> RangeResponse {
 }
 
 fn lease_keys(sm: &StateMachine, id: LeaseId) -> Vec<&[u8]> {
-    sm.lease(id).unwrap().keys.iter().map(Vec::as_slice).collect()
+    sm.lease(id).unwrap().keys.iter().collect()
 }
 
 /// Everything observable except the digest, for "nothing changed" checks.
@@ -524,7 +524,7 @@ fn check_invariants(sm: &StateMachine) {
         }
     }
     for lease in sm.leases() {
-        for key in &lease.keys {
+        for key in lease.keys.iter() {
             assert_eq!(sm.get(key).map(|kv| kv.lease), Some(lease.id));
         }
     }
