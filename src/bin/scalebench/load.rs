@@ -68,6 +68,11 @@ where
         let client = conns[t % conns.len()].clone();
         tasks.push(tokio::spawn(async move {
             loop {
+                // Past 1% failures the load has failed (see below): stop now rather than
+                // after the minutes the rest would take.
+                if failed.load(Ordering::Relaxed) * 100 > total {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
