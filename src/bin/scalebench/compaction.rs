@@ -5,7 +5,7 @@ use crate::cluster::{disk_bytes, Cluster, Settings, System};
 use crate::leases::mib;
 use crate::load::{bulk, connections};
 use crate::report::Report;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ pub async fn compaction(system: System, count: u64) -> Result<Report> {
     let value = vec![b'c'; VALUE_BYTES];
     let load = bulk(&conns, 256, count, "overwrites", move |c, i| {
         let value = value.clone();
-        async move { c.put(format!("/churn/{:08}", i % KEYS), value, 0, false).await.is_ok() }
+        async move { c.put(format!("/churn/{:08}", i % KEYS), value, 0, false).await.map(drop).context("put") }
     })
     .await?;
     // etcd's revision compactor runs every 5 minutes; a short run may end before it does.

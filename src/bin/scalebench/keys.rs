@@ -5,7 +5,7 @@
 use crate::cluster::{disk_bytes, Cluster, Settings, System};
 use crate::load::{bulk, connections, quantile_ms, window, Writer};
 use crate::report::Report;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use leasekv::client::GetOptions;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
     let value = vec![b'k'; VALUE_BYTES];
     let loaded = bulk(&conns, LOAD_CONCURRENCY, count, "keys", move |c, i| {
         let value = value.clone();
-        async move { c.put(key(i), value, 0, false).await.is_ok() }
+        async move { c.put(key(i), value, 0, false).await.map(drop).context("put") }
     })
     .await?;
     // Let background work settle (etcd's and leasekv's snapshots, sled's flushes).

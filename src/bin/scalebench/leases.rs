@@ -5,7 +5,7 @@
 use crate::cluster::{Cluster, Settings, System};
 use crate::load::{bulk, connections, quantile_ms, window, KeepAlivePool, Writer};
 use crate::report::Report;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use leasekv::client::GetOptions;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
     // leases' cost can be told apart from their keys'.
     eprintln!("[{}] {count} keys without leases", system.name());
     bulk(&conns, LOAD_CONCURRENCY, count, "plain keys", |c, i| async move {
-        c.put(format!("/plain/{i:08}"), REGISTRATION, 0, false).await.is_ok()
+        c.put(format!("/plain/{i:08}"), REGISTRATION, 0, false).await.map(drop).context("put")
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -59,9 +59,12 @@ pub async fn leases(system: System, count: u64) -> Result<Report> {
             async move {
                 let i = base + i;
                 // A long TTL: the keepalive phases measure renewals, not expiry.
-                let Ok(grant) = c.lease_grant(3600, 0).await else { return false };
+                let grant = c.lease_grant(3600, 0).await.context("lease grant")?;
                 ids.lock().unwrap_or_else(|e| e.into_inner())[i as usize] = grant.id;
-                c.put(format!("/svcs/{i:08}"), REGISTRATION, grant.id, false).await.is_ok()
+                c.put(format!("/svcs/{i:08}"), REGISTRATION, grant.id, false)
+                    .await
+                    .map(drop)
+                    .context("put with the lease")
             }
         })
         .await?;
@@ -141,9 +144,9 @@ pub async fn expiry_storm(system: System, count: u64, ttl_seconds: u64) -> Resul
         async move {
             let ttl = storm_at.saturating_duration_since(Instant::now()).as_secs_f64().ceil() as i64;
             if ttl < 5 {
-                return false;
+                bail!("less than 5 s left before the storm");
             }
-            let Ok(grant) = c.lease_grant(ttl, 0).await else { return false };
+            let grant = c.lease_grant(ttl, 0).await.context("lease grant")?;
             // The lease lasts its TTL from when the server granted it, which is no later
             // than this answer.
             let expiry = Instant::now() + Duration::from_secs(grant.ttl as u64);
@@ -151,7 +154,7 @@ pub async fn expiry_storm(system: System, count: u64, ttl_seconds: u64) -> Resul
                 let mut l = latest.lock().unwrap_or_else(|e| e.into_inner());
                 *l = (*l).max(expiry);
             }
-            c.put(format!("/storm/{i:08}"), REGISTRATION, grant.id, false).await.is_ok()
+            c.put(format!("/storm/{i:08}"), REGISTRATION, grant.id, false).await.map(drop).context("put with the lease")
         }
     })
     .await?;

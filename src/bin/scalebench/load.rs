@@ -51,20 +51,23 @@ impl Bulk {
 }
 
 /// Runs `op(client, i)` for every `i` in `0..total` with `concurrency` tasks over `conns`,
-/// printing progress every 5 s under `label`. Fails if more than 1% of the operations fail.
+/// printing progress every 5 s under `label`. Fails if more than 1% of the operations fail,
+/// naming the first failure: which error a system answers under load is part of the result.
 pub async fn bulk<F, Fut>(conns: &[Client], concurrency: usize, total: u64, label: &str, op: F) -> Result<Bulk>
 where
     F: Fn(Client, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = bool> + Send,
+    Fut: Future<Output = Result<()>> + Send,
 {
     let op = Arc::new(op);
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(Mutex::new(None::<String>));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency.max(1) {
         let (op, next, done, failed) = (op.clone(), next.clone(), done.clone(), failed.clone());
+        let first_error = first_error.clone();
         let client = conns[t % conns.len()].clone();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -77,10 +80,14 @@ where
                 if i >= total {
                     break;
                 }
-                if op(client.clone(), i).await {
-                    done.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
+                match op(client.clone(), i).await {
+                    Ok(()) => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(error) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(format!("{error:#}"));
+                    }
                 }
             }
         }));
@@ -102,15 +109,17 @@ where
     progress.abort();
     let bulk =
         Bulk { done: done.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed), elapsed: started.elapsed() };
+    let first_error = first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let first = first_error.map(|e| format!("; the first: {e}")).unwrap_or_default();
     eprintln!(
-        "  {label}: {} done in {:.1} s ({:.0}/s), {} failed",
+        "  {label}: {} done in {:.1} s ({:.0}/s), {} failed{first}",
         bulk.done,
         bulk.elapsed.as_secs_f64(),
         bulk.rate(),
         bulk.failed
     );
     if bulk.failed * 100 > total {
-        return Err(anyhow!("{label}: {} of {total} operations failed", bulk.failed));
+        return Err(anyhow!("{label}: {} of {total} operations failed{first}", bulk.failed));
     }
     Ok(bulk)
 }
