@@ -86,7 +86,10 @@ where
                     }
                     Err(error) => {
                         failed.fetch_add(1, Ordering::Relaxed);
-                        first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(format!("{error:#}"));
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert_with(|| format!("{error:#}"));
                     }
                 }
             }
