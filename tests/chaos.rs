@@ -100,12 +100,13 @@ fn every_fault_class_on_leasekv_with_the_lease_tracker() {
 }
 
 /// The same workload and faults against etcd: validates the harness (minus the white-box
-/// lease log, the clock and the link proxy, which apply to leasekv only).
+/// lease log, the clock and the sync failpoint, which apply to leasekv only).
 #[test]
 fn every_fault_class_on_etcd() {
     if can_run(true) {
-        // Without the faults that need leasekv's test build (its clock) or its proxied peers.
-        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,power-loss";
+        // Without the faults that need leasekv's test build (its clock and its storage's sync
+        // failpoint).
+        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,slow-links,lossy-links,power-loss";
         assert_passed(&["--nodes", "3", "--duration", "25", "--faults", faults, "--target", "etcd"]);
     }
 }

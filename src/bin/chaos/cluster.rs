@@ -3,7 +3,6 @@
 
 use crate::lazyfs::{Disk, Lost};
 use crate::net::{node_ip, proxy_in, Net};
-use crate::proxy::link_port;
 use anyhow::{Context, Result};
 use leasekv::client::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use leasekv::client::proto::etcdserverpb::StatusRequest;
@@ -126,15 +125,12 @@ impl Cluster {
         }
         if let Target::LeaseKv(backend) = &cluster.target {
             for i in 0..nodes {
-                // Node i reaches every other node through the peer-link proxy, on the
-                // address and port that name the link (see proxy.rs).
+                // Every node reaches node j through the peer-link proxy at j's proxy
+                // address (see proxy.rs), the address j advertises too: j listens on every
+                // address of its namespace, where only the proxy reaches it.
                 let mut peers = String::new();
                 for j in 0..nodes {
-                    let peer_addr = if j == i {
-                        format!("{}:{PEER_PORT}", node_ip(j))
-                    } else {
-                        format!("{}:{}", proxy_in(j), link_port(i))
-                    };
+                    let peer_addr = format!("{}:{PEER_PORT}", proxy_in(j));
                     peers.push_str(&format!(
                         "[[peers]]\nid = {}\nclient_addr = \"{}:{CLIENT_PORT}\"\npeer_addr = \"{peer_addr}\"\n",
                         j + 1,
@@ -142,7 +138,7 @@ impl Cluster {
                     ));
                 }
                 let config = format!(
-                    "id = {}\ncluster_id = 7777\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"{ip}:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
+                    "id = {}\ncluster_id = 7777\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"0.0.0.0:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
                      [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n\
                      [compaction]\nmode = \"off\"\n",
                     i + 1,
@@ -203,8 +199,10 @@ impl Cluster {
                 }
             }
             Target::Etcd => {
+                // Peers through the proxy, as leasekv's: each member advertises its proxy
+                // address and listens on its own.
                 let cluster: Vec<String> =
-                    (0..self.nodes.len()).map(|j| format!("n{j}=http://{}:{PEER_PORT}", node_ip(j))).collect();
+                    (0..self.nodes.len()).map(|j| format!("n{j}=http://{}:{PEER_PORT}", proxy_in(j))).collect();
                 let ip = node_ip(i);
                 command
                     .args(["--name", &format!("n{i}")])
@@ -213,7 +211,7 @@ impl Cluster {
                     .args(["--listen-client-urls", &format!("http://{ip}:{CLIENT_PORT}")])
                     .args(["--advertise-client-urls", &format!("http://{ip}:{CLIENT_PORT}")])
                     .args(["--listen-peer-urls", &format!("http://{ip}:{PEER_PORT}")])
-                    .args(["--initial-advertise-peer-urls", &format!("http://{ip}:{PEER_PORT}")])
+                    .args(["--initial-advertise-peer-urls", &format!("http://{}:{PEER_PORT}", proxy_in(i))])
                     .args(["--initial-cluster", &cluster.join(",")])
                     .args(["--initial-cluster-state", "new", "--initial-cluster-token", "chaos"]);
             }

@@ -3,7 +3,7 @@
 use crate::cluster::{Cluster, DRIFT_BOUND, LEASE_TIME};
 use crate::net::Net;
 use crate::proxy::LinkFault;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use leasekv::lease::rng::SplitMix64;
 use std::time::Duration;
 
@@ -32,11 +32,10 @@ pub enum FaultClass {
     SlowCpu,
     /// The master's disk full (ENOSPC): its data directory on a small tmpfs, filled.
     DiskFull,
-    /// Every peer link slow: 10–100 ms of delay plus up to as much jitter, each direction
-    /// (leasekv only: etcd's peers are not proxied).
+    /// Every peer link slow: 10–100 ms of delay plus up to as much jitter, each direction.
     SlowLinks,
     /// The master's peer links lossy: 5–20% of chunks lost (a retransmission wait of
-    /// 0.2–1 s, or a reset of the connection), both directions (leasekv only).
+    /// 0.2–1 s, or a reset of the connection), both directions.
     LossyLinks,
     /// The master's storage syncs each take 0.1–1.5 s (a slow or stuck disk; etcd #12528).
     SlowFsync,
@@ -200,7 +199,13 @@ pub async fn inject(
         FaultClass::ClockSkew => {
             let node = rng.range_u64(0, n as u64 - 1) as usize;
             let rate = if clock_break {
-                // The master's clock slow enough that it outlives its lease by far.
+                // The master's clock slow enough that it outlives its lease by far. The
+                // master for certain (not a guess when none answered in time): slowing a
+                // follower's clock shows nothing, and the control must be caught every run.
+                let master = cluster
+                    .wait_for_master(Duration::from_secs(10))
+                    .await
+                    .context("fast-clock: no master to slow down within 10 s")?;
                 cluster.set_clock_rate(master, 0.4)?;
                 for i in others(&[master]) {
                     net.cut(i, &[master], false)?;

@@ -212,11 +212,9 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {
-        if matches!(target, Target::LeaseKv(_)) {
-            proxy::start(nodes, cluster::PEER_PORT, net.links.clone(), seed)
-                .await
-                .context("starting the peer-link proxy")?;
-        }
+        proxy::start(nodes, cluster::PEER_PORT, net.links.clone(), seed)
+            .await
+            .context("starting the peer-link proxy")?;
         let disks = cluster::Disks {
             small: classes.contains(&FaultClass::DiskFull),
             lazy: classes.contains(&FaultClass::PowerLoss),

@@ -1,8 +1,15 @@
-//! A userspace TCP proxy on every peer link (this kernel has no `tc netem`): node `i`
-//! reaches node `j`'s peer port through a listener of the harness at
-//! [`proxy_in`]`(j)`, port [`link_port`]`(i)`, which connects on to node `j` from
-//! [`proxy_out`]`(i)`. The addresses say which link a packet belongs to, so the nftables
-//! cuts of [`crate::net`] still apply to proxied traffic.
+//! A userspace TCP proxy on every peer link (this kernel has no `tc netem`): every node
+//! reaches node `j`'s peer port through a listener of the harness at [`proxy_in`]`(j)`, on
+//! the peer port itself, which tells the sender `i` by the connection's source address
+//! ([`node_ip`]`(i)`) and connects on to node `j` from [`proxy_out`]`(i)`. The addresses say
+//! which link a packet belongs to, so the nftables cuts of [`crate::net`] still apply to
+//! proxied traffic.
+//!
+//! One address per node, the same for every sender, because a cluster keeps one peer
+//! address per member: the membership its first master commits carries that master's view
+//! of the addresses to every node. (An address per link, as this proxy had before, was
+//! replaced there by the first master's own links, so that the other two nodes talked to
+//! each other as if they were the master, and a cut master took them down with it.)
 //!
 //! Each direction of each link can be slowed: every chunk read is held for a delay plus a
 //! random jitter (bytes of one connection stay in order, as TCP keeps them; chunks on
@@ -13,7 +20,7 @@
 use crate::net::{node_ip, proxy_in, proxy_out};
 use leasekv::lease::rng::SplitMix64;
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,29 +60,25 @@ impl Links {
     }
 }
 
-/// The port node `from`'s traffic uses on any [`proxy_in`] address.
-pub fn link_port(from: usize) -> u16 {
-    21000 + from as u16
-}
-
-/// Starts the listeners for every link among `nodes` nodes whose peer port is `peer_port`.
+/// Starts a listener for every node among `nodes` nodes whose peer port is `peer_port`.
 pub async fn start(nodes: usize, peer_port: u16, links: Links, seed: u64) -> anyhow::Result<()> {
-    for from in 0..nodes {
-        for to in (0..nodes).filter(|&to| to != from) {
-            let listen = SocketAddr::from((proxy_in(to), link_port(from)));
-            let listener = TcpListener::bind(listen).await?;
-            let links = links.clone();
-            let mut rng = SplitMix64::new(seed ^ ((from as u64) << 8 | to as u64));
-            tokio::spawn(async move {
-                while let Ok((inbound, _)) = listener.accept().await {
-                    let links = links.clone();
-                    let seed = rng.next_u64();
-                    tokio::spawn(async move {
-                        let _ = carry(inbound, from, to, peer_port, links, seed).await;
-                    });
-                }
-            });
-        }
+    for to in 0..nodes {
+        let listen = SocketAddr::from((proxy_in(to), peer_port));
+        let listener = TcpListener::bind(listen).await?;
+        let links = links.clone();
+        let mut rng = SplitMix64::new(seed ^ to as u64);
+        tokio::spawn(async move {
+            while let Ok((inbound, source)) = listener.accept().await {
+                // Only the nodes are on the bridge besides the harness, whose own
+                // addresses never connect here.
+                let Some(from) = (0..nodes).find(|&i| IpAddr::V4(node_ip(i)) == source.ip()) else { continue };
+                let links = links.clone();
+                let seed = rng.next_u64() ^ ((from as u64) << 8);
+                tokio::spawn(async move {
+                    let _ = carry(inbound, from, to, peer_port, links, seed).await;
+                });
+            }
+        });
     }
     Ok(())
 }
