@@ -46,6 +46,33 @@ pub fn value_at<'a>(changes: &[(i64, Option<&'a [u8]>)], revision: i64) -> Optio
     upto.checked_sub(1).and_then(|i| changes[i].1)
 }
 
+/// One response with events, as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// The revision of its first event.
+    pub first: i64,
+    /// The revision of its last event.
+    pub last: i64,
+    /// How many events it held.
+    pub events: usize,
+    /// The node whose stream sent it.
+    pub node: usize,
+    /// Which of the watcher's streams (1 is the first).
+    pub stream: usize,
+    /// The start revision that stream was created with.
+    pub start: i64,
+}
+
+impl std::fmt::Display for Received {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "revisions {}-{} on stream {} (node {}, created at start revision {})",
+            self.first, self.last, self.stream, self.node, self.start
+        )
+    }
+}
+
 /// What one watcher received.
 #[derive(Debug, Default, Clone)]
 pub struct WatcherLog {
@@ -53,8 +80,8 @@ pub struct WatcherLog {
     pub watcher: u32,
     /// Every event in the order received.
     pub events: Vec<Seen>,
-    /// Revision of the first and last event of each response with events, in order.
-    pub responses: Vec<(i64, i64)>,
+    /// Each response with events, in order.
+    pub responses: Vec<Received>,
     /// Streams opened (the first one and every resumption).
     pub streams: usize,
     /// Problems seen on the wire (a canceled watch, a compacted start).
@@ -101,6 +128,7 @@ enum Left {
 /// Follows one stream on `node` from `*next` until it fails, goes quiet or is rotated;
 /// advances `*next` past every revision received whole.
 async fn follow(node: usize, next: &mut i64, log: &mut WatcherLog, stop: &AtomicBool) -> Left {
+    let start = *next;
     let (requests, receiver) = tokio::sync::mpsc::channel(4);
     let create = WatchRequest {
         request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
@@ -145,7 +173,14 @@ async fn follow(node: usize, next: &mut i64, log: &mut WatcherLog, stop: &Atomic
         }
         let revisions: Vec<i64> =
             response.events.iter().map(|e| e.kv.as_ref().map_or(0, |kv| kv.mod_revision)).collect();
-        log.responses.push((revisions[0], revisions[revisions.len() - 1]));
+        log.responses.push(Received {
+            first: revisions[0],
+            last: revisions[revisions.len() - 1],
+            events: revisions.len(),
+            node,
+            stream: log.streams,
+            start,
+        });
         for event in &response.events {
             let Some(kv) = &event.kv else { continue };
             let value = (event.r#type == 0).then(|| kv.value.clone());
@@ -188,10 +223,10 @@ pub fn check(logs: &[WatcherLog], truth: &[Seen]) -> Vec<String> {
             anomalies.push(format!("watcher {}: {problem}", log.watcher));
         }
         for pair in log.responses.windows(2) {
-            if pair[0].1 == pair[1].0 {
+            if pair[0].last == pair[1].first {
                 anomalies.push(format!(
-                    "watcher {}: the events of revision {} came in two responses",
-                    log.watcher, pair[0].1
+                    "watcher {}: the events of revision {} came in two responses: {}, then {}",
+                    log.watcher, pair[0].last, pair[0], pair[1]
                 ));
             }
         }
@@ -210,9 +245,20 @@ pub fn check(logs: &[WatcherLog], truth: &[Seen]) -> Vec<String> {
                     )
                 })
             };
+            // The response that brought the first wrong event, and the one before it.
+            let mut seen = 0;
+            let carrier = log.responses.iter().position(|r| {
+                seen += r.events;
+                seen > at
+            });
+            let origin = match carrier {
+                Some(i) if i > 0 => format!(" (in {}, after {})", log.responses[i], log.responses[i - 1]),
+                Some(i) => format!(" (in {})", log.responses[i]),
+                None => String::new(),
+            };
             anomalies.push(format!(
                 "watcher {}: {} events received, {} committed between revisions {} and {}; event {at} \
-                 received {} where the history has {}",
+                 received {}{origin} where the history has {}",
                 log.watcher,
                 got.len(),
                 expected.len(),
@@ -244,7 +290,10 @@ mod tests {
     }
 
     fn watcher(events: Vec<Seen>) -> WatcherLog {
-        let responses = events.iter().map(|e| (e.0, e.0)).collect();
+        let responses = events
+            .iter()
+            .map(|e| Received { first: e.0, last: e.0, events: 1, node: 0, stream: 1, start: 1 })
+            .collect();
         WatcherLog { watcher: 1, events, responses, streams: 2, problems: Vec::new() }
     }
 
@@ -265,7 +314,8 @@ mod tests {
             assert!(check(&[watcher(log.clone())], &all).iter().any(|a| a.contains("committed between")), "{log:?}");
         }
         let mut split = watcher(all.clone());
-        split.responses = vec![(2, 3), (3, 5)];
+        let response = |first, last, events| Received { first, last, events, node: 0, stream: 1, start: 1 };
+        split.responses = vec![response(2, 3, 2), response(3, 5, 2)];
         assert!(check(&[split], &all).iter().any(|a| a.contains("two responses")));
     }
 }
