@@ -70,25 +70,6 @@ fn wait_healthy(port: u16, what: &str) {
     panic!("{what} on port {port} not healthy within 30 s; last answer {last:?}");
 }
 
-fn start_etcd(dir: &Path) -> Option<(Process, u16)> {
-    let binary = common::tool("etcd", "etcd-server")?;
-    let ports = common::free_ports(2);
-    let (client, peer) = (format!("http://127.0.0.1:{}", ports[0]), format!("http://127.0.0.1:{}", ports[1]));
-    let log = std::fs::File::create(dir.join("etcd.log")).expect("etcd log file");
-    let child = Command::new(binary)
-        .args(["--name", "gw"])
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("gw={peer}")])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("etcd starts");
-    Some((Process(child), ports[0]))
-}
-
 fn start_kvserver(config: &Path, log: PathBuf) -> Process {
     let log = std::fs::File::create(log).expect("kvserver log file");
     Process(
@@ -325,10 +306,11 @@ fn watch_lines(port: u16, request: &str, lines: usize, write: impl FnOnce()) -> 
 #[test]
 fn the_gateway_answers_as_etcds_does() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some((_etcd, etcd)) = start_etcd(dir.path()) else {
+    let Some(etcd_process) = common::etcd::Etcd::start(dir.path()) else {
         eprintln!("skipped: etcd is not installed (Debian: etcd-server)");
         return;
     };
+    let etcd = etcd_process.client_port;
     let (_leasekv, leasekv) = start_single(dir.path());
     wait_healthy(etcd, "etcd");
     wait_healthy(leasekv, "leasekv");

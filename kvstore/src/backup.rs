@@ -22,7 +22,8 @@ pub const MAGIC: &[u8; 17] = b"leasekv snapshot\n";
 /// The layout above; bumped when it changes, so an old binary refuses a newer file.
 const FORMAT: u32 = 1;
 const HEADER_LEN: usize = MAGIC.len() + 4 + 8 + 8;
-const HASH_LEN: usize = 32;
+/// The SHA-256 that ends the file; `Maintenance.Snapshot` sends it as a message of its own.
+pub const HASH_LEN: usize = 32;
 /// The content before the hash is a whole number of these (see the module docs).
 const BLOCK: usize = 512;
 

@@ -198,8 +198,28 @@ pub enum Command {
     /// One change to users, roles or whether auth is enabled (see [`crate::auth`]), put
     /// through the log as etcd puts its auth requests through raft, so that every member
     /// checks permissions against the same users and roles. Changes no key and not the
-    /// revision. Appended last so that log records written before it existed still decode.
+    /// revision. Appended after the variants above so that log records written before it
+    /// existed still decode.
     Auth(crate::auth::AuthChange),
+    /// A command sent by a user while auth was enabled, with who sent it: the state machine
+    /// checks the user's permissions for it against the auth store at this point of the
+    /// log, identically on every replica, and refuses it if they do not hold (etcd's
+    /// `authApplierV3`, with the user name and auth revision its raft requests carry).
+    /// Appended last so that log records written before it existed still decode.
+    Authorized(Authorized),
+}
+
+/// A command and the user it is applied for (see [`Command::Authorized`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Authorized {
+    /// The user the request named (by token or by client certificate).
+    pub user: String,
+    /// The auth store's revision the user was authenticated at (the token's). Applied
+    /// after the auth store moved past it, the command is refused with etcd's "revision
+    /// of auth store is old", so that no permission revoked in between is used.
+    pub auth_revision: u64,
+    /// The command itself; never an [`Command::Authorized`] again.
+    pub command: Box<Command>,
 }
 
 /// An alarm etcd raises on a member (etcd's `AlarmType`).
@@ -243,16 +263,35 @@ pub struct Alarm {
 }
 
 impl Command {
+    /// The command itself, without the user it is sent for ([`Command::Authorized`]).
+    pub fn unwrapped(&self) -> &Command {
+        match self {
+            Command::Authorized(authorized) => authorized.command.unwrapped(),
+            command => command,
+        }
+    }
+
+    /// [`Command::unwrapped`], to change it.
+    pub fn unwrapped_mut(&mut self) -> &mut Command {
+        match self {
+            Command::Authorized(authorized) => authorized.command.unwrapped_mut(),
+            command => command,
+        }
+    }
+
     /// Whether this command can change the key space or the lease table.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Command::Barrier { .. } | Command::Alarm { .. } | Command::ChangeMembers(_) | Command::Auth(_))
+        !matches!(
+            self.unwrapped(),
+            Command::Barrier { .. } | Command::Alarm { .. } | Command::ChangeMembers(_) | Command::Auth(_)
+        )
     }
 
     /// Whether this command can make the store hold more data: what a NOSPACE alarm
     /// refuses (etcd's quota refuses puts, transactions with a put, and lease grants;
     /// deletes, revokes and compactions, which free space, go on).
     pub fn adds_data(&self) -> bool {
-        match self {
+        match self.unwrapped() {
             Command::Put(_) | Command::PutKeeping(..) | Command::LeaseGrant { .. } => true,
             Command::Txn(txn) => txn.success.iter().chain(&txn.failure).any(TxnOp::adds_data),
             _ => false,

@@ -180,4 +180,13 @@ pub enum KvError {
         /// The limit.
         max: usize,
     },
+    /// The user may not do what the command does, by the auth store at the point of the
+    /// log where it is applied (etcd's `ErrPermissionDenied`).
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    /// The command's user was authenticated before the auth store last changed, so the
+    /// permissions it was admitted with may no longer hold (etcd's `ErrAuthOldRevision`):
+    /// the client authenticates again and retries.
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
 }

@@ -129,7 +129,7 @@ impl Lessor {
     /// forgotten in any case.
     pub fn follow_apply(&mut self, now: Instant, command: &Command, result: &Result<CommandResponse, KvError>) {
         if self.is_running() {
-            match (command, result) {
+            match (command.unwrapped(), result) {
                 (Command::LeaseGrant { .. }, Ok(CommandResponse::LeaseGrant(granted))) => {
                     self.track(now, granted.id, Duration::from_secs(granted.ttl.max(0) as u64))
                 }

@@ -18,6 +18,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use leasekv_kvstore::auth::{AuthStore, PermissionKind};
+use leasekv_kvstore::{Authorized, Command};
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -97,6 +98,11 @@ pub fn issue_token(store: &AuthStore, user: &str) -> String {
 
 /// The user a token names, if it verifies, has not expired and is not older than the store.
 pub fn verify_token(store: &AuthStore, token: &str) -> Result<String, Status> {
+    verify_token_at(store, token).map(|(user, _)| user)
+}
+
+/// [`verify_token`], with the auth revision the token was issued at.
+fn verify_token_at(store: &AuthStore, token: &str) -> Result<(String, u64), Status> {
     let (payload, tag) = token.split_once('.').ok_or_else(errors::invalid_token)?;
     let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| errors::invalid_token())?;
     let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| errors::invalid_token())?;
@@ -108,7 +114,7 @@ pub fn verify_token(store: &AuthStore, token: &str) -> Result<String, Status> {
     if claims.r < store.revision() {
         return Err(errors::old_revision());
     }
-    Ok(claims.u)
+    Ok((claims.u, claims.r))
 }
 
 /// A new password's bcrypt hash (CPU-bound: call it off the async threads).
@@ -131,6 +137,9 @@ pub struct Caller {
     pub store: Arc<AuthStore>,
     /// The user, when auth is enabled and the request named one.
     pub user: Option<String>,
+    /// The auth revision the user was authenticated at: the token's, or the store's when
+    /// the request came with a client certificate (as etcd's).
+    pub auth_revision: u64,
 }
 
 impl Caller {
@@ -141,7 +150,7 @@ impl Caller {
         extensions: &tonic::Extensions,
     ) -> Result<Caller, Status> {
         if !store.is_enabled() {
-            return Ok(Caller { store, user: None });
+            return Ok(Caller { store, user: None, auth_revision: 0 });
         }
         let token = metadata
             .get(TOKEN_METADATA)
@@ -149,11 +158,26 @@ impl Caller {
             .and_then(|v| v.to_str().ok())
             .map(|t| t.trim_start_matches("Bearer ").trim())
             .filter(|t| !t.is_empty());
-        let user = match token {
-            Some(token) => Some(verify_token(&store, token)?),
-            None => client_cert_user(extensions),
+        let (user, auth_revision) = match token {
+            Some(token) => verify_token_at(&store, token).map(|(user, revision)| (Some(user), revision))?,
+            None => (client_cert_user(extensions), store.revision()),
         };
-        Ok(Caller { store, user })
+        Ok(Caller { store, user, auth_revision })
+    }
+
+    /// `command` as this caller sends it: with auth enabled, wrapped with the user and
+    /// auth revision ([`Command::Authorized`]) so that the state machine checks the user's
+    /// permissions where it applies it, against the auth store at that point of the log.
+    /// Without auth, or without a user (refused by the checks before this), as it is.
+    pub fn command(&self, command: Command) -> Command {
+        match (&self.user, self.enforced()) {
+            (Some(user), true) => Command::Authorized(Authorized {
+                user: user.clone(),
+                auth_revision: self.auth_revision,
+                command: Box::new(command),
+            }),
+            _ => command,
+        }
     }
 
     /// Whether auth is enabled (otherwise every check passes).

@@ -107,7 +107,8 @@ async fn ask(addr: &str, revision: Revision) -> Option<MemberHash> {
     let deadline = tokio::time::Instant::now() + CATCH_UP;
     loop {
         match client.hash_kv(revision).await {
-            Ok(answer) => return Some((answer.hash, answer.compact_revision)),
+            // HashKV says -1 for "never compacted", as etcd's does; the store says 0.
+            Ok(answer) => return Some((answer.hash, answer.compact_revision.max(0))),
             Err(e) if e.to_string().contains("future revision") && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

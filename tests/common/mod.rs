@@ -2,6 +2,7 @@
 //! cluster on 127.0.0.1.
 
 pub mod cluster;
+pub mod etcd;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -676,5 +676,6 @@ pub(super) fn command_size(command: &Command) -> usize {
         Command::Barrier { .. } | Command::Compact { .. } | Command::Alarm { .. } => 16,
         Command::ChangeMembers(_) => 256,
         Command::Auth(change) => change.approximate_size(),
+        Command::Authorized(authorized) => authorized.user.len() + 16 + command_size(&authorized.command),
     }
 }

@@ -659,7 +659,7 @@ impl<S: Storage> Replica<S> {
         self.check_stopped()?;
         self.check_mastership(now);
         validate_command(&command, &self.limits)?;
-        match command {
+        match command.unwrapped() {
             // Only the master's own tracker decides expiry, and only a new master starts a tenure.
             Command::LeaseExpire { .. } => return Err(KvError::ReservedCommand("lease expiry".into()).into()),
             Command::Barrier { .. } => return Err(KvError::ReservedCommand("barrier".into()).into()),
@@ -668,7 +668,7 @@ impl<S: Storage> Replica<S> {
             }
             _ => {}
         }
-        if let Command::LeaseGrant { ttl, .. } = &mut command {
+        if let Command::LeaseGrant { ttl, .. } = command.unwrapped_mut() {
             *ttl = (*ttl).max(self.config.min_ttl_secs);
             // An admission check, not one the state machine repeats when it applies: the
             // cap bounds memory, it is no invariant, so grants in flight may overshoot it.

@@ -89,7 +89,18 @@ impl StateMachine {
     /// leases from memory (invisible already, so this changes nothing observable but
     /// [`Self::pending_cleanup`]). Deterministic.
     pub fn apply(&mut self, command: &Command) -> Applied {
-        let result = match command {
+        let result = self.apply_one(command);
+        self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
+        self.history.set_head(self.revision);
+        // After the command, so that a lease with at most a budget of keys is gone from
+        // memory by the end of the apply that revoked it.
+        self.keys.sweep(self.cleanup_budget);
+        Applied { revision: self.revision, result }
+    }
+
+    /// What [`Self::apply`] does to the state and answers, before its bookkeeping.
+    fn apply_one(&mut self, command: &Command) -> Result<CommandResponse, KvError> {
+        match command {
             Command::Put(request) => self.apply_put(request).map(CommandResponse::Put),
             Command::PutKeeping(request, keep) => {
                 self.resolve_kept(request, *keep).and_then(|put| self.apply_put(&put)).map(CommandResponse::Put)
@@ -116,13 +127,10 @@ impl StateMachine {
                 .auth
                 .apply(change)
                 .map(|()| CommandResponse::Auth { revision: self.auth.revision(), enabled: self.auth.is_enabled() }),
-        };
-        self.digest = digest::fold(self.digest, command, self.revision, result.is_ok());
-        self.history.set_head(self.revision);
-        // After the command, so that a lease with at most a budget of keys is gone from
-        // memory by the end of the apply that revoked it.
-        self.keys.sweep(self.cleanup_budget);
-        Applied { revision: self.revision, result }
+            Command::Authorized(authorized) => {
+                self.authorize(authorized).and_then(|()| self.apply_one(authorized.command.unwrapped()))
+            }
+        }
     }
 
     /// Lowers the per-apply cleanup so that tests see it span many applies.
@@ -476,6 +484,7 @@ impl StateMachine {
     }
 }
 
+mod authorize;
 mod consistency;
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,11 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
         // etcd checks auth changes against the auth store when it applies them; so does the
         // state machine, with the same errors.
         Command::Auth(_) => Ok(()),
+        Command::Authorized(authorized) => match *authorized.command {
+            // One user per command: a nested wrapper is never sent, so it is never applied.
+            Command::Authorized(_) => Err(KvError::ReservedCommand("nested authorized command".into())),
+            ref command => validate_command(command, limits),
+        },
     }
 }
 

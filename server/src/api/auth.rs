@@ -4,7 +4,7 @@
 //! hashes are ever replicated or stored.
 
 use super::Shared;
-use crate::auth::{caller_of, errors, hash_password, issue_token, password_matches};
+use crate::auth::{caller_of, errors, hash_password, issue_token, password_matches, Caller};
 use leasekv_client::proto::authpb;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::auth::{AuthChange, Permission, PermissionKind};
@@ -17,8 +17,8 @@ pub struct AuthService(pub Arc<Shared>);
 
 impl AuthService {
     /// Proposes an auth change; the answer carries the header at the store's revision.
-    async fn change(&self, change: AuthChange) -> Result<pb::ResponseHeader, Status> {
-        let reply = self.0.serve_command(Command::Auth(change), |response, header| match response {
+    async fn change(&self, caller: &Caller, change: AuthChange) -> Result<pb::ResponseHeader, Status> {
+        let reply = self.0.serve_command(caller.command(Command::Auth(change)), |response, header| match response {
             CommandResponse::Auth { .. } => Some(header),
             _ => None,
         });
@@ -62,11 +62,12 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthEnableRequest>,
     ) -> Result<Response<pb::AuthEnableResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let mut secret = vec![0u8; 32];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
             .map_err(|_| Status::internal("no randomness for the token secret"))?;
-        let header = self.change(AuthChange::Enable { token_secret: secret }).await?;
+        let header = self.change(&caller, AuthChange::Enable { token_secret: secret }).await?;
         Ok(Response::new(pb::AuthEnableResponse { header: Some(header) }))
     }
 
@@ -74,8 +75,9 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthDisableRequest>,
     ) -> Result<Response<pb::AuthDisableResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
-        let header = self.change(AuthChange::Disable).await?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
+        let header = self.change(&caller, AuthChange::Disable).await?;
         Ok(Response::new(pb::AuthDisableResponse { header: Some(header) }))
     }
 
@@ -116,11 +118,12 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthUserAddRequest>,
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
         let no_password = r.options.is_some_and(|o| o.no_password);
         let password_hash = if no_password { None } else { Some(hashed(r.password).await?) };
-        let header = self.change(AuthChange::UserAdd { name: r.name, password_hash, no_password }).await?;
+        let header = self.change(&caller, AuthChange::UserAdd { name: r.name, password_hash, no_password }).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header: Some(header) }))
     }
 
@@ -155,8 +158,9 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthUserDeleteRequest>,
     ) -> Result<Response<pb::AuthUserDeleteResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
-        let header = self.change(AuthChange::UserDelete { name: request.into_inner().name }).await?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
+        let header = self.change(&caller, AuthChange::UserDelete { name: request.into_inner().name }).await?;
         Ok(Response::new(pb::AuthUserDeleteResponse { header: Some(header) }))
     }
 
@@ -165,10 +169,11 @@ impl pb::auth_server::Auth for AuthService {
         request: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
         // Admin only, as in etcd 3.4 (a user cannot change even its own password).
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
         let password_hash = Some(hashed(r.password).await?);
-        let header = self.change(AuthChange::UserChangePassword { name: r.name, password_hash }).await?;
+        let header = self.change(&caller, AuthChange::UserChangePassword { name: r.name, password_hash }).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header: Some(header) }))
     }
 
@@ -176,9 +181,10 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthUserGrantRoleRequest>,
     ) -> Result<Response<pb::AuthUserGrantRoleResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
-        let header = self.change(AuthChange::UserGrantRole { user: r.user, role: r.role }).await?;
+        let header = self.change(&caller, AuthChange::UserGrantRole { user: r.user, role: r.role }).await?;
         Ok(Response::new(pb::AuthUserGrantRoleResponse { header: Some(header) }))
     }
 
@@ -186,9 +192,10 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthUserRevokeRoleRequest>,
     ) -> Result<Response<pb::AuthUserRevokeRoleResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
-        let header = self.change(AuthChange::UserRevokeRole { user: r.name, role: r.role }).await?;
+        let header = self.change(&caller, AuthChange::UserRevokeRole { user: r.name, role: r.role }).await?;
         Ok(Response::new(pb::AuthUserRevokeRoleResponse { header: Some(header) }))
     }
 
@@ -196,8 +203,9 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthRoleAddRequest>,
     ) -> Result<Response<pb::AuthRoleAddResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
-        let header = self.change(AuthChange::RoleAdd { name: request.into_inner().name }).await?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
+        let header = self.change(&caller, AuthChange::RoleAdd { name: request.into_inner().name }).await?;
         Ok(Response::new(pb::AuthRoleAddResponse { header: Some(header) }))
     }
 
@@ -246,8 +254,9 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthRoleDeleteRequest>,
     ) -> Result<Response<pb::AuthRoleDeleteResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
-        let header = self.change(AuthChange::RoleDelete { name: request.into_inner().role }).await?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
+        let header = self.change(&caller, AuthChange::RoleDelete { name: request.into_inner().role }).await?;
         Ok(Response::new(pb::AuthRoleDeleteResponse { header: Some(header) }))
     }
 
@@ -255,11 +264,12 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthRoleGrantPermissionRequest>,
     ) -> Result<Response<pb::AuthRoleGrantPermissionResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
         let perm = r.perm.ok_or_else(|| Status::invalid_argument("etcdserver: permission not given"))?;
         let permission = Permission { kind: kind_of(perm.perm_type)?, key: perm.key, range_end: perm.range_end };
-        let header = self.change(AuthChange::RoleGrantPermission { role: r.name, permission }).await?;
+        let header = self.change(&caller, AuthChange::RoleGrantPermission { role: r.name, permission }).await?;
         Ok(Response::new(pb::AuthRoleGrantPermissionResponse { header: Some(header) }))
     }
 
@@ -267,10 +277,11 @@ impl pb::auth_server::Auth for AuthService {
         &self,
         request: Request<pb::AuthRoleRevokePermissionRequest>,
     ) -> Result<Response<pb::AuthRoleRevokePermissionResponse>, Status> {
-        caller_of(&self.0.node, &request)?.admin()?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
         let r = request.into_inner();
         let change = AuthChange::RoleRevokePermission { role: r.role, key: r.key, range_end: r.range_end };
-        let header = self.change(change).await?;
+        let header = self.change(&caller, change).await?;
         Ok(Response::new(pb::AuthRoleRevokePermissionResponse { header: Some(header) }))
     }
 }

@@ -274,6 +274,8 @@ pub fn kv_error(error: &KvError) -> Status {
     let message = match error {
         KvError::KeyTooLarge { .. } | KvError::ValueTooLarge { .. } => "etcdserver: request is too large".to_string(),
         KvError::TooManyTxnOps { .. } => "etcdserver: too many operations in txn request".to_string(),
+        // etcd's clients recognise the error by its exact text (rpctypes): no detail.
+        KvError::BadMemberUrl(_) => "etcdserver: given member URLs are invalid".to_string(),
         other => other.to_string(),
     };
     let code = match error {
@@ -286,6 +288,7 @@ pub fn kv_error(error: &KvError) -> Status {
         // etcd has no lease cap; a quota's code, as NOSPACE has.
         KvError::TooManyLeases { .. } => Code::ResourceExhausted,
         KvError::Corrupt => Code::DataLoss,
+        KvError::PermissionDenied => Code::PermissionDenied,
         // etcd's ErrGRPCMemberNotFound, ErrGRPCPeerURLExist, ErrGRPCMemberNotLearner,
         // ErrGRPCLearnerNotReady, ErrGRPCTooManyLearners and ErrGRPCUnhealthy.
         KvError::MemberNotFound(_) => Code::NotFound,

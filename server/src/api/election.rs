@@ -4,10 +4,11 @@
 
 use super::convert::kv_out;
 use super::recipe::{
-    as_recipe_error, contender_key, contenders, create_unless_present, wait_for_change, wait_until_first,
+    as_recipe_error, contender_key, contenders, create_unless_present, session_lease, wait_for_change,
+    wait_until_first, Candidacy,
 };
 use super::Shared;
-use crate::auth::caller_of;
+use crate::auth::{caller_of, Caller};
 use leasekv_client::proto::v3electionpb as pb;
 use leasekv_kvstore::auth::PermissionKind;
 use leasekv_kvstore::{
@@ -44,6 +45,7 @@ impl ElectionService {
     /// Runs `branch` if `leader`'s key still exists with the create revision it was won at.
     async fn as_leader(
         &self,
+        caller: &Caller,
         leader: &pb::LeaderKey,
         branch: TxnOp,
     ) -> Result<leasekv_client::proto::etcdserverpb::ResponseHeader, Status> {
@@ -58,7 +60,7 @@ impl ElectionService {
         };
         let (succeeded, header) = self
             .shared
-            .serve_command(Command::Txn(txn), |response, header| match response {
+            .serve_command(caller.command(Command::Txn(txn)), |response, header| match response {
                 CommandResponse::Txn(t) => Some((t.succeeded, header)),
                 _ => None,
             })
@@ -78,23 +80,34 @@ pub type ObserveStream = Pin<Box<dyn Stream<Item = Result<pb::LeaderResponse, St
 impl pb::election_server::Election for ElectionService {
     type ObserveStream = ObserveStream;
 
-    /// Joins the election with `value` and returns once this lease leads. Campaigning again
-    /// with the same lease resumes the same candidacy (with the new value).
+    /// Joins the election with `value` and returns once this lease leads (without a lease,
+    /// with one granted for this call: see [`super::recipe`]). Campaigning again with the
+    /// same lease resumes the same candidacy (with the new value). A campaign that ends
+    /// before it leads (its deadline passes, the client disconnects, the wait fails)
+    /// resigns, as etcd's does: its key is deleted.
     async fn campaign(&self, request: Request<pb::CampaignRequest>) -> Result<Response<pb::CampaignResponse>, Status> {
         // A campaign writes its key under `name/` and reads its rivals' there.
         let (start, end) = super::guard::prefix_range(&request.get_ref().name);
-        caller_of(&self.shared.node, &request)?.check(&start, &end, PermissionKind::ReadWrite)?;
+        let caller = caller_of(&self.shared.node, &request)?;
+        caller.check(&start, &end, PermissionKind::ReadWrite)?;
         let request = request.into_inner();
-        let key = contender_key(&request.name, request.lease);
-        let (rev, existing, _) =
-            create_unless_present(&self.shared, &key, &request.value, request.lease).await.map_err(as_recipe_error)?;
-        let leader = pb::LeaderKey { name: request.name.clone(), key: key.clone(), rev, lease: request.lease };
+        let lease = session_lease(&self.shared, request.lease).await?;
+        let key = contender_key(&request.name, lease);
+        let mut candidacy = Candidacy::new(self.shared.clone(), key.clone(), request.lease == 0);
+        let (rev, existing, header) =
+            match create_unless_present(&self.shared, &caller, &key, &request.value, lease).await {
+                Ok(created) => created,
+                Err(status) => return Err(as_recipe_error(status)),
+            };
+        candidacy.created_at(rev);
+        let leader = pb::LeaderKey { name: request.name.clone(), key: key.clone(), rev, lease };
         if existing.is_some_and(|kv| kv.value != request.value) {
-            let put =
-                PutRequest { key: key.clone(), value: request.value.clone(), lease: request.lease, prev_kv: false };
-            self.as_leader(&leader, TxnOp::Put(put)).await?;
+            let put = PutRequest { key: key.clone(), value: request.value.clone(), lease, prev_kv: false };
+            self.as_leader(&caller, &leader, TxnOp::Put(put)).await?;
         }
-        let header = wait_until_first(&self.shared, &request.name, &key, rev).await?;
+        wait_until_first(&self.shared, &request.name, &key, rev).await?;
+        candidacy.acquired();
+        // etcd answers with the header of the transaction that queued the candidacy.
         Ok(Response::new(pb::CampaignResponse { header: Some(header), leader: Some(leader) }))
     }
 
@@ -105,7 +118,7 @@ impl pb::election_server::Election for ElectionService {
         let leader = request.leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
         caller.check(&leader.key, &[], PermissionKind::Write)?;
         let put = PutRequest { key: leader.key.clone(), value: request.value, lease: leader.lease, prev_kv: false };
-        let header = self.as_leader(&leader, TxnOp::Put(put)).await?;
+        let header = self.as_leader(&caller, &leader, TxnOp::Put(put)).await?;
         Ok(Response::new(pb::ProclaimResponse { header: Some(header) }))
     }
 
@@ -178,7 +191,7 @@ impl pb::election_server::Election for ElectionService {
         let leader = request.into_inner().leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
         caller.check(&leader.key, &[], PermissionKind::Write)?;
         let delete = DeleteRangeRequest { range: KeyRange::single(leader.key.clone()), prev_kv: false };
-        let header = match self.as_leader(&leader, TxnOp::DeleteRange(delete)).await {
+        let header = match self.as_leader(&caller, &leader, TxnOp::DeleteRange(delete)).await {
             // etcd's Resign succeeds whether or not the key still led.
             Err(status) if status.message() == NOT_LEADER => self.shared.current_header(),
             other => other?,

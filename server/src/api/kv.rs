@@ -3,7 +3,7 @@
 use super::convert::{delete_in, delete_out, put_command, put_out, range_in, range_out, txn_in, txn_out};
 use super::range_shape::RangeShape;
 use super::{guard, Shared};
-use crate::auth::caller_of;
+use crate::auth::{caller_of, Caller};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ReadConsistency;
 use leasekv_kvstore::{Command, CommandResponse};
@@ -14,9 +14,9 @@ use tonic::{Request, Response, Status};
 pub struct KvService(pub Arc<Shared>);
 
 impl KvService {
-    async fn serve_txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+    async fn serve_txn(&self, caller: &Caller, request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
         let (txn, shapes) = txn_in(request)?;
-        let reply = self.0.serve_command(Command::Txn(txn), move |response, header| match response {
+        let reply = self.0.serve_command(caller.command(Command::Txn(txn)), move |response, header| match response {
             CommandResponse::Txn(t) => Some(txn_out(t, header, &shapes)),
             _ => None,
         });
@@ -25,12 +25,13 @@ impl KvService {
 
     /// The `split-txn` negative control (fault-injection builds only): the first success
     /// operation with the comparisons, then every other one as a Txn of its own.
-    async fn split_txn(&self, mut request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
+    async fn split_txn(&self, caller: &Caller, mut request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
         let rest = request.success.split_off(1);
-        let first = self.serve_txn(request).await?;
+        let first = self.serve_txn(caller, request).await?;
         if first.succeeded {
             for op in rest {
-                self.serve_txn(pb::TxnRequest { compare: vec![], success: vec![op], failure: vec![] }).await?;
+                let single = pb::TxnRequest { compare: vec![], success: vec![op], failure: vec![] };
+                self.serve_txn(caller, single).await?;
             }
         }
         Ok(first)
@@ -53,8 +54,9 @@ impl pb::kv_server::Kv for KvService {
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         self.0.check_request_size(request.get_ref())?;
-        guard::put(&caller_of(&self.0.node, &request)?, request.get_ref())?;
-        let command = put_command(request.into_inner());
+        let caller = caller_of(&self.0.node, &request)?;
+        guard::put(&caller, request.get_ref())?;
+        let command = caller.command(put_command(request.into_inner()));
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Put(p) => Some(put_out(p, header)),
             _ => None,
@@ -67,8 +69,9 @@ impl pb::kv_server::Kv for KvService {
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         self.0.check_request_size(request.get_ref())?;
-        guard::delete(&caller_of(&self.0.node, &request)?, request.get_ref())?;
-        let command = Command::DeleteRange(delete_in(request.into_inner()));
+        let caller = caller_of(&self.0.node, &request)?;
+        guard::delete(&caller, request.get_ref())?;
+        let command = caller.command(Command::DeleteRange(delete_in(request.into_inner())));
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::DeleteRange(d) => Some(delete_out(d, header)),
             _ => None,
@@ -78,12 +81,13 @@ impl pb::kv_server::Kv for KvService {
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         self.0.check_request_size(request.get_ref())?;
-        guard::txn(&caller_of(&self.0.node, &request)?, request.get_ref())?;
+        let caller = caller_of(&self.0.node, &request)?;
+        guard::txn(&caller, request.get_ref())?;
         let request = request.into_inner();
         if crate::fault_injection::split_txn() && request.success.len() > 1 {
-            return self.split_txn(request).await.map(Response::new);
+            return self.split_txn(&caller, request).await.map(Response::new);
         }
-        self.serve_txn(request).await.map(Response::new)
+        self.serve_txn(&caller, request).await.map(Response::new)
     }
 
     /// Compaction goes through the log and is complete on a replica once applied there, so
@@ -92,8 +96,9 @@ impl pb::kv_server::Kv for KvService {
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        // etcd asks nothing of a compaction but a user (when auth is on).
-        caller_of(&self.0.node, &request)?.authenticated()?;
+        // The root role, as etcd asks since 3.4.42 / 3.5.28 / 3.6.9 (older releases asked
+        // nothing, which let any client drop everyone's history).
+        caller_of(&self.0.node, &request)?.admin()?;
         let command = Command::Compact { revision: request.into_inner().revision };
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Compact { .. } => Some(pb::CompactionResponse { header: Some(header) }),

@@ -1,7 +1,9 @@
 //! etcd's Lock service (`v3lockpb.Lock`): a mutex per name, held by a lease (see
 //! [`super::recipe`] for how contenders queue).
 
-use super::recipe::{as_recipe_error, contender_key, create_unless_present, wait_until_first};
+use super::recipe::{
+    as_recipe_error, contender_key, create_unless_present, session_lease, wait_until_first, Candidacy,
+};
 use super::Shared;
 use crate::auth::caller_of;
 use leasekv_client::proto::v3lockpb as pb;
@@ -15,18 +17,27 @@ pub struct LockService(pub Arc<Shared>);
 
 #[tonic::async_trait]
 impl pb::lock_server::Lock for LockService {
-    /// Queues behind the holders of `name` and returns once this lease holds it. A client
-    /// that gives up (its deadline passes, it disconnects) stops waiting, and its key
-    /// stays queued until its lease ends or it unlocks, as with etcd.
+    /// Queues behind the holders of `name` and returns once this lease holds it (without a
+    /// lease, with one granted for this call: see [`super::recipe`]). A call that ends
+    /// before it holds the lock (its deadline passes, the client disconnects, the wait
+    /// fails) deletes its key, as etcd 3.4+ does: it never holds the lock afterwards and
+    /// nobody waits behind it.
     async fn lock(&self, request: Request<pb::LockRequest>) -> Result<Response<pb::LockResponse>, Status> {
         // A lock writes its key under `name/` and reads its rivals' there.
         let (start, end) = super::guard::prefix_range(&request.get_ref().name);
-        caller_of(&self.0.node, &request)?.check(&start, &end, PermissionKind::ReadWrite)?;
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.check(&start, &end, PermissionKind::ReadWrite)?;
         let request = request.into_inner();
-        let key = contender_key(&request.name, request.lease);
-        let (my_revision, _, _) =
-            create_unless_present(&self.0, &key, b"", request.lease).await.map_err(as_recipe_error)?;
+        let lease = session_lease(&self.0, request.lease).await?;
+        let key = contender_key(&request.name, lease);
+        let mut candidacy = Candidacy::new(self.0.clone(), key.clone(), request.lease == 0);
+        let (my_revision, _, _) = match create_unless_present(&self.0, &caller, &key, b"", lease).await {
+            Ok(created) => created,
+            Err(status) => return Err(as_recipe_error(status)),
+        };
+        candidacy.created_at(my_revision);
         let header = wait_until_first(&self.0, &request.name, &key, my_revision).await?;
+        candidacy.acquired();
         Ok(Response::new(pb::LockResponse { header: Some(header), key }))
     }
 
@@ -35,7 +46,8 @@ impl pb::lock_server::Lock for LockService {
         let caller = caller_of(&self.0.node, &request)?;
         let key = request.into_inner().key;
         caller.check(&key, &[], PermissionKind::Write)?;
-        let command = Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key), prev_kv: false });
+        let command =
+            caller.command(Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key), prev_kv: false }));
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::DeleteRange(_) => Some(pb::UnlockResponse { header: Some(header) }),
             _ => None,

@@ -50,11 +50,12 @@ fn member_id(id: u64) -> Result<NodeId, Status> {
 
 impl ClusterService {
     /// Proposes `change` through the master and answers with the configuration after it
-    /// and the id an Add gave its member.
+    /// and the id an Add gave its member. The header carries no revision, as etcd's Cluster
+    /// answers (membership is not part of the key space's history).
     async fn change(&self, change: MemberChange) -> Result<(Membership, Option<NodeId>, pb::ResponseHeader), Status> {
         self.0
-            .serve_command(Command::ChangeMembers(change), |response, header| match response {
-                CommandResponse::Members { membership, added } => Some((membership, added, header)),
+            .serve_command(Command::ChangeMembers(change), |response, _| match response {
+                CommandResponse::Members { membership, added } => Some((membership, added, self.0.header(0))),
                 _ => None,
             })
             .await
@@ -206,7 +207,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         if !election.status().is_master_at(election.now()) {
             return Err(Status::failed_precondition("etcdserver: not leader"));
         }
-        let header = || Response::new(pb::MoveLeaderResponse { header: Some(self.0.header(self.0.node.revision())) });
+        // etcd answers a leader transfer with an empty response, no header.
+        let header = || Response::new(pb::MoveLeaderResponse { header: None });
         if target == self.0.me {
             return Ok(header());
         }
@@ -228,7 +230,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         .await;
         match took_over {
             Ok(true) => Ok(header()),
-            _ => Err(Status::unavailable("etcdserver: request timed out, leader transfer took too long")),
+            // etcd's ErrTimeoutLeaderTransfer has no gRPC code of its own: UNKNOWN.
+            _ => Err(Status::unknown("etcdserver: request timed out, leader transfer took too long")),
         }
     }
 
@@ -239,25 +242,43 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
         caller_of(&self.0.node, &request)?.admin()?;
-        Ok(Response::new(pb::DefragmentResponse { header: Some(self.0.header(self.0.node.revision())) }))
+        // etcd answers with an empty response, no header.
+        Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     /// The backup file of this member's state (see `leasekv_kvstore::backup`), taken at
-    /// once and streamed in chunks; every message's header carries its revision.
+    /// once and streamed as etcd's server streams its database: the content in chunks,
+    /// `remaining_bytes` counting down to 0 over the content alone, then one more message
+    /// whose blob is the 32-byte SHA-256 of everything sent before (the file's last 32
+    /// bytes), which clients check (etcdctl keeps it at the end of the file it saves).
+    /// No message carries a header, as none of etcd's does; every one carries the API
+    /// version, as etcd 3.6's carry its storage version.
     async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         caller_of(&self.0.node, &request)?.admin()?;
-        let (file, revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
-        let header = self.0.header(revision);
+        let (file, _revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
+        let content_len = file.len().saturating_sub(leasekv_kvstore::backup::HASH_LEN);
         // Chunks are copied out one at a time as the stream is polled, so serving a
         // snapshot holds the file once, not twice.
         let mut sent = 0;
+        let mut digest_sent = false;
         let chunks = std::iter::from_fn(move || {
-            let chunk = file.get(sent..)?.chunks(SNAPSHOT_CHUNK).next()?.to_vec();
-            sent += chunk.len();
+            if let Some(chunk) = file[..content_len].get(sent..).and_then(|rest| rest.chunks(SNAPSHOT_CHUNK).next()) {
+                sent += chunk.len();
+                return Some(Ok(pb::SnapshotResponse {
+                    header: None,
+                    remaining_bytes: (content_len - sent) as u64,
+                    blob: chunk.to_vec(),
+                    version: crate::gateway::health::ETCD_API.to_string(),
+                }));
+            }
+            if digest_sent {
+                return None;
+            }
+            digest_sent = true;
             Some(Ok(pb::SnapshotResponse {
-                header: Some(header),
-                remaining_bytes: (file.len() - sent) as u64,
-                blob: chunk,
+                header: None,
+                remaining_bytes: 0,
+                blob: file[content_len..].to_vec(),
                 version: crate::gateway::health::ETCD_API.to_string(),
             }))
         });
@@ -278,7 +299,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         Ok(Response::new(pb::HashKvResponse {
             header: Some(self.0.header(self.0.node.revision())),
             hash: hash.hash,
-            compact_revision: hash.compact_revision,
+            // etcd's store starts with a compaction point of -1 and reports it as such.
+            compact_revision: if hash.compact_revision == 0 { -1 } else { hash.compact_revision },
             hash_revision: hash.revision,
         }))
     }

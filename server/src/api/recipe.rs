@@ -5,19 +5,29 @@
 //! key created just before their own (no herd: one deletion wakes one waiter). A lease that
 //! expires deletes its key, which hands the lock on.
 //!
+//! A call without a lease (`lease` = 0) gets a lease of its own, granted for it with etcd's
+//! session TTL ([`SESSION_TTL`]) and not kept alive, as etcd's server does: two such callers
+//! have two keys and exclude each other, and a holder that never unlocks lets go when that
+//! lease ends. A call that ends before it acquired (its deadline passed, the client went
+//! away, the wait failed) withdraws its key ([`Candidacy`]), as etcd 3.4+ does, so it never
+//! becomes the holder afterwards and nobody queues behind it.
+//!
 //! Decisions are taken on linearizable reads through the master; the waiting is done on
 //! this node's own applied history ([`HistoryFeed`]), so it costs nothing while nothing
 //! changes and follows the master across failovers.
 
 use super::Shared;
+use crate::auth::Caller;
 use crate::history_feed::HistoryFeed;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::ReadConsistency;
 use leasekv_kvstore::state::HistoryRead;
 use leasekv_kvstore::{
-    Command, CommandResponse, Compare, CompareResult, CompareTarget, KeyRange, KeyValue, PutRequest, RangeRequest,
-    Revision, TxnOp, TxnOpResponse, TxnRequest,
+    Command, CommandResponse, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyRange, KeyValue,
+    PutRequest, RangeRequest, Revision, TxnOp, TxnOpResponse, TxnRequest,
 };
+use std::sync::Arc;
+use std::time::Duration;
 use tonic::{Code, Status};
 
 /// etcd runs its Lock and Election services through an internal client, so a store error
@@ -27,6 +37,102 @@ pub(super) fn as_recipe_error(status: Status) -> Status {
     match status.code() {
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => status,
         _ => Status::unknown(status.message()),
+    }
+}
+
+/// The TTL, in seconds, of the lease granted to a Lock or Campaign call made without one:
+/// etcd's `concurrency` session default, which its Lock and Election servers use.
+pub(super) const SESSION_TTL: i64 = 60;
+
+/// How many times a withdrawal is tried before the key is left to its lease.
+const WITHDRAW_ATTEMPTS: u32 = 3;
+
+/// The lease a Lock or Campaign call holds its key with: the caller's, or for `0` a new
+/// lease of [`SESSION_TTL`] seconds granted for this call alone and not kept alive, as
+/// etcd's server does (it opens a `concurrency` session and orphans it).
+pub(super) async fn session_lease(shared: &Shared, lease: i64) -> Result<i64, Status> {
+    if lease != 0 {
+        return Ok(lease);
+    }
+    let command = Command::LeaseGrant { id: 0, name: None, ttl: SESSION_TTL };
+    shared
+        .serve_command(command, |response, _| match response {
+            CommandResponse::LeaseGrant(granted) => Some(granted.id),
+            _ => None,
+        })
+        .await
+        .map_err(as_recipe_error)
+}
+
+/// A contender's key, queued by a Lock or Campaign call that has not acquired yet. Unless
+/// the call succeeds ([`Candidacy::acquired`]), dropping it deletes the key in the
+/// background: the call failed, or was dropped because its client went away or its
+/// deadline passed (tonic drops the handler's future then). The delete is conditional on
+/// the key's create revision, so it never removes a later contender's key of the same
+/// name, and it is tried a few times; if it still fails, the key's lease ends it.
+pub(super) struct Candidacy {
+    shared: Arc<Shared>,
+    key: Vec<u8>,
+    /// The key's create revision; `None` while it is unknown whether the key was created.
+    created: Option<Revision>,
+    /// Whether the key may be deleted without knowing its create revision: its lease was
+    /// granted for this call, so no other call can hold the same key.
+    own_lease: bool,
+    pending: bool,
+}
+
+impl Candidacy {
+    /// A key about to be created for `lease` (`own_lease`: granted for this call).
+    pub(super) fn new(shared: Arc<Shared>, key: Vec<u8>, own_lease: bool) -> Self {
+        Candidacy { shared, key, created: None, own_lease, pending: true }
+    }
+
+    /// The key exists with this create revision.
+    pub(super) fn created_at(&mut self, revision: Revision) {
+        self.created = Some(revision);
+    }
+
+    /// The call acquired: the key stays.
+    pub(super) fn acquired(mut self) {
+        self.pending = false;
+    }
+}
+
+impl Drop for Candidacy {
+    fn drop(&mut self) {
+        if !self.pending {
+            return;
+        }
+        let compare = match self.created {
+            Some(revision) => vec![Compare {
+                range: KeyRange::single(self.key.clone()),
+                target: CompareTarget::CreateRevision(revision),
+                result: CompareResult::Equal,
+            }],
+            None if self.own_lease => Vec::new(),
+            None => return,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %String::from_utf8_lossy(&self.key), "cannot withdraw an abandoned contender's key: no runtime; its lease will end it");
+            return;
+        };
+        let delete = DeleteRangeRequest { range: KeyRange::single(self.key.clone()), prev_kv: false };
+        let command =
+            Command::Txn(TxnRequest { compare, success: vec![TxnOp::DeleteRange(delete)], failure: Vec::new() });
+        let shared = self.shared.clone();
+        let key = std::mem::take(&mut self.key);
+        runtime.spawn(async move {
+            for attempt in 1..=WITHDRAW_ATTEMPTS {
+                // The delete is conditional, so sending it again is harmless.
+                match shared.serve_command(command.clone(), |_, _| Some(())).await {
+                    Ok(()) => return,
+                    Err(status) if attempt == WITHDRAW_ATTEMPTS => {
+                        tracing::warn!(key = %String::from_utf8_lossy(&key), error = %status.message(), "cannot withdraw an abandoned contender's key; its lease will end it");
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await,
+                }
+            }
+        });
     }
 }
 
@@ -57,6 +163,7 @@ pub(super) async fn contenders(shared: &Shared, name: &[u8]) -> Result<(Vec<KeyV
 /// revision, whether this call created it, the key-value if it existed, and the header.
 pub(super) async fn create_unless_present(
     shared: &Shared,
+    caller: &Caller,
     key: &[u8],
     value: &[u8],
     lease: i64,
@@ -72,7 +179,7 @@ pub(super) async fn create_unless_present(
         failure: vec![TxnOp::Range(RangeRequest { range, ..Default::default() })],
     };
     shared
-        .serve_command(Command::Txn(txn), |response, header| {
+        .serve_command(caller.command(Command::Txn(txn)), |response, header| {
             let CommandResponse::Txn(t) = response else { return None };
             if t.succeeded {
                 return Some((header.revision, None, header));
@@ -88,6 +195,10 @@ pub(super) async fn create_unless_present(
         .await
 }
 
+/// etcd's answer when a contender's key vanished while it waited (its lease ended, or the
+/// key was deleted).
+const SESSION_EXPIRED: &str = "mutex: session is expired";
+
 /// Waits until `key` (created at `my_revision`) is the oldest contender of `name`: for the
 /// deletion of each older one in turn. Fails when `key` itself is gone (its lease expired
 /// or it was deleted while waiting), as etcd's recipes do.
@@ -101,7 +212,7 @@ pub(super) async fn wait_until_first(
     loop {
         let (contenders, read_at) = contenders(shared, name).await?;
         if !contenders.iter().any(|kv| kv.key == key) {
-            return Err(Status::unknown("session expired: the contender's key is gone (its lease ended)"));
+            return Err(Status::unknown(SESSION_EXPIRED));
         }
         let Some(before) = contenders.iter().rfind(|kv| kv.create_revision < my_revision) else {
             return Ok(shared.header(read_at));

@@ -114,8 +114,12 @@ pub enum Command {
 /// Connects and runs the command; the caller prints the error and sets the exit code. A
 /// command run under `lock` passes its exit status back.
 pub async fn run(cli: Cli) -> Result<Option<i32>> {
-    if let Command::Snapshot(snapshot::SnapshotCommand::Restore(args)) = cli.command {
-        return snapshot::restore(args).map(|()| None);
+    match cli.command {
+        Command::Snapshot(snapshot::SnapshotCommand::Restore(args)) => return snapshot::restore(args).map(|()| None),
+        Command::Snapshot(snapshot::SnapshotCommand::Status(args)) => {
+            return snapshot::status(cli.write_out, args).map(|()| None)
+        }
+        _ => {}
     }
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
     let tls = leasekv::client::ClientTls::from_files(cli.cacert.as_deref(), cli.cert.as_deref(), cli.key.as_deref())?;
@@ -140,7 +144,9 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Member(command) => member::run(&client, format, command).await,
         Command::StepDown => cluster::step_down(&client).await,
         Command::Snapshot(snapshot::SnapshotCommand::Save(args)) => snapshot::save(&client, args).await,
-        Command::Snapshot(snapshot::SnapshotCommand::Restore(_)) => unreachable!("handled above"),
+        Command::Snapshot(snapshot::SnapshotCommand::Restore(_) | snapshot::SnapshotCommand::Status(_)) => {
+            unreachable!("handled above")
+        }
         Command::Check => cluster::check(&client, format).await,
         Command::Alarm(command) => cluster::alarm(&client, command).await,
         Command::Defrag => cluster::defrag(&client).await,

@@ -180,6 +180,36 @@ pub fn leader(format: OutputFormat, key: &[u8], value: &[u8], revision: i64) -> 
     }
 }
 
+/// A snapshot file's status, as `etcdctl snapshot status` prints it.
+pub fn snapshot_status(format: OutputFormat, hash: u32, revision: i64, keys: usize, size: usize) -> String {
+    match format {
+        OutputFormat::Simple => format!("{hash:x}, {revision}, {keys}, {}\n", si_bytes(size as u64)),
+        OutputFormat::Json => {
+            json!({ "hash": hash, "revision": revision, "totalKey": keys, "totalSize": size }).to_string() + "\n"
+        }
+        OutputFormat::Table => table(
+            &["HASH", "REVISION", "TOTAL KEYS", "TOTAL SIZE"],
+            &[vec![format!("{hash:x}"), revision.to_string(), keys.to_string(), si_bytes(size as u64)]],
+        ),
+    }
+}
+
+/// A size in decimal units, rounded as etcdctl shows sizes (`2.1 MB`, `37 kB`, `9 B`).
+fn si_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    if bytes < 10 {
+        return format!("{bytes} B");
+    }
+    let exponent = ((bytes as f64).log10() / 3.0).floor() as usize;
+    let exponent = exponent.min(UNITS.len() - 1);
+    let value = (bytes as f64 / 1000f64.powi(exponent as i32) * 10.0 + 0.5).floor() / 10.0;
+    if value < 10.0 {
+        format!("{value:.1} {}", UNITS[exponent])
+    } else {
+        format!("{value:.0} {}", UNITS[exponent])
+    }
+}
+
 /// A compaction, as etcdctl prints it.
 pub fn compacted(format: OutputFormat, compacted: i64, revision: i64) -> String {
     match format {
@@ -468,6 +498,18 @@ mod tests {
     use super::*;
     use leasekv::client::proto::etcdserverpb::ResponseHeader;
     use leasekv::client::proto::mvccpb::KeyValue;
+
+    #[test]
+    fn snapshot_status_reads_as_etcdctls() {
+        assert_eq!(si_bytes(9), "9 B");
+        assert_eq!(si_bytes(2_097_152), "2.1 MB");
+        assert_eq!(si_bytes(37_000), "37 kB");
+        assert_eq!(snapshot_status(OutputFormat::Simple, 0xfe01cf57, 10, 7, 2_097_152), "fe01cf57, 10, 7, 2.1 MB\n");
+        assert_eq!(
+            snapshot_status(OutputFormat::Json, 1, 10, 7, 512),
+            "{\"hash\":1,\"revision\":10,\"totalKey\":7,\"totalSize\":512}\n"
+        );
+    }
 
     fn range() -> RangeResponse {
         RangeResponse {

@@ -1125,3 +1125,111 @@ fn an_inconsistent_auth_section_is_refused() {
     let err = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap_err();
     assert!(err.to_string().contains("the auth store is inconsistent"), "{err}");
 }
+
+/// `command` as `user` sends it, authenticated at `auth_revision`.
+fn as_user(user: &str, auth_revision: u64, command: Command) -> Command {
+    Command::Authorized(crate::command::Authorized { user: user.into(), auth_revision, command: Box::new(command) })
+}
+
+/// [`with_auth`] plus a user `w` who may write `w/` and read `a`.
+fn with_writer() -> StateMachine {
+    use crate::auth::{AuthChange, Permission, PermissionKind};
+    let mut sm = with_auth();
+    for change in [
+        AuthChange::UserAdd { name: "w".into(), password_hash: Some("h".into()), no_password: false },
+        AuthChange::RoleAdd { name: "writer".into() },
+        AuthChange::RoleGrantPermission {
+            role: "writer".into(),
+            permission: Permission { kind: PermissionKind::ReadWrite, key: b"w/".to_vec(), range_end: b"w0".to_vec() },
+        },
+        AuthChange::UserGrantRole { user: "w".into(), role: "writer".into() },
+        AuthChange::UserGrantRole { user: "w".into(), role: "reader".into() },
+    ] {
+        ok(&mut sm, &auth(change));
+    }
+    sm
+}
+
+#[test]
+fn a_users_write_is_checked_where_it_is_applied() {
+    let mut sm = with_writer();
+    let now = sm.auth().revision();
+    ok(&mut sm, &as_user("w", now, put_cmd("w/1", "v", 0)));
+    assert_eq!(fails(&mut sm, &as_user("w", now, put_cmd("x", "v", 0))), KvError::PermissionDenied);
+    assert_eq!(fails(&mut sm, &as_user("nobody", now, put_cmd("w/1", "v", 0))), KvError::PermissionDenied);
+    assert_eq!(fails(&mut sm, &as_user("", now, put_cmd("w/1", "v", 0))), KvError::UserEmpty);
+    // The root role may do everything.
+    ok(&mut sm, &as_user("root", now, put_cmd("x", "v", 0)));
+    // A refused command changes nothing, on every replica alike.
+    let before = observable(&sm);
+    let _ = fails(&mut sm, &as_user("w", now, put_cmd("y", "v", 0)));
+    assert_eq!(observable(&sm), before);
+}
+
+#[test]
+fn a_permission_revoked_before_the_apply_is_not_used() {
+    use crate::auth::AuthChange;
+    let mut sm = with_writer();
+    let admitted_at = sm.auth().revision();
+    let write = as_user("w", admitted_at, put_cmd("w/1", "v", 0));
+    // The revocation is applied between the write's admission and its apply.
+    ok(&mut sm, &auth(AuthChange::UserRevokeRole { user: "w".into(), role: "writer".into() }));
+    assert_eq!(fails(&mut sm, &write), KvError::AuthOldRevision);
+    // Authenticated again (at the new revision), the write is refused for what it is.
+    let again = as_user("w", sm.auth().revision(), put_cmd("w/1", "v", 0));
+    assert_eq!(fails(&mut sm, &again), KvError::PermissionDenied);
+    // Auth changes are the root role's, whatever the revision (etcd's IsAdminPermitted).
+    let add = auth(AuthChange::RoleAdd { name: "late".into() });
+    ok(&mut sm, &as_user("root", admitted_at, add));
+    let add = as_user("w", sm.auth().revision(), auth(AuthChange::RoleAdd { name: "later".into() }));
+    assert_eq!(fails(&mut sm, &add), KvError::PermissionDenied);
+}
+
+#[test]
+fn a_lease_put_or_revoke_needs_write_on_the_lease_keys() {
+    let mut sm = with_writer();
+    let now = sm.auth().revision();
+    ok(&mut sm, &grant(9, None));
+    // root attaches a key `w` may not write to lease 9.
+    ok(&mut sm, &as_user("root", now, put_cmd("x", "v", 9)));
+    assert_eq!(fails(&mut sm, &as_user("w", now, put_cmd("w/1", "v", 9))), KvError::PermissionDenied);
+    assert_eq!(fails(&mut sm, &as_user("w", now, Command::LeaseRevoke { id: 9 })), KvError::PermissionDenied);
+    // A lease holding only keys `w` may write is `w`'s to use and revoke.
+    ok(&mut sm, &grant(10, None));
+    ok(&mut sm, &as_user("w", now, put_cmd("w/2", "v", 10)));
+    ok(&mut sm, &as_user("w", now, put_cmd("w/3", "v", 10)));
+    ok(&mut sm, &as_user("w", now, Command::LeaseRevoke { id: 10 }));
+}
+
+#[test]
+fn a_txn_needs_read_on_its_compares_and_reads_and_write_on_its_writes() {
+    let mut sm = with_writer();
+    let now = sm.auth().revision();
+    let compare = |key: &str| Compare {
+        range: KeyRange::single(key),
+        target: CompareTarget::Version(0),
+        result: CompareResult::Greater,
+    };
+    let put = |key: &str| {
+        TxnOp::Put(crate::command::PutRequest { key: key.into(), value: b"v".to_vec(), lease: 0, prev_kv: false })
+    };
+    let txn =
+        |compare: Vec<Compare>, success: Vec<TxnOp>| Command::Txn(TxnRequest { compare, success, failure: vec![] });
+    ok(&mut sm, &as_user("w", now, txn(vec![compare("a")], vec![put("w/1")])));
+    let denied = [
+        // `reader` grants READ from `a` on: `0` is below it.
+        txn(vec![compare("0")], vec![put("w/1")]),
+        txn(vec![], vec![put("a")]),
+        txn(vec![], vec![TxnOp::Txn(TxnRequest { compare: vec![], success: vec![put("z")], failure: vec![] })]),
+    ];
+    for command in denied {
+        assert_eq!(fails(&mut sm, &as_user("w", now, command)), KvError::PermissionDenied);
+    }
+}
+
+#[test]
+fn without_auth_a_users_command_applies_as_it_is() {
+    let mut sm = StateMachine::new();
+    ok(&mut sm, &as_user("anyone", 0, put_cmd("k", "v", 0)));
+    assert_eq!(sm.key_count(), 1);
+}
