@@ -189,4 +189,8 @@ pub enum KvError {
     /// the client authenticates again and retries.
     #[error("etcdserver: revision of auth store is old")]
     AuthOldRevision,
+    /// A LeaseGrant whose TTL is over etcd's `MaxLeaseTTL` (9,000,000,000 s), which etcd
+    /// refuses too (`ErrLeaseTTLTooLarge`): beyond it a deadline overflows a clock.
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
 }

@@ -11,6 +11,9 @@ use crate::limits::Limits;
 use crate::types::KeyRange;
 use std::collections::BTreeSet;
 
+/// The longest lease TTL, in seconds: etcd's `MaxLeaseTTL`.
+pub const MAX_LEASE_TTL_SECS: i64 = 9_000_000_000;
+
 /// Checks a command against the limits (sizes, Txn shape, TTL sign, lease name) before it is
 /// proposed. Semantic checks that depend on the state (unknown lease, name taken) happen
 /// when it is applied.
@@ -23,6 +26,9 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
         Command::LeaseGrant { id, name, ttl } => {
             if *ttl <= 0 {
                 return Err(KvError::InvalidTtl(*ttl));
+            }
+            if *ttl > MAX_LEASE_TTL_SECS {
+                return Err(KvError::LeaseTtlTooLarge);
             }
             if *id < 0 {
                 return Err(KvError::InvalidLeaseId(*id));
@@ -298,6 +304,8 @@ mod tests {
 
     #[test]
     fn lease_grants() {
+        let (e, _) = err(Command::LeaseGrant { id: 0, name: None, ttl: MAX_LEASE_TTL_SECS + 1 });
+        assert_eq!(e, KvError::LeaseTtlTooLarge);
         let (e, m) = err(Command::LeaseGrant { id: 0, name: None, ttl: 0 });
         assert_eq!((e, m.as_str()), (KvError::InvalidTtl(0), "etcdserver: lease TTL must be positive, got 0"));
         let (e, m) = err(Command::LeaseGrant { id: -1, name: None, ttl: 5 });

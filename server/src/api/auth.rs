@@ -103,6 +103,10 @@ impl pb::auth_server::Auth for AuthService {
             return Err(errors::not_enabled());
         }
         let pb::AuthenticateRequest { name, password } = request.into_inner();
+        if store.user(&name).is_some_and(|u| u.password_hash.is_none()) {
+            // etcd's ErrNoPasswordUser, which its server maps to no gRPC code: UNKNOWN.
+            return Err(Status::unknown("auth: authentication failed, password was given for no password user"));
+        }
         let checked = store.clone();
         let user = name.clone();
         let matches = tokio::task::spawn_blocking(move || password_matches(&checked, &user, &password))

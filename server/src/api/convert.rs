@@ -280,7 +280,7 @@ pub fn kv_error(error: &KvError) -> Status {
     };
     let code = match error {
         KvError::LeaseNotFound(_) => Code::NotFound,
-        KvError::Compacted { .. } | KvError::FutureRevision { .. } => Code::OutOfRange,
+        KvError::Compacted { .. } | KvError::FutureRevision { .. } | KvError::LeaseTtlTooLarge => Code::OutOfRange,
         // etcd's ErrGRPCKeyNotFound / ValueProvided / LeaseProvided are InvalidArgument.
         KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
         // etcd's ErrGRPCNoSpace and ErrGRPCCorrupt.
