@@ -32,7 +32,7 @@ const BLOCK: usize = 512;
 pub enum BackupError {
     /// The file does not start with [`MAGIC`].
     #[error(
-        "not a leasekv snapshot (it does not start with \"leasekv snapshot\"; etcd's own snapshot files, bbolt databases, cannot be restored into leasekv)"
+        "not a leasekv snapshot (it does not start with \"leasekv snapshot\") nor an etcd snapshot file (a bbolt database, starting with bbolt's meta page)"
     )]
     NotASnapshot,
     /// Written by a newer leasekv.

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod backup;
 pub mod command;
 pub mod error;
+pub mod etcd_snapshot;
 #[cfg(test)]
 mod fuzz;
 pub mod lessor;

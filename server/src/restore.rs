@@ -1,6 +1,11 @@
 //! `kvserver restore`: a new member's data directory from a backup file, as `etcdctl
 //! snapshot restore` builds one from etcd's.
 //!
+//! Two kinds of file are accepted, told apart by their content: leasekv's own backups
+//! (they start with [`backup::MAGIC`]) and etcd's snapshot files (a bbolt database, as
+//! `etcdctl snapshot save` writes against etcd 3.4–3.6), imported by
+//! [`leasekv_kvstore::etcd_snapshot`]. Anything else is refused as not a snapshot.
+//!
 //! Every member of the new cluster gets the same state, stored as the snapshot its log
 //! starts after (slot 0: the new cluster's log begins at slot 1, as a brand-new one's
 //! does). The state is taken [`StateMachine::for_new_cluster`]: keys, leases, revisions
@@ -8,6 +13,7 @@
 //! when the new cluster's first master takes over (etcd does the same after a restore).
 
 use leasekv_kvstore::backup::{self, BackupError};
+use leasekv_kvstore::etcd_snapshot::{self, EtcdSnapshotError};
 use leasekv_kvstore::storage::{SledStorage, SnapshotRecord, Storage, StorageError};
 use leasekv_kvstore::Revision;
 use std::path::{Path, PathBuf};
@@ -31,6 +37,14 @@ pub enum RestoreError {
         path: PathBuf,
         /// What is wrong with it.
         source: BackupError,
+    },
+    /// The file is an etcd snapshot (a bbolt database) that cannot be imported.
+    #[error("etcd snapshot file {path}: {source}")]
+    Etcd {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: EtcdSnapshotError,
     },
     /// The data directory already holds something: restoring never overwrites data.
     #[error("data dir {0} is not empty: restore only into a new or empty directory (move the old one away first)")]
@@ -61,9 +75,14 @@ pub struct Restored {
 pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Restored, RestoreError> {
     let bytes =
         std::fs::read(snapshot).map_err(|source| RestoreError::Read { path: snapshot.to_path_buf(), source })?;
-    let machine = backup::decode(&bytes)
-        .map_err(|source| RestoreError::Backup { path: snapshot.to_path_buf(), source })?
-        .for_new_cluster();
+    let path = || snapshot.to_path_buf();
+    let machine = if !bytes.starts_with(backup::MAGIC) && etcd_snapshot::looks_like_bbolt(&bytes) {
+        etcd_snapshot::decode(&bytes).map_err(|source| RestoreError::Etcd { path: path(), source })?
+    } else {
+        // Not ours and not bbolt either: the backup decoder names it (not a snapshot).
+        backup::decode(&bytes).map_err(|source| RestoreError::Backup { path: path(), source })?
+    }
+    .for_new_cluster();
     let occupied = match std::fs::read_dir(data_dir) {
         Ok(mut entries) => entries.next().is_some(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,

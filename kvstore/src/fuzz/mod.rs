@@ -1,10 +1,12 @@
-//! The store's fuzz targets (docs/fuzzing.md): snapshot bytes into the snapshot decoder, and
-//! structurally valid but hostile log messages into a running replica. Each replays its
-//! committed corpus (`fuzz/corpus/<target>/`), then runs proptest's generated and mutated
-//! cases (`PROPTEST_CASES` sets how many).
+//! The store's fuzz targets (docs/fuzzing.md): snapshot bytes into the snapshot decoder,
+//! etcd snapshot files into their importer, and structurally valid but hostile log
+//! messages into a running replica. Each replays its committed corpus
+//! (`fuzz/corpus/<target>/`), then runs proptest's generated and mutated cases
+//! (`PROPTEST_CASES` sets how many).
 
 #[path = "../../../fuzz/support.rs"]
 mod support;
 
+mod etcd_snapshot;
 mod replica;
 mod snapshot;

@@ -5,6 +5,7 @@ mod compare;
 mod digest;
 mod graveyard;
 mod history;
+pub mod import;
 mod keyspace;
 mod lease_keys;
 mod lease_table;

@@ -327,8 +327,14 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             // The data the quota measures: keys, values and retained history.
             db_size_in_use: node.bytes_in_use as i64,
             db_size_quota: node.quota_bytes as i64,
-            // As etcd lists raised alarms here (etcdctl endpoint status shows them).
-            errors: node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, a.kind.etcd_name())).collect(),
+            // As etcd lists here a missing leader and the raised alarms (etcdctl endpoint
+            // status shows them).
+            errors: leader
+                .is_none()
+                .then(|| "etcdserver: no leader".to_string())
+                .into_iter()
+                .chain(node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, a.kind.etcd_name())))
+                .collect(),
             ..Default::default()
         }))
     }
