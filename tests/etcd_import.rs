@@ -259,7 +259,8 @@ fn an_etcd_snapshot_restores_into_leasekv_with_keys_leases_history_and_users() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("permission denied"), "{refused:?}");
     // The members agree, and the new cluster takes writes after the imported revision.
     let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
-    // (etcdctl's HashKV, as `kvcli check` does not send --user's token to each member.)
+    let checked = succeeded(&run(KVCLI, &["--endpoints", &endpoints, "--user", ROOT, "check"]), "kvcli check");
+    assert!(checked.contains("all 3 members agree"), "{checked}");
     let all = Etcdctl { binary: leasekv.binary.clone(), endpoint: endpoints, user: Some(ROOT) };
     let hashes = all.ok(&["endpoint", "hashkv"]);
     let hashes: std::collections::BTreeSet<&str> = hashes.lines().filter_map(|line| line.rsplit(", ").next()).collect();

@@ -1,5 +1,6 @@
 //! `status` and `step-down`.
 
+use super::access::Access;
 use super::output::{self, OutputFormat, StatusReport};
 use anyhow::Result;
 use leasekv::client::Client;
@@ -67,7 +68,7 @@ pub async fn defrag(client: &Client) -> Result<()> {
 
 /// Runs `move-master MEMBER`: asks the master (found through the answering member's
 /// status) to hand mastership over, and waits for it.
-pub async fn move_master(client: &Client, member: &str) -> Result<()> {
+pub async fn move_master(client: &Client, access: &Access, member: &str) -> Result<()> {
     let members = client.member_list().await?.members;
     let target = members
         .iter()
@@ -79,7 +80,7 @@ pub async fn move_master(client: &Client, member: &str) -> Result<()> {
         .find(|m| m.id == master_id)
         .ok_or_else(|| anyhow::anyhow!("no master is known right now; try again in a moment"))?;
     let endpoint = master.client_urls.first().cloned().unwrap_or_default();
-    let on_master = Client::connect(&[endpoint]).await?;
+    let on_master = access.connect(&[endpoint], Default::default()).await?;
     let started = std::time::Instant::now();
     if let Err(error) = on_master.move_leader(target.id).await {
         // etcd's answer when the target has not taken over within the server's wait; the
@@ -124,12 +125,12 @@ struct MemberHash {
 /// Runs `check`: every member's HashKV at one revision (the lowest any member has
 /// applied, so that all can answer), side by side. Fails when a member cannot answer or
 /// two members that hashed from the same compaction point disagree.
-pub async fn check(client: &Client, format: OutputFormat) -> Result<()> {
+pub async fn check(client: &Client, access: &Access, format: OutputFormat) -> Result<()> {
     let members = client.member_list().await?.members;
     let mut clients = Vec::new();
     for member in &members {
         let endpoint = member.client_urls.first().cloned().unwrap_or_default();
-        clients.push((member.id, endpoint.clone(), one_endpoint(&endpoint).await));
+        clients.push((member.id, endpoint.clone(), one_endpoint(access, &endpoint).await));
     }
     let mut revision = i64::MAX;
     for (_, _, member) in &clients {
@@ -162,9 +163,9 @@ pub async fn check(client: &Client, format: OutputFormat) -> Result<()> {
 }
 
 /// A client for one member only: `check` must hear from each, not from whichever answers.
-async fn one_endpoint(endpoint: &str) -> Result<Client, String> {
+async fn one_endpoint(access: &Access, endpoint: &str) -> Result<Client, String> {
     let policy = leasekv::client::RetryPolicy { attempts: 3, ..Default::default() };
-    Client::connect_with(&[endpoint.to_string()], policy).await.map_err(|e| e.to_string())
+    access.connect(&[endpoint.to_string()], policy).await.map_err(|e| e.to_string())
 }
 
 fn check_rows(answers: &[MemberHash]) -> Vec<Vec<String>> {

@@ -6,6 +6,7 @@
 //! The code is here, under its binary, so that the client library does not depend on clap,
 //! anyhow or serde_json.
 
+mod access;
 mod auth;
 mod cluster;
 mod elect;
@@ -20,7 +21,6 @@ mod watch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use leasekv::client::Client;
 use output::OutputFormat;
 use std::process::ExitCode;
 
@@ -122,11 +122,11 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         _ => {}
     }
     let endpoints = leasekv::client::parse_endpoint_list(&cli.endpoints)?;
-    let tls = leasekv::client::ClientTls::from_files(cli.cacert.as_deref(), cli.cert.as_deref(), cli.key.as_deref())?;
-    let client = match credentials(cli.user.as_deref(), cli.password.as_deref())? {
-        Some(credentials) => Client::connect_as(&endpoints, Default::default(), tls.as_ref(), credentials).await?,
-        None => Client::connect_with_tls(&endpoints, Default::default(), tls.as_ref()).await?,
+    let access = access::Access {
+        tls: leasekv::client::ClientTls::from_files(cli.cacert.as_deref(), cli.cert.as_deref(), cli.key.as_deref())?,
+        credentials: credentials(cli.user.as_deref(), cli.password.as_deref())?,
     };
+    let client = access.connect(&endpoints, Default::default()).await?;
     let format = cli.write_out;
     if let Command::Lock(args) = cli.command {
         return lock::lock(&client, args).await;
@@ -147,10 +147,10 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
         Command::Snapshot(snapshot::SnapshotCommand::Restore(_) | snapshot::SnapshotCommand::Status(_)) => {
             unreachable!("handled above")
         }
-        Command::Check => cluster::check(&client, format).await,
+        Command::Check => cluster::check(&client, &access, format).await,
         Command::Alarm(command) => cluster::alarm(&client, command).await,
         Command::Defrag => cluster::defrag(&client).await,
-        Command::MoveMaster { member } => cluster::move_master(&client, &member).await,
+        Command::MoveMaster { member } => cluster::move_master(&client, &access, &member).await,
         Command::Auth(command) => auth::auth(&client, command).await,
         Command::User(command) => auth::user(&client, command).await,
         Command::Role(command) => auth::role(&client, command).await,
