@@ -52,9 +52,18 @@ pub fn validate_command(command: &Command, limits: &Limits) -> Result<(), KvErro
         // state machine, with the same errors.
         Command::Auth(_) => Ok(()),
         Command::Authorized(authorized) => match *authorized.command {
-            // One user per command: a nested wrapper is never sent, so it is never applied.
-            Command::Authorized(_) => Err(KvError::ReservedCommand("nested authorized command".into())),
-            ref command => validate_command(command, limits),
+            // What a user's request proposes. Membership changes and alarms have rules of
+            // their own in the log that look at the bare command, and the master's own
+            // commands are never a user's: none of them may come wrapped.
+            Command::Put(_)
+            | Command::PutKeeping(..)
+            | Command::DeleteRange(_)
+            | Command::Txn(_)
+            | Command::LeaseGrant { .. }
+            | Command::LeaseRevoke { .. }
+            | Command::Compact { .. }
+            | Command::Auth(_) => validate_command(&authorized.command, limits),
+            _ => Err(KvError::ReservedCommand("this command on behalf of a user".into())),
         },
     }
 }
@@ -300,6 +309,24 @@ mod tests {
         let c = Command::Txn(TxnRequest { failure: vec![bad_read], ..Default::default() });
         assert!(matches!(err(c).0, KvError::InvalidRange { .. }));
         assert_eq!(err(txn(vec![TxnOp::Put(put("", "1"))])).0, KvError::EmptyKey);
+    }
+
+    #[test]
+    fn a_users_command_is_validated_as_itself_and_only_a_users_kind_may_be_wrapped() {
+        let wrapped = |command: Command| {
+            Command::Authorized(crate::command::Authorized {
+                user: "u".into(),
+                auth_revision: 1,
+                command: Box::new(command),
+            })
+        };
+        assert_eq!(validate_command(&wrapped(Command::Put(put("k", "v"))), &limits()), Ok(()));
+        let (e, _) = err(wrapped(Command::Put(put("", "v"))));
+        assert_eq!(e, KvError::EmptyKey);
+        let (e, _) = err(wrapped(Command::Barrier { tenure: Default::default() }));
+        assert!(matches!(e, KvError::ReservedCommand(_)));
+        let (e, _) = err(wrapped(wrapped(Command::Put(put("k", "v")))));
+        assert!(matches!(e, KvError::ReservedCommand(_)));
     }
 
     #[test]

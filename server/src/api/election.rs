@@ -4,8 +4,7 @@
 
 use super::convert::kv_out;
 use super::recipe::{
-    as_recipe_error, contender_key, contenders, create_unless_present, session_lease, wait_for_change,
-    wait_until_first, Candidacy,
+    as_recipe_error, contender_key, contenders, queue, session_lease, wait_for_change, wait_until_first, Candidacy,
 };
 use super::Shared;
 use crate::auth::{caller_of, Caller};
@@ -94,17 +93,16 @@ impl pb::election_server::Election for ElectionService {
         let lease = session_lease(&self.shared, request.lease).await?;
         let key = contender_key(&request.name, lease);
         let mut candidacy = Candidacy::new(self.shared.clone(), key.clone(), request.lease == 0);
-        let (rev, existing, header) =
-            match create_unless_present(&self.shared, &caller, &key, &request.value, lease).await {
-                Ok(created) => created,
-                Err(status) => return Err(as_recipe_error(status)),
-            };
-        candidacy.created_at(rev);
+        // An existing key (an earlier campaign with this lease) takes the new value, as
+        // etcd's Campaign proclaims it.
+        let proclaim = TxnOp::Put(PutRequest { key: key.clone(), value: request.value.clone(), lease, prev_kv: false });
+        let queued = match queue(&self.shared, &caller, &request.name, &key, &request.value, lease, proclaim).await {
+            Ok(queued) => queued,
+            Err(status) => return Err(as_recipe_error(status)),
+        };
+        candidacy.queued(&queued);
+        let (rev, header) = (queued.created, queued.header);
         let leader = pb::LeaderKey { name: request.name.clone(), key: key.clone(), rev, lease };
-        if existing.is_some_and(|kv| kv.value != request.value) {
-            let put = PutRequest { key: key.clone(), value: request.value.clone(), lease, prev_kv: false };
-            self.as_leader(&caller, &leader, TxnOp::Put(put)).await?;
-        }
         wait_until_first(&self.shared, &request.name, &key, rev).await?;
         candidacy.acquired();
         // etcd answers with the header of the transaction that queued the candidacy.

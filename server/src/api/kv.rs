@@ -98,8 +98,9 @@ impl pb::kv_server::Kv for KvService {
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         // The root role, as etcd asks since 3.4.42 / 3.5.28 / 3.6.9 (older releases asked
         // nothing, which let any client drop everyone's history).
-        caller_of(&self.0.node, &request)?.admin()?;
-        let command = Command::Compact { revision: request.into_inner().revision };
+        let caller = caller_of(&self.0.node, &request)?;
+        caller.admin()?;
+        let command = caller.command(Command::Compact { revision: request.into_inner().revision });
         let reply = self.0.serve_command(command, |response, header| match response {
             CommandResponse::Compact { .. } => Some(pb::CompactionResponse { header: Some(header) }),
             _ => None,

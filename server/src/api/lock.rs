@@ -1,14 +1,12 @@
 //! etcd's Lock service (`v3lockpb.Lock`): a mutex per name, held by a lease (see
 //! [`super::recipe`] for how contenders queue).
 
-use super::recipe::{
-    as_recipe_error, contender_key, create_unless_present, session_lease, wait_until_first, Candidacy,
-};
+use super::recipe::{as_recipe_error, contender_key, queue, session_lease, wait_until_first, Candidacy};
 use super::Shared;
 use crate::auth::caller_of;
 use leasekv_client::proto::v3lockpb as pb;
 use leasekv_kvstore::auth::PermissionKind;
-use leasekv_kvstore::{Command, CommandResponse, DeleteRangeRequest, KeyRange};
+use leasekv_kvstore::{Command, CommandResponse, DeleteRangeRequest, Keep, KeyRange, PutRequest, TxnOp, NO_LEASE};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -31,12 +29,18 @@ impl pb::lock_server::Lock for LockService {
         let lease = session_lease(&self.0, request.lease).await?;
         let key = contender_key(&request.name, lease);
         let mut candidacy = Candidacy::new(self.0.clone(), key.clone(), request.lease == 0);
-        let (my_revision, _, _) = match create_unless_present(&self.0, &caller, &key, b"", lease).await {
-            Ok(created) => created,
+        // An existing key (an earlier call with this lease) is rewritten as it is: same value,
+        // same lease, a new mod revision.
+        let touch = TxnOp::PutKeeping(
+            PutRequest { key: key.clone(), value: Vec::new(), lease: NO_LEASE, prev_kv: false },
+            Keep { value: true, lease: true },
+        );
+        let queued = match queue(&self.0, &caller, &request.name, &key, b"", lease, touch).await {
+            Ok(queued) => queued,
             Err(status) => return Err(as_recipe_error(status)),
         };
-        candidacy.created_at(my_revision);
-        let header = wait_until_first(&self.0, &request.name, &key, my_revision).await?;
+        candidacy.queued(&queued);
+        let header = wait_until_first(&self.0, &request.name, &key, queued.created).await?;
         candidacy.acquired();
         Ok(Response::new(pb::LockResponse { header: Some(header), key }))
     }

@@ -65,16 +65,18 @@ pub(super) async fn session_lease(shared: &Shared, lease: i64) -> Result<i64, St
 }
 
 /// A contender's key, queued by a Lock or Campaign call that has not acquired yet. Unless
-/// the call succeeds ([`Candidacy::acquired`]), dropping it deletes the key in the
-/// background: the call failed, or was dropped because its client went away or its
-/// deadline passed (tonic drops the handler's future then). The delete is conditional on
-/// the key's create revision, so it never removes a later contender's key of the same
-/// name, and it is tried a few times; if it still fails, the key's lease ends it.
+/// the call succeeds ([`Candidacy::acquired`]) or found its key already holding
+/// ([`Queued::already_first`]), dropping it deletes the key in the background: the call
+/// failed, or was dropped because its client went away or its deadline passed (tonic drops
+/// the handler's future then). The delete is conditional on the key's mod revision being
+/// the one this call wrote, so it never removes a key that another call (of the same lease)
+/// wrote since, and it is tried a few times; if it still fails, the key's lease ends it.
 pub(super) struct Candidacy {
     shared: Arc<Shared>,
     key: Vec<u8>,
-    /// The key's create revision; `None` while it is unknown whether the key was created.
-    created: Option<Revision>,
+    /// The key's mod revision after this call's write; `None` while it is unknown whether
+    /// the write happened.
+    written: Option<Revision>,
     /// Whether the key may be deleted without knowing its create revision: its lease was
     /// granted for this call, so no other call can hold the same key.
     own_lease: bool,
@@ -84,12 +86,16 @@ pub(super) struct Candidacy {
 impl Candidacy {
     /// A key about to be created for `lease` (`own_lease`: granted for this call).
     pub(super) fn new(shared: Arc<Shared>, key: Vec<u8>, own_lease: bool) -> Self {
-        Candidacy { shared, key, created: None, own_lease, pending: true }
+        Candidacy { shared, key, written: None, own_lease, pending: true }
     }
 
-    /// The key exists with this create revision.
-    pub(super) fn created_at(&mut self, revision: Revision) {
-        self.created = Some(revision);
+    /// The key is queued: this call wrote it at `queued.written`, or found it already
+    /// holding, in which case it is never withdrawn.
+    pub(super) fn queued(&mut self, queued: &Queued) {
+        self.written = Some(queued.written);
+        if queued.already_first {
+            self.pending = false;
+        }
     }
 
     /// The call acquired: the key stays.
@@ -103,10 +109,10 @@ impl Drop for Candidacy {
         if !self.pending {
             return;
         }
-        let compare = match self.created {
+        let compare = match self.written {
             Some(revision) => vec![Compare {
                 range: KeyRange::single(self.key.clone()),
-                target: CompareTarget::CreateRevision(revision),
+                target: CompareTarget::ModRevision(revision),
                 result: CompareResult::Equal,
             }],
             None if self.own_lease => Vec::new(),
@@ -159,15 +165,34 @@ pub(super) async fn contenders(shared: &Shared, name: &[u8]) -> Result<(Vec<KeyV
     Ok((answer.kvs, revision))
 }
 
-/// Creates `key` = `value` under `lease` unless it exists. Returns the key's create
-/// revision, whether this call created it, the key-value if it existed, and the header.
-pub(super) async fn create_unless_present(
+/// Where a Lock or Campaign call stands after [`queue`] put its key in line.
+pub(super) struct Queued {
+    /// The key's create revision: its place in the line (the lock's fencing token).
+    pub created: Revision,
+    /// The key's mod revision after this call's write: a withdrawal deletes the key only
+    /// while it is still this, so it never removes a key a later call wrote since.
+    pub written: Revision,
+    /// The key was already the oldest contender when this call found it: an earlier call
+    /// with the same lease holds the lock (or leads), and this call must never withdraw it.
+    pub already_first: bool,
+    /// The header of the transaction that queued the key.
+    pub header: pb::ResponseHeader,
+}
+
+/// Puts `key` in the line of `name` for `lease`, in one transaction: creates it with
+/// `value` if it does not exist; otherwise applies `rewrite` to it (an earlier call with the
+/// same lease made it: the rewrite moves its mod revision, so that call's withdrawal, if one
+/// is still on its way, no longer matches it) and reads the line to tell whether the key
+/// already holds.
+pub(super) async fn queue(
     shared: &Shared,
     caller: &Caller,
+    name: &[u8],
     key: &[u8],
     value: &[u8],
     lease: i64,
-) -> Result<(Revision, Option<KeyValue>, pb::ResponseHeader), Status> {
+    rewrite: TxnOp,
+) -> Result<Queued, Status> {
     let range = KeyRange::single(key.to_vec());
     let txn = TxnRequest {
         compare: vec![Compare {
@@ -176,21 +201,35 @@ pub(super) async fn create_unless_present(
             result: CompareResult::Equal,
         }],
         success: vec![TxnOp::Put(PutRequest { key: key.to_vec(), value: value.to_vec(), lease, prev_kv: false })],
-        failure: vec![TxnOp::Range(RangeRequest { range, ..Default::default() })],
+        failure: vec![
+            rewrite,
+            TxnOp::Range(RangeRequest { range, ..Default::default() }),
+            TxnOp::Range(RangeRequest {
+                range: KeyRange::prefix(prefix_of(name)),
+                keys_only: true,
+                ..Default::default()
+            }),
+        ],
     };
     shared
         .serve_command(caller.command(Command::Txn(txn)), |response, header| {
             let CommandResponse::Txn(t) = response else { return None };
             if t.succeeded {
-                return Some((header.revision, None, header));
+                let revision = header.revision;
+                return Some(Queued { created: revision, written: revision, already_first: false, header });
             }
-            match t.responses.into_iter().next() {
-                Some(TxnOpResponse::Range(r)) => {
-                    let kv = r.kvs.into_iter().next()?;
-                    Some((kv.create_revision, Some(kv), header))
-                }
+            let mut reads = t.responses.into_iter().filter_map(|r| match r {
+                TxnOpResponse::Range(r) => Some(r),
                 _ => None,
-            }
+            });
+            let kv = reads.next()?.kvs.into_iter().next()?;
+            let oldest = reads.next()?.kvs.iter().map(|kv| kv.create_revision).min()?;
+            Some(Queued {
+                created: kv.create_revision,
+                written: kv.mod_revision,
+                already_first: oldest == kv.create_revision,
+                header,
+            })
         })
         .await
 }

@@ -15,9 +15,11 @@
 //!   `prev_kv`; a Txn needs READ on every compared range and every read, and the above for
 //!   every write of either branch, nested ones included; LeaseRevoke needs WRITE on every
 //!   key attached to the lease;
-//! - auth changes need the root role (etcd's `IsAdminPermitted`, which looks at no
-//!   revision); LeaseGrant and Compact are not checked here (the serving member asks for a
-//!   user, and the root role for Compact).
+//! - auth changes and Compact need the root role (etcd's `IsAdminPermitted`, which looks at
+//!   no revision; Compact since etcd 3.4.42 / 3.5.28 / 3.6.9); LeaseGrant is not checked
+//!   here (the serving member asks for a user, as etcd does);
+//! - the root role passes the lease-key check before any revision check (etcd 3.5+'s
+//!   `checkLeasePutsKeys`; 3.4 checks the revision first).
 
 use super::StateMachine;
 use crate::auth::PermissionKind;
@@ -37,10 +39,9 @@ impl StateMachine {
             Command::DeleteRange(delete) => may.delete(&delete.range, delete.prev_kv),
             Command::Txn(txn) => may.txn(txn),
             Command::LeaseRevoke { id } => may.write_lease_keys(*id),
-            Command::Auth(_) => may.admin(),
+            Command::Auth(_) | Command::Compact { .. } => may.admin(),
             // Not checked where applied (see the module docs), or issued by the master itself.
             Command::LeaseGrant { .. }
-            | Command::Compact { .. }
             | Command::Alarm { .. }
             | Command::ChangeMembers(_)
             | Command::LeaseExpire { .. }

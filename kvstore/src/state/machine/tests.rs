@@ -1158,8 +1158,11 @@ fn a_users_write_is_checked_where_it_is_applied() {
     assert_eq!(fails(&mut sm, &as_user("w", now, put_cmd("x", "v", 0))), KvError::PermissionDenied);
     assert_eq!(fails(&mut sm, &as_user("nobody", now, put_cmd("w/1", "v", 0))), KvError::PermissionDenied);
     assert_eq!(fails(&mut sm, &as_user("", now, put_cmd("w/1", "v", 0))), KvError::UserEmpty);
-    // The root role may do everything.
+    // The root role may do everything; a compaction is the root role's alone.
     ok(&mut sm, &as_user("root", now, put_cmd("x", "v", 0)));
+    let compact = Command::Compact { revision: sm.revision() };
+    assert_eq!(fails(&mut sm, &as_user("w", now, compact.clone())), KvError::PermissionDenied);
+    ok(&mut sm, &as_user("root", now, compact));
     // A refused command changes nothing, on every replica alike.
     let before = observable(&sm);
     let _ = fails(&mut sm, &as_user("w", now, put_cmd("y", "v", 0)));
