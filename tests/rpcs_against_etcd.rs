@@ -410,7 +410,7 @@ fn every_rpc_answers_as_etcds() {
             lease_grant_and_compact_with_auth_on(etcd.endpoint()),
             lease_grant_and_compact_with_auth_on(cluster.endpoint(follower))
         );
-        eprintln!("etcd {}: {theirs_with_auth:?}", "3.4.23 (Debian) with auth on");
+        eprintln!("etcd 3.4.23 (Debian) with auth on: {theirs_with_auth:?}");
         assert_eq!(
             ours_with_auth,
             [
