@@ -14,6 +14,7 @@ mod common;
 
 use common::cluster::{Cluster, KVSERVER};
 use common::etcd::Etcd;
+use common::process::{run, succeeded};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,16 +22,6 @@ use std::time::{Duration, Instant};
 
 const KVCLI: &str = env!("CARGO_BIN_EXE_kvcli");
 const ROOT: &str = "root:rootpw";
-
-fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program).args(args).output().expect("the program runs")
-}
-
-fn succeeded(output: &Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{what} failed: {stdout}{}", String::from_utf8_lossy(&output.stderr));
-    stdout
-}
 
 /// etcdctl against one endpoint, every call bounded in time.
 struct Etcdctl {

@@ -294,17 +294,9 @@ async fn transcript(endpoint: String, http_port: u16) -> Vec<String> {
 #[test]
 fn lock_and_election_exclude_as_etcds_do() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some(etcd) = Etcd::start(dir.path()) else {
-        eprintln!("skipped: etcd is not installed (Debian: etcd-server); required under CI=true");
-        return;
-    };
-    let cluster = Cluster::start("paxoslease");
-    let rt = runtime();
-    let follower = rt.block_on(async {
-        let master = common::cluster::master_index(&cluster).await;
-        (master + 1) % 3
-    });
-    let (theirs, ours) = rt.block_on(async {
+    let Some((etcd, cluster, master)) = common::etcd::beside_leasekv(dir.path()) else { return };
+    let follower = (master + 1) % 3;
+    let (theirs, ours) = runtime().block_on(async {
         tokio::join!(
             transcript(etcd.endpoint(), etcd.client_port),
             transcript(cluster.endpoint(follower), cluster.client_ports[follower])

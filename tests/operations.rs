@@ -4,11 +4,12 @@
 mod common;
 
 use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
+use common::process::{run, succeeded};
 use leasekv::client::proto::etcdserverpb::RangeRequest;
 use leasekv::client::proto::mvccpb::KeyValue;
 use leasekv::client::{Client, GetOptions};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const KVCLI: &str = env!("CARGO_BIN_EXE_kvcli");
@@ -18,16 +19,6 @@ async fn all_keys(c: &Client) -> (Vec<KeyValue>, i64) {
     let request = RangeRequest { key: vec![0], range_end: vec![0], ..Default::default() };
     let response = c.range(request).await.expect("range of every key");
     (response.kvs, response.header.expect("a header").revision)
-}
-
-fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program).args(args).output().expect("the program runs")
-}
-
-fn succeeded(output: &Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{what} failed: {stdout}{}", String::from_utf8_lossy(&output.stderr));
-    stdout
 }
 
 /// Fills the cluster with what a backup must keep: keys written several times, deleted keys,

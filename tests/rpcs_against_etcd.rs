@@ -392,15 +392,9 @@ async fn lease_grant_and_compact_with_auth_on(endpoint: String) -> Vec<String> {
 #[test]
 fn every_rpc_answers_as_etcds() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some(etcd) = Etcd::start(dir.path()) else {
-        eprintln!("skipped: etcd is not installed (Debian: etcd-server); required under CI=true");
-        return;
-    };
-    let cluster = Cluster::start("paxoslease");
-    let rt = runtime();
-    let (theirs, ours, newer) = rt.block_on(async {
-        let master = common::cluster::master_index(&cluster).await;
-        let follower = (master + 1) % 3;
+    let Some((etcd, cluster, master)) = common::etcd::beside_leasekv(dir.path()) else { return };
+    let follower = (master + 1) % 3;
+    let (theirs, ours, newer) = runtime().block_on(async {
         let (theirs, ours) = tokio::join!(
             transcript(etcd.endpoint(), etcd.endpoint()),
             transcript(cluster.endpoint(follower), cluster.endpoint(master))

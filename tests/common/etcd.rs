@@ -41,6 +41,34 @@ impl Etcd {
     }
 }
 
+/// etcd and a three-node leasekv (PaxosLease) side by side, for a differential test, once
+/// leasekv has elected a master, and that master's index (tests send most requests to
+/// another member, so that they are forwarded as a client's would be). `None`, after saying
+/// so, when etcd is not installed (a failure under `CI=true`).
+pub fn beside_leasekv(dir: &Path) -> Option<(Etcd, super::cluster::Cluster, usize)> {
+    let Some(etcd) = Etcd::start(dir) else {
+        eprintln!("skipped: etcd is not installed (Debian: etcd-server); required under CI=true");
+        return None;
+    };
+    let cluster = super::cluster::Cluster::start("paxoslease");
+    let master = super::cluster::runtime().block_on(async {
+        let master = super::cluster::master_index(&cluster).await;
+        // Every member knows it (a member's Status names the leader, as etcd's do).
+        for i in 0..3 {
+            let member = super::cluster::client(&cluster.endpoint(i)).await;
+            super::cluster::eventually(std::time::Duration::from_secs(10), || async {
+                match member.status().await {
+                    Ok(status) if status.leader != 0 => Ok(()),
+                    other => Err(format!("member {} does not know the master yet: {other:?}", i + 1)),
+                }
+            })
+            .await;
+        }
+        master
+    });
+    Some((etcd, cluster, master))
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         let _ = self.child.kill();

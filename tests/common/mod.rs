@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod process;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
