@@ -9,7 +9,6 @@ use leasekv::client::proto::etcdserverpb::RangeRequest;
 use leasekv::client::proto::mvccpb::KeyValue;
 use leasekv::client::{Client, GetOptions};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const KVCLI: &str = env!("CARGO_BIN_EXE_kvcli");
