@@ -20,7 +20,6 @@ mod common;
 
 use base64::Engine;
 use common::cluster::{runtime, Cluster};
-use common::etcd::Etcd;
 use leasekv::client::proto::etcdserverpb::{
     kv_client::KvClient, lease_client::LeaseClient, LeaseGrantRequest, LeaseTimeToLiveRequest, RangeRequest,
 };

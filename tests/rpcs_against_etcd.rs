@@ -12,8 +12,7 @@
 
 mod common;
 
-use common::cluster::{runtime, Cluster};
-use common::etcd::Etcd;
+use common::cluster::runtime;
 use leasekv::client::proto::authpb::{permission::Type, Permission, UserAddOptions};
 use leasekv::client::proto::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
