@@ -165,19 +165,17 @@ impl Caller {
         Ok(Caller { store, user, auth_revision })
     }
 
-    /// `command` as this caller sends it: with auth enabled, wrapped with the user and
-    /// auth revision ([`Command::Authorized`]) so that the state machine checks the user's
-    /// permissions where it applies it, against the auth store at that point of the log.
-    /// Without auth, or without a user (refused by the checks before this), as it is.
+    /// `command` as this caller sends it, wrapped with the user and auth revision
+    /// ([`Command::Authorized`]) so that the state machine checks the user's permissions
+    /// where it applies it, against the auth store at that point of the log. Also without
+    /// auth (no user, revision 0): a write sent while auth was off but applied after it was
+    /// enabled is then refused with "user name is empty", as etcd refuses it.
     pub fn command(&self, command: Command) -> Command {
-        match (&self.user, self.enforced()) {
-            (Some(user), true) => Command::Authorized(Authorized {
-                user: user.clone(),
-                auth_revision: self.auth_revision,
-                command: Box::new(command),
-            }),
-            _ => command,
-        }
+        Command::Authorized(Authorized {
+            user: self.user.clone().unwrap_or_default(),
+            auth_revision: self.auth_revision,
+            command: Box::new(command),
+        })
     }
 
     /// Whether auth is enabled (otherwise every check passes).

@@ -1236,3 +1236,22 @@ fn without_auth_a_users_command_applies_as_it_is() {
     ok(&mut sm, &as_user("anyone", 0, put_cmd("k", "v", 0)));
     assert_eq!(sm.key_count(), 1);
 }
+
+#[test]
+fn a_write_sent_before_auth_was_enabled_is_refused_when_applied_after() {
+    use crate::auth::AuthChange;
+    let mut sm = StateMachine::new();
+    // Sent while auth was off: no user, auth revision 0.
+    let write = as_user("", 0, put_cmd("k", "v", 0));
+    let change = as_user("", 0, auth(AuthChange::RoleAdd { name: "late".into() }));
+    ok(&mut sm, &as_user("", 0, put_cmd("before", "v", 0)));
+    for change in [
+        AuthChange::UserAdd { name: "root".into(), password_hash: Some("h".into()), no_password: false },
+        AuthChange::UserGrantRole { user: "root".into(), role: "root".into() },
+        AuthChange::Enable { token_secret: vec![1] },
+    ] {
+        ok(&mut sm, &as_user("", 0, auth(change)));
+    }
+    assert_eq!(fails(&mut sm, &write), KvError::UserEmpty);
+    assert_eq!(fails(&mut sm, &change), KvError::UserEmpty);
+}
