@@ -290,8 +290,17 @@ async fn transcript(endpoint: String, http_port: u16) -> Vec<String> {
     out
 }
 
+/// The tests of this file one at a time: each starts a cluster on ports it picked free and
+/// released, which a cluster started at the same moment could pick too.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn lock_and_election_exclude_as_etcds_do() {
+    let _turn = one_at_a_time();
     let dir = tempfile::tempdir().expect("tempdir");
     let Some((etcd, cluster, master)) = common::etcd::beside_leasekv(dir.path()) else { return };
     let follower = (master + 1) % 3;
@@ -309,6 +318,7 @@ fn lock_and_election_exclude_as_etcds_do() {
 /// withdraws its key, so the next locker holds at once after the unlock.
 #[test]
 fn a_dropped_client_lock_call_leaves_no_key() {
+    let _turn = one_at_a_time();
     let cluster = Cluster::start("paxoslease");
     runtime().block_on(async {
         let client = common::cluster::client(&cluster.endpoint(0)).await;
@@ -329,6 +339,7 @@ fn a_dropped_client_lock_call_leaves_no_key() {
 /// the killed one's session lease (10 s) runs out.
 #[test]
 fn a_killed_kvcli_waiter_leaves_no_key() {
+    let _turn = one_at_a_time();
     let cluster = Cluster::start("paxoslease");
     let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
     let kvcli = |command: &[&str]| {
