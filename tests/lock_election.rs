@@ -103,6 +103,19 @@ fn deadline_outcome(status: &tonic::Status) -> String {
     }
 }
 
+/// How a call sent with a [`GIVE_UP_AFTER`] deadline ended: `acquired` if it succeeded,
+/// else [`deadline_outcome`]; watched for at most three times the deadline.
+async fn given_up<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    acquired: &str,
+) -> String {
+    match tokio::time::timeout(GIVE_UP_AFTER * 3, call).await {
+        Ok(Ok(_)) => acquired.to_string(),
+        Ok(Err(status)) => deadline_outcome(&status),
+        Err(_) => "still waiting after 3 s".to_string(),
+    }
+}
+
 /// Two lockers without a lease: the second waits for the first's unlock.
 async fn lock_without_lease(channel: &Channel, out: &mut Vec<String>) {
     let name = "nolease";
@@ -137,12 +150,7 @@ async fn lock_waiter_gives_up(channel: &Channel, with_lease: bool, out: &mut Vec
     let held = lock.lock(LockRequest { name: name.into(), lease: 0 }).await.expect("lock").into_inner().key;
     let mut request = tonic::Request::new(LockRequest { name: name.into(), lease });
     request.set_timeout(GIVE_UP_AFTER);
-    let gave_up = tokio::time::timeout(GIVE_UP_AFTER * 3, lock.clone().lock(request)).await;
-    let outcome = match gave_up {
-        Ok(Ok(_)) => "acquired".to_string(),
-        Ok(Err(status)) => deadline_outcome(&status),
-        Err(_) => "still waiting after 3 s".to_string(),
-    };
+    let outcome = given_up(lock.clone().lock(request), "acquired").await;
     out.push(format!("{name}: a waiter with a 1 s deadline: {outcome}"));
     out.push(format!("{name}: keys queued once it gave up: {}", queued_becomes(&mut kv, name, 1).await));
     lock.unlock(UnlockRequest { key: held }).await.expect("unlock");
@@ -176,12 +184,7 @@ async fn campaign_without_lease(channel: &Channel, out: &mut Vec<String>) {
     out.push(format!("a second campaign without a lease waits: {}", !second.is_finished()));
     let mut request = tonic::Request::new(campaign("c"));
     request.set_timeout(GIVE_UP_AFTER);
-    let gave_up = tokio::time::timeout(GIVE_UP_AFTER * 3, election.clone().campaign(request)).await;
-    let outcome = match gave_up {
-        Ok(Ok(_)) => "leads".to_string(),
-        Ok(Err(status)) => deadline_outcome(&status),
-        Err(_) => "still waiting after 3 s".to_string(),
-    };
+    let outcome = given_up(election.clone().campaign(request), "leads").await;
     out.push(format!("a third campaign with a 1 s deadline: {outcome}"));
     out.push(format!("candidates once it gave up: {}", queued_becomes(&mut kv, name, 2).await));
     election.resign(ResignRequest { leader: Some(first) }).await.expect("resign");
