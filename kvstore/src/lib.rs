@@ -2,6 +2,8 @@
 //! code.
 //!
 //! - [`state`]: the deterministic state machine (etcd revisions, leases, Txn).
+//! - [`engine`]: where the state lives: an ordered byte map with atomic batches (sled; in
+//!   memory with crash semantics).
 //! - [`storage`]: durable state behind a trait (sled; in memory with crash semantics).
 //! - [`log`]: the sans-IO Multi-Paxos replica core under the elected master.
 //! - [`lessor`]: the master's TTL-lease deadlines.
@@ -14,6 +16,7 @@
 pub mod auth;
 pub mod backup;
 pub mod command;
+pub mod engine;
 pub mod error;
 pub mod etcd_snapshot;
 #[cfg(test)]

@@ -1,0 +1,222 @@
+//! The state engine: where the state machine's key space, history and leases live, as an
+//! ordered map of byte keys to byte values with atomic write batches and a durability point.
+//!
+//! Two implementations, one contract, so that the simulator runs the state machine of
+//! production over the same interface:
+//! - [`SledEngine`]: production, one sled tree in the node's data directory;
+//! - [`MemoryEngine`]: the simulator's and the tests', with crash semantics (what was
+//!   written but not synced is lost, except for a prefix of the unsynced batches, as sled's
+//!   log-structured writes may leave).
+//!
+//! The contract:
+//! - a [`WriteBatch`] is applied atomically, in the order batches were written: after a
+//!   crash the engine holds every batch up to some point and none after it, never part of
+//!   one (sled applies a batch as one log reservation);
+//! - [`Engine::sync`] makes every batch written before it durable;
+//! - reads see every batch written before them, from any thread.
+//!
+//! The engine knows nothing of what the bytes mean: [`crate::state`] lays its records out
+//! over it.
+
+mod memory;
+mod sled_engine;
+#[cfg(test)]
+mod tests;
+
+pub use memory::MemoryEngine;
+pub use sled_engine::SledEngine;
+
+use std::ops::Bound;
+use thiserror::Error;
+
+/// A failed engine operation. The replica stops on one: it must not go on with a state it
+/// could not read or write.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The underlying store failed while doing `context`.
+    #[error("state engine I/O failed: {context}: {source}")]
+    Io {
+        /// What was being done, and where.
+        context: String,
+        /// The store's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A stored value could not be read back whole or decoded.
+    #[error("state engine record {what} is corrupt: {detail}")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// What was wrong with it.
+        detail: String,
+    },
+}
+
+impl EngineError {
+    /// A failure of the underlying store while doing `context`, keeping its error.
+    pub fn io(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        EngineError::Io { context: context.into(), source: Box::new(source) }
+    }
+}
+
+/// One change of a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Sets `key` to `value`.
+    Put(Vec<u8>, Vec<u8>),
+    /// Removes `key` (nothing if absent).
+    Delete(Vec<u8>),
+}
+
+/// Changes applied all or nothing, in order (a later write to a key wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    writes: Vec<Write>,
+    bytes: usize,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
+        self.writes.push(Write::Put(key, value));
+    }
+
+    /// Removes `key`.
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.bytes += key.len();
+        self.writes.push(Write::Delete(key));
+    }
+
+    /// Whether the batch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// Bytes of keys and values the batch carries (for deciding when to write it).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The changes, in order.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// Takes the changes out.
+    pub fn into_writes(self) -> Vec<Write> {
+        self.writes
+    }
+}
+
+/// A range of engine keys.
+pub type KeyBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// The bounds of every key starting with `prefix`.
+pub fn prefix_bounds(prefix: &[u8]) -> KeyBounds {
+    let start = Bound::Included(prefix.to_vec());
+    match prefix_end(prefix) {
+        Some(end) => (start, Bound::Excluded(end)),
+        None => (start, Bound::Unbounded),
+    }
+}
+
+/// The first key after every key starting with `prefix` (`None`: no such key, the prefix
+/// is empty or all 0xFF).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// An ordered map of byte keys to byte values, shared by the thread that applies and the
+/// threads that read (watch streams, snapshot and backup streams).
+pub trait Engine: Send + Sync + 'static {
+    /// The value at `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+
+    /// Up to `max` entries within `bounds`, in key order (descending if `reverse`). Callers
+    /// page through a long range with [`Scan`], so that no read holds a whole range.
+    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError>;
+
+    /// Applies `batch` atomically (see the module's contract). Not durable until
+    /// [`Engine::sync`].
+    fn write(&self, batch: WriteBatch) -> Result<(), EngineError>;
+
+    /// Makes every batch written before this call durable.
+    fn sync(&self) -> Result<(), EngineError>;
+
+    /// Bytes the engine takes on disk, if it is on disk.
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Entries of a range read page by page from an [`Engine`], as an iterator; an engine error
+/// ends it with that error.
+pub struct Scan<'a> {
+    engine: &'a dyn Engine,
+    bounds: KeyBounds,
+    reverse: bool,
+    page: usize,
+    buffered: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+impl<'a> Scan<'a> {
+    /// Entries of `bounds`, read `page` at a time.
+    pub fn new(engine: &'a dyn Engine, bounds: KeyBounds, reverse: bool, page: usize) -> Self {
+        Scan { engine, bounds, reverse, page: page.max(1), buffered: Vec::new().into_iter(), done: false }
+    }
+
+    /// Reads the next page, narrowing the bounds past its last key.
+    fn refill(&mut self) -> Result<(), EngineError> {
+        let entries = self.engine.scan(&self.bounds, self.reverse, self.page)?;
+        if entries.len() < self.page {
+            self.done = true;
+        }
+        if let Some((last, _)) = entries.last() {
+            if self.reverse {
+                self.bounds.1 = Bound::Excluded(last.clone());
+            } else {
+                self.bounds.0 = Bound::Excluded(last.clone());
+            }
+        }
+        self.buffered = entries.into_iter();
+        Ok(())
+    }
+}
+
+impl Iterator for Scan<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>), EngineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(entry) = self.buffered.next() {
+                return Some(Ok(entry));
+            }
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.refill() {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+    }
+}
