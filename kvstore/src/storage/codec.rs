@@ -1,4 +1,6 @@
-//! The on-disk encoding of every record [`super::SledStorage`] writes.
+//! The encoding of every record [`super::SledStorage`] keeps in sled (the snapshot, the
+//! restart epoch, and the log records of data directories written before the segment log;
+//! the segment log frames its own records, see `segments/record.rs`).
 //!
 //! A record is `[FORMAT_VERSION][postcard payload][crc32 of the two, little-endian]`.
 //! sled checksums its own log, so the CRC is not there against bit rot on the device: it is
@@ -51,13 +53,15 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T,
     Ok(value)
 }
 
-/// The slot-tree key of `slot`: big-endian, so that sled's byte order is numeric order and
-/// range scans (`remove_slots_through`, recovery) come out sorted.
+/// The key of `slot` in the slots tree of the release before the segment log (see
+/// [`super::upgrade`]): big-endian, so that sled's byte order was numeric order. Only the
+/// tests write that tree now, to make data directories of that release.
+#[cfg(test)]
 pub(crate) fn slot_key(slot: u64) -> [u8; 8] {
     slot.to_be_bytes()
 }
 
-/// The inverse of [`slot_key`].
+/// The slot of a key in the old slots tree (a big-endian `u64`).
 pub(crate) fn slot_from_key(key: &[u8]) -> Result<u64, StorageError> {
     let arr: [u8; 8] = key.try_into().map_err(|_| StorageError::Corrupt {
         what: format!("slot key {key:02x?}"),

@@ -10,11 +10,13 @@
 mod codec;
 mod memory;
 mod pieces;
+mod segments;
 mod sled_store;
 #[cfg(feature = "sync-faults")]
 pub mod sync_faults;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 
 pub use memory::MemoryStorage;
 pub use sled_store::{SledEpochStore, SledStorage, SledSyncHandle};
