@@ -1,6 +1,6 @@
 //! The engine of the simulator and the tests: a B-tree in memory, with crash semantics.
 
-use super::{Engine, EngineError, KeyBounds, Write, WriteBatch};
+use super::{Engine, EngineError, Entry, KeyBounds, Write, WriteBatch};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -85,7 +85,7 @@ impl Engine for MemoryEngine {
         Ok(self.lock().current.get(key).cloned())
     }
 
-    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError> {
+    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<Entry>, EngineError> {
         let inner = self.lock();
         if is_empty_range(bounds) {
             return Ok(Vec::new());

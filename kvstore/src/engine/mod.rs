@@ -119,6 +119,9 @@ impl WriteBatch {
     }
 }
 
+/// One key and its value, as a scan returns them.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// A range of engine keys.
 pub type KeyBounds = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
@@ -152,7 +155,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Up to `max` entries within `bounds`, in key order (descending if `reverse`). Callers
     /// page through a long range with [`Scan`], so that no read holds a whole range.
-    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError>;
+    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<Entry>, EngineError>;
 
     /// Applies `batch` atomically (see the module's contract). Not durable until
     /// [`Engine::sync`].
@@ -174,7 +177,7 @@ pub struct Scan<'a> {
     bounds: KeyBounds,
     reverse: bool,
     page: usize,
-    buffered: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    buffered: std::vec::IntoIter<Entry>,
     done: bool,
 }
 
@@ -203,7 +206,7 @@ impl<'a> Scan<'a> {
 }
 
 impl Iterator for Scan<'_> {
-    type Item = Result<(Vec<u8>, Vec<u8>), EngineError>;
+    type Item = Result<Entry, EngineError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {

@@ -16,7 +16,7 @@
 //! [`Engine::sync`] is sled's flush plus an `fdatasync` of sled's data file, for the reason
 //! `storage/sled_store.rs` gives (sled's flush does not persist a grown file's size).
 
-use super::{Engine, EngineError, KeyBounds, Write, WriteBatch};
+use super::{Engine, EngineError, Entry, KeyBounds, Write, WriteBatch};
 use std::fs::File;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -157,7 +157,7 @@ impl Engine for SledEngine {
         }
     }
 
-    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, EngineError> {
+    fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<Entry>, EngineError> {
         if super::memory::is_empty_range(bounds) {
             return Ok(Vec::new());
         }

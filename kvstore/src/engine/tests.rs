@@ -61,7 +61,7 @@ fn scans_page_in_both_directions_within_bounds() {
 #[test]
 fn long_values_round_trip_and_leave_no_pieces_behind() {
     for (name, engine, dir) in engines() {
-        let long: Vec<u8> = (0..(1_600_000u32)).map(|i| (i % 251) as u8).collect();
+        let long: Vec<u8> = (0..1_600_000u32).map(|i| (i % 251) as u8).collect();
         engine.write(batch(&[("big", Some(&long)), ("small", Some(b"s"))])).unwrap();
         assert_eq!(engine.get(b"big").unwrap().as_deref(), Some(&long[..]), "{name}");
         let scanned = engine.scan(&(Bound::Unbounded, Bound::Unbounded), false, 10).unwrap();

@@ -9,7 +9,7 @@ use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
 use crate::command::Applied;
 use crate::command::{Command, CommandResponse};
 use crate::state::StateMachine;
-use crate::storage::{SnapshotRecord, Storage};
+use crate::storage::{SnapshotRecord, Storage, StorageError};
 use leasekv_lease::{Instant, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -95,6 +95,11 @@ impl Learner {
     pub(super) fn apply(&mut self, command: &Command) -> Applied {
         self.applied_bytes_since_snapshot += super::leader::command_size(command) as u64;
         self.machine.apply(command)
+    }
+
+    /// Writes the changes of the commands applied since the last call to the state engine.
+    pub(super) fn flush(&mut self) -> Result<(), crate::engine::EngineError> {
+        self.machine.flush()
     }
 
     /// Every command of `slot` was applied.
@@ -316,6 +321,13 @@ impl<S: Storage> Replica<S> {
             let mut expired_trace = Vec::new();
             for proposal in &accepted.entry.proposals {
                 let applied = self.learner.apply(&proposal.command);
+                if let Some(failure) = self.learner.machine().engine_failure() {
+                    // The command may have been answered from a record that could not be read:
+                    // stop before anyone hears of it.
+                    let error = StorageError::Io(format!("the state engine failed: {failure}"));
+                    self.fail(error);
+                    return;
+                }
                 self.lessor.follow_apply(now, &proposal.command, &applied.result);
                 if let Ok(CommandResponse::LeaseExpire { expired, .. }) = &applied.result {
                     if self.config.trace_applies {
@@ -331,6 +343,15 @@ impl<S: Storage> Replica<S> {
                 }
             }
             self.learner.applied_through(slot);
+            // One batch per slot: the writes of its commands reach the engine together, and
+            // watch streams see the slot's revisions from now on.
+            let flushed = self
+                .learner
+                .flush()
+                .map_err(|e| StorageError::backend("writing applied commands to the state engine", e));
+            if !self.persist(flushed) {
+                return;
+            }
             if self.config.trace_applies {
                 self.outbox.trace(AppliedTrace {
                     slot,

@@ -837,7 +837,7 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    fn fail(&mut self, error: StorageError) {
+    pub(super) fn fail(&mut self, error: StorageError) {
         tracing::error!(node = %self.me, %error, "storage failed; replica stops");
         self.stopped = Some(StorageFailure::new(error));
         self.outbox.drop_held();

@@ -16,7 +16,7 @@ pub(super) fn holds(keys: &Keyspace, compare: &Compare) -> Result<bool, KvError>
     let mut matched = false;
     for kv in keys.select(selection) {
         matched = true;
-        if !holds_for(Some(kv), &compare.target, compare.result) {
+        if !holds_for(Some(&kv), &compare.target, compare.result) {
             return Ok(false);
         }
     }
@@ -47,7 +47,7 @@ mod tests {
     use crate::types::KeyRange;
 
     fn space() -> Keyspace {
-        let mut s = Keyspace::default();
+        let mut s = Keyspace::in_memory();
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
             let i = i as i64;
             s.replace(KeyValue {

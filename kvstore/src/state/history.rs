@@ -3,106 +3,228 @@
 //!
 //! etcd keeps every revision of every key in its backend and a key index of generations; a
 //! read at a past revision looks up each key's newest revision at or below it. leasekv keeps
-//! the current key space (the B-tree of [`super::keyspace`]) plus this window of changes,
-//! each carrying the key's value before it. A read at revision `R` takes the current keys
-//! in the range and undoes, newest first, every change after `R`; a watch replays the
-//! changes themselves. So memory is the live keys plus the retained window, and compaction
-//! is dropping the front of a queue.
+//! the current key space ([`super::keyspace`]) plus this window of changes, each carrying
+//! the key's value before it, in the state engine under its revision ([`super::layout`]).
+//! A read at revision `R` takes the current keys in the range and undoes, newest first,
+//! every change after `R`; a watch replays the changes themselves. Compaction deletes the
+//! oldest records.
 //!
 //! Revisions are etcd's `(main, sub)`: `main` is the event's `mod_revision` (one per writing
-//! transaction), `sub` its position among the changes of that transaction, which is its
-//! position in the queue.
+//! transaction), `sub` its position among the changes of that transaction; the pair is the
+//! change's engine key, so engine order is history order.
+//!
+//! Changes recorded since the last flush are held in memory; readers on other threads
+//! ([`HistoryReader`]) see only what was flushed and published with its head, so a watch
+//! never reads part of a revision.
 //!
 //! Compaction at `C` drops the changes below `C` and keeps every change *at* `C`: a read or
 //! a watch from exactly `C` is allowed (as in etcd), and needs them, tombstones included
 //! (etcd's bugs #18089/#19179 lost a delete at the compaction revision).
 
 use super::keyspace::stored_bytes;
+use super::layout::{decode_event, encode_event, event_bounds, event_key};
+use super::Failure;
+use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
-/// Below this capacity a compacted window's queue is not shrunk (regrowing would cost more).
-const MIN_SHRINK_CAPACITY: usize = 1024;
-
-/// The retained changes and where they end. Shared (behind a lock) between the state
-/// machine, which appends, and the [`HistoryReader`]s of watch streams, which copy bounded
-/// batches out; a writer waits at most for one such copy.
-#[derive(Debug, Clone, Default)]
-struct Window {
-    /// Every change with revision `>= compacted`, in `(main, sub)` order.
-    events: VecDeque<Event>,
-    /// The compaction point: reads and watches below it are refused. 0 until the first
-    /// compaction (everything since revision 1 is kept).
-    compacted: Revision,
-    /// The store revision: every change up to it is in `events` (or compacted away).
-    head: Revision,
-    /// [`event_bytes`] of every retained change.
-    bytes: u64,
-}
+/// Changes read from the engine per page.
+const PAGE: usize = 256;
+/// Changes written to the engine per batch when a whole history is loaded.
+const LOAD_BATCH: usize = 4096;
 
 /// What one retained change counts toward the space quota: the key-values it carries.
 fn event_bytes(event: &Event) -> u64 {
     stored_bytes(&event.kv) + event.prev_kv.as_ref().map_or(0, stored_bytes)
 }
 
-impl Window {
-    /// The index of the first change at revision `revision` or later.
-    fn first_at_or_after(&self, revision: Revision) -> usize {
-        self.events.partition_point(|e| e.kv.mod_revision < revision)
-    }
+/// What readers on other threads may read: the changes through `head`, from `compacted` on.
+/// The state machine publishes both when its writes reach the engine ([`History::flush_into`]
+/// and [`History::published`]), never before.
+#[derive(Debug, Default)]
+struct Published {
+    head: AtomicI64,
+    compacted: AtomicI64,
 }
 
-/// The retained changes, oldest first.
-#[derive(Debug)]
+/// The retained changes, oldest first: in the engine, with the changes recorded since the
+/// last flush held in memory after them.
 pub(super) struct History {
-    window: Arc<RwLock<Window>>,
+    engine: Arc<dyn Engine>,
+    published: Arc<Published>,
+    /// Changes recorded since the last flush, in order, with their positions.
+    pending: Vec<((Revision, u32), Event)>,
+    /// Engine keys of compacted changes to delete at the next flush.
+    dropped: Vec<Vec<u8>>,
+    /// The position of the last change recorded (the next one at the same revision follows
+    /// it; one at a new revision starts at 0).
+    last: (Revision, u32),
+    /// The compaction point: reads and watches below it are refused. 0 until the first
+    /// compaction (everything since revision 1 is kept).
+    compacted: Revision,
+    /// The store revision as of the last command applied.
+    head: Revision,
+    /// Number of retained changes.
+    len: usize,
+    /// [`event_bytes`] of every retained change.
+    bytes: u64,
+    failure: Failure,
 }
 
-impl Clone for History {
-    /// A separate copy: a cloned state machine must not share its history with the original.
-    fn clone(&self) -> Self {
-        History { window: Arc::new(RwLock::new(self.read().clone())) }
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History")
+            .field("compacted", &self.compacted)
+            .field("head", &self.head)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
 impl History {
-    /// A history holding `events` (in order, all at or above `compacted`, none above `head`;
-    /// the caller checked).
-    pub(super) fn from_parts(events: Vec<Event>, compacted: Revision, head: Revision) -> Self {
-        let bytes = events.iter().map(event_bytes).sum();
-        History { window: Arc::new(RwLock::new(Window { events: events.into(), compacted, head, bytes })) }
+    /// A history over `engine` holding `events` (in order, all at or above `compacted`,
+    /// none above `head`; the caller checked), written to the engine, which holds no
+    /// changes, in batches.
+    pub(super) fn load(
+        engine: Arc<dyn Engine>,
+        failure: Failure,
+        events: impl IntoIterator<Item = Event>,
+        compacted: Revision,
+        head: Revision,
+    ) -> Result<Self, EngineError> {
+        let mut history = History {
+            engine,
+            published: Arc::new(Published::default()),
+            pending: Vec::new(),
+            dropped: Vec::new(),
+            last: (0, 0),
+            compacted,
+            head,
+            len: 0,
+            bytes: 0,
+            failure,
+        };
+        let mut batch = WriteBatch::new();
+        for event in events {
+            let position = history.next_position(event.revision());
+            history.len += 1;
+            history.bytes += event_bytes(&event);
+            batch.put(event_key(position.0, position.1), encode_event(&event));
+            if batch.len() >= LOAD_BATCH {
+                history.engine.write(std::mem::take(&mut batch))?;
+            }
+        }
+        history.engine.write(batch)?;
+        history.publish();
+        Ok(history)
     }
 
-    // A panic while the lock is held can only come from a bug in this module (the
-    // critical sections copy or push values), so a poisoned lock still holds a
-    // consistent window.
-    fn read(&self) -> RwLockReadGuard<'_, Window> {
-        self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// An empty history at revision 1 on an engine of its own in memory (tests).
+    #[cfg(test)]
+    pub(super) fn in_memory() -> Self {
+        let engine: Arc<dyn Engine> = Arc::new(crate::engine::MemoryEngine::new());
+        History::load(engine, Failure::default(), Vec::new(), 0, 1).expect("an empty memory engine")
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Window> {
-        self.window.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// This history on `engine`, a copy of its engine ([`crate::StateMachine::copy_in_memory`]).
+    pub(super) fn copy_onto(&self, engine: &Arc<dyn Engine>, failure: &Failure) -> Self {
+        let published = Published {
+            head: AtomicI64::new(self.published.head.load(Ordering::Acquire)),
+            compacted: AtomicI64::new(self.published.compacted.load(Ordering::Acquire)),
+        };
+        History {
+            engine: Arc::clone(engine),
+            published: Arc::new(published),
+            pending: self.pending.clone(),
+            dropped: self.dropped.clone(),
+            last: self.last,
+            compacted: self.compacted,
+            head: self.head,
+            len: self.len,
+            bytes: self.bytes,
+            failure: failure.clone(),
+        }
+    }
+
+    /// The position of a new change at `revision`.
+    fn next_position(&mut self, revision: Revision) -> (Revision, u32) {
+        // Revisions start at 1, so the initial (0, 0) never continues.
+        let position = if self.last.0 == revision { (revision, self.last.1 + 1) } else { (revision, 0) };
+        self.last = position;
+        position
+    }
+
+    /// Lets readers on other threads see the head and the compaction point.
+    fn publish(&self) {
+        // The compaction point first: a reader that sees a new head and an old compaction
+        // point would read changes that the same flush deleted. Reads check it again after.
+        self.published.compacted.store(self.compacted, Ordering::Release);
+        self.published.head.store(self.head, Ordering::Release);
+    }
+
+    /// Adds the changes since the last flush, and the deletions of compacted ones, to
+    /// `batch`. Once the caller wrote it, [`Self::published`] lets readers see them.
+    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
+        for key in self.dropped.drain(..) {
+            batch.delete(key);
+        }
+        for ((main, sub), event) in self.pending.drain(..) {
+            batch.put(event_key(main, sub), encode_event(&event));
+        }
+        // Readers must not look for compacted changes while the batch deletes them.
+        self.published.compacted.store(self.compacted, Ordering::Release);
+    }
+
+    /// The batch of [`Self::flush_into`] is in the engine: readers may read through the head.
+    pub(super) fn published(&self) {
+        self.publish();
+    }
+
+    /// Writes what is pending straight to the engine and publishes it (tests).
+    #[cfg(test)]
+    pub(super) fn flush(&mut self) {
+        let mut batch = WriteBatch::new();
+        self.flush_into(&mut batch);
+        self.engine.write(batch).expect("a memory engine does not fail");
+        self.published();
     }
 
     /// A handle that watch streams read the history through, following it as it grows.
     pub(super) fn reader(&self) -> HistoryReader {
-        HistoryReader { window: Arc::clone(&self.window) }
+        HistoryReader {
+            engine: Arc::clone(&self.engine),
+            published: Arc::clone(&self.published),
+            failure: self.failure.clone(),
+        }
     }
 
     /// The compaction point (0 if never compacted).
     pub(super) fn compacted(&self) -> Revision {
-        self.read().compacted
+        self.compacted
     }
 
     /// Number of retained changes.
     pub(super) fn len(&self) -> usize {
-        self.read().events.len()
+        self.len
     }
 
-    /// Calls `f` with every retained change, oldest first (for snapshots).
-    pub(super) fn with_events<T>(&self, f: impl FnOnce(&VecDeque<Event>) -> T) -> T {
-        f(&self.read().events)
+    /// Every retained change, oldest first (for snapshots and hashes).
+    pub(super) fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.events_from(self.compacted)
+    }
+
+    /// Every retained change at revision `from` or later, oldest first, flushed or not.
+    pub(super) fn events_from(&self, from: Revision) -> impl Iterator<Item = Event> + '_ {
+        let failure = &self.failure;
+        let from = from.max(self.compacted);
+        let stored =
+            Scan::new(self.engine.as_ref(), event_bounds(from, Revision::MAX), false, PAGE).map_while(move |entry| {
+                let (key, record) = failure.check(entry)?;
+                failure.check(decode_event(&key, &record))
+            });
+        stored.chain(self.pending.iter().filter(move |(_, e)| e.revision() >= from).map(|(_, e)| e.clone()))
     }
 
     /// Records a put of `kv`, which replaced `prev`.
@@ -117,36 +239,42 @@ impl History {
     }
 
     fn record(&mut self, event: Event) {
-        let mut w = self.write();
-        w.bytes += event_bytes(&event);
-        w.events.push_back(event);
+        let position = self.next_position(event.revision());
+        self.bytes += event_bytes(&event);
+        self.len += 1;
+        self.pending.push((position, event));
     }
 
     /// Bytes the retained changes count toward the space quota.
     pub(super) fn bytes(&self) -> u64 {
-        self.read().bytes
+        self.bytes
     }
 
-    /// Publishes the store revision after a command: readers see its changes from now on.
+    /// The store revision after a command (published to readers at the next flush).
     pub(super) fn set_head(&mut self, revision: Revision) {
-        self.write().head = revision;
+        self.head = revision;
     }
 
     /// Drops every change below `revision`, which the caller checked is above the current
     /// compaction point and at most the store revision. Returns how many were dropped.
     pub(super) fn compact(&mut self, revision: Revision) -> usize {
-        let mut w = self.write();
-        let keep_from = w.first_at_or_after(revision);
-        let dropped: u64 = w.events.drain(..keep_from).map(|e| event_bytes(&e)).sum();
-        w.bytes -= dropped;
-        // A queue never gives back what a burst made it grow to; without this, a window
-        // that once held a million changes would keep their slots (168 bytes each) forever.
-        let len = w.events.len();
-        if w.events.capacity() > 4 * len.max(MIN_SHRINK_CAPACITY) {
-            w.events.shrink_to(2 * len);
+        let mut dropped = 0;
+        let stored = Scan::new(self.engine.as_ref(), event_bounds(self.compacted, revision - 1), false, PAGE);
+        for entry in stored {
+            let Some((key, record)) = self.failure.check(entry) else { break };
+            let Some(event) = self.failure.check(decode_event(&key, &record)) else { break };
+            self.bytes -= event_bytes(&event);
+            self.dropped.push(key);
+            dropped += 1;
         }
-        w.compacted = revision;
-        keep_from
+        let keep_from = self.pending.partition_point(|(_, e)| e.revision() < revision);
+        for (_, event) in self.pending.drain(..keep_from) {
+            self.bytes -= event_bytes(&event);
+            dropped += 1;
+        }
+        self.len -= dropped;
+        self.compacted = revision;
+        dropped
     }
 
     /// Turns `current`, the live key-values in `range` now, into the ones that were live at
@@ -158,9 +286,15 @@ impl History {
         range: &KeyRange,
         revision: Revision,
     ) -> BTreeMap<Vec<u8>, KeyValue> {
-        let w = self.read();
-        let after = w.first_at_or_after(revision + 1);
-        for event in w.events.range(after..).rev() {
+        let failure = &self.failure;
+        let pending = self.pending.iter().rev().map(|(_, e)| e.clone());
+        let stored = Scan::new(self.engine.as_ref(), event_bounds(revision + 1, Revision::MAX), true, PAGE).map_while(
+            move |entry| {
+                let (key, record) = failure.check(entry)?;
+                failure.check(decode_event(&key, &record))
+            },
+        );
+        for event in pending.chain(stored).take_while(|e| e.revision() > revision) {
             if !range.contains(&event.kv.key) {
                 continue;
             }
@@ -190,56 +324,70 @@ pub enum HistoryRead {
 
 /// A read-only handle on a state machine's history for watch streams, which may run on
 /// other threads than the one applying commands. It follows the history as it grows and is
-/// compacted; after a snapshot is installed the state machine has a new history, and its
+/// compacted, through what the state machine published (its writes that reached the
+/// engine); after a snapshot is installed the state machine has a new history, and its
 /// driver takes a new reader ([`crate::StateMachine::history_reader`]).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HistoryReader {
-    window: Arc<RwLock<Window>>,
+    engine: Arc<dyn Engine>,
+    published: Arc<Published>,
+    failure: Failure,
+}
+
+impl std::fmt::Debug for HistoryReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistoryReader").field("head", &self.head()).field("compacted", &self.compacted()).finish()
+    }
 }
 
 impl HistoryReader {
-    fn read_window(&self) -> RwLockReadGuard<'_, Window> {
-        self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The store revision: every change up to it can be read.
     pub fn head(&self) -> Revision {
-        self.read_window().head
+        self.published.head.load(Ordering::Acquire)
     }
 
     /// The compaction point: reads from below it are refused.
     pub fn compacted(&self) -> Revision {
-        self.read_window().compacted
+        self.published.compacted.load(Ordering::Acquire)
     }
 
     /// The changes at revision `from` and later, in order, stopping after the revision at
     /// which at least `max_events` were collected (a revision is never cut: one revision's
     /// changes always come together, however many there are).
     pub fn read(&self, from: Revision, max_events: usize) -> HistoryRead {
-        let w = self.read_window();
-        if from < w.compacted {
-            return HistoryRead::Compacted(w.compacted);
+        let head = self.head();
+        let compacted = self.compacted();
+        if from < compacted {
+            return HistoryRead::Compacted(compacted);
         }
-        let mut events = Vec::new();
-        let mut through = w.head;
-        // The changes of a command being applied are in the window before its revision is
-        // published as the head (a command records them one by one): a stream that read
-        // them now would get them again, whole, once the head moved past them.
-        let published = w.first_at_or_after(w.head.saturating_add(1));
-        let start = w.first_at_or_after(from).min(published);
-        for event in w.events.range(start..published) {
-            if events.len() >= max_events && events.last().is_some_and(|e: &Event| e.revision() != event.revision()) {
-                through = events.last().map_or(w.head, Event::revision);
-                break;
+        let mut events: Vec<Event> = Vec::new();
+        let mut through = head;
+        if from <= head {
+            // Only what was published: the changes of commands applied since the last flush
+            // are not in the engine yet, and a stream that read part of a revision would send
+            // the rest again, whole, once the head moved past it.
+            let stored = Scan::new(self.engine.as_ref(), event_bounds(from, head), false, PAGE);
+            for entry in stored {
+                let Some((key, record)) = self.failure.check(entry) else { break };
+                let Some(event) = self.failure.check(decode_event(&key, &record)) else { break };
+                if events.len() >= max_events && events.last().is_some_and(|e| e.revision() != event.revision()) {
+                    through = events.last().map_or(head, Event::revision);
+                    break;
+                }
+                events.push(event);
             }
-            events.push(event.clone());
+        }
+        // A compaction published meanwhile may have deleted some of what was asked for.
+        let compacted = self.compacted();
+        if from < compacted {
+            return HistoryRead::Compacted(compacted);
         }
         HistoryRead::Events { events, through }
     }
 
     /// Whether `other` reads the same history (it is a handle on the same state machine).
     pub fn same_as(&self, other: &HistoryReader) -> bool {
-        Arc::ptr_eq(&self.window, &other.window)
+        Arc::ptr_eq(&self.published, &other.published)
     }
 }
 
@@ -265,12 +413,14 @@ mod tests {
 
     /// a=1@2, b=1@3, a=2@4, delete b@5.
     fn sample() -> History {
-        let mut h = History::from_parts(Vec::new(), 0, 1);
+        let mut h = History::in_memory();
         h.put(kv("a", "1", 2, 2, 1), None);
         h.put(kv("b", "1", 3, 3, 1), None);
+        h.flush();
         h.put(kv("a", "2", 2, 4, 2), Some(kv("a", "1", 2, 2, 1)));
         h.delete(kv("b", "1", 3, 3, 1), 5);
         h.set_head(5);
+        h.flush();
         h
     }
 
@@ -296,6 +446,7 @@ mod tests {
         let mut h = sample();
         assert_eq!(h.compact(5), 3);
         assert_eq!(h.compacted(), 5);
+        h.flush();
         let r = h.reader();
         let HistoryRead::Events { events, through } = r.read(5, 100) else { panic!("compacted") };
         let left: Vec<_> = events.iter().map(|e| (e.kind, e.kv.mod_revision)).collect();
@@ -309,6 +460,7 @@ mod tests {
         let mut h = sample();
         h.put(kv("c", "1", 5, 5, 1), None);
         h.set_head(5);
+        h.flush();
         let revs = |from, max| match h.reader().read(from, max) {
             HistoryRead::Events { events, through } => {
                 (events.iter().map(|e| e.revision()).collect::<Vec<_>>(), through)
@@ -335,12 +487,14 @@ mod tests {
         assert_eq!(reader.read(2, 100), HistoryRead::Events { events: reader_events(&h, 2, 5), through: 5 });
         assert_eq!(reader.read(6, 100), HistoryRead::Events { events: Vec::new(), through: 5 });
         h.set_head(6);
+        assert_eq!(reader.read(6, 100), HistoryRead::Events { events: Vec::new(), through: 5 }, "not flushed yet");
+        h.flush();
         let HistoryRead::Events { events, through } = reader.read(6, 100) else { panic!("compacted") };
         assert_eq!((events.len(), through), (2, 6));
     }
 
     /// The retained changes from `from` through `to`, straight from the window.
     fn reader_events(h: &History, from: Revision, to: Revision) -> Vec<Event> {
-        h.with_events(|events| events.iter().filter(|e| (from..=to).contains(&e.revision())).cloned().collect())
+        h.events().filter(|e| (from..=to).contains(&e.revision())).collect()
     }
 }

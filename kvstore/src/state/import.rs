@@ -11,11 +11,13 @@ use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_keys::LeaseKeys;
 use super::lease_table::{Lease, LeaseTable};
-use super::{digest, snapshot, SnapshotError, StateMachine};
+use super::{digest, snapshot, Failure, SnapshotError, StateMachine};
 use crate::auth::AuthStore;
+use crate::engine::{Engine, EngineError, MemoryEngine};
 use crate::membership::Membership;
 use crate::types::{Event, KeyValue, LeaseId, Revision};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A lease as imported: its id and granted TTL (its keys are the keys naming it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +65,16 @@ impl StateMachine {
                 return Err(SnapshotError(format!("lease {id} appears twice")));
             }
         }
-        let keys = Keyspace::from_sorted(keys, Graveyard::default());
+        // Laid out in an engine of their own and encoded as a snapshot, so that the state is
+        // checked exactly as a restored snapshot is.
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let stored = |e: EngineError| SnapshotError(format!("cannot store the imported state: {e}"));
+        let keys =
+            Keyspace::load(Arc::clone(&engine), Failure::default(), keys, Graveyard::default()).map_err(stored)?;
         let leases = LeaseTable::from_parts(leases, 0);
-        let history = History::from_parts(imported.history, imported.compacted, imported.revision);
+        let history =
+            History::load(engine, Failure::default(), imported.history, imported.compacted, imported.revision)
+                .map_err(stored)?;
         let bytes = snapshot::encode(&snapshot::Parts {
             revision: imported.revision,
             tenure: (0, 0),
@@ -76,7 +85,8 @@ impl StateMachine {
             alarms: &BTreeSet::new(),
             membership: &Membership::default(),
             auth: &imported.auth,
-        });
+        })
+        .map_err(|e| SnapshotError(format!("cannot encode the imported state: {e}")))?;
         StateMachine::from_snapshot_bytes(&bytes)
     }
 }

@@ -1,54 +1,26 @@
 //! The key space: every live key with its value and etcd bookkeeping, in key order.
 //!
-//! Keys are stored once: the ordered set holds whole [`KeyValue`]s and orders them by their
-//! own `key` field (through [`Entry`]'s `Borrow<[u8]>`), so there is no second copy of the
-//! key as a map key. Reads by key or by range are B-tree lookups, never scans of the whole
-//! set.
+//! Keys live in the state [`crate::engine`] (one record per key, [`super::layout`]); the
+//! writes of the commands applied since the last flush are held in memory over it, so that
+//! a command (and a transaction reading its own writes) sees them before they reach the
+//! engine in one batch. Reads by key or by range are engine lookups and ordered scans,
+//! never scans of the whole set.
 //!
 //! The set may also hold *dead* keys: keys of a revoked or expired lease that the
 //! [`Graveyard`] has not swept yet. Every method except the ones named "stored" hides them, so
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
 use super::graveyard::{Death, Graveyard};
+use super::layout::{decode_kv, encode_kv, kv_bounds, kv_key, user_key};
+use super::Failure;
 use crate::command::{RangeRequest, RangeResponse};
+use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::error::KvError;
 use crate::types::{KeyRange, KeyValue, LeaseId, Revision};
-use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-
-/// A stored key-value, ordered and compared by its key alone.
-#[derive(Debug, Clone)]
-pub(super) struct Entry(pub(super) KeyValue);
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key
-    }
-}
-
-impl Eq for Entry {}
-
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.key.cmp(&other.0.key)
-    }
-}
-
-// Consistent with `Ord`: both order by the key bytes, which `BTreeSet` lookups by `&[u8]`
-// rely on.
-impl Borrow<[u8]> for Entry {
-    fn borrow(&self) -> &[u8] {
-        &self.0.key
-    }
-}
+use std::sync::Arc;
 
 /// The B-tree bounds of a [`KeyRange`] that names more than one key.
 pub(super) type Bounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
@@ -94,15 +66,26 @@ pub(super) fn invalid_range(range: &KeyRange) -> KvError {
     }
 }
 
-/// Every live key in key order, plus the dead keys still to be swept.
-#[derive(Debug, Clone, Default)]
+/// Every live key in key order, plus the dead keys still to be swept: in the engine, with
+/// the writes of the commands applied since the last [`Keyspace::flush`] held in memory
+/// over it.
 pub(super) struct Keyspace {
-    /// Live and dead keys alike: a dead key stays here until swept, overwritten or deleted.
-    entries: BTreeSet<Entry>,
-    /// Which of `entries` are dead.
+    engine: Arc<dyn Engine>,
+    /// The writes since the last flush: a key's new record, or `None` where it was removed.
+    dirty: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// Which stored keys are dead.
     graveyard: Graveyard,
-    /// [`stored_bytes`] of every entry, dead ones included (they take memory until swept).
+    /// Number of stored keys, dead ones included.
+    stored: usize,
+    /// [`stored_bytes`] of every stored key, dead ones included (they take space until swept).
     bytes: u64,
+    failure: Failure,
+}
+
+impl std::fmt::Debug for Keyspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keyspace").field("stored", &self.stored).field("dirty", &self.dirty.len()).finish()
+    }
 }
 
 /// What one stored key-value counts toward the space quota: its key and value, plus an
@@ -112,13 +95,67 @@ pub(super) fn stored_bytes(kv: &KeyValue) -> u64 {
     (kv.key.len() + kv.value.len()) as u64 + OVERHEAD
 }
 
+/// Keys read from the engine per page of a range read.
+const PAGE: usize = 256;
+/// Keys written to the engine per batch when a whole key space is loaded.
+const LOAD_BATCH: usize = 4096;
+
 impl Keyspace {
-    /// A key space holding `kvs`, which are in strictly increasing key order (the B-tree is
-    /// then bulk-built instead of inserted into key by key), of which the ones in `graveyard`
-    /// are dead (the caller checked that they agree).
-    pub(super) fn from_sorted(kvs: Vec<KeyValue>, graveyard: Graveyard) -> Self {
-        let bytes = kvs.iter().map(stored_bytes).sum();
-        Keyspace { entries: kvs.into_iter().map(Entry).collect(), graveyard, bytes }
+    /// An empty key space over `engine`, which holds no key records.
+    pub(super) fn new(engine: Arc<dyn Engine>, failure: Failure) -> Self {
+        Keyspace { engine, dirty: BTreeMap::new(), graveyard: Graveyard::default(), stored: 0, bytes: 0, failure }
+    }
+
+    /// A key space holding `kvs`, which are in strictly increasing key order, of which the
+    /// ones in `graveyard` are dead (the caller checked that they agree), written to
+    /// `engine` (which holds no key records) in batches.
+    pub(super) fn load(
+        engine: Arc<dyn Engine>,
+        failure: Failure,
+        kvs: impl IntoIterator<Item = KeyValue>,
+        graveyard: Graveyard,
+    ) -> Result<Self, EngineError> {
+        let mut space = Keyspace::new(engine, failure);
+        space.graveyard = graveyard;
+        let mut batch = WriteBatch::new();
+        for kv in kvs {
+            space.stored += 1;
+            space.bytes += stored_bytes(&kv);
+            batch.put(kv_key(&kv.key), encode_kv(&kv));
+            if batch.len() >= LOAD_BATCH {
+                space.engine.write(std::mem::take(&mut batch))?;
+            }
+        }
+        space.engine.write(batch)?;
+        Ok(space)
+    }
+
+    /// An empty key space on an engine of its own in memory (tests).
+    #[cfg(test)]
+    pub(super) fn in_memory() -> Self {
+        Keyspace::new(Arc::new(crate::engine::MemoryEngine::new()), Failure::default())
+    }
+
+    /// This key space on `engine`, a copy of its engine ([`crate::StateMachine::copy_in_memory`]).
+    pub(super) fn copy_onto(&self, engine: &Arc<dyn Engine>, failure: &Failure) -> Self {
+        Keyspace {
+            engine: Arc::clone(engine),
+            dirty: self.dirty.clone(),
+            graveyard: self.graveyard.clone(),
+            stored: self.stored,
+            bytes: self.bytes,
+            failure: failure.clone(),
+        }
+    }
+
+    /// Adds the writes since the last flush to `batch`.
+    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
+        for (key, kv) in std::mem::take(&mut self.dirty) {
+            match kv {
+                Some(kv) => batch.put(kv_key(&key), encode_kv(&kv)),
+                None => batch.delete(kv_key(&key)),
+            }
+        }
     }
 
     /// Bytes the stored keys count toward the space quota (see [`stored_bytes`]).
@@ -128,7 +165,7 @@ impl Keyspace {
 
     /// Number of live keys.
     pub(super) fn len(&self) -> usize {
-        self.entries.len() - self.graveyard.pending()
+        self.stored - self.graveyard.pending()
     }
 
     /// Number of dead keys still stored.
@@ -136,16 +173,32 @@ impl Keyspace {
         self.graveyard.pending()
     }
 
-    /// One live key. O(log n): one B-tree lookup plus, only while something is buried, one
-    /// lookup among the deaths.
-    pub(super) fn get(&self, key: &[u8]) -> Option<&KeyValue> {
-        self.entries.get(key).map(|e| &e.0).filter(|kv| !self.graveyard.is_dead(kv))
+    /// Number of stored keys, dead ones included.
+    pub(super) fn stored_len(&self) -> usize {
+        self.stored
+    }
+
+    /// The stored key-value of `key`, dead or alive.
+    fn stored_get(&self, key: &[u8]) -> Option<KeyValue> {
+        if let Some(written) = self.dirty.get(key) {
+            return written.clone();
+        }
+        let record = self.failure.check(self.engine.get(&kv_key(key)))??;
+        self.failure.check(decode_kv(key, &record))
+    }
+
+    /// One live key: one lookup in the writes since the last flush, else one in the engine,
+    /// plus, only while something is buried, one among the deaths.
+    pub(super) fn get(&self, key: &[u8]) -> Option<KeyValue> {
+        self.stored_get(key).filter(|kv| !self.graveyard.is_dead(kv))
     }
 
     /// Removes one key and hands it back if it was live. A dead key is removed too (it is
     /// there anyway) but reported as absent, as it is for readers.
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
-        let kv = self.entries.take(key)?.0;
+        let kv = self.stored_get(key)?;
+        self.dirty.insert(key.to_vec(), None);
+        self.stored -= 1;
         self.bytes -= stored_bytes(&kv);
         if self.graveyard.is_dead(&kv) {
             self.graveyard.forget(&kv);
@@ -157,8 +210,13 @@ impl Keyspace {
     /// Stores `kv` (a live key: written now), replacing and returning any live key-value
     /// with the same key; a dead one it replaces is dropped silently.
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
+        let old = self.stored_get(&kv.key);
         self.bytes += stored_bytes(&kv);
-        let old = self.entries.replace(Entry(kv))?.0;
+        self.dirty.insert(kv.key.clone(), Some(kv));
+        let Some(old) = old else {
+            self.stored += 1;
+            return None;
+        };
         self.bytes -= stored_bytes(&old);
         if self.graveyard.is_dead(&old) {
             self.graveyard.forget(&old);
@@ -169,8 +227,8 @@ impl Keyspace {
 
     /// Every stored key-value in key order, dead ones included (for snapshots, which keep
     /// the sweep's work list).
-    pub(super) fn stored(&self) -> impl ExactSizeIterator<Item = &KeyValue> + '_ {
-        self.entries.iter().map(|e| &e.0)
+    pub(super) fn stored(&self) -> impl Iterator<Item = KeyValue> + '_ {
+        self.stored_in((Bound::Unbounded, Bound::Unbounded))
     }
 
     /// Every death whose keys are still being swept, in order (for snapshots).
@@ -187,17 +245,18 @@ impl Keyspace {
     /// Physically removes up to `budget` dead keys; returns how many work-list entries it
     /// took (at most `budget`).
     pub(super) fn sweep(&mut self, budget: usize) -> usize {
-        let entries = &mut self.entries;
-        let bytes = &mut self.bytes;
-        self.graveyard.sweep(budget, |key, (id, revision)| {
+        let mut graveyard = std::mem::take(&mut self.graveyard);
+        let taken = graveyard.sweep(budget, |key, (id, revision)| {
             // The graveyard's invariant says the stored key is still the dead one; checking
-            // costs one comparison and guarantees a live key is never swept.
-            if entries.get(key).is_some_and(|e| e.0.lease == id && e.0.mod_revision < revision) {
-                if let Some(swept) = entries.take(key) {
-                    *bytes -= stored_bytes(&swept.0);
-                }
+            // costs one lookup and guarantees a live key is never swept.
+            if let Some(kv) = self.stored_get(key).filter(|kv| kv.lease == id && kv.mod_revision < revision) {
+                self.dirty.insert(key.to_vec(), None);
+                self.stored -= 1;
+                self.bytes -= stored_bytes(&kv);
             }
-        })
+        });
+        self.graveyard = graveyard;
+        taken
     }
 
     /// Checks that the graveyard's work list is exactly the dead stored keys (tests only).
@@ -206,7 +265,7 @@ impl Keyspace {
         self.graveyard.check();
         let mut dead = 0;
         for kv in self.stored() {
-            if let Some(death) = self.graveyard.death_of(kv) {
+            if let Some(death) = self.graveyard.death_of(&kv) {
                 assert!(self.graveyard.holds(death, &kv.key), "dead key {kv:?} is not on {death:?}'s list");
                 dead += 1;
             }
@@ -215,13 +274,25 @@ impl Keyspace {
         assert_eq!(dead, self.graveyard.pending());
     }
 
+    /// The stored key-values within `bounds`, dead ones included, in key order: the engine's
+    /// records merged with the writes since the last flush, which win.
+    fn stored_in<'s>(&'s self, bounds: Bounds<'_>) -> impl Iterator<Item = KeyValue> + 's {
+        let failure = &self.failure;
+        let engine_bounds = kv_bounds(bounds);
+        let from_engine = Scan::new(self.engine.as_ref(), engine_bounds, false, PAGE).map_while(move |entry| {
+            let (key, record) = failure.check(entry)?;
+            failure.check(decode_kv(user_key(&key), &record))
+        });
+        let dirty: Vec<(Vec<u8>, Option<KeyValue>)> =
+            self.dirty.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone())).collect();
+        Merged { stored: from_engine.peekable(), dirty: dirty.into_iter().peekable() }
+    }
+
     /// The selected live key-values, in key order.
-    pub(super) fn select<'s>(&'s self, selection: Selection<'s>) -> Box<dyn Iterator<Item = &'s KeyValue> + 's> {
+    pub(super) fn select<'s>(&'s self, selection: Selection<'_>) -> Box<dyn Iterator<Item = KeyValue> + 's> {
         match selection {
             Selection::Single(key) => Box::new(self.get(key).into_iter()),
-            Selection::Interval(bounds) => {
-                Box::new(self.entries.range::<[u8], _>(bounds).map(|e| &e.0).filter(|kv| !self.graveyard.is_dead(kv)))
-            }
+            Selection::Interval(bounds) => Box::new(self.stored_in(bounds).filter(|kv| !self.graveyard.is_dead(kv))),
         }
     }
 
@@ -236,7 +307,7 @@ impl Keyspace {
 
     /// The keys of the selected entries, copied out so that the caller can then mutate.
     pub(super) fn selected_keys(&self, selection: Selection<'_>) -> Vec<Vec<u8>> {
-        self.select(selection).map(|kv| kv.key.clone()).collect()
+        self.select(selection).map(|kv| kv.key).collect()
     }
 
     /// Answers a read. `limit <= 0` means no limit (a negative limit is treated as none, as
@@ -253,9 +324,12 @@ impl Keyspace {
         let limit = if request.limit > 0 { usize::try_from(request.limit).unwrap_or(usize::MAX) } else { usize::MAX };
         let mut kvs = Vec::new();
         let mut count = 0usize;
-        for kv in self.select(selection) {
+        for mut kv in self.select(selection) {
             if count < limit {
-                kvs.push(if request.keys_only { without_value(kv) } else { kv.clone() });
+                if request.keys_only {
+                    kv.value = Vec::new();
+                }
+                kvs.push(kv);
             } else if let Selection::Interval((Bound::Unbounded, Bound::Unbounded)) = selection {
                 // Everything matches: the total is known without walking the rest.
                 count = self.len();
@@ -264,6 +338,37 @@ impl Keyspace {
             count += 1;
         }
         RangeResponse { more: count > kvs.len(), count: to_i64(count), kvs }
+    }
+}
+
+/// The engine's records merged with the writes not yet flushed, both in key order.
+struct Merged<S: Iterator<Item = KeyValue>> {
+    stored: std::iter::Peekable<S>,
+    dirty: std::iter::Peekable<std::vec::IntoIter<(Vec<u8>, Option<KeyValue>)>>,
+}
+
+impl<S: Iterator<Item = KeyValue>> Iterator for Merged<S> {
+    type Item = KeyValue;
+
+    fn next(&mut self) -> Option<KeyValue> {
+        loop {
+            let order = match (self.stored.peek(), self.dirty.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(stored), Some((key, _))) => stored.key.as_slice().cmp(key.as_slice()),
+            };
+            match order {
+                Ordering::Less => return self.stored.next(),
+                Ordering::Equal => {
+                    self.stored.next();
+                }
+                Ordering::Greater => {}
+            }
+            if let Some((_, Some(kv))) = self.dirty.next() {
+                return Some(kv);
+            }
+        }
     }
 }
 
@@ -293,19 +398,6 @@ fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A copy of `kv` without its value, which can be large and is not wanted by `keys_only`
-/// reads.
-fn without_value(kv: &KeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key.clone(),
-        value: Vec::new(),
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        lease: kv.lease,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,7 +414,7 @@ mod tests {
     }
 
     fn space(keys: &[&str]) -> Keyspace {
-        let mut s = Keyspace::default();
+        let mut s = Keyspace::in_memory();
         for k in keys {
             s.replace(kv(k));
         }

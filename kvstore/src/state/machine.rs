@@ -11,26 +11,32 @@
 //! milliseconds.
 
 use super::digest;
-use super::history::{History, HistoryRead, HistoryReader};
+use super::history::{History, HistoryReader};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
+use super::Failure;
 use crate::auth::AuthStore;
 use crate::command::{
     Alarm, AlarmAction, AlarmKind, Applied, Command, CommandResponse, DeleteRangeRequest, DeleteRangeResponse, Keep,
     LeaseGrantResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, Tenure,
 };
+use crate::engine::{Engine, EngineError, MemoryEngine, WriteBatch};
 use crate::error::KvError;
 use crate::membership::Membership;
 use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub use super::lease_table::Lease;
 pub use super::snapshot::SnapshotError;
 
 /// The key space and lease table.
-#[derive(Debug, Clone)]
 pub struct StateMachine {
+    /// Where the key space and the history are stored.
+    engine: Arc<dyn Engine>,
+    /// The first failure of the engine (see [`Failure`]).
+    failure: Failure,
     /// etcd's store revision: the revision of the last write that changed something.
     revision: Revision,
     keys: Keyspace,
@@ -54,6 +60,58 @@ pub struct StateMachine {
     cleanup_budget: usize,
 }
 
+impl std::fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachine")
+            .field("revision", &self.revision)
+            .field("keys", &self.keys)
+            .field("history", &self.history)
+            .field("leases", &self.leases.len())
+            .finish()
+    }
+}
+
+/// [`StateMachine::copy_in_memory`]: tests compare a state machine with what a copy of it
+/// does next.
+#[cfg(test)]
+impl Clone for StateMachine {
+    fn clone(&self) -> Self {
+        self.copy_in_memory()
+    }
+}
+
+impl StateMachine {
+    /// A deep copy, engine contents included, on an engine of its own in memory (for tests
+    /// and benchmarks: it reads and holds the whole state).
+    pub fn copy_in_memory(&self) -> Self {
+        use crate::engine::Scan;
+        use std::ops::Bound;
+        let copy = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        for entry in Scan::new(self.engine.as_ref(), (Bound::Unbounded, Bound::Unbounded), false, 1024) {
+            let (key, value) = entry.expect("a memory engine does not fail");
+            batch.put(key, value);
+        }
+        copy.write(batch).expect("a memory engine does not fail");
+        let engine: Arc<dyn Engine> = Arc::new(copy);
+        let failure = Failure::default();
+        StateMachine {
+            keys: self.keys.copy_onto(&engine, &failure),
+            history: self.history.copy_onto(&engine, &failure),
+            engine,
+            failure,
+            revision: self.revision,
+            leases: self.leases.clone(),
+            tenure: self.tenure,
+            digest: self.digest,
+            alarms: self.alarms.clone(),
+            membership: self.membership.clone(),
+            auth: self.auth.clone(),
+            cleanup_budget: self.cleanup_budget,
+        }
+    }
+}
+
 impl Default for StateMachine {
     /// Same as [`StateMachine::new`]: there is no meaningful store at revision 0.
     fn default() -> Self {
@@ -69,12 +127,20 @@ impl StateMachine {
     /// digest, only when memory is released.
     pub const CLEANUP_PER_APPLY: usize = 1000;
 
-    /// An empty store at revision 1 (etcd starts at 1).
+    /// An empty store at revision 1 (etcd starts at 1), on an engine of its own in memory.
     pub fn new() -> Self {
-        StateMachine {
+        Self::on_engine(Arc::new(MemoryEngine::new())).expect("an empty memory engine does not fail")
+    }
+
+    /// An empty store at revision 1 on `engine`, which holds no state.
+    pub fn on_engine(engine: Arc<dyn Engine>) -> Result<Self, EngineError> {
+        let failure = Failure::default();
+        Ok(StateMachine {
+            keys: Keyspace::new(Arc::clone(&engine), failure.clone()),
+            history: History::load(Arc::clone(&engine), failure.clone(), Vec::new(), 0, 1)?,
+            engine,
+            failure,
             revision: 1,
-            keys: Keyspace::default(),
-            history: History::from_parts(Vec::new(), 0, 1),
             leases: LeaseTable::default(),
             tenure: (0, 0),
             digest: digest::EMPTY,
@@ -82,7 +148,28 @@ impl StateMachine {
             membership: Membership::default(),
             auth: AuthStore::default(),
             cleanup_budget: Self::CLEANUP_PER_APPLY,
+        })
+    }
+
+    /// Writes the changes of the commands applied since the last flush to the engine in one
+    /// batch, then lets [`HistoryReader`]s see them. Reads through the state machine itself
+    /// see every applied command whether flushed or not.
+    pub fn flush(&mut self) -> Result<(), EngineError> {
+        let mut batch = WriteBatch::new();
+        self.keys.flush_into(&mut batch);
+        self.history.flush_into(&mut batch);
+        if !batch.is_empty() {
+            self.engine.write(batch)?;
         }
+        self.history.published();
+        Ok(())
+    }
+
+    /// The first failure of the state engine met by a read or write, if any: the state
+    /// machine may then have answered as if a record were absent, so its driver must stop
+    /// before answering anything.
+    pub fn engine_failure(&self) -> Option<&str> {
+        self.failure.get()
     }
 
     /// Applies one command, then removes up to [`Self::CLEANUP_PER_APPLY`] keys of dead
@@ -355,8 +442,7 @@ impl StateMachine {
     /// later change undone, including those of a transaction being applied.
     pub(super) fn rewound(&self, request: &RangeRequest, revision: Revision) -> Result<RangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
-        let now: BTreeMap<Vec<u8>, KeyValue> =
-            self.keys.select(selection).map(|kv| (kv.key.clone(), kv.clone())).collect();
+        let now: BTreeMap<Vec<u8>, KeyValue> = self.keys.select(selection).map(|kv| (kv.key.clone(), kv)).collect();
         let then = self.history.rewind(now, &request.range, revision);
         Ok(Keyspace::read_from(then.into_values(), request))
     }
@@ -378,10 +464,10 @@ impl StateMachine {
     /// point. A `from` above the current revision gives nothing. Watch streams read through
     /// a [`HistoryReader`] instead, in bounded batches.
     pub fn events_since(&self, from: Revision) -> Result<Vec<Event>, KvError> {
-        match self.history.reader().read(from, usize::MAX) {
-            HistoryRead::Events { events, .. } => Ok(events),
-            HistoryRead::Compacted(compacted) => Err(KvError::Compacted { requested: from, compacted }),
+        if from < self.history.compacted() {
+            return Err(KvError::Compacted { requested: from, compacted: self.history.compacted() });
         }
+        Ok(self.history.events_from(from).collect())
     }
 
     /// A handle on this state machine's history for watch streams (see [`HistoryReader`]).
@@ -406,7 +492,7 @@ impl StateMachine {
     }
 
     /// One live key.
-    pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
+    pub fn get(&self, key: &[u8]) -> Option<KeyValue> {
         self.keys.get(key)
     }
 
@@ -451,9 +537,10 @@ impl StateMachine {
         self.digest
     }
 
-    /// Serialises the whole state.
+    /// Serialises the whole state. Empty if the state engine failed while it was read,
+    /// which [`Self::engine_failure`] then reports.
     pub fn to_snapshot_bytes(&self) -> Vec<u8> {
-        snapshot::encode(&snapshot::Parts {
+        let encoded = snapshot::encode(&snapshot::Parts {
             revision: self.revision,
             tenure: self.tenure,
             digest: self.digest,
@@ -463,13 +550,32 @@ impl StateMachine {
             alarms: &self.alarms,
             membership: &self.membership,
             auth: &self.auth,
-        })
+        });
+        match encoded {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let error =
+                    EngineError::Corrupt { what: "the state, read for a snapshot".into(), detail: error.to_string() };
+                self.failure.check::<()>(Err(error));
+                Vec::new()
+            }
+        }
     }
 
-    /// Restores a state serialised by [`StateMachine::to_snapshot_bytes`].
+    /// Restores a state serialised by [`StateMachine::to_snapshot_bytes`], on an engine of
+    /// its own in memory.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Self, SnapshotError> {
-        let restored = snapshot::decode(bytes)?;
+        Self::from_snapshot_bytes_on(bytes, Arc::new(MemoryEngine::new()))
+    }
+
+    /// Restores a state serialised by [`StateMachine::to_snapshot_bytes`] onto `engine`,
+    /// which holds no state.
+    pub fn from_snapshot_bytes_on(bytes: &[u8], engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
+        let failure = Failure::default();
+        let restored = snapshot::decode(bytes, &engine, &failure)?;
         Ok(StateMachine {
+            engine,
+            failure,
             revision: restored.revision,
             tenure: restored.tenure,
             keys: restored.keys,

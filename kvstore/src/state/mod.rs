@@ -7,6 +7,7 @@ mod graveyard;
 mod history;
 pub mod import;
 mod keyspace;
+mod layout;
 mod lease_keys;
 mod lease_table;
 mod machine;
@@ -17,3 +18,33 @@ pub use history::{HistoryRead, HistoryReader};
 pub use lease_keys::LeaseKeys;
 pub use machine::{KvHash, Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};
+
+use crate::engine::EngineError;
+use std::sync::{Arc, OnceLock};
+
+/// The first failure of the state engine that a read or write of the state machine met,
+/// shared by its parts. Applying a command cannot fail by design (everything is checked
+/// first), but reading a key from disk can: the part that met the failure goes on as if
+/// the record were absent, and the replica stops before answering anything
+/// ([`StateMachine::engine_failure`]), as it does when its log storage fails.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Failure(Arc<OnceLock<String>>);
+
+impl Failure {
+    /// `result`'s value, or `None` after recording its error (the first one is kept).
+    pub(crate) fn check<T>(&self, result: Result<T, EngineError>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(error) => {
+                tracing::error!(%error, "the state engine failed");
+                let _ = self.0.set(error.to_string());
+                None
+            }
+        }
+    }
+
+    /// The first failure, if any.
+    pub(crate) fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+}

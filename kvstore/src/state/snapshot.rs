@@ -20,8 +20,10 @@ use super::history::History;
 use super::keyspace::Keyspace;
 use super::lease_keys::LeaseKeys;
 use super::lease_table::{Lease, LeaseTable, MAX_LEASE_NAME_BYTES};
+use super::Failure;
 use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
+use crate::engine::Engine;
 use crate::membership::Membership;
 use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
 use serde::de::{Deserializer, Visitor};
@@ -29,6 +31,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 /// A snapshot could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -140,11 +143,34 @@ struct EventsOut<'a>(&'a History);
 
 impl Serialize for EventsOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.with_events(|events| {
-            serializer
-                .collect_seq(events.iter().map(|e| (kind_code(e.kind), KvOut(&e.kv), e.prev_kv.as_ref().map(KvOut))))
-        })
+        let events = self.0.events().map(|e| (kind_code(e.kind), OwnedKvOut(e.kv), e.prev_kv.map(OwnedKvOut)));
+        counted_seq(serializer, self.0.len(), events, "history changes")
     }
+}
+
+/// Serialises `items`, which the state says are `len`, as a sequence of that length
+/// (postcard writes the length first); an engine that yields another number (it failed
+/// mid-way) is an error rather than a snapshot that would not decode.
+fn counted_seq<S: Serializer, T: Serialize>(
+    serializer: S,
+    len: usize,
+    items: impl Iterator<Item = T>,
+    what: &str,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::{Error, SerializeSeq};
+    let mut seq = serializer.serialize_seq(Some(len))?;
+    let mut written = 0usize;
+    for item in items {
+        written += 1;
+        if written > len {
+            break;
+        }
+        seq.serialize_element(&item)?;
+    }
+    if written != len {
+        return Err(S::Error::custom(format!("the state engine gave {written} {what}, not {len}")));
+    }
+    seq.end()
 }
 
 fn kind_code(kind: EventKind) -> u8 {
@@ -168,7 +194,16 @@ struct KvsOut<'a>(&'a Keyspace);
 
 impl Serialize for KvsOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.stored().map(KvOut))
+        counted_seq(serializer, self.0.stored_len(), self.0.stored().map(OwnedKvOut), "keys")
+    }
+}
+
+/// [`KvOut`] of a key-value read from the engine.
+struct OwnedKvOut(KeyValue);
+
+impl Serialize for OwnedKvOut {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        KvOut(&self.0).serialize(serializer)
     }
 }
 
@@ -223,8 +258,8 @@ impl<'de> Deserialize<'de> for ByteBuf {
     }
 }
 
-/// Serialises the state.
-pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
+/// Serialises the state. Fails only when the state engine failed while it was read.
+pub(super) fn encode(parts: &Parts<'_>) -> Result<Vec<u8>, postcard::Error> {
     let leases = parts.leases.iter().map(|l| LeaseRecord { id: l.id, name: l.name.clone(), ttl: l.ttl }).collect();
     let out = SnapshotOut {
         format: FORMAT,
@@ -236,19 +271,15 @@ pub(super) fn encode(parts: &Parts<'_>) -> Vec<u8> {
         deaths: parts.keys.deaths().collect(),
         kvs: KvsOut(parts.keys),
     };
-    // Serialising plain integers, strings and byte strings into a Vec cannot fail; an
-    // error here would be a bug in this module. Sized first: the state can be tens of
-    // megabytes, and growing by doubling copied it several times over.
-    let size = postcard::experimental::serialized_size(&out).expect("snapshot size of in-memory values cannot fail");
+    // Sized by the quota's count of the state, which is close to the encoding's size: the
+    // state can be hundreds of megabytes, and growing by doubling copied it several times.
+    let estimate = parts.keys.bytes() + parts.history.bytes();
+    let bytes = postcard::to_extend(&out, Vec::with_capacity(usize::try_from(estimate).unwrap_or(0)))?;
     let history = HistoryOut { compacted: parts.history.compacted(), events: EventsOut(parts.history) };
-    let history_size =
-        postcard::experimental::serialized_size(&history).expect("snapshot size of in-memory values cannot fail");
-    let bytes = postcard::to_extend(&out, Vec::with_capacity(size + history_size))
-        .expect("snapshot serialisation into memory cannot fail");
-    let bytes = postcard::to_extend(&history, bytes).expect("snapshot serialisation into memory cannot fail");
-    let bytes = postcard::to_extend(parts.alarms, bytes).expect("snapshot serialisation into memory cannot fail");
-    let bytes = postcard::to_extend(parts.membership, bytes).expect("snapshot serialisation into memory cannot fail");
-    postcard::to_extend(parts.auth, bytes).expect("snapshot serialisation into memory cannot fail")
+    let bytes = postcard::to_extend(&history, bytes)?;
+    let bytes = postcard::to_extend(parts.alarms, bytes)?;
+    let bytes = postcard::to_extend(parts.membership, bytes)?;
+    postcard::to_extend(parts.auth, bytes)
 }
 
 /// Decodes the alarms section of a format 5 or 6 snapshot; returns what follows it.
@@ -280,7 +311,7 @@ fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
 /// Decodes the history section of a format 4 or 5 snapshot and checks it against the store
 /// revision: changes in `(main, sub)` order, none below the compaction point or above the
 /// store. Returns what follows it.
-fn decode_history(bytes: &[u8], revision: Revision) -> Result<(History, &[u8]), SnapshotError> {
+fn decode_history(bytes: &[u8], revision: Revision) -> Result<(DecodedHistory, &[u8]), SnapshotError> {
     let (section, rest): (HistoryIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
     if !(0..=revision).contains(&section.compacted) {
@@ -304,15 +335,22 @@ fn decode_history(bytes: &[u8], revision: Revision) -> Result<(History, &[u8]), 
         last = at;
         events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
     }
-    Ok((History::from_parts(events, section.compacted, revision), rest))
+    Ok((DecodedHistory { events, compacted: section.compacted }, rest))
 }
 
 fn key_value(KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn) -> KeyValue {
     KeyValue { key, value, create_revision, mod_revision, version, lease }
 }
 
-/// Decodes and checks a snapshot.
-pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
+/// The history section, decoded and checked.
+struct DecodedHistory {
+    events: Vec<Event>,
+    compacted: Revision,
+}
+
+/// Decodes and checks a snapshot, writing its keys and history to `engine`, which holds
+/// none.
+pub(super) fn decode(bytes: &[u8], engine: &Arc<dyn Engine>, failure: &Failure) -> Result<Restored, SnapshotError> {
     let (snap, rest): (SnapshotIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
     if snap.revision < 1 {
@@ -345,7 +383,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         }
         FORMAT_WITHOUT_HISTORY => {
             no_trailing(rest)?;
-            let history = History::from_parts(Vec::new(), snap.revision, snap.revision);
+            let history = DecodedHistory { events: Vec::new(), compacted: snap.revision };
             (history, BTreeSet::new(), Membership::default(), AuthStore::default())
         }
         other => {
@@ -415,11 +453,16 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Restored, SnapshotError> {
         // The sweep drops a death with its last key; an empty one is not a state we produce.
         return Err(SnapshotError(format!("lease death ({id}, {revision}) has no keys left")));
     }
+    let stored = |e: crate::engine::EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
+    let keys =
+        Keyspace::load(Arc::clone(engine), failure.clone(), kvs, Graveyard::from_parts(buried)).map_err(stored)?;
+    let history = History::load(Arc::clone(engine), failure.clone(), history.events, history.compacted, snap.revision)
+        .map_err(stored)?;
     Ok(Restored {
         revision: snap.revision,
         tenure: snap.tenure,
         digest: snap.digest,
-        keys: Keyspace::from_sorted(kvs, Graveyard::from_parts(buried)),
+        keys,
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
         history,
         alarms,

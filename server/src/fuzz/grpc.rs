@@ -66,7 +66,7 @@ fn apply(command: &Command) -> Option<(CommandResponse, i64)> {
         clear(&kv_error(&error));
         return None;
     }
-    let mut machine = store().clone();
+    let mut machine = store().copy_in_memory();
     let applied = machine.apply(command);
     match applied.result {
         Ok(response) => Some((response, applied.revision)),

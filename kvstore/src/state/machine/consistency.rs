@@ -38,12 +38,10 @@ impl StateMachine {
         for kv in &keys.kvs {
             hash_key_value(&mut hasher, kv);
         }
-        self.history.with_events(|events| {
-            for event in events.iter().take_while(|e| e.revision() <= revision) {
-                hasher.update(&[event.kind as u8]);
-                hash_key_value(&mut hasher, &event.kv);
-            }
-        });
+        for event in self.history.events().take_while(|e| e.revision() <= revision) {
+            hasher.update(&[event.kind as u8]);
+            hash_key_value(&mut hasher, &event.kv);
+        }
         Ok(KvHash { hash: hasher.finalize(), compact_revision: self.history.compacted(), revision })
     }
 
@@ -59,7 +57,7 @@ impl StateMachine {
     /// control. False if the key does not exist.
     #[cfg(feature = "negative-controls")]
     pub fn corrupt_value(&mut self, key: &[u8]) -> bool {
-        let Some(mut kv) = self.keys.get(key).cloned() else { return false };
+        let Some(mut kv) = self.keys.get(key) else { return false };
         match kv.value.first_mut() {
             Some(byte) => *byte ^= 0x01,
             None => kv.value.push(0),

@@ -8,12 +8,14 @@ use crate::StateMachine;
 fn put(sm: &mut StateMachine, key: &str, value: &str) {
     let request = PutRequest { key: key.into(), value: value.into(), lease: 0, prev_kv: false };
     sm.apply(&Command::Put(request)).result.unwrap();
+    sm.flush().unwrap();
 }
 
 fn delete(sm: &mut StateMachine, key: &str) {
     sm.apply(&Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key), prev_kv: false }))
         .result
         .unwrap();
+    sm.flush().unwrap();
 }
 
 fn spec(range: KeyRange, start_revision: Revision) -> WatchSpec {
@@ -54,6 +56,7 @@ fn a_past_start_catches_up_from_history_and_a_compacted_one_is_cancelled() {
         put(&mut sm, "k", &i.to_string());
     }
     sm.apply(&Command::Compact { revision: 3 }).result.unwrap();
+    sm.flush().unwrap();
     let mut stream = WatchStream::new(StreamConfig::default());
     let head = sm.revision();
     let behind = stream.create(spec(KeyRange::single("k"), 3), head).watch_id;
@@ -159,6 +162,7 @@ fn big_responses_are_fragmented_only_when_asked() {
         ..Default::default()
     };
     sm.apply(&Command::Txn(txn)).result.unwrap();
+    sm.flush().unwrap();
     let out = stream.poll(&sm.history_reader(), 10);
     assert_eq!(out.iter().filter(|r| r.watch_id == whole).count(), 1);
     let pieces: Vec<_> = out.iter().filter(|r| r.watch_id == split).collect();

@@ -1,0 +1,237 @@
+//! How the state machine's records are laid out in the [`crate::engine`]: one byte names
+//! the kind of record, so that each kind is a contiguous, ordered range of engine keys.
+//!
+//! | engine key | value |
+//! |---|---|
+//! | `k ++ key` | a live (or not yet swept) key: [`encode_kv`] |
+//! | `e ++ main (u64 BE) ++ sub (u32 BE)` | a change of the history: [`encode_event`] |
+//!
+//! Every value starts with a format byte, so that a later layout can be read beside this
+//! one (or refused by name) instead of being misread.
+
+use crate::engine::{prefix_end, EngineError, KeyBounds};
+use crate::types::{Event, EventKind, KeyValue, Revision};
+use serde::{Deserialize, Serialize};
+use std::ops::Bound;
+
+/// The first byte of a key's record.
+pub(super) const KEY: u8 = b'k';
+/// The first byte of a history change's record.
+pub(super) const EVENT: u8 = b'e';
+/// The format byte of every value written by this layout.
+const FORMAT: u8 = 1;
+
+/// The engine key of `key`'s record.
+pub(super) fn kv_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(KEY);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The user key of an engine key from the key records' range.
+pub(super) fn user_key(engine_key: &[u8]) -> &[u8] {
+    &engine_key[1..]
+}
+
+/// The engine bounds of the key records within `bounds` (bounds on user keys).
+pub(super) fn kv_bounds(bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> KeyBounds {
+    let start = match bounds.0 {
+        Bound::Included(k) => Bound::Included(kv_key(k)),
+        Bound::Excluded(k) => Bound::Excluded(kv_key(k)),
+        Bound::Unbounded => Bound::Included(vec![KEY]),
+    };
+    let end = match bounds.1 {
+        Bound::Included(k) => Bound::Included(kv_key(k)),
+        Bound::Excluded(k) => Bound::Excluded(kv_key(k)),
+        Bound::Unbounded => prefix_end(&[KEY]).map_or(Bound::Unbounded, Bound::Excluded),
+    };
+    (start, end)
+}
+
+/// What a key's record holds besides the key, which is its engine key.
+#[derive(Serialize, Deserialize)]
+struct KvRecord<'a> {
+    #[serde(with = "serde_bytes_compat")]
+    value: &'a [u8],
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: i64,
+    lease: i64,
+}
+
+#[derive(Deserialize)]
+struct KvRecordOwned {
+    #[serde(with = "serde_bytes_owned")]
+    value: Vec<u8>,
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: i64,
+    lease: i64,
+}
+
+/// The record of `kv`.
+pub(super) fn encode_kv(kv: &KeyValue) -> Vec<u8> {
+    let record = kv_record(kv);
+    let mut out = Vec::with_capacity(kv.value.len() + 24);
+    out.push(FORMAT);
+    // Serializing plain integers and a byte string into a Vec cannot fail.
+    postcard::to_extend(&record, out).unwrap_or_default()
+}
+
+/// The key-value stored as `record` under `key`.
+pub(super) fn decode_kv(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineError> {
+    let body = format_body(record, || format!("key {:?}", String::from_utf8_lossy(key)))?;
+    let r: KvRecordOwned =
+        postcard::from_bytes(body).map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
+    Ok(key_value(key.to_vec(), r))
+}
+
+/// The engine key of the change `sub` of revision `main`; big-endian, so that engine order
+/// is revision order (revisions are never negative).
+pub(super) fn event_key(main: Revision, sub: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13);
+    k.push(EVENT);
+    k.extend_from_slice(&(main.max(0) as u64).to_be_bytes());
+    k.extend_from_slice(&sub.to_be_bytes());
+    k
+}
+
+/// The engine bounds of every change from revision `from` through `through`.
+pub(super) fn event_bounds(from: Revision, through: Revision) -> KeyBounds {
+    (Bound::Included(event_key(from, 0)), Bound::Included(event_key(through, u32::MAX)))
+}
+
+/// The revision and position of a change from its engine key.
+pub(super) fn event_position(engine_key: &[u8]) -> Option<(Revision, u32)> {
+    if engine_key.len() != 13 || engine_key[0] != EVENT {
+        return None;
+    }
+    let main = u64::from_be_bytes(engine_key[1..9].try_into().ok()?);
+    let sub = u32::from_be_bytes(engine_key[9..13].try_into().ok()?);
+    Some((Revision::try_from(main).ok()?, sub))
+}
+
+/// What a change's record holds: its kind, the key once, and the key's fields after and
+/// (if it existed) before the change.
+#[derive(Serialize)]
+struct EventRecord<'a> {
+    kind: u8,
+    #[serde(with = "serde_bytes_compat")]
+    key: &'a [u8],
+    kv: KvRecord<'a>,
+    prev: Option<KvRecord<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EventRecordOwned {
+    kind: u8,
+    #[serde(with = "serde_bytes_owned")]
+    key: Vec<u8>,
+    kv: KvRecordOwned,
+    prev: Option<KvRecordOwned>,
+}
+
+fn kv_record(kv: &KeyValue) -> KvRecord<'_> {
+    KvRecord {
+        value: &kv.value,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        lease: kv.lease,
+    }
+}
+
+fn key_value(key: Vec<u8>, r: KvRecordOwned) -> KeyValue {
+    KeyValue {
+        key,
+        value: r.value,
+        create_revision: r.create_revision,
+        mod_revision: r.mod_revision,
+        version: r.version,
+        lease: r.lease,
+    }
+}
+
+/// The record of a change.
+pub(super) fn encode_event(event: &Event) -> Vec<u8> {
+    let record = EventRecord {
+        kind: match event.kind {
+            EventKind::Put => 0,
+            EventKind::Delete => 1,
+        },
+        key: &event.kv.key,
+        kv: kv_record(&event.kv),
+        prev: event.prev_kv.as_ref().map(kv_record),
+    };
+    let mut out = Vec::with_capacity(event.kv.value.len() + event.prev_kv.as_ref().map_or(0, |p| p.value.len()) + 64);
+    out.push(FORMAT);
+    // Serializing plain integers and byte strings into a Vec cannot fail.
+    postcard::to_extend(&record, out).unwrap_or_default()
+}
+
+/// The change stored as `record` under `engine_key`.
+pub(super) fn decode_event(engine_key: &[u8], record: &[u8]) -> Result<Event, EngineError> {
+    let what = || format!("history change {:?}", event_position(engine_key));
+    let body = format_body(record, what)?;
+    let r: EventRecordOwned = postcard::from_bytes(body).map_err(|e| corrupt(what(), e))?;
+    let kind = match r.kind {
+        0 => EventKind::Put,
+        1 => EventKind::Delete,
+        other => return Err(EngineError::Corrupt { what: what(), detail: format!("change kind {other} is unknown") }),
+    };
+    let prev_kv = r.prev.map(|p| key_value(r.key.clone(), p));
+    Ok(Event { kind, kv: key_value(r.key, r.kv), prev_kv })
+}
+
+fn format_body(record: &[u8], what: impl Fn() -> String) -> Result<&[u8], EngineError> {
+    match record.split_first() {
+        Some((&FORMAT, body)) => Ok(body),
+        Some((other, _)) => Err(EngineError::Corrupt {
+            what: what(),
+            detail: format!("record format {other} is unknown (this build reads {FORMAT})"),
+        }),
+        None => Err(EngineError::Corrupt { what: what(), detail: "empty record".into() }),
+    }
+}
+
+fn corrupt(what: String, e: postcard::Error) -> EngineError {
+    EngineError::Corrupt { what, detail: e.to_string() }
+}
+
+/// Byte strings as one length and a copy (serde's default for `&[u8]` is a sequence).
+mod serde_bytes_compat {
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(bytes: &&[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(bytes)
+    }
+
+    #[allow(dead_code)]
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<&'de [u8], D::Error> {
+        serde::Deserialize::deserialize(deserializer)
+    }
+}
+
+/// Owned byte strings, read as written by [`serde_bytes_compat`].
+mod serde_bytes_owned {
+    use serde::de::{Deserializer, Visitor};
+    use std::fmt;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl<'de> Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        deserializer.deserialize_bytes(Bytes)
+    }
+}
