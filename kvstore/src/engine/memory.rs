@@ -102,6 +102,14 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
+    fn clear(&self) -> Result<(), EngineError> {
+        let mut batch = WriteBatch::new();
+        for key in self.lock().current.keys() {
+            batch.delete(key.clone());
+        }
+        self.write(batch)
+    }
+
     fn sync(&self) -> Result<(), EngineError> {
         let mut inner = self.lock();
         let unsynced = std::mem::take(&mut inner.unsynced);

@@ -164,6 +164,11 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every batch written before this call durable.
     fn sync(&self) -> Result<(), EngineError>;
 
+    /// Removes every entry (before a whole new state is written: a snapshot installed).
+    /// Not atomic: a crash may leave some entries; the caller keeps what it needs to redo
+    /// it durable elsewhere until the new state is synced.
+    fn clear(&self) -> Result<(), EngineError>;
+
     /// Bytes the engine takes on disk, if it is on disk.
     fn size_on_disk(&self) -> Option<u64> {
         None

@@ -227,6 +227,10 @@ impl Engine for SledEngine {
         self.tree.apply_batch(sled_batch).map_err(|e| self.io("writing a batch", e))
     }
 
+    fn clear(&self) -> Result<(), EngineError> {
+        self.tree.clear().map_err(|e| self.io("clearing the state", e))
+    }
+
     fn sync(&self) -> Result<(), EngineError> {
         self.db.flush().map_err(|e| self.io("flushing the sled log", e))?;
         self.data_file.sync_data().map_err(|e| self.io("fsyncing the sled data file", e))?;

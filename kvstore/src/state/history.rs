@@ -49,6 +49,21 @@ struct Published {
     compacted: AtomicI64,
 }
 
+/// The history's bookkeeping, stored with the state (see [`History::open`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct HistoryMeta {
+    /// The compaction point.
+    pub(super) compacted: Revision,
+    /// The store revision.
+    pub(super) head: Revision,
+    /// The position of the last change.
+    pub(super) last: (Revision, u32),
+    /// Number of retained changes.
+    pub(super) len: u64,
+    /// Their size as the quota counts it.
+    pub(super) bytes: u64,
+}
+
 /// The retained changes, oldest first: in the engine, with the changes recorded since the
 /// last flush held in memory after them.
 pub(super) struct History {
@@ -119,6 +134,36 @@ impl History {
         history.engine.write(batch)?;
         history.publish();
         Ok(history)
+    }
+
+    /// The history `engine` holds, as recorded with it: `len` changes taking `bytes` from
+    /// `compacted` through `head`, the last at `last`.
+    pub(super) fn open(engine: Arc<dyn Engine>, failure: Failure, recorded: HistoryMeta) -> Self {
+        let history = History {
+            engine,
+            published: Arc::new(Published::default()),
+            pending: Vec::new(),
+            dropped: Vec::new(),
+            last: recorded.last,
+            compacted: recorded.compacted,
+            head: recorded.head,
+            len: usize::try_from(recorded.len).unwrap_or(usize::MAX),
+            bytes: recorded.bytes,
+            failure,
+        };
+        history.publish();
+        history
+    }
+
+    /// What [`Self::open`] needs to reopen this history, as of the last command applied.
+    pub(super) fn meta(&self) -> HistoryMeta {
+        HistoryMeta {
+            compacted: self.compacted,
+            head: self.head,
+            last: self.last,
+            len: self.len as u64,
+            bytes: self.bytes,
+        }
     }
 
     /// An empty history at revision 1 on an engine of its own in memory (tests).

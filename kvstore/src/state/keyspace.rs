@@ -11,12 +11,12 @@
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
 use super::graveyard::{Death, Graveyard};
-use super::layout::{decode_kv, encode_kv, kv_bounds, kv_key, user_key};
+use super::layout::{attachment_key, decode_kv, encode_kv, kv_bounds, kv_key, user_key};
 use super::Failure;
 use crate::command::{RangeRequest, RangeResponse};
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::error::KvError;
-use crate::types::{KeyRange, KeyValue, LeaseId, Revision};
+use crate::types::{KeyRange, KeyValue, LeaseId, Revision, NO_LEASE};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -79,6 +79,9 @@ pub(super) struct Keyspace {
     stored: usize,
     /// [`stored_bytes`] of every stored key, dead ones included (they take space until swept).
     bytes: u64,
+    /// Attachment records to write (`true`) or delete (`false`) at the next flush: one per
+    /// stored key with a lease, kept in step with the key records.
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     failure: Failure,
 }
 
@@ -103,7 +106,19 @@ const LOAD_BATCH: usize = 4096;
 impl Keyspace {
     /// An empty key space over `engine`, which holds no key records.
     pub(super) fn new(engine: Arc<dyn Engine>, failure: Failure) -> Self {
-        Keyspace { engine, dirty: BTreeMap::new(), graveyard: Graveyard::default(), stored: 0, bytes: 0, failure }
+        Self::open(engine, failure, 0, 0, Graveyard::default())
+    }
+
+    /// The key space `engine` holds, of `stored` keys taking `bytes` (as recorded with
+    /// it), of which the ones in `graveyard` are dead.
+    pub(super) fn open(
+        engine: Arc<dyn Engine>,
+        failure: Failure,
+        stored: usize,
+        bytes: u64,
+        graveyard: Graveyard,
+    ) -> Self {
+        Keyspace { engine, dirty: BTreeMap::new(), graveyard, stored, bytes, attachments: BTreeMap::new(), failure }
     }
 
     /// A key space holding `kvs`, which are in strictly increasing key order, of which the
@@ -121,6 +136,9 @@ impl Keyspace {
         for kv in kvs {
             space.stored += 1;
             space.bytes += stored_bytes(&kv);
+            if kv.lease != NO_LEASE {
+                batch.put(attachment_key(kv.lease, &kv.key), Vec::new());
+            }
             batch.put(kv_key(&kv.key), encode_kv(&kv));
             if batch.len() >= LOAD_BATCH {
                 space.engine.write(std::mem::take(&mut batch))?;
@@ -144,6 +162,7 @@ impl Keyspace {
             graveyard: self.graveyard.clone(),
             stored: self.stored,
             bytes: self.bytes,
+            attachments: self.attachments.clone(),
             failure: failure.clone(),
         }
     }
@@ -156,6 +175,32 @@ impl Keyspace {
                 None => batch.delete(kv_key(&key)),
             }
         }
+        for ((lease, key), present) in std::mem::take(&mut self.attachments) {
+            match present {
+                true => batch.put(attachment_key(lease, &key), Vec::new()),
+                false => batch.delete(attachment_key(lease, &key)),
+            }
+        }
+    }
+
+    /// Records the attachment changes of `key` going from `old` to `new`.
+    fn track_attachment(&mut self, key: &[u8], old: Option<LeaseId>, new: Option<LeaseId>) {
+        let old = old.filter(|&l| l != NO_LEASE);
+        let new = new.filter(|&l| l != NO_LEASE);
+        if old == new {
+            return;
+        }
+        if let Some(lease) = old {
+            self.attachments.insert((lease, key.to_vec()), false);
+        }
+        if let Some(lease) = new {
+            self.attachments.insert((lease, key.to_vec()), true);
+        }
+    }
+
+    /// The engine this key space is stored in.
+    pub(super) fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
     }
 
     /// Bytes the stored keys count toward the space quota (see [`stored_bytes`]).
@@ -198,6 +243,7 @@ impl Keyspace {
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
         let kv = self.stored_get(key)?;
         self.dirty.insert(key.to_vec(), None);
+        self.track_attachment(key, Some(kv.lease), None);
         self.stored -= 1;
         self.bytes -= stored_bytes(&kv);
         if self.graveyard.is_dead(&kv) {
@@ -212,6 +258,7 @@ impl Keyspace {
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
         let old = self.stored_get(&kv.key);
         self.bytes += stored_bytes(&kv);
+        self.track_attachment(&kv.key, old.as_ref().map(|o| o.lease), Some(kv.lease));
         self.dirty.insert(kv.key.clone(), Some(kv));
         let Some(old) = old else {
             self.stored += 1;
@@ -251,6 +298,7 @@ impl Keyspace {
             // costs one lookup and guarantees a live key is never swept.
             if let Some(kv) = self.stored_get(key).filter(|kv| kv.lease == id && kv.mod_revision < revision) {
                 self.dirty.insert(key.to_vec(), None);
+                self.track_attachment(key, Some(kv.lease), None);
                 self.stored -= 1;
                 self.bytes -= stored_bytes(&kv);
             }

@@ -235,3 +235,70 @@ mod serde_bytes_owned {
         deserializer.deserialize_bytes(Bytes)
     }
 }
+
+/// The first byte of a lease's record: `l ++ id (u64 BE)`.
+pub(super) const LEASE: u8 = b'l';
+/// The first byte of an attachment: `a ++ lease (u64 BE) ++ key`, empty value, present for
+/// every stored key (dead or alive) attached to a lease, so that a restart rebuilds the
+/// lease table's key sets without reading a value.
+pub(super) const ATTACHMENT: u8 = b'a';
+/// The first byte of the state's own records.
+pub(super) const META: u8 = b'm';
+/// Everything about the state that is not a key, a change, a lease or an attachment.
+pub(super) const META_STATE: &[u8] = b"mstate";
+/// The auth store, rewritten when it changes.
+pub(super) const META_AUTH: &[u8] = b"mauth";
+
+/// The engine key of lease `id`'s record.
+pub(super) fn lease_key(id: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(LEASE);
+    k.extend_from_slice(&(id as u64).to_be_bytes());
+    k
+}
+
+/// The lease id of a lease record's engine key.
+pub(super) fn lease_of_key(engine_key: &[u8]) -> Option<i64> {
+    (engine_key.len() == 9 && engine_key[0] == LEASE)
+        .then(|| engine_key[1..9].try_into().ok().map(|b| u64::from_be_bytes(b) as i64))
+        .flatten()
+}
+
+/// The engine key recording that `key` is attached to `lease`.
+pub(super) fn attachment_key(lease: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 9);
+    k.push(ATTACHMENT);
+    k.extend_from_slice(&(lease as u64).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The lease and key of an attachment's engine key.
+pub(super) fn attachment_of_key(engine_key: &[u8]) -> Option<(i64, &[u8])> {
+    if engine_key.len() < 9 || engine_key[0] != ATTACHMENT {
+        return None;
+    }
+    let lease = u64::from_be_bytes(engine_key[1..9].try_into().ok()?) as i64;
+    Some((lease, &engine_key[9..]))
+}
+
+/// What a lease's record holds besides its id.
+#[derive(Serialize, Deserialize)]
+pub(super) struct LeaseRecord {
+    /// The optional unique name.
+    pub(super) name: Option<String>,
+    /// Granted TTL, seconds.
+    pub(super) ttl: i64,
+}
+
+/// Frames `value` (postcard) with the format byte.
+pub(super) fn encode_framed<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing in-memory values into a Vec cannot fail.
+    postcard::to_extend(value, vec![FORMAT]).unwrap_or_default()
+}
+
+/// Reads a value framed by [`encode_framed`].
+pub(super) fn decode_framed<T: serde::de::DeserializeOwned>(what: &str, record: &[u8]) -> Result<T, EngineError> {
+    let body = format_body(record, || what.to_string())?;
+    postcard::from_bytes(body).map_err(|e| corrupt(what.to_string(), e))
+}

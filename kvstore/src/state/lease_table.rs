@@ -5,10 +5,12 @@
 //! single owner of values.
 
 use super::digest::mix64;
+use super::layout::{encode_framed, lease_key, LeaseRecord};
 use super::lease_keys::LeaseKeys;
+use crate::engine::WriteBatch;
 use crate::error::KvError;
 use crate::types::{LeaseId, Revision, NO_LEASE};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest lease name the state machine accepts, bytes. Equal to the default
 /// [`crate::Limits::max_lease_name_bytes`]; the apply path cannot see the configured limits
@@ -37,6 +39,8 @@ pub(super) struct LeaseTable {
     /// How many candidate ids the store has generated; part of the replicated state so that
     /// every replica (and a replica restored from a snapshot) picks the same next id.
     grant_counter: u64,
+    /// Leases granted or removed since the last flush, whose records the engine must get.
+    changed: BTreeSet<LeaseId>,
 }
 
 /// Why a lease name is not acceptable, or `None` when it is.
@@ -54,7 +58,7 @@ impl LeaseTable {
     /// A table rebuilt from its parts (snapshot restore); the caller checked consistency.
     pub(super) fn from_parts(leases: BTreeMap<LeaseId, Lease>, grant_counter: u64) -> Self {
         let names = leases.values().filter_map(|l| l.name.clone().map(|n| (n, l.id))).collect();
-        LeaseTable { leases, names, grant_counter }
+        LeaseTable { leases, names, grant_counter, changed: BTreeSet::new() }
     }
 
     /// See the field.
@@ -124,6 +128,7 @@ impl LeaseTable {
             self.names.insert(name.to_string(), id);
         }
         self.leases.insert(id, Lease { id, name: name.map(str::to_string), ttl, keys: LeaseKeys::new() });
+        self.changed.insert(id);
         Ok(id)
     }
 
@@ -143,10 +148,31 @@ impl LeaseTable {
     /// Removes a lease and its name binding; the caller deletes the keys it returns.
     pub(super) fn remove(&mut self, id: LeaseId) -> Option<Lease> {
         let lease = self.leases.remove(&id)?;
+        self.changed.insert(id);
         if let Some(name) = &lease.name {
             self.names.remove(name);
         }
         Some(lease)
+    }
+
+    /// Marks every lease as changed, so that the next flush writes them all (a whole state
+    /// restored into an engine).
+    pub(super) fn mark_all_changed(&mut self) {
+        self.changed = self.leases.keys().copied().collect();
+    }
+
+    /// Adds to `batch` the records of the leases granted and the deletions of those removed
+    /// since the last flush (a lease's keys are the key space's attachments, not here).
+    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
+        for id in std::mem::take(&mut self.changed) {
+            match self.leases.get(&id) {
+                Some(lease) => {
+                    let record = LeaseRecord { name: lease.name.clone(), ttl: lease.ttl };
+                    batch.put(lease_key(id), encode_framed(&record));
+                }
+                None => batch.delete(lease_key(id)),
+            }
+        }
     }
 
     /// Records that `key` is attached to `id` (no-op for [`NO_LEASE`]).

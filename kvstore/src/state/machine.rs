@@ -58,6 +58,14 @@ pub struct StateMachine {
     /// which lower it to make the lazy path run across many applies. Not replicated: every
     /// replica runs the same build.
     cleanup_budget: usize,
+    /// The log slot the state reflects, as of the last flush (0: none, or not tracked).
+    applied: u64,
+    /// Whether the auth store changed since the last flush (its record is rewritten).
+    auth_changed: bool,
+    /// Negative control: the applied point goes to the engine in a batch of its own, before
+    /// the state it names (a crash between the two skips commands on restart).
+    #[cfg(feature = "negative-controls")]
+    applied_before_state: bool,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -108,6 +116,10 @@ impl StateMachine {
             membership: self.membership.clone(),
             auth: self.auth.clone(),
             cleanup_budget: self.cleanup_budget,
+            applied: self.applied,
+            auth_changed: self.auth_changed,
+            #[cfg(feature = "negative-controls")]
+            applied_before_state: self.applied_before_state,
         }
     }
 }
@@ -148,21 +160,17 @@ impl StateMachine {
             membership: Membership::default(),
             auth: AuthStore::default(),
             cleanup_budget: Self::CLEANUP_PER_APPLY,
+            applied: 0,
+            auth_changed: false,
+            #[cfg(feature = "negative-controls")]
+            applied_before_state: false,
         })
     }
 
-    /// Writes the changes of the commands applied since the last flush to the engine in one
-    /// batch, then lets [`HistoryReader`]s see them. Reads through the state machine itself
-    /// see every applied command whether flushed or not.
+    /// [`Self::flush_through`] the slot of the last flush (tests and tools that apply
+    /// commands outside a log).
     pub fn flush(&mut self) -> Result<(), EngineError> {
-        let mut batch = WriteBatch::new();
-        self.keys.flush_into(&mut batch);
-        self.history.flush_into(&mut batch);
-        if !batch.is_empty() {
-            self.engine.write(batch)?;
-        }
-        self.history.published();
-        Ok(())
+        self.flush_through(self.applied)
     }
 
     /// The first failure of the state engine met by a read or write, if any: the state
@@ -210,10 +218,10 @@ impl StateMachine {
                 self.membership = membership.clone();
                 CommandResponse::Members { membership, added }
             }),
-            Command::Auth(change) => self
-                .auth
-                .apply(change)
-                .map(|()| CommandResponse::Auth { revision: self.auth.revision(), enabled: self.auth.is_enabled() }),
+            Command::Auth(change) => self.auth.apply(change).map(|()| {
+                self.auth_changed = true;
+                CommandResponse::Auth { revision: self.auth.revision(), enabled: self.auth.is_enabled() }
+            }),
             Command::Authorized(authorized) => {
                 self.authorize(authorized).and_then(|()| self.apply_one(authorized.command.unwrapped()))
             }
@@ -569,10 +577,13 @@ impl StateMachine {
     }
 
     /// Restores a state serialised by [`StateMachine::to_snapshot_bytes`] onto `engine`,
-    /// which holds no state.
+    /// whose state is replaced once the snapshot decoded and passed its checks (an invalid
+    /// snapshot leaves the engine as it was).
     pub fn from_snapshot_bytes_on(bytes: &[u8], engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
         let failure = Failure::default();
-        let restored = snapshot::decode(bytes, &engine, &failure)?;
+        let checked = snapshot::decode(bytes)?;
+        engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
+        let restored = checked.load(&engine, &failure)?;
         Ok(StateMachine {
             engine,
             failure,
@@ -586,12 +597,17 @@ impl StateMachine {
             membership: restored.membership,
             auth: restored.auth,
             cleanup_budget: Self::CLEANUP_PER_APPLY,
+            applied: 0,
+            auth_changed: true,
+            #[cfg(feature = "negative-controls")]
+            applied_before_state: false,
         })
     }
 }
 
 mod authorize;
 mod consistency;
+mod durable;
 #[cfg(test)]
 mod tests;
 mod txn;

@@ -348,9 +348,8 @@ struct DecodedHistory {
     compacted: Revision,
 }
 
-/// Decodes and checks a snapshot, writing its keys and history to `engine`, which holds
-/// none.
-pub(super) fn decode(bytes: &[u8], engine: &Arc<dyn Engine>, failure: &Failure) -> Result<Restored, SnapshotError> {
+/// Decodes and checks a snapshot.
+pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
     let (snap, rest): (SnapshotIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
     if snap.revision < 1 {
@@ -453,20 +452,60 @@ pub(super) fn decode(bytes: &[u8], engine: &Arc<dyn Engine>, failure: &Failure) 
         // The sweep drops a death with its last key; an empty one is not a state we produce.
         return Err(SnapshotError(format!("lease death ({id}, {revision}) has no keys left")));
     }
-    let stored = |e: crate::engine::EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
-    let keys =
-        Keyspace::load(Arc::clone(engine), failure.clone(), kvs, Graveyard::from_parts(buried)).map_err(stored)?;
-    let history = History::load(Arc::clone(engine), failure.clone(), history.events, history.compacted, snap.revision)
-        .map_err(stored)?;
-    Ok(Restored {
+    Ok(Checked {
         revision: snap.revision,
         tenure: snap.tenure,
         digest: snap.digest,
-        keys,
+        kvs,
+        graveyard: Graveyard::from_parts(buried),
         leases: LeaseTable::from_parts(leases, snap.grant_counter),
         history,
         alarms,
         membership,
         auth,
     })
+}
+
+/// A snapshot decoded and checked, not yet written anywhere: a snapshot that does not
+/// decode never touches the engine.
+pub(super) struct Checked {
+    revision: Revision,
+    tenure: Tenure,
+    digest: u64,
+    kvs: Vec<KeyValue>,
+    graveyard: Graveyard,
+    leases: LeaseTable,
+    history: DecodedHistory,
+    alarms: BTreeSet<Alarm>,
+    membership: Membership,
+    auth: AuthStore,
+}
+
+impl Checked {
+    /// Writes the keys and the history to `engine`, which holds no state.
+    pub(super) fn load(self, engine: &Arc<dyn Engine>, failure: &Failure) -> Result<Restored, SnapshotError> {
+        let stored = |e: crate::engine::EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
+        let keys = Keyspace::load(Arc::clone(engine), failure.clone(), self.kvs, self.graveyard).map_err(stored)?;
+        let history = History::load(
+            Arc::clone(engine),
+            failure.clone(),
+            self.history.events,
+            self.history.compacted,
+            self.revision,
+        )
+        .map_err(stored)?;
+        let mut leases = self.leases;
+        leases.mark_all_changed();
+        Ok(Restored {
+            revision: self.revision,
+            tenure: self.tenure,
+            digest: self.digest,
+            keys,
+            leases,
+            history,
+            alarms: self.alarms,
+            membership: self.membership,
+            auth: self.auth,
+        })
+    }
 }

@@ -1,0 +1,264 @@
+//! The state machine as a durable value: what its flushes write besides the keys and the
+//! history, and how a restart opens it again without reading a value.
+//!
+//! Each flush writes one engine batch holding the writes of the commands applied since the
+//! last one *and* the state's own record ([`MetaRecord`]) naming the last log slot applied,
+//! so that the engine's contents and the slot they reflect can never disagree (etcd's
+//! consistent index, written in the same bbolt transaction as the data). A restart opens
+//! the engine and replays the log after that slot.
+
+use super::StateMachine;
+use crate::auth::AuthStore;
+use crate::command::{Alarm, Tenure};
+use crate::engine::{prefix_bounds, Engine, EngineError, Scan, WriteBatch};
+use crate::membership::Membership;
+use crate::state::graveyard::{Death, Graveyard};
+use crate::state::history::{History, HistoryMeta};
+use crate::state::keyspace::Keyspace;
+use crate::state::layout::{
+    attachment_of_key, decode_framed, decode_kv, encode_framed, kv_key, lease_of_key, LeaseRecord, ATTACHMENT, LEASE,
+    META_AUTH, META_STATE,
+};
+use crate::state::lease_keys::LeaseKeys;
+use crate::state::lease_table::{Lease, LeaseTable};
+use crate::state::Failure;
+use crate::types::{LeaseId, Revision};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Entries read per page while opening.
+const PAGE: usize = 1024;
+
+/// Everything about the state that is not a key, a change, a lease or an attachment.
+#[derive(Debug, Serialize, Deserialize)]
+struct MetaRecord {
+    /// The log slot the state reflects: every command of every slot up to it is applied.
+    applied: u64,
+    revision: Revision,
+    tenure: Tenure,
+    digest: u64,
+    grant_counter: u64,
+    /// Stored keys (dead ones included) and their size as the quota counts it.
+    keys_stored: u64,
+    keys_bytes: u64,
+    history: HistoryMeta,
+    /// Lease deaths whose keys are still being swept.
+    deaths: Vec<Death>,
+    alarms: BTreeSet<Alarm>,
+    membership: Membership,
+}
+
+fn corrupt(what: &str, detail: impl Into<String>) -> EngineError {
+    EngineError::Corrupt { what: what.to_string(), detail: detail.into() }
+}
+
+impl StateMachine {
+    /// Writes the changes of the commands applied since the last flush, with the state's
+    /// record naming `applied` as the log slot they reach, to the engine in one batch, then
+    /// lets [`crate::state::HistoryReader`]s see them. Reads through the state machine
+    /// itself see every applied command whether flushed or not.
+    pub fn flush_through(&mut self, applied: u64) -> Result<(), EngineError> {
+        let mut batch = WriteBatch::new();
+        self.keys.flush_into(&mut batch);
+        self.history.flush_into(&mut batch);
+        self.leases.flush_into(&mut batch);
+        if self.auth_changed {
+            batch.put(META_AUTH.to_vec(), encode_framed(&self.auth));
+        }
+        let meta = MetaRecord {
+            applied,
+            revision: self.revision,
+            tenure: self.tenure,
+            digest: self.digest,
+            grant_counter: self.leases.grant_counter(),
+            keys_stored: self.keys.stored_len() as u64,
+            keys_bytes: self.keys.bytes(),
+            history: self.history.meta(),
+            deaths: self.keys.deaths().collect(),
+            alarms: self.alarms.clone(),
+            membership: self.membership.clone(),
+        };
+        #[cfg(feature = "negative-controls")]
+        if self.applied_before_state {
+            let mut first = WriteBatch::new();
+            first.put(META_STATE.to_vec(), encode_framed(&meta));
+            self.engine.write(first)?;
+        }
+        batch.put(META_STATE.to_vec(), encode_framed(&meta));
+        self.engine.write(batch)?;
+        self.auth_changed = false;
+        self.applied = applied;
+        self.history.published();
+        Ok(())
+    }
+
+    /// The log slot the state reflects as of the last flush.
+    pub fn applied_slot(&self) -> u64 {
+        self.applied
+    }
+
+    /// Makes every flush so far durable.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        self.engine.sync()
+    }
+
+    /// Negative control: write the applied point in a batch of its own before the state it
+    /// names.
+    #[cfg(feature = "negative-controls")]
+    pub fn break_applied_before_state(&mut self) {
+        self.applied_before_state = true;
+    }
+
+    /// The state `engine` holds, with the log slot it reflects; `None` if the engine holds
+    /// no state (a new node, or one whose state was being replaced when it stopped).
+    pub fn open(engine: Arc<dyn Engine>) -> Result<Option<(StateMachine, u64)>, EngineError> {
+        let Some(record) = engine.get(META_STATE)? else { return Ok(None) };
+        let meta: MetaRecord = decode_framed("the state's record", &record)?;
+        let auth: AuthStore = match engine.get(META_AUTH)? {
+            Some(record) => decode_framed("the auth store", &record)?,
+            None => AuthStore::default(),
+        };
+        let mut leases = BTreeMap::new();
+        for entry in Scan::new(engine.as_ref(), prefix_bounds(&[LEASE]), false, PAGE) {
+            let (key, value) = entry?;
+            let id = lease_of_key(&key).ok_or_else(|| corrupt("a lease record", format!("key {key:?}")))?;
+            let record: LeaseRecord = decode_framed("a lease record", &value)?;
+            leases.insert(id, Lease { id, name: record.name, ttl: record.ttl, keys: LeaseKeys::new() });
+        }
+        let mut buried: BTreeMap<Death, BTreeSet<Vec<u8>>> =
+            meta.deaths.iter().map(|&death| (death, BTreeSet::new())).collect();
+        let dead: BTreeSet<LeaseId> = meta.deaths.iter().map(|&(id, _)| id).collect();
+        for entry in Scan::new(engine.as_ref(), prefix_bounds(&[ATTACHMENT]), false, PAGE) {
+            let (engine_key, _) = entry?;
+            let (lease, key) =
+                attachment_of_key(&engine_key).ok_or_else(|| corrupt("an attachment", format!("{engine_key:?}")))?;
+            if dead.contains(&lease) {
+                // Dead iff its lease died after the key was written (the graveyard's rule),
+                // which only the key's record tells.
+                let record = engine.get(&kv_key(key))?.ok_or_else(|| {
+                    corrupt("an attachment", format!("key {:?} has none", String::from_utf8_lossy(key)))
+                })?;
+                let kv = decode_kv(key, &record)?;
+                let after_write = (lease, kv.mod_revision.saturating_add(1))..=(lease, Revision::MAX);
+                if let Some((_, keys)) = buried.range_mut(after_write).next() {
+                    keys.insert(key.to_vec());
+                    continue;
+                }
+            }
+            let Some(live) = leases.get_mut(&lease) else {
+                return Err(corrupt(
+                    "an attachment",
+                    format!(
+                        "key {:?} is attached to lease {lease}, which does not exist",
+                        String::from_utf8_lossy(key)
+                    ),
+                ));
+            };
+            live.keys.insert(key);
+        }
+        buried.retain(|_, keys| !keys.is_empty());
+        let failure = Failure::default();
+        let keys = Keyspace::open(
+            Arc::clone(&engine),
+            failure.clone(),
+            usize::try_from(meta.keys_stored).unwrap_or(usize::MAX),
+            meta.keys_bytes,
+            Graveyard::from_parts(buried),
+        );
+        let history = History::open(Arc::clone(&engine), failure.clone(), meta.history);
+        let machine = StateMachine {
+            engine,
+            failure,
+            revision: meta.revision,
+            keys,
+            history,
+            leases: LeaseTable::from_parts(leases, meta.grant_counter),
+            tenure: meta.tenure,
+            digest: meta.digest,
+            alarms: meta.alarms,
+            membership: meta.membership,
+            auth,
+            cleanup_budget: Self::CLEANUP_PER_APPLY,
+            applied: meta.applied,
+            auth_changed: false,
+            #[cfg(feature = "negative-controls")]
+            applied_before_state: false,
+        };
+        Ok(Some((machine, meta.applied)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, PutRequest};
+    use crate::engine::MemoryEngine;
+
+    fn put(key: &str, value: &str, lease: i64) -> Command {
+        Command::Put(PutRequest { key: key.into(), value: value.into(), lease, prev_kv: false })
+    }
+
+    /// A state flushed through a slot opens again equal to itself, down to the digest, the
+    /// leases' key sets, the history and the keys of a lease being swept.
+    #[test]
+    fn a_flushed_state_opens_as_it_was() {
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let mut sm = StateMachine::on_engine(Arc::clone(&engine)).unwrap();
+        sm.set_cleanup_budget(1);
+        sm.apply(&Command::LeaseGrant { id: 7, name: Some("svc".into()), ttl: 30 });
+        sm.apply(&Command::LeaseGrant { id: 8, name: None, ttl: 30 });
+        for i in 0..5 {
+            sm.apply(&put(&format!("k{i}"), "v", if i % 2 == 0 { 7 } else { 8 }));
+        }
+        sm.apply(&put("plain", "x", 0));
+        sm.flush_through(3).unwrap();
+        sm.apply(&Command::Compact { revision: 4 });
+        // Revoking 8 buries two keys; its apply sweeps one of them.
+        sm.apply(&Command::LeaseRevoke { id: 8 });
+        sm.flush_through(4).unwrap();
+        assert_eq!(sm.pending_cleanup(), 1, "one dead key still stored");
+        let (opened, applied) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
+        assert_eq!(applied, 4);
+        assert_eq!(opened.to_snapshot_bytes(), sm.to_snapshot_bytes());
+        assert_eq!(opened.digest(), sm.digest());
+        assert_eq!(opened.lease(7).map(|l| l.keys.len()), Some(3));
+        assert_eq!(opened.pending_cleanup(), 1);
+        assert_eq!(opened.bytes_in_use(), sm.bytes_in_use());
+        assert_eq!(opened.events_since(4).unwrap(), sm.events_since(4).unwrap());
+    }
+
+    #[test]
+    fn an_engine_without_a_state_opens_as_none() {
+        assert!(StateMachine::open(Arc::new(MemoryEngine::new())).unwrap().is_none());
+    }
+
+    /// The applied point and the state it names reach the engine in one batch: a crash
+    /// keeps both or neither. The negative control writes the point first; a crash between
+    /// the two batches then opens a state that claims a slot whose writes it lacks.
+    #[test]
+    fn a_crash_never_separates_the_applied_point_from_its_state() {
+        for broken in [false, true] {
+            let engine = Arc::new(MemoryEngine::new());
+            let mut sm = StateMachine::on_engine(engine.clone()).unwrap();
+            #[cfg(feature = "negative-controls")]
+            if broken {
+                sm.break_applied_before_state();
+            }
+            #[cfg(not(feature = "negative-controls"))]
+            if broken {
+                continue;
+            }
+            sm.apply(&put("a", "1", 0));
+            sm.flush_through(1).unwrap();
+            engine.sync().unwrap();
+            sm.apply(&put("b", "1", 0));
+            sm.flush_through(2).unwrap();
+            engine.crash_keeping(1);
+            let (opened, applied) = StateMachine::open(engine.clone()).unwrap().expect("a state");
+            let has_b = opened.get(b"b").is_some();
+            let consistent = (applied == 2) == has_b;
+            assert_eq!(consistent, !broken, "broken: {broken}, applied {applied}, b present: {has_b}");
+        }
+    }
+}
