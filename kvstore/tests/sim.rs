@@ -108,6 +108,16 @@ fn caught_by(breakage: LogBreakage, oracle: &str, nodes: usize, max_seeds: u64) 
 }
 
 #[test]
+fn a_log_dropped_before_the_state_is_synced_is_caught() {
+    caught_by(LogBreakage::LogDroppedBeforeStateSynced, "state-behind-log", 3, 100);
+}
+
+#[test]
+fn an_applied_point_written_before_its_state_is_caught() {
+    caught_by(LogBreakage::AppliedBeforeState, "no-convergence", 3, 100);
+}
+
+#[test]
 fn follower_reads_are_caught_by_the_linearizability_checker() {
     caught_by(LogBreakage::FollowerReads, "linearizability", 5, 50);
 }

@@ -48,6 +48,11 @@ impl MemoryEngine {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A copy of this engine, durable image and unsynced batches included.
+    pub fn fork(&self) -> Self {
+        MemoryEngine { inner: Mutex::new(self.lock().clone()) }
+    }
+
     /// A power loss: everything written since the last sync is lost.
     pub fn crash(&self) {
         self.crash_keeping(0);

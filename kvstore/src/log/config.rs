@@ -160,11 +160,17 @@ pub enum LogBreakage {
     NoChangeWait,
     /// A change adds two voters at once (rule 1 broken).
     TwoVotersAtOnce,
+    /// A checkpoint drops the log behind the applied slot without syncing the state
+    /// engine first: a crash then leaves a state older than the log's start.
+    LogDroppedBeforeStateSynced,
+    /// The applied slot reaches the state engine in a batch of its own, before the state
+    /// it names: a crash between the two restarts past commands it never stored.
+    AppliedBeforeState,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 8] = [
+    pub const ALL: [LogBreakage; 10] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -173,6 +179,8 @@ impl LogBreakage {
         LogBreakage::EarlySwitch,
         LogBreakage::NoChangeWait,
         LogBreakage::TwoVotersAtOnce,
+        LogBreakage::LogDroppedBeforeStateSynced,
+        LogBreakage::AppliedBeforeState,
     ];
 
     /// The variant's command-line name.
@@ -187,6 +195,8 @@ impl LogBreakage {
             LogBreakage::EarlySwitch => "early-switch",
             LogBreakage::NoChangeWait => "no-change-wait",
             LogBreakage::TwoVotersAtOnce => "two-voters-at-once",
+            LogBreakage::LogDroppedBeforeStateSynced => "log-dropped-before-state-synced",
+            LogBreakage::AppliedBeforeState => "applied-before-state",
         }
     }
 

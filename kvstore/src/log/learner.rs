@@ -32,7 +32,14 @@ pub(super) struct Learner {
     applied_bytes_since_snapshot: u64,
     compacted: Slot,
     fetch_sent: Option<Instant>,
+    /// Whether storage holds a snapshot record (an installed one, or one from a data dir
+    /// of a release before the state engine) that the next checkpoint drops.
+    stored_snapshot: bool,
 }
+
+/// A checkpoint is due after this many bytes of commands, however few slots they took, so
+/// that the log kept behind the state stays small when slots are large.
+const CHECKPOINT_BYTES: u64 = 64 << 20;
 
 impl Learner {
     /// A learner restored from a snapshot at `snapshot_index` of `snapshot_bytes` bytes
@@ -47,7 +54,13 @@ impl Learner {
             applied_bytes_since_snapshot: 0,
             compacted: compacted.min(snapshot_index),
             fetch_sent: None,
+            stored_snapshot: false,
         }
+    }
+
+    /// Notes whether storage holds a snapshot record.
+    pub(super) fn set_stored_snapshot(&mut self, stored: bool) {
+        self.stored_snapshot = stored;
     }
 
     /// Highest slot known chosen, with every slot below it.
@@ -97,9 +110,10 @@ impl Learner {
         self.machine.apply(command)
     }
 
-    /// Writes the changes of the commands applied since the last call to the state engine.
+    /// Writes the changes of the commands applied since the last call to the state engine,
+    /// naming the last slot applied as the point they reach.
     pub(super) fn flush(&mut self) -> Result<(), crate::engine::EngineError> {
-        self.machine.flush()
+        self.machine.flush_through(self.applied)
     }
 
     /// Every command of `slot` was applied.
@@ -138,7 +152,8 @@ impl Learner {
     /// as many bytes of commands as the last snapshot held (a snapshot costs as much as the
     /// whole state, so it is paid for by at least as much log).
     pub(super) fn snapshot_due(&self, every: u64) -> bool {
-        self.applied >= self.snapshot_index + every && self.applied_bytes_since_snapshot >= self.snapshot_bytes
+        self.applied > self.snapshot_index
+            && (self.applied >= self.snapshot_index + every || self.applied_bytes_since_snapshot >= CHECKPOINT_BYTES)
     }
 
     /// A snapshot of `bytes` bytes through `applied()` was stored.
@@ -257,19 +272,45 @@ impl<S: Storage> Replica<S> {
         if index <= self.learner.applied() {
             return;
         }
-        let machine = match StateMachine::from_snapshot_bytes(&data) {
-            Ok(machine) => machine,
+        let checked = match StateMachine::check_snapshot_bytes(&data) {
+            Ok(checked) => checked,
             Err(error) => {
                 tracing::warn!(node = %self.me, %error, "ignoring a snapshot that does not decode");
                 return;
             }
         };
         let snapshot_bytes = data.len() as u64;
+        // The record is made durable before the engine's state is replaced: a crash while
+        // the engine is rewritten then finds it and installs it again at the restart.
         let record = SnapshotRecord { index, data };
-        let saved = self.storage.save_snapshot(&record).and_then(|()| self.storage.remove_slots_through(index));
+        let saved = self
+            .storage
+            .save_snapshot(&record)
+            .and_then(|()| self.storage.remove_slots_through(index))
+            .and_then(|()| self.storage.sync());
         if !self.persist(saved) {
             return;
         }
+        self.learner.set_stored_snapshot(true);
+        let engine = self.storage.state_engine();
+        let installed = StateMachine::install_snapshot(checked, engine).and_then(|mut machine| {
+            machine
+                .flush_through(index)
+                .map(|()| machine)
+                .map_err(|e| crate::state::SnapshotError(format!("cannot write the installed state: {e}")))
+        });
+        let machine = match installed {
+            #[cfg(feature = "negative-controls")]
+            Ok(mut machine) if self.config.broken(super::config::LogBreakage::AppliedBeforeState) => {
+                machine.break_applied_before_state();
+                machine
+            }
+            Ok(machine) => machine,
+            Err(error) => {
+                self.fail(StorageError::Io(format!("installing the snapshot at slot {index}: {error}")));
+                return;
+            }
+        };
         self.yield_if_leading(now);
         // Proposals of this node still waiting for their slot may be inside the snapshot;
         // their outcome can no longer be told apart.
@@ -416,9 +457,10 @@ impl<S: Storage> Replica<S> {
         }
     }
 
-    /// Snapshots the state machine every `snapshot_every` slots, once at least as many bytes
-    /// of commands as the last snapshot held were applied since it, and drops the log behind
-    /// it (keeping a short tail for peers that are only slightly behind).
+    /// A checkpoint every `snapshot_every` slots (or [`CHECKPOINT_BYTES`] of commands):
+    /// the state engine, flushed after every slot, is synced, which makes it durable
+    /// through the slot applied, and only then is the log behind it dropped (keeping a
+    /// short tail for peers that are only slightly behind). Nothing is serialized.
     fn maybe_snapshot(&mut self) {
         if self.stopped.is_some() {
             return;
@@ -426,12 +468,28 @@ impl<S: Storage> Replica<S> {
         if !self.learner.snapshot_due(self.config.snapshot_every) {
             return;
         }
-        let record = SnapshotRecord { index: self.learner.applied(), data: self.learner.machine().to_snapshot_bytes() };
-        let result = self.storage.save_snapshot(&record);
-        if !self.persist(result) {
-            return;
+        #[cfg(feature = "negative-controls")]
+        let sync_skipped = self.config.broken(super::config::LogBreakage::LogDroppedBeforeStateSynced);
+        #[cfg(not(feature = "negative-controls"))]
+        let sync_skipped = false;
+        if !sync_skipped {
+            let synced = self
+                .learner
+                .machine()
+                .sync()
+                .map_err(|e| StorageError::backend("syncing the state engine at a checkpoint", e));
+            if !self.persist(synced) {
+                return;
+            }
         }
-        self.learner.took_snapshot(record.data.len() as u64);
+        if self.learner.stored_snapshot {
+            let dropped = self.storage.discard_snapshot();
+            if !self.persist(dropped) {
+                return;
+            }
+            self.learner.set_stored_snapshot(false);
+        }
+        self.learner.took_snapshot(0);
         let cut = self.learner.applied().saturating_sub(self.config.retain_after_snapshot);
         if cut > self.learner.compacted() {
             let result = self.storage.remove_slots_through(cut);

@@ -28,6 +28,7 @@ use crate::types::{LeaseId, Revision};
 use crate::KvError;
 use leasekv_lease::{Instant, Mastership, NodeId};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How many slots behind the master a learner may be and still be promoted (on top of
@@ -152,6 +153,8 @@ pub struct Replica<S: Storage> {
     pub(super) snapshots_sent: std::collections::HashMap<NodeId, (Instant, std::time::Duration)>,
     /// Peers waiting for a snapshot the driver builds (with `defer_snapshots`).
     pub(super) snapshot_wanted_by: BTreeSet<NodeId>,
+    /// The slot the state reflected when the replica opened (see [`Replica::state_slot_at_open`]).
+    state_slot_at_open: Slot,
 }
 
 impl<S: Storage> Replica<S> {
@@ -187,17 +190,51 @@ impl<S: Storage> Replica<S> {
     ) -> Result<Self, OpenError> {
         config.validate()?;
         let recovered = storage.recover()?;
-        let (machine, snapshot_index) = match &recovered.snapshot {
-            Some(snap) => (
-                StateMachine::from_snapshot_bytes(&snap.data).map_err(|e| StorageError::Corrupt {
-                    what: format!("snapshot at slot {}", snap.index),
-                    detail: e.to_string(),
-                })?,
-                snap.index,
-            ),
-            None => (StateMachine::new(), 0),
+        let engine = storage.state_engine();
+        let engine_failed = |what: &str, e: crate::engine::EngineError| StorageError::backend(what.to_string(), e);
+        let opened = StateMachine::open(Arc::clone(&engine)).map_err(|e| engine_failed("opening the state", e))?;
+        let stored_snapshot = recovered.snapshot.is_some();
+        let (mut machine, applied) = match (opened, &recovered.snapshot) {
+            (Some((machine, applied)), None) => (machine, applied),
+            (Some((machine, applied)), Some(snapshot)) if snapshot.index <= applied => (machine, applied),
+            // A snapshot newer than the engine's state: installed from a peer (or left by a
+            // release before the state engine) and not yet checkpointed, or an install that
+            // a crash interrupted. Installed (again) now.
+            (_, Some(snapshot)) => {
+                let corrupt = |detail: String| StorageError::Corrupt {
+                    what: format!("snapshot at slot {}", snapshot.index),
+                    detail,
+                };
+                let mut machine = StateMachine::from_snapshot_bytes_on(&snapshot.data, Arc::clone(&engine))
+                    .map_err(|e| corrupt(e.to_string()))?;
+                machine.flush_through(snapshot.index).map_err(|e| engine_failed("writing the installed state", e))?;
+                (machine, snapshot.index)
+            }
+            (None, None) => {
+                // Nothing applied yet; whatever an interrupted first write left goes.
+                engine.clear().map_err(|e| engine_failed("clearing the state", e))?;
+                (StateMachine::on_engine(engine).map_err(|e| engine_failed("creating the state", e))?, 0)
+            }
         };
-        let compacted = recovered.slots.keys().next().map_or(snapshot_index, |first| first.saturating_sub(1));
+        #[cfg(feature = "negative-controls")]
+        if config.broken(super::config::LogBreakage::AppliedBeforeState) {
+            machine.break_applied_before_state();
+        }
+        #[cfg(not(feature = "negative-controls"))]
+        let _ = &mut machine;
+        // The state reflects every slot through `applied`, so those slots are what a
+        // snapshot at `applied` would cover: dropped, as a restored snapshot's are. The log
+        // may even lack some of them (the state engine can be durable ahead of slots this
+        // node only learned), so it must never serve them to a peer.
+        let mut slots = recovered.slots;
+        let slots = slots.split_off(&applied.saturating_add(1));
+        let commit = recovered.commit.max(applied);
+        if let Some(&first) = slots.keys().next().filter(|&&first| first > applied.saturating_add(1)) {
+            // A node that joined holds slots accepted before its state arrived; it applies
+            // nothing locally until it caught up from its peers.
+            tracing::info!(node = %me, applied, first, "the log starts after the state; catching up from peers");
+        }
+        let compacted = applied;
         let mut replica = Replica {
             me,
             seed,
@@ -206,13 +243,13 @@ impl<S: Storage> Replica<S> {
             limits,
             incarnation,
             storage,
-            acceptor: Acceptor::recovered(recovered.promised, recovered.slots, recovered.commit),
-            learner: Learner::recovered(
-                machine,
-                snapshot_index,
-                recovered.snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
-                compacted,
-            ),
+            acceptor: Acceptor::recovered(recovered.promised, slots, commit),
+            learner: {
+                let mut learner = Learner::recovered(machine, applied, 0, compacted);
+                learner.set_stored_snapshot(stored_snapshot);
+                learner
+            },
+            state_slot_at_open: applied,
             mastership: None,
             master_hint: None,
             role: Role::Follower,
@@ -231,6 +268,14 @@ impl<S: Storage> Replica<S> {
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
         Ok(replica)
+    }
+
+    /// The slot the state reflected when the replica opened, before the log after it was
+    /// replayed. Below the point the log was durably dropped through, it means the log was
+    /// dropped behind a state that was not durable, a broken durability rule (the simulator
+    /// reports it as a violation).
+    pub fn state_slot_at_open(&self) -> Slot {
+        self.state_slot_at_open
     }
 
     /// This node.

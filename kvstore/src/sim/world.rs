@@ -552,6 +552,7 @@ impl World {
             return;
         }
         let Some(disk) = self.nodes[node].disk.take() else { return };
+        let removed_through = disk.removed_through();
         let epoch = match self.nodes[node].epochs.begin_epoch() {
             Ok(epoch) => epoch,
             Err(e) => {
@@ -583,6 +584,13 @@ impl World {
                 return;
             }
         };
+        if replica.state_slot_at_open() < removed_through {
+            let detail = format!(
+                "{id} restarted with its state at slot {} and its log dropped through slot {removed_through}",
+                replica.state_slot_at_open()
+            );
+            self.oracles.violation(self.now, "state-behind-log", detail);
+        }
         self.nodes[node].election = Some(core);
         self.nodes[node].replica = Some(replica);
         self.nodes[node].paused_until = 0;
@@ -598,9 +606,11 @@ impl World {
         self.trace(|| format!("crash {id}"));
         let mut disk = replica.into_storage();
         if self.rng.chance(0.3) {
-            // A torn write: some prefix of the unsynced writes made it to disk.
+            // A torn write: some prefix of the unsynced writes made it to disk, in the log
+            // and, at a point of its own, in the state engine.
             let keep = self.rng.range_u64(0, disk.pending_len() as u64) as usize;
-            disk.crash_keeping(keep);
+            let state_kept = self.rng.range_u64(0, disk.state_pending_len() as u64 + 1) as usize;
+            disk.crash_torn(keep, state_kept);
         } else {
             disk.crash();
         }
@@ -1017,16 +1027,22 @@ impl World {
             Some(last) => last.ids(),
             None => self.ids.clone(),
         };
-        let states: Vec<(NodeId, Slot, u64, usize)> = self
+        // The digest says the same commands were applied; the hash of the whole state says
+        // they left the same keys, leases and history (a state engine that lost writes
+        // behind an applied point it kept has the digest right and the keys wrong).
+        let states: Vec<(NodeId, Slot, u64, usize, u32)> = self
             .nodes
             .iter()
             .filter(|n| members.contains(&n.id))
             .filter_map(|n| {
-                n.replica.as_ref().map(|r| (n.id, r.applied_index(), r.state().digest(), r.state().lease_count()))
+                n.replica
+                    .as_ref()
+                    .map(|r| (n.id, r.applied_index(), r.state().digest(), r.state().lease_count(), r.state().hash()))
             })
             .collect();
         let first = states.first().copied();
-        if states.len() != members.len() || states.iter().any(|s| Some((s.1, s.2)) != first.map(|f| (f.1, f.2))) {
+        let same = |s: &(NodeId, Slot, u64, usize, u32)| first.is_some_and(|f| (s.1, s.2, s.4) == (f.1, f.2, f.4));
+        if states.len() != members.len() || !states.iter().all(same) {
             let detail = format!("replicas at the end (node, applied, digest, leases): {states:?}");
             self.oracles.violation(self.now, "no-convergence", detail);
         }

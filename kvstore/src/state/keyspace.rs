@@ -198,11 +198,6 @@ impl Keyspace {
         }
     }
 
-    /// The engine this key space is stored in.
-    pub(super) fn engine(&self) -> &Arc<dyn Engine> {
-        &self.engine
-    }
-
     /// Bytes the stored keys count toward the space quota (see [`stored_bytes`]).
     pub(super) fn bytes(&self) -> u64 {
         self.bytes

@@ -242,9 +242,8 @@ pub(super) const LEASE: u8 = b'l';
 /// every stored key (dead or alive) attached to a lease, so that a restart rebuilds the
 /// lease table's key sets without reading a value.
 pub(super) const ATTACHMENT: u8 = b'a';
-/// The first byte of the state's own records.
-pub(super) const META: u8 = b'm';
-/// Everything about the state that is not a key, a change, a lease or an attachment.
+/// Everything about the state that is not a key, a change, a lease or an attachment (the
+/// state's own records start with `m`).
 pub(super) const META_STATE: &[u8] = b"mstate";
 /// The auth store, rewritten when it changes.
 pub(super) const META_AUTH: &[u8] = b"mauth";

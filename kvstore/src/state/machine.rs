@@ -31,6 +31,9 @@ use std::sync::Arc;
 pub use super::lease_table::Lease;
 pub use super::snapshot::SnapshotError;
 
+/// A snapshot decoded and checked ([`StateMachine::check_snapshot_bytes`]), to install.
+pub struct CheckedSnapshot(snapshot::Checked);
+
 /// The key space and lease table.
 pub struct StateMachine {
     /// Where the key space and the history are stored.
@@ -580,10 +583,20 @@ impl StateMachine {
     /// whose state is replaced once the snapshot decoded and passed its checks (an invalid
     /// snapshot leaves the engine as it was).
     pub fn from_snapshot_bytes_on(bytes: &[u8], engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
+        Self::install_snapshot(Self::check_snapshot_bytes(bytes)?, engine)
+    }
+
+    /// Decodes and checks a snapshot without writing it anywhere.
+    pub fn check_snapshot_bytes(bytes: &[u8]) -> Result<CheckedSnapshot, SnapshotError> {
+        snapshot::decode(bytes).map(CheckedSnapshot)
+    }
+
+    /// Replaces `engine`'s state with the checked snapshot's (not flushed: the caller names
+    /// the slot it reaches with [`Self::flush_through`]).
+    pub fn install_snapshot(checked: CheckedSnapshot, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
         let failure = Failure::default();
-        let checked = snapshot::decode(bytes)?;
         engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
-        let restored = checked.load(&engine, &failure)?;
+        let restored = checked.0.load(&engine, &failure)?;
         Ok(StateMachine {
             engine,
             failure,

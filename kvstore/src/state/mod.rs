@@ -16,7 +16,7 @@ mod validate;
 
 pub use history::{HistoryRead, HistoryReader};
 pub use lease_keys::LeaseKeys;
-pub use machine::{KvHash, Lease, SnapshotError, StateMachine};
+pub use machine::{CheckedSnapshot, KvHash, Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};
 
 use crate::engine::EngineError;

@@ -1,5 +1,6 @@
 //! In-memory storage with crash semantics, for the simulator.
 use super::{normalize, Recovered, SnapshotRecord, Storage, StorageError};
+use crate::engine::{Engine, MemoryEngine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 /// unsynced writes lost) or [`MemoryStorage::crash_keeping`] (a torn write: a prefix of them
 /// reached the disk). A node only calls [`Storage::recover`] right after such a crash (or on
 /// a blank disk), so `recover` simply returns the current view, pending writes included.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct MemoryStorage {
     /// What survives any crash.
     durable: Image,
@@ -18,6 +19,20 @@ pub struct MemoryStorage {
     pending: Vec<Op>,
     /// Number of [`Storage::sync`] calls.
     syncs: u64,
+    /// The state engine beside the log, with crash semantics of its own.
+    engine: Arc<MemoryEngine>,
+}
+
+impl Clone for MemoryStorage {
+    /// A copy with an engine of its own (the simulator forks node states).
+    fn clone(&self) -> Self {
+        MemoryStorage {
+            durable: self.durable.clone(),
+            pending: self.pending.clone(),
+            syncs: self.syncs,
+            engine: Arc::new(self.engine.fork()),
+        }
+    }
 }
 
 /// The content of the disk.
@@ -29,6 +44,8 @@ struct Image {
     /// Behind an `Arc` so that cloning a storage (the simulator forks node states) does not
     /// copy snapshot bytes.
     snapshot: Option<Arc<SnapshotRecord>>,
+    /// The highest slot the log was dropped through.
+    removed_through: Slot,
 }
 
 /// One buffered write.
@@ -38,6 +55,7 @@ enum Op {
     Slot(Slot, AcceptedSlot),
     Commit(Slot),
     Snapshot(Arc<SnapshotRecord>),
+    DiscardSnapshot,
     RemoveThrough(Slot),
 }
 
@@ -50,10 +68,14 @@ impl Image {
             }
             Op::Commit(c) => self.commit = *c,
             Op::Snapshot(s) => self.snapshot = Some(Arc::clone(s)),
-            Op::RemoveThrough(through) => match through.checked_add(1) {
-                Some(first_kept) => self.slots = self.slots.split_off(&first_kept),
-                None => self.slots.clear(),
-            },
+            Op::DiscardSnapshot => self.snapshot = None,
+            Op::RemoveThrough(through) => {
+                self.removed_through = self.removed_through.max(*through);
+                match through.checked_add(1) {
+                    Some(first_kept) => self.slots = self.slots.split_off(&first_kept),
+                    None => self.slots.clear(),
+                }
+            }
         }
     }
 
@@ -72,14 +94,41 @@ impl MemoryStorage {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Simulates a crash: every write since the last sync is lost.
+    /// Simulates a crash: every write since the last sync is lost, in the log and in the
+    /// state engine.
     pub fn crash(&mut self) {
         self.pending.clear();
+        self.engine.crash();
+    }
+
+    /// [`Self::crash_keeping`] the first `log_kept` unsynced log writes and the first
+    /// `state_kept` unsynced batches of the state engine: the two are separate files, so a
+    /// power loss tears each at its own point.
+    pub fn crash_torn(&mut self, log_kept: usize, state_kept: usize) {
+        self.engine.crash_keeping(state_kept);
+        self.crash_keeping_log(log_kept);
+    }
+
+    /// The highest slot the log was durably dropped through (0: never).
+    pub fn removed_through(&self) -> Slot {
+        self.durable.removed_through
+    }
+
+    /// Number of state engine batches written since its last sync.
+    pub fn state_pending_len(&self) -> usize {
+        self.engine.unsynced_batches()
     }
     /// Simulates a torn write at a crash: the first `n` unsynced writes reached the disk (in
     /// order, as a log-structured store recovers a prefix), the rest are lost. `n` larger than
     /// [`MemoryStorage::pending_len`] keeps them all.
+    /// The state engine loses every unsynced batch.
     pub fn crash_keeping(&mut self, n: usize) {
+        self.crash_keeping_log(n);
+        self.engine.crash();
+    }
+
+    /// The log's part of a torn crash.
+    fn crash_keeping_log(&mut self, n: usize) {
         let n = n.min(self.pending.len());
         for op in self.pending.drain(..n) {
             self.durable.apply(&op);
@@ -133,5 +182,12 @@ impl Storage for MemoryStorage {
         }
         self.syncs += 1;
         Ok(())
+    }
+    fn discard_snapshot(&mut self) -> Result<(), StorageError> {
+        self.pending.push(Op::DiscardSnapshot);
+        Ok(())
+    }
+    fn state_engine(&self) -> Arc<dyn Engine> {
+        self.engine.clone()
     }
 }

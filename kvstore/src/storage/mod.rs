@@ -23,6 +23,7 @@ pub use sled_store::{SledEpochStore, SledStorage, SledSyncHandle};
 
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A snapshot of the state machine as of a log slot.
@@ -97,6 +98,14 @@ pub trait Storage: Send {
     fn remove_slots_through(&mut self, slot: Slot) -> Result<(), StorageError>;
     /// Makes every write so far durable.
     fn sync(&mut self) -> Result<(), StorageError>;
+
+    /// Drops the stored snapshot (buffered). The replica calls it once the state engine is
+    /// durable through a slot at or past the snapshot's, which makes the snapshot useless.
+    fn discard_snapshot(&mut self) -> Result<(), StorageError>;
+
+    /// The engine the state machine lives in, beside this log: opened with the log, shared
+    /// by the replica and the readers of its state.
+    fn state_engine(&self) -> Arc<dyn crate::engine::Engine>;
     /// Bytes the store takes on disk, if it is on disk (etcd's Status reports its database
     /// size; operators watch it grow).
     fn size_on_disk(&self) -> Option<u64> {

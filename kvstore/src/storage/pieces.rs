@@ -100,6 +100,17 @@ pub fn insert(tree: &Tree, key: &[u8], record: &[u8], piece: usize) -> sled::Res
     tree.apply_batch(batch)
 }
 
+/// Removes the record at `key` and its pieces, atomically.
+pub fn remove(tree: &Tree, key: &[u8]) -> sled::Result<()> {
+    let old = pieces_of(tree, key)?;
+    let mut batch = Batch::default();
+    batch.remove(key);
+    for index in 0..old {
+        batch.remove(piece_key(key, index));
+    }
+    tree.apply_batch(batch)
+}
+
 /// The whole record whose head (or whole value) `stored` was read at `key`.
 pub fn assemble(tree: &Tree, key: &[u8], stored: IVec) -> Result<Vec<u8>, PieceError> {
     if stored.len() != HEAD_LEN || stored[0] != MARKER {

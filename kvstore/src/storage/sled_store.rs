@@ -44,6 +44,7 @@ use super::codec::{decode, encode};
 use super::pieces::{self, PieceError};
 use super::segments::{SegmentLog, DEFAULT_SEGMENT_LIMIT};
 use super::{normalize, upgrade, Recovered, SnapshotRecord, Storage, StorageError};
+use crate::engine::{Engine, SledEngine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use leasekv_lease::{epoch::EpochError, EpochStore, RestartEpoch};
 use std::fs::File;
@@ -89,7 +90,31 @@ pub struct SledStorage {
     snapshot: sled::Tree,
     /// The longest record stored whole (see [`pieces`]).
     piece: usize,
+    /// The state machine's engine, a sled database of its own in `state/`.
+    engine: Arc<SledEngine>,
 }
+
+/// How a [`SledStorage`] is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageOptions {
+    /// Log segments roll over at this many bytes.
+    pub log_segment_bytes: u64,
+    /// The state engine's page cache, bytes: how much of the key space and history stays
+    /// in memory (sled's own accounting; its resident memory runs somewhat above it).
+    pub state_cache_bytes: u64,
+}
+
+/// The state engine's page cache when nothing else is configured.
+pub const DEFAULT_STATE_CACHE_BYTES: u64 = 256 << 20;
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions { log_segment_bytes: DEFAULT_SEGMENT_LIMIT, state_cache_bytes: DEFAULT_STATE_CACHE_BYTES }
+    }
+}
+
+/// The directory of the state engine inside a data directory.
+pub const STATE_DIR: &str = "state";
 
 /// What both the log storage and the epoch store need to write and make durable.
 #[derive(Clone)]
@@ -146,12 +171,18 @@ impl SledStorage {
     /// exists but is not a directory, cannot be created, is not writable, or holds a database
     /// another process has open.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        Self::open_with_segment_limit(dir, DEFAULT_SEGMENT_LIMIT)
+        Self::open_with(dir, StorageOptions::default())
     }
 
     /// [`SledStorage::open`], with log segments rolled over at `limit` bytes instead of
     /// 64 MiB (tests use small ones to exercise rolling and deletion).
     pub fn open_with_segment_limit(dir: &Path, limit: u64) -> Result<Self, StorageError> {
+        Self::open_with(dir, StorageOptions { log_segment_bytes: limit, ..StorageOptions::default() })
+    }
+
+    /// [`SledStorage::open`] with `options`.
+    pub fn open_with(dir: &Path, options: StorageOptions) -> Result<Self, StorageError> {
+        let limit = options.log_segment_bytes;
         let shown = dir.display();
         match std::fs::metadata(dir) {
             Ok(m) if !m.is_dir() => {
@@ -203,7 +234,11 @@ impl SledStorage {
             dirty: Arc::new(AtomicBool::new(false)),
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
-        Ok(SledStorage { durable, log, snapshot, piece: pieces::piece_len(segment_size) })
+        let state_dir = dir.join(STATE_DIR);
+        let engine = SledEngine::open(&state_dir, options.state_cache_bytes).map_err(|e| {
+            StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
+        })?;
+        Ok(SledStorage { durable, log, snapshot, piece: pieces::piece_len(segment_size), engine: Arc::new(engine) })
     }
 
     /// The restart-epoch store that shares this database.
@@ -245,7 +280,17 @@ fn sync_both(durable: &Durable, log: &SegmentLog) -> Result<(), StorageError> {
 impl Storage for SledStorage {
     fn size_on_disk(&self) -> Option<u64> {
         let sled = self.durable.db.size_on_disk().ok()?;
-        Some(sled + self.log.size())
+        Some(sled + self.log.size() + self.engine.size_on_disk().unwrap_or(0))
+    }
+
+    fn discard_snapshot(&mut self) -> Result<(), StorageError> {
+        pieces::remove(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.io("dropping the snapshot", e))?;
+        self.durable.dirty.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn state_engine(&self) -> Arc<dyn Engine> {
+        self.engine.clone()
     }
 
     fn recover(&mut self) -> Result<Recovered, StorageError> {
