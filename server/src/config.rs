@@ -31,8 +31,13 @@
 //! # max_concurrent_streams = 1000   # HTTP/2 streams per client connection
 //! # max_watchers_per_stream = 10000
 //!
+//! [storage]
+//! # quota_bytes = 2147483648       # etcd's --quota-backend-bytes; writes past it are refused
+//! # cache_bytes = 268435456        # the state engine's page cache (the key space stays on disk)
+//! # corrupt_check_interval_ms = 300000  # compare every member's hash this often; 0: never
+//!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time
-//! # snapshot_every = 10000        # slots, and the log since the last snapshot outweighs it
+//! # snapshot_every = 10000        # slots between checkpoints (the state synced, the log behind it dropped)
 //! # retain_after_snapshot = 1000
 //! # max_batch_commands = 256
 //! # max_inflight_slots = 2
@@ -144,6 +149,9 @@ pub struct NodeConfig {
     /// `[storage] corrupt_check_interval_ms`: how often the master compares every member's
     /// hash ([`crate::corrupt_check`]); `None`: never.
     pub corrupt_check_interval: Option<Duration>,
+    /// `[storage] cache_bytes`: the state engine's page cache, which bounds how much of the
+    /// key space and history stays in memory.
+    pub state_cache_bytes: u64,
     /// `[watch]`: how watch streams are served.
     pub watch: WatchConfig,
     /// `[runtime]`: the threads that serve this node.

@@ -13,7 +13,7 @@
 //! | `LEASEKV_FAULT_CLOCK_RATE_FILE` | a file holding a rate, re-read every 100 ms, to change it while running |
 //! | `LEASEKV_FAULT_BREAK` | a negative control: `follower-reads`, `ack-before-fsync`, `stale-lease-check`, `skip-fdatasync`, … (the table in docs/chaos.md) |
 //! | `LEASEKV_FAULT_LEASE_LOG` | a file the node appends its master lease intervals to (wall-clock ns) |
-//! | `LEASEKV_FAULT_CORRUPT_KEY` | at start, a bit of this key's value is flipped in the node's state only (the corruption check's negative control) |
+//! | `LEASEKV_FAULT_CORRUPT_KEY` | at start, a bit of this key's value is flipped as the node reads it, not on disk (the corruption check's negative control; a restart without it heals the member) |
 
 use std::path::PathBuf;
 use thiserror::Error;

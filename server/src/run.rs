@@ -19,7 +19,7 @@ use leasekv_client::proto::leasekv::lease_kv_server::LeaseKvServer;
 use leasekv_client::proto::v3electionpb::election_server::ElectionServer;
 use leasekv_client::proto::v3lockpb::lock_server::LockServer;
 use leasekv_kvstore::log::{OpenError, Replica};
-use leasekv_kvstore::storage::{SledStorage, StorageError};
+use leasekv_kvstore::storage::{SledStorage, StorageError, StorageOptions};
 use leasekv_lease::backend::{DrivenBackend, MonotonicClock};
 use leasekv_lease::{ConfigError as LeaseConfigError, ElectionBackend, ElectionCore, EpochStore};
 use std::future::Future;
@@ -125,8 +125,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     #[cfg(feature = "fault-injection")]
     faults.start_clock();
-    let storage =
-        SledStorage::open(&config.data_dir).map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
+    let options = StorageOptions { state_cache_bytes: config.state_cache_bytes, ..StorageOptions::default() };
+    let storage = SledStorage::open_with(&config.data_dir, options)
+        .map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
     let epoch =
         storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
     let me = start.id;

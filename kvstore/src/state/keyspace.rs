@@ -83,6 +83,9 @@ pub(super) struct Keyspace {
     /// stored key with a lease, kept in step with the key records.
     attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     failure: Failure,
+    /// Negative control: the key whose value every read of this key space flips a bit of.
+    #[cfg(feature = "negative-controls")]
+    damaged: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Keyspace {
@@ -118,7 +121,17 @@ impl Keyspace {
         bytes: u64,
         graveyard: Graveyard,
     ) -> Self {
-        Keyspace { engine, dirty: BTreeMap::new(), graveyard, stored, bytes, attachments: BTreeMap::new(), failure }
+        Keyspace {
+            engine,
+            dirty: BTreeMap::new(),
+            graveyard,
+            stored,
+            bytes,
+            attachments: BTreeMap::new(),
+            failure,
+            #[cfg(feature = "negative-controls")]
+            damaged: None,
+        }
     }
 
     /// A key space holding `kvs`, which are in strictly increasing key order, of which the
@@ -164,6 +177,8 @@ impl Keyspace {
             bytes: self.bytes,
             attachments: self.attachments.clone(),
             failure: failure.clone(),
+            #[cfg(feature = "negative-controls")]
+            damaged: self.damaged.clone(),
         }
     }
 
@@ -221,10 +236,31 @@ impl Keyspace {
     /// The stored key-value of `key`, dead or alive.
     fn stored_get(&self, key: &[u8]) -> Option<KeyValue> {
         if let Some(written) = self.dirty.get(key) {
-            return written.clone();
+            return written.clone().map(|kv| self.as_read(kv));
         }
         let record = self.failure.check(self.engine.get(&kv_key(key)))??;
-        self.failure.check(decode_kv(key, &record))
+        self.failure.check(decode_kv(key, &record)).map(|kv| self.as_read(kv))
+    }
+
+    /// `kv` as this key space's reads see it: as stored, except under the corruption
+    /// control.
+    fn as_read(&self, kv: KeyValue) -> KeyValue {
+        #[cfg(feature = "negative-controls")]
+        if self.damaged.as_deref() == Some(kv.key.as_slice()) {
+            let mut kv = kv;
+            match kv.value.first_mut() {
+                Some(byte) => *byte ^= 0x01,
+                None => kv.value.push(0),
+            }
+            return kv;
+        }
+        kv
+    }
+
+    /// Negative control: every later read of `key` sees a bit of its value flipped.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn damage_reads_of(&mut self, key: &[u8]) {
+        self.damaged = Some(key.to_vec());
     }
 
     /// One live key: one lookup in the writes since the last flush, else one in the engine,
@@ -328,7 +364,7 @@ impl Keyspace {
         });
         let dirty: Vec<(Vec<u8>, Option<KeyValue>)> =
             self.dirty.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Merged { stored: from_engine.peekable(), dirty: dirty.into_iter().peekable() }
+        Merged { stored: from_engine.peekable(), dirty: dirty.into_iter().peekable() }.map(|kv| self.as_read(kv))
     }
 
     /// The selected live key-values, in key order.

@@ -19,7 +19,9 @@ mod tests;
 mod upgrade;
 
 pub use memory::MemoryStorage;
-pub use sled_store::{SledEpochStore, SledStorage, SledSyncHandle};
+pub use sled_store::{
+    SledEpochStore, SledStorage, SledSyncHandle, StorageOptions, DEFAULT_STATE_CACHE_BYTES, STATE_DIR,
+};
 
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;

@@ -121,6 +121,7 @@ struct FileLimits {
 struct FileStorage {
     quota_bytes: Option<u64>,
     corrupt_check_interval_ms: Option<u64>,
+    cache_bytes: Option<u64>,
 }
 
 /// `[log]`.
@@ -324,6 +325,7 @@ pub(super) fn resolve(
         client_limits,
         log,
         compaction,
+        state_cache_bytes: file.storage.cache_bytes.unwrap_or(leasekv_kvstore::storage::DEFAULT_STATE_CACHE_BYTES),
         corrupt_check_interval: match file.storage.corrupt_check_interval_ms {
             Some(0) => None,
             Some(ms) => Some(Duration::from_millis(ms)),

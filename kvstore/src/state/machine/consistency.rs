@@ -54,15 +54,15 @@ impl StateMachine {
 
     /// Flips a bit of `key`'s value (appends a byte to an empty one), changing nothing
     /// else: silent corruption of one replica's data, for the corruption check's negative
-    /// control. False if the key does not exist.
+    /// control. The value is damaged as this replica reads it, not on disk (the damage of
+    /// a bad memory or a bad read), so a restart without the fault heals the member. False
+    /// if the key does not exist.
     #[cfg(feature = "negative-controls")]
     pub fn corrupt_value(&mut self, key: &[u8]) -> bool {
-        let Some(mut kv) = self.keys.get(key) else { return false };
-        match kv.value.first_mut() {
-            Some(byte) => *byte ^= 0x01,
-            None => kv.value.push(0),
+        if self.keys.get(key).is_none() {
+            return false;
         }
-        self.keys.replace(kv);
+        self.keys.damage_reads_of(key);
         true
     }
 
