@@ -193,4 +193,8 @@ pub enum KvError {
     /// refuses too (`ErrLeaseTTLTooLarge`): beyond it a deadline overflows a clock.
     #[error("etcdserver: too large lease TTL")]
     LeaseTtlTooLarge,
+    /// The state could not be read from its engine (a disk error or a damaged record); the
+    /// message says which.
+    #[error("etcdserver: the state could not be read: {0}")]
+    StateUnreadable(String),
 }

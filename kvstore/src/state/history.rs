@@ -27,8 +27,8 @@ use super::Failure;
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Changes read from the engine per page.
 const PAGE: usize = 256;
@@ -44,9 +44,62 @@ fn event_bytes(event: &Event) -> u64 {
 /// The state machine publishes both when its writes reach the engine ([`History::flush_into`]
 /// and [`History::published`]), never before.
 #[derive(Debug, Default)]
-struct Published {
+pub(super) struct Published {
     head: AtomicI64,
     compacted: AtomicI64,
+    /// Engine batches of this state begun and finished: a reader that saw some write in the
+    /// engine waits until every batch begun before it looked is finished, and then finds
+    /// that write's changes published (see [`Published::settle`]).
+    writes_begun: AtomicU64,
+    writes_done: AtomicU64,
+    /// Views being read ([`super::view`]): while any is, compacted changes stay in the
+    /// engine, because a view reads the changes after its revision to undo them.
+    pins: Mutex<BTreeMap<u64, Revision>>,
+    next_pin: AtomicU64,
+}
+
+impl Published {
+    /// The state's writer is about to write a batch.
+    pub(super) fn begin_write(&self) {
+        self.writes_begun.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The batch begun last is in the engine.
+    pub(super) fn end_write(&self) {
+        self.writes_done.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until every batch begun before this call is in the engine and published (a
+    /// batch takes microseconds to milliseconds; bounded to 10 s, after which the caller
+    /// reads what is published).
+    pub(super) fn settle(&self) {
+        let begun = self.writes_begun.load(Ordering::Acquire);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.writes_done.load(Ordering::Acquire) < begun && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// The store revision published.
+    pub(super) fn head(&self) -> Revision {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Registers a view at `revision`; returns its pin id.
+    pub(super) fn pin(&self, revision: Revision) -> u64 {
+        let id = self.next_pin.fetch_add(1, Ordering::AcqRel);
+        self.pins.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, revision);
+        id
+    }
+
+    /// The view `id` is done.
+    pub(super) fn unpin(&self, id: u64) {
+        self.pins.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    }
+
+    fn pinned(&self) -> bool {
+        !self.pins.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
 }
 
 /// The history's bookkeeping, stored with the state (see [`History::open`]).
@@ -71,7 +124,7 @@ pub(super) struct History {
     published: Arc<Published>,
     /// Changes recorded since the last flush, in order, with their positions.
     pending: Vec<((Revision, u32), Event)>,
-    /// Engine keys of compacted changes to delete at the next flush.
+    /// Engine keys of compacted changes to delete at the next flush with no view pinned.
     dropped: Vec<Vec<u8>>,
     /// The position of the last change recorded (the next one at the same revision follows
     /// it; one at a new revision starts at 0).
@@ -178,6 +231,7 @@ impl History {
         let published = Published {
             head: AtomicI64::new(self.published.head.load(Ordering::Acquire)),
             compacted: AtomicI64::new(self.published.compacted.load(Ordering::Acquire)),
+            ..Published::default()
         };
         History {
             engine: Arc::clone(engine),
@@ -212,8 +266,10 @@ impl History {
     /// Adds the changes since the last flush, and the deletions of compacted ones, to
     /// `batch`. Once the caller wrote it, [`Self::published`] lets readers see them.
     pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
-        for key in self.dropped.drain(..) {
-            batch.delete(key);
+        if !self.published.pinned() {
+            for key in self.dropped.drain(..) {
+                batch.delete(key);
+            }
         }
         for ((main, sub), event) in self.pending.drain(..) {
             batch.put(event_key(main, sub), encode_event(&event));
@@ -234,6 +290,21 @@ impl History {
         self.flush_into(&mut batch);
         self.engine.write(batch).expect("a memory engine does not fail");
         self.published();
+    }
+
+    /// What readers on other threads see of this history, and the views pinned on it.
+    pub(super) fn published_state(&self) -> &Arc<Published> {
+        &self.published
+    }
+
+    /// The engine keys of changes below the compaction point still stored (a view kept them
+    /// when the state stopped): deleted at the next flush.
+    pub(super) fn drop_leftovers(&mut self) {
+        let stored = Scan::new(self.engine.as_ref(), event_bounds(0, self.compacted - 1), false, PAGE);
+        for entry in stored {
+            let Some((key, _)) = self.failure.check(entry) else { break };
+            self.dropped.push(key);
+        }
     }
 
     /// A handle that watch streams read the history through, following it as it grows.

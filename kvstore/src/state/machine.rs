@@ -233,7 +233,7 @@ impl StateMachine {
 
     /// Lowers the per-apply cleanup so that tests see it span many applies.
     #[cfg(test)]
-    fn set_cleanup_budget(&mut self, budget: usize) {
+    pub(in crate::state) fn set_cleanup_budget(&mut self, budget: usize) {
         self.cleanup_budget = budget;
     }
 
@@ -619,7 +619,7 @@ impl StateMachine {
 }
 
 mod authorize;
-mod consistency;
+pub(super) mod consistency;
 mod durable;
 #[cfg(test)]
 mod tests;

@@ -13,11 +13,13 @@ mod lease_table;
 mod machine;
 mod snapshot;
 mod validate;
+pub mod view;
 
 pub use history::{HistoryRead, HistoryReader};
 pub use lease_keys::LeaseKeys;
 pub use machine::{CheckedSnapshot, KvHash, Lease, SnapshotError, StateMachine};
 pub use validate::{validate_command, validate_range};
+pub use view::{StateView, ViewMeta};
 
 use crate::engine::EngineError;
 use std::sync::{Arc, OnceLock};

@@ -81,7 +81,7 @@ impl StateMachine {
     }
 }
 
-fn hash_key_value(hasher: &mut crc32fast::Hasher, kv: &KeyValue) {
+pub(in crate::state) fn hash_key_value(hasher: &mut crc32fast::Hasher, kv: &KeyValue) {
     hasher.update(&(kv.key.len() as u64).to_le_bytes());
     hasher.update(&kv.key);
     hasher.update(&(kv.value.len() as u64).to_le_bytes());

@@ -86,11 +86,39 @@ impl StateMachine {
             self.engine.write(first)?;
         }
         batch.put(META_STATE.to_vec(), encode_framed(&meta));
-        self.engine.write(batch)?;
+        let published = std::sync::Arc::clone(self.history.published_state());
+        published.begin_write();
+        let written = self.engine.write(batch);
+        published.end_write();
+        written?;
         self.auth_changed = false;
         self.applied = applied;
         self.history.published();
         Ok(())
+    }
+
+    /// A consistent view of the state as of now, to read from another thread while this
+    /// state moves on ([`crate::state::StateView`]). Flushes first.
+    pub fn view(&mut self) -> Result<crate::state::StateView, EngineError> {
+        self.flush_through(self.applied)?;
+        let meta = crate::state::ViewMeta {
+            applied: self.applied,
+            revision: self.revision,
+            compacted: self.history.compacted(),
+            tenure: self.tenure,
+            digest: self.digest,
+            grant_counter: self.leases.grant_counter(),
+            leases: self
+                .leases
+                .iter()
+                .map(|l| Lease { id: l.id, name: l.name.clone(), ttl: l.ttl, keys: LeaseKeys::new() })
+                .collect(),
+            alarms: self.alarms.clone(),
+            membership: self.membership.clone(),
+            auth: self.auth.clone(),
+            deaths: self.keys.deaths().collect(),
+        };
+        Ok(crate::state::StateView::new(Arc::clone(&self.engine), Arc::clone(self.history.published_state()), meta))
     }
 
     /// The log slot the state reflects as of the last flush.
@@ -166,7 +194,9 @@ impl StateMachine {
             meta.keys_bytes,
             Graveyard::from_parts(buried),
         );
-        let history = History::open(Arc::clone(&engine), failure.clone(), meta.history);
+        let mut history = History::open(Arc::clone(&engine), failure.clone(), meta.history);
+        // A view being read when the node stopped kept compacted changes.
+        history.drop_leftovers();
         let machine = StateMachine {
             engine,
             failure,
