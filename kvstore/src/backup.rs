@@ -3,8 +3,8 @@
 //!
 //! Layout: the magic line `leasekv snapshot` and a newline (17 bytes), the format (`u32`,
 //! little-endian), the store revision (`i64`), the length of the state (`u64`), the state
-//! machine snapshot ([`StateMachine::to_snapshot_bytes`], which carries its own format
-//! number), zeros up to a multiple of 512 bytes, and the SHA-256 of everything before it
+//! machine snapshot (which carries its own format number: a server writes format 8, streamed
+//! from a [`StateView`] by [`write_file`]; older files hold format 7), zeros up to a multiple of 512 bytes, and the SHA-256 of everything before it
 //! (32 bytes). etcd also ends its snapshot with a SHA-256 and checks it on restore; a file
 //! cut short or changed in transit is refused, never restored. The padding is for
 //! `etcdctl snapshot save`, which takes a file for complete only when its length is a
@@ -13,7 +13,7 @@
 //! It is not etcd's format (a bbolt database): `etcdctl snapshot save` stores it as it
 //! comes, but `etcdctl snapshot restore` and `snapshot status` cannot read it.
 
-use crate::state::{SnapshotError, StateMachine};
+use crate::state::{SnapshotError, StateMachine, StateView};
 use crate::types::Revision;
 use sha2::{Digest, Sha256};
 
@@ -79,6 +79,55 @@ pub fn encode(machine: &StateMachine) -> Vec<u8> {
     out
 }
 
+/// Writes the backup file of `view` to `file` (empty, at its start), streaming the state
+/// (snapshot format 8) in bounded memory; returns the file's length. The state's length
+/// is patched into the header once known, and the hash is read back from the file.
+pub fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u64, BackupWriteError> {
+    use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&FORMAT.to_le_bytes());
+    header.extend_from_slice(&view.revision().to_le_bytes());
+    header.extend_from_slice(&0u64.to_le_bytes());
+    file.write_all(&header)?;
+    let state_len = {
+        let mut out = BufWriter::with_capacity(1 << 20, &mut *file);
+        let len = crate::state::stream::write(view, &mut out)?;
+        out.flush()?;
+        len
+    };
+    file.seek(SeekFrom::Start((MAGIC.len() + 12) as u64))?;
+    file.write_all(&state_len.to_le_bytes())?;
+    let content = (HEADER_LEN as u64 + state_len).div_ceil(BLOCK as u64) * BLOCK as u64;
+    file.set_len(content)?;
+    file.seek(SeekFrom::Start(0))?;
+    let mut hasher = Sha256::new();
+    let mut reader = BufReader::with_capacity(1 << 20, &mut *file).take(content);
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = reader.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    file.seek(SeekFrom::Start(content))?;
+    file.write_all(&hasher.finalize())?;
+    file.seek(SeekFrom::Start(0))?;
+    Ok(content + HASH_LEN as u64)
+}
+
+/// Why a backup file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupWriteError {
+    /// Writing or reading the file failed.
+    #[error("writing the backup file failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// Reading the state failed.
+    #[error(transparent)]
+    State(#[from] crate::engine::EngineError),
+}
+
 /// The state a backup file holds, checked: magic, format, hash, then the state itself.
 pub fn decode(bytes: &[u8]) -> Result<StateMachine, BackupError> {
     if !bytes.starts_with(MAGIC) {
@@ -106,6 +155,36 @@ pub fn decode(bytes: &[u8]) -> Result<StateMachine, BackupError> {
         return Err(BackupError::RevisionMismatch { header, state: machine.revision() });
     }
     Ok(machine)
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use crate::command::{Command, PutRequest};
+
+    /// A file written from a view, at the view's revision while the state moved on, decodes
+    /// to the state as it was.
+    #[test]
+    fn a_backup_written_from_a_view_restores_the_state_it_saw() {
+        let mut machine = StateMachine::new();
+        for i in 0..300 {
+            let put = PutRequest { key: format!("k{i}").into(), value: vec![b'v'; i], lease: 0, prev_kv: false };
+            machine.apply(&Command::Put(put));
+        }
+        machine.flush().unwrap();
+        let expected = machine.hash_kv(0).unwrap();
+        let view = machine.view().unwrap();
+        machine.apply(&Command::Put(PutRequest { key: "k1".into(), value: "later".into(), lease: 0, prev_kv: false }));
+        machine.flush().unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        let len = write_file(&view, &mut file).unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        assert_eq!((bytes.len() - HASH_LEN) % BLOCK, 0);
+        let restored = decode(&bytes).unwrap();
+        assert_eq!(restored.hash_kv(0).unwrap(), expected);
+    }
 }
 
 #[cfg(test)]

@@ -12,9 +12,11 @@ use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::auth::AuthStore;
-use leasekv_kvstore::log::{LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, SyncTicket};
+use leasekv_kvstore::log::{
+    LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, StorageFailure, SyncTicket,
+};
 use leasekv_kvstore::membership::{url_address, Membership};
-use leasekv_kvstore::state::KvHash;
+use leasekv_kvstore::state::{KvHash, StateView};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
@@ -37,10 +39,8 @@ pub enum Request {
     ResolveName(String, oneshot::Sender<Option<LeaseId>>),
     /// Local figures.
     Status(oneshot::Sender<NodeStatus>),
-    /// A backup file of this node's state (see [`leasekv_kvstore::backup`]) and its revision.
-    Backup(oneshot::Sender<(Vec<u8>, Revision)>),
-    /// The hash of this node's keys and history at a revision (0: the current one).
-    HashKv(Revision, oneshot::Sender<Result<KvHash, KvError>>),
+    /// A view of this node's applied state, read off the loop (backups, HashKV).
+    View(oneshot::Sender<Result<StateView, RequestError>>),
     /// The hash of this node's whole state, and its revision.
     Hash(oneshot::Sender<(u32, Revision)>),
     /// A log message from a peer.
@@ -98,6 +98,9 @@ pub struct NodeHandle {
     membership: watch::Receiver<Arc<Membership>>,
     /// Users, roles and permissions as this node last applied them.
     auth: watch::Receiver<Arc<AuthStore>>,
+    /// Where a backup file is written before it is streamed (the data directory: a backup
+    /// is as large as the state).
+    scratch: std::path::PathBuf,
 }
 
 /// Why the node loop dropped a request it had taken without answering it: it stopped.
@@ -243,16 +246,31 @@ impl NodeHandle {
         self.ask(false, Request::Status).await
     }
 
-    /// A backup file of this node's applied state, and the revision it is at. Served from
-    /// this node's state, as etcd serves a snapshot from the member asked: a follower's may
-    /// be a little behind the master's.
-    pub async fn backup(&self) -> Result<(Vec<u8>, Revision), RequestError> {
-        self.ask(false, Request::Backup).await
+    /// A backup file of this node's applied state (an unlinked file in the data directory,
+    /// at its start), its length and the revision it is at. Served from this node's state,
+    /// as etcd serves a snapshot from the member asked: a follower's may be a little behind
+    /// the master's. The state is read from a view, off the node loop, while writes go on.
+    pub async fn backup(&self) -> Result<(std::fs::File, u64, Revision), RequestError> {
+        let view = self.ask(false, Request::View).await??;
+        let scratch = self.scratch.clone();
+        let failed = |what: String| RequestError::StorageFailed(StorageFailure::new(StorageError::Io(what)));
+        tokio::task::spawn_blocking(move || {
+            let mut file = tempfile::tempfile_in(&scratch)
+                .map_err(|e| failed(format!("cannot create a backup file in {}: {e}", scratch.display())))?;
+            let len = leasekv_kvstore::backup::write_file(&view, &mut file).map_err(|e| failed(e.to_string()))?;
+            Ok((file, len, view.revision()))
+        })
+        .await
+        .map_err(|e| failed(format!("the backup task failed: {e}")))?
     }
 
-    /// The hash of this node's keys and history at `revision` (0: the current revision).
+    /// The hash of this node's keys and history at `revision` (0: the current revision),
+    /// read from a view off the node loop.
     pub async fn hash_kv(&self, revision: Revision) -> Result<Result<KvHash, KvError>, RequestError> {
-        self.ask(false, |reply| Request::HashKv(revision, reply)).await
+        let view = self.ask(false, Request::View).await??;
+        tokio::task::spawn_blocking(move || view.hash_kv(revision)).await.map_err(|e| {
+            RequestError::StorageFailed(StorageFailure::new(StorageError::Io(format!("the hash task failed: {e}"))))
+        })
     }
 
     /// The hash of this node's whole state, and the revision it is at.
@@ -291,6 +309,7 @@ pub fn start(
     let (auth_tx, auth) = watch::channel(Arc::new(replica.state().auth().clone()));
     let (tx, rx) = mpsc::channel(65_536);
     let status = election.subscribe();
+    let scratch = replica.storage().dir().to_path_buf();
     let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
         Ok((disk, synced)) => (Some(disk), Some(synced)),
         Err(error) => {
@@ -325,7 +344,7 @@ pub fn start(
         removed: Some(removed_tx),
     };
     tokio::spawn(node.run(rx, status, synced));
-    (NodeHandle { tx, revision, term, election, history, membership, auth }, failed, removed)
+    (NodeHandle { tx, revision, term, election, history, membership, auth, scratch }, failed, removed)
 }
 
 /// Who waits for the answer to a master request served on this node.
@@ -604,12 +623,9 @@ impl NodeLoop {
                     forwards: self.forwards.len(),
                 });
             }
-            Request::Backup(reply) => {
-                let state = self.replica.state();
-                let _ = reply.send((leasekv_kvstore::backup::encode(state), state.revision()));
-            }
-            Request::HashKv(revision, reply) => {
-                let _ = reply.send(self.replica.state().hash_kv(revision));
+            Request::View(reply) => {
+                let _ =
+                    reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
             }
             Request::Hash(reply) => {
                 let state = self.replica.state();

@@ -88,6 +88,11 @@ impl Learner {
         &self.machine
     }
 
+    /// The state machine, to take a view of it (which flushes it, changing nothing else).
+    pub(super) fn machine_mut_for_view(&mut self) -> &mut StateMachine {
+        &mut self.machine
+    }
+
     /// The state machine, to damage it on purpose (negative controls only).
     #[cfg(feature = "negative-controls")]
     pub(super) fn machine_mut(&mut self) -> &mut StateMachine {

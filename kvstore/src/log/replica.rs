@@ -354,6 +354,12 @@ impl<S: Storage> Replica<S> {
         &self.limits
     }
 
+    /// A consistent view of the applied state as of now, to read on another thread while the
+    /// replica goes on (backups, hashes): see [`crate::state::StateView`].
+    pub fn view(&mut self) -> Result<crate::state::StateView, StorageError> {
+        self.learner.machine_mut_for_view().view().map_err(|e| StorageError::backend("taking a view of the state", e))
+    }
+
     /// The state machine (for serializable reads and inspection).
     pub fn state(&self) -> &StateMachine {
         self.learner.machine()

@@ -257,6 +257,12 @@ impl Keyspace {
         kv
     }
 
+    /// Negative control: the key whose reads are damaged, if any.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn damaged(&self) -> Option<&[u8]> {
+        self.damaged.as_deref()
+    }
+
     /// Negative control: every later read of `key` sees a bit of its value flipped.
     #[cfg(feature = "negative-controls")]
     pub(super) fn damage_reads_of(&mut self, key: &[u8]) {

@@ -12,6 +12,7 @@ mod lease_keys;
 mod lease_table;
 mod machine;
 mod snapshot;
+pub mod stream;
 mod validate;
 pub mod view;
 

@@ -114,15 +114,15 @@ struct SnapshotOut<'a> {
 }
 
 #[derive(Deserialize)]
-struct SnapshotIn {
-    format: u32,
-    revision: Revision,
-    tenure: Tenure,
-    grant_counter: u64,
-    digest: u64,
-    leases: Vec<LeaseRecord>,
-    deaths: Vec<Death>,
-    kvs: Vec<KvIn>,
+pub(super) struct SnapshotIn {
+    pub(super) format: u32,
+    pub(super) revision: Revision,
+    pub(super) tenure: Tenure,
+    pub(super) grant_counter: u64,
+    pub(super) digest: u64,
+    pub(super) leases: Vec<LeaseRecord>,
+    pub(super) deaths: Vec<Death>,
+    pub(super) kvs: Vec<KvIn>,
 }
 
 /// The section format 4 appends: the compaction point and every retained change, each as
@@ -134,9 +134,9 @@ struct HistoryOut<'a> {
 }
 
 #[derive(Deserialize)]
-struct HistoryIn {
-    compacted: Revision,
-    events: Vec<(u8, KvIn, Option<KvIn>)>,
+pub(super) struct HistoryIn {
+    pub(super) compacted: Revision,
+    pub(super) events: Vec<(u8, KvIn, Option<KvIn>)>,
 }
 
 struct EventsOut<'a>(&'a History);
@@ -173,7 +173,7 @@ fn counted_seq<S: Serializer, T: Serialize>(
     seq.end()
 }
 
-fn kind_code(kind: EventKind) -> u8 {
+pub(super) fn kind_code(kind: EventKind) -> u8 {
     match kind {
         EventKind::Put => 0,
         EventKind::Delete => 1,
@@ -182,10 +182,10 @@ fn kind_code(kind: EventKind) -> u8 {
 
 /// A lease without its keys.
 #[derive(Serialize, Deserialize)]
-struct LeaseRecord {
-    id: LeaseId,
-    name: Option<String>,
-    ttl: i64,
+pub(super) struct LeaseRecord {
+    pub(super) id: LeaseId,
+    pub(super) name: Option<String>,
+    pub(super) ttl: i64,
 }
 
 /// The stored keys (dead ones included) as a sequence, serialised straight from the B-tree
@@ -208,7 +208,7 @@ impl Serialize for OwnedKvOut {
 }
 
 /// One key-value with its byte fields written as byte strings.
-struct KvOut<'a>(&'a KeyValue);
+pub(super) struct KvOut<'a>(pub(super) &'a KeyValue);
 
 impl Serialize for KvOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -227,7 +227,7 @@ impl Serialize for KvOut<'_> {
 
 /// The decoding side of [`KvOut`] (a tuple struct is laid out as a tuple).
 #[derive(Deserialize)]
-struct KvIn(ByteBuf, ByteBuf, Revision, Revision, i64, LeaseId);
+pub(super) struct KvIn(pub(super) ByteBuf, pub(super) ByteBuf, Revision, Revision, i64, LeaseId);
 
 struct Bytes<'a>(&'a [u8]);
 
@@ -237,7 +237,7 @@ impl Serialize for Bytes<'_> {
     }
 }
 
-struct ByteBuf(Vec<u8>);
+pub(super) struct ByteBuf(pub(super) Vec<u8>);
 
 impl<'de> Deserialize<'de> for ByteBuf {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -314,6 +314,11 @@ fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
 fn decode_history(bytes: &[u8], revision: Revision) -> Result<(DecodedHistory, &[u8]), SnapshotError> {
     let (section, rest): (HistoryIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
+    Ok((check_history(section, revision)?, rest))
+}
+
+/// Checks the history section against the store revision.
+pub(super) fn check_history(section: HistoryIn, revision: Revision) -> Result<DecodedHistory, SnapshotError> {
     if !(0..=revision).contains(&section.compacted) {
         return Err(SnapshotError(format!("compaction point {} is outside 0..={revision}", section.compacted)));
     }
@@ -335,21 +340,29 @@ fn decode_history(bytes: &[u8], revision: Revision) -> Result<(DecodedHistory, &
         last = at;
         events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
     }
-    Ok((DecodedHistory { events, compacted: section.compacted }, rest))
+    Ok(DecodedHistory { events, compacted: section.compacted })
 }
 
-fn key_value(KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn) -> KeyValue {
+pub(super) fn key_value(
+    KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease): KvIn,
+) -> KeyValue {
     KeyValue { key, value, create_revision, mod_revision, version, lease }
 }
 
 /// The history section, decoded and checked.
-struct DecodedHistory {
-    events: Vec<Event>,
-    compacted: Revision,
+pub(super) struct DecodedHistory {
+    pub(super) events: Vec<Event>,
+    pub(super) compacted: Revision,
 }
 
-/// Decodes and checks a snapshot.
+/// Decodes and checks a snapshot of any format this build reads.
 pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
+    let (format, _): (u32, _) =
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
+    if format == super::stream::FORMAT {
+        let parts = super::stream::parse(bytes)?;
+        return validate(parts.snap, parts.history, parts.alarms, parts.membership, parts.auth);
+    }
     let (snap, rest): (SnapshotIn, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
     if snap.revision < 1 {
@@ -387,10 +400,26 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
         }
         other => {
             return Err(SnapshotError(format!(
-                "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} to {FORMAT})"
+                "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} to {})",
+                super::stream::FORMAT
             )))
         }
     };
+    validate(snap, history, alarms, membership, auth)
+}
+
+/// Checks a decoded snapshot: leases, keys and history consistent with each other and
+/// with the store revision.
+pub(super) fn validate(
+    snap: SnapshotIn,
+    history: DecodedHistory,
+    alarms: BTreeSet<Alarm>,
+    membership: Membership,
+    auth: AuthStore,
+) -> Result<Checked, SnapshotError> {
+    if snap.revision < 1 {
+        return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
+    }
     let mut leases = BTreeMap::new();
     let mut names = BTreeSet::new();
     for l in snap.leases {

@@ -62,6 +62,9 @@ pub struct ViewMeta {
     pub auth: AuthStore,
     /// Lease deaths whose keys were not all swept yet: those keys are stored but dead.
     pub(super) deaths: Vec<Death>,
+    /// Negative control: the key whose value reads of this state see damaged.
+    #[cfg(feature = "negative-controls")]
+    pub(super) damaged: Option<Vec<u8>>,
 }
 
 /// The state at one revision, readable from any thread (see the module docs). Dropping it
@@ -162,7 +165,15 @@ impl StateView {
                     kvs.insert(key.clone(), kv.clone());
                 }
             }
-            let live: Vec<KeyValue> = kvs.into_values().filter(|kv| !self.is_dead(kv)).collect();
+            #[cfg_attr(not(feature = "negative-controls"), allow(unused_mut))]
+            let mut live: Vec<KeyValue> = kvs.into_values().filter(|kv| !self.is_dead(kv)).collect();
+            #[cfg(feature = "negative-controls")]
+            if let Some(kv) = live.iter_mut().find(|kv| self.meta.damaged.as_deref() == Some(kv.key.as_slice())) {
+                match kv.value.first_mut() {
+                    Some(byte) => *byte ^= 0x01,
+                    None => kv.value.push(0),
+                }
+            }
             if !live.is_empty() {
                 each(live)?;
             }

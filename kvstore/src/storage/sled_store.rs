@@ -241,6 +241,11 @@ impl SledStorage {
         Ok(SledStorage { durable, log, snapshot, piece: pieces::piece_len(segment_size), engine: Arc::new(engine) })
     }
 
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.durable.dir
+    }
+
     /// The restart-epoch store that shares this database.
     pub fn epoch_store(&self) -> SledEpochStore {
         SledEpochStore { durable: self.durable.clone() }

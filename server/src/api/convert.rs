@@ -288,6 +288,8 @@ pub fn kv_error(error: &KvError) -> Status {
         // etcd has no lease cap; a quota's code, as NOSPACE has.
         KvError::TooManyLeases { .. } => Code::ResourceExhausted,
         KvError::Corrupt => Code::DataLoss,
+        // A disk error or a damaged record on this member: not the caller's doing.
+        KvError::StateUnreadable(_) => Code::Internal,
         KvError::PermissionDenied => Code::PermissionDenied,
         // etcd's ErrGRPCMemberNotFound, ErrGRPCPeerURLExist, ErrGRPCMemberNotLearner,
         // ErrGRPCLearnerNotReady, ErrGRPCTooManyLearners and ErrGRPCUnhealthy.

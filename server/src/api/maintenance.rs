@@ -255,30 +255,36 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     /// version, as etcd 3.6's carry its storage version.
     async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         caller_of(&self.0.node, &request)?.admin()?;
-        let (file, _revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
-        let content_len = file.len().saturating_sub(leasekv_kvstore::backup::HASH_LEN);
-        // Chunks are copied out one at a time as the stream is polled, so serving a
-        // snapshot holds the file once, not twice.
-        let mut sent = 0;
+        let (file, len, _revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
+        let content_len = len.saturating_sub(leasekv_kvstore::backup::HASH_LEN as u64);
+        // Read a chunk at a time as the stream is polled: serving a snapshot holds one chunk
+        // in memory, whatever the state's size.
+        let mut reader = std::io::BufReader::new(file);
+        let mut sent = 0u64;
         let mut digest_sent = false;
         let chunks = std::iter::from_fn(move || {
-            if let Some(chunk) = file[..content_len].get(sent..).and_then(|rest| rest.chunks(SNAPSHOT_CHUNK).next()) {
-                sent += chunk.len();
-                return Some(Ok(pb::SnapshotResponse {
-                    header: None,
-                    remaining_bytes: (content_len - sent) as u64,
-                    blob: chunk.to_vec(),
-                    version: crate::gateway::health::ETCD_API.to_string(),
-                }));
+            use std::io::Read;
+            let unread = content_len - sent;
+            let (want, last) = match unread {
+                0 if digest_sent => return None,
+                0 => (leasekv_kvstore::backup::HASH_LEN as u64, true),
+                n => (n.min(SNAPSHOT_CHUNK as u64), false),
+            };
+            let mut blob = vec![0u8; want as usize];
+            if let Err(error) = reader.read_exact(&mut blob) {
+                digest_sent = true;
+                sent = content_len;
+                return Some(Err(Status::internal(format!("etcdserver: reading the snapshot file failed: {error}"))));
             }
-            if digest_sent {
-                return None;
+            if last {
+                digest_sent = true;
+            } else {
+                sent += want;
             }
-            digest_sent = true;
             Some(Ok(pb::SnapshotResponse {
                 header: None,
-                remaining_bytes: 0,
-                blob: file[content_len..].to_vec(),
+                remaining_bytes: content_len - sent,
+                blob,
                 version: crate::gateway::health::ETCD_API.to_string(),
             }))
         });

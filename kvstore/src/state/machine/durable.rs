@@ -117,6 +117,8 @@ impl StateMachine {
             membership: self.membership.clone(),
             auth: self.auth.clone(),
             deaths: self.keys.deaths().collect(),
+            #[cfg(feature = "negative-controls")]
+            damaged: self.keys.damaged().map(<[u8]>::to_vec),
         };
         Ok(crate::state::StateView::new(Arc::clone(&self.engine), Arc::clone(self.history.published_state()), meta))
     }
