@@ -1,0 +1,137 @@
+//! A data directory written by the release before the state engine and the segment log
+//! (commit 977dc1a: the state machine in memory, rebuilt at every start from a snapshot and
+//! the log, both in one sled database) opens with this build: the log moves to its segment
+//! files, the snapshot is installed into the state engine, the log after it replayed, and
+//! every key, lease, revision and retained change is there, before and after a restart.
+//!
+//! The fixture `tests/fixtures/data-dir-977dc1a.tar.gz` was written by that release's
+//! kvserver (single node, `[log] snapshot_every = 40`, `retain_after_snapshot = 10`):
+//! a lease `server1` (TTL 3600 s) holding `/servers/lease1`; `/servers/1` … `/servers/60`;
+//! `/big` (133,336 bytes, over the engine's piece size); `/servers/1` written three more
+//! times; `/servers/2` deleted; compacted at revision 30; `/after-compact`. Store revision
+//! 68, with a snapshot taken and slots logged after it.
+
+mod common;
+
+use common::cluster::{client, eventually, runtime, KVSERVER};
+use leasekv::client::{GetOptions, WatchOptions, WatchUpdate};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-977dc1a.tar.gz");
+
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(config: &std::path::Path, log: &std::path::Path) -> Node {
+    let log = std::fs::File::create(log).expect("log file");
+    let child = Command::new(KVSERVER)
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kvserver starts");
+    Node(child)
+}
+
+/// Everything the fixture holds, read through `endpoint`.
+async fn check_state(endpoint: &str) {
+    let c = client(endpoint).await;
+    let all = GetOptions { prefix: true, ..Default::default() };
+    let everything = eventually(Duration::from_secs(10), || async { c.get("/", all).await }).await;
+    assert_eq!(everything.kvs.len(), 62, "every key is there");
+    assert_eq!(everything.header.map(|h| h.revision), Some(68));
+    let one = c.get("/servers/1", GetOptions::default()).await.expect("get").kvs;
+    assert_eq!((one[0].value.as_slice(), one[0].mod_revision, one[0].version), (&b"v3"[..], 66, 4));
+    assert!(c.get("/servers/2", GetOptions::default()).await.expect("get").kvs.is_empty());
+    let big = c.get("/big", GetOptions::default()).await.expect("get").kvs;
+    assert_eq!(big[0].value.len(), 133_336);
+    // The lease and its key.
+    let lease = c.resolve_name("server1").await.expect("the lease's name resolves");
+    let ttl = c.lease_time_to_live(lease, true).await.expect("TimeToLive");
+    assert_eq!(ttl.keys, vec![b"/servers/lease1".to_vec()]);
+    assert_eq!(ttl.granted_ttl, 3600);
+    // The history from the compaction point on, and nothing before it.
+    let past = GetOptions { revision: 40, ..Default::default() };
+    let then = c.get("/servers/1", past).await.expect("a read at revision 40").kvs;
+    assert_eq!(then[0].value, b"{\"addr\":\"10.0.0.1:80\"}");
+    let compacted = GetOptions { revision: 20, ..Default::default() };
+    let refused = c.get("/servers/1", compacted).await.expect_err("below the compaction point");
+    assert!(refused.to_string().contains("required revision has been compacted"), "{refused}");
+    let mut watch = c
+        .watch("/servers/1", WatchOptions { start_revision: 64, ..Default::default() })
+        .await
+        .expect("a watch from revision 64");
+    let mut revisions = Vec::new();
+    while revisions.len() < 3 {
+        let update = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+        match update.expect("the history since 64 in time").expect("a watch update") {
+            WatchUpdate::Response(response) => {
+                revisions.extend(response.events.iter().filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision)))
+            }
+            WatchUpdate::Resumed { cause, .. } => panic!("the watch broke: {cause}"),
+        }
+    }
+    assert_eq!(revisions, vec![64, 65, 66]);
+}
+
+#[test]
+fn a_data_dir_of_the_release_before_the_state_engine_opens_with_everything_in_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let untar = Command::new("tar").arg("xzf").arg(FIXTURE).arg("-C").arg(dir.path()).status();
+    assert!(untar.is_ok_and(|s| s.success()), "tar could not unpack {FIXTURE}");
+    let ports = common::free_ports(2);
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "id = 1\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n",
+            ports[0],
+            ports[1],
+            dir.path().join("data").display()
+        ),
+    )
+    .expect("config written");
+    let endpoint = format!("127.0.0.1:{}", ports[0]);
+    let rt = runtime();
+    {
+        let _node = start(&config, &dir.path().join("log1"));
+        rt.block_on(check_state(&endpoint));
+        // A write after the upgrade, then a clean stop.
+        rt.block_on(async {
+            let c = client(&endpoint).await;
+            c.put("/upgraded", "yes", 0, false).await.expect("a write after the upgrade");
+        });
+    }
+    let data = dir.path().join("data");
+    assert!(data.join("log").is_dir(), "the log moved to its segment files");
+    assert!(data.join("state").is_dir(), "the state is in the state engine");
+    // Second start: from the state engine this time, with the log after it.
+    let _node = start(&config, &dir.path().join("log2"));
+    rt.block_on(async {
+        let c = client(&endpoint).await;
+        let all = GetOptions { prefix: true, keys_only: true, ..Default::default() };
+        let everything = eventually(Duration::from_secs(10), || async { c.get("/", all).await }).await;
+        assert_eq!(everything.kvs.len(), 63);
+    });
+    rt.block_on(check_state_after_restart(&endpoint));
+}
+
+/// What [`check_state`] checks, less the key count (one more key was written).
+async fn check_state_after_restart(endpoint: &str) {
+    let c = client(endpoint).await;
+    let one = c.get("/servers/1", GetOptions::default()).await.expect("get").kvs;
+    assert_eq!((one[0].value.as_slice(), one[0].mod_revision), (&b"v3"[..], 66));
+    let past = GetOptions { revision: 40, ..Default::default() };
+    let then = c.get("/servers/1", past).await.expect("a read at revision 40").kvs;
+    assert_eq!(then[0].value, b"{\"addr\":\"10.0.0.1:80\"}");
+    let lease = c.resolve_name("server1").await.expect("the lease's name resolves");
+    assert_eq!(c.lease_time_to_live(lease, true).await.expect("TimeToLive").keys, vec![b"/servers/lease1".to_vec()]);
+}
