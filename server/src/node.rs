@@ -529,27 +529,52 @@ impl NodeLoop {
         tracing::info!("node loop stopped");
     }
 
-    /// Takes the snapshot the replica says is due, after this turn's answers went out.
+    /// Does what the replica says is due after this turn's answers went out: a checkpoint
+    /// (the state engine synced, the log behind it dropped) and snapshots for peers behind
+    /// the log's start.
     ///
-    /// A snapshot serializes and stores the whole state: hundreds of milliseconds for a few
-    /// megabytes, seconds for a gigabyte. On the runtime's worker that stall starved the
-    /// election's renewals (one worker by default), so a busy master lost its mastership at
-    /// every snapshot, and with it every lease countdown restarted (scalebench's expiry
-    /// storm: keys gone 13 s late). `block_in_place` hands the worker's other tasks to
-    /// another thread for the duration; the loop itself still waits, so requests queue
-    /// rather than fail.
+    /// A checkpoint is an engine sync: a flush of what sled has not written yet (its own
+    /// flusher writes every 500 ms). `block_in_place` hands the worker's other tasks (the
+    /// election's renewals first) to another thread for its duration. A snapshot for peers
+    /// is a view taken here and serialized on a blocking thread while the loop goes on; the
+    /// peers pull it when it is parked.
     fn take_snapshot(&mut self) {
         let started = Instant::now();
         let (replica, now) = (&mut self.replica, self.clock.now());
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| replica.snapshot_if_due(now))
+                tokio::task::block_in_place(|| replica.checkpoint_if_due())
             }
-            _ => replica.snapshot_if_due(now),
+            _ => replica.checkpoint_if_due(),
         }
         let took = started.elapsed();
         if took > Duration::from_millis(100) {
-            tracing::info!(took_ms = took.as_millis() as u64, applied = self.replica.applied_index(), "snapshot taken");
+            tracing::info!(
+                took_ms = took.as_millis() as u64,
+                applied = self.replica.applied_index(),
+                "checkpoint taken"
+            );
+        }
+        if let Some(job) = self.replica.take_snapshot_job(now) {
+            let peers = self.peers.clone();
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let mut data = Vec::new();
+                match leasekv_kvstore::state::stream::write(&job.view, &mut data) {
+                    Ok(bytes) => {
+                        tracing::info!(
+                            index = job.index,
+                            bytes,
+                            took_ms = started.elapsed().as_millis() as u64,
+                            "snapshot for peers built"
+                        );
+                        for peer in job.peers {
+                            peers.send_log(peer, LogMessage::Snapshot { index: job.index, data: data.clone() });
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot build a snapshot for peers; they will ask again"),
+                }
+            });
         }
         self.flush(false);
     }

@@ -41,6 +41,18 @@ pub(super) struct Learner {
 /// that the log kept behind the state stays small when slots are large.
 const CHECKPOINT_BYTES: u64 = 64 << 20;
 
+/// A snapshot for peers behind the log's start: the state at slot `index`, as a view the
+/// driver serializes ([`crate::state::stream::write`]) off the replica's thread and sends
+/// to each of `peers` as a [`LogMessage::Snapshot`].
+pub struct SnapshotJob {
+    /// Who asked.
+    pub peers: Vec<NodeId>,
+    /// The slot the state reflects.
+    pub index: Slot,
+    /// The state.
+    pub view: crate::state::StateView,
+}
+
 impl Learner {
     /// A learner restored from a snapshot at `snapshot_index` of `snapshot_bytes` bytes
     /// (0, 0 without one), with the log compacted through `compacted`.
@@ -229,6 +241,32 @@ impl<S: Storage> Replica<S> {
         }
         let entries = self.acceptor.chosen_entries(first, self.learner.commit(), self.config.max_fetch_entries);
         self.send(from, LogMessage::Entries { entries, commit: self.learner.commit() });
+    }
+
+    /// Takes the snapshot for peers that is due, as a view for the driver to serialize and
+    /// send off its thread ([`SnapshotJob`]), instead of [`Replica::snapshot_if_due`]
+    /// building and sending it in the replica. Records it as sent to each peer.
+    pub fn take_snapshot_job(&mut self, now: Instant) -> Option<SnapshotJob> {
+        if self.snapshot_wanted_by.is_empty() || self.stopped.is_some() {
+            return None;
+        }
+        let peers: Vec<NodeId> = std::mem::take(&mut self.snapshot_wanted_by).into_iter().collect();
+        let view = match self.learner.machine_mut_for_view().view() {
+            Ok(view) => view,
+            Err(e) => {
+                self.fail(StorageError::backend("taking a view of the state for a snapshot", e));
+                return None;
+            }
+        };
+        // The encoding is about the size the quota counts.
+        let bytes = self.learner.machine().bytes_in_use();
+        let wait =
+            self.config.retry_interval.max(Duration::from_secs_f64(bytes as f64 / SNAPSHOT_TRANSFER_BYTES_PER_SEC));
+        for &peer in &peers {
+            self.snapshots_sent.insert(peer, (now, wait));
+            self.counts.snapshots_sent += 1;
+        }
+        Some(SnapshotJob { peers, index: self.learner.applied(), view })
     }
 
     /// Sends one snapshot of the state machine to each of `peers` (built once for all).
@@ -448,6 +486,12 @@ impl<S: Storage> Replica<S> {
     pub fn snapshot_due(&self) -> bool {
         self.stopped.is_none()
             && (!self.snapshot_wanted_by.is_empty() || self.learner.snapshot_due(self.config.snapshot_every))
+    }
+
+    /// A checkpoint, if one is due (see [`Self::snapshot_if_due`]), without sending
+    /// snapshots to peers (the driver takes those with [`Self::take_snapshot_job`]).
+    pub fn checkpoint_if_due(&mut self) {
+        self.maybe_snapshot();
     }
 
     /// Takes the snapshot that is due, if one is, and drops the log behind it, then sends

@@ -16,6 +16,7 @@ mod acceptor;
 mod config;
 mod leader;
 mod learner;
+pub use learner::SnapshotJob;
 mod message;
 mod outbox;
 mod replica;

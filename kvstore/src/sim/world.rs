@@ -678,9 +678,20 @@ impl World {
     fn after_replica(&mut self, node: usize) {
         let now = self.local(node);
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
+        // Snapshots for peers the way the server builds them: a view serialized by the
+        // driver (format 8, dead keys left out), sent beside the replica's output.
+        let mut built = Vec::new();
         if replica.snapshot_due() {
-            replica.snapshot_if_due(now);
+            replica.checkpoint_if_due();
+            if let Some(job) = replica.take_snapshot_job(now) {
+                let mut data = Vec::new();
+                match crate::state::stream::write(&job.view, &mut data) {
+                    Ok(_) => built.extend(job.peers.into_iter().map(|peer| (peer, job.index, data.clone()))),
+                    Err(e) => self.oracles.violation(self.now, "snapshot-unbuilt", e.to_string()),
+                }
+            }
         }
+        let Some(replica) = self.nodes[node].replica.as_mut() else { return };
         let output = replica.take_output();
         let deadline = replica.poll_timeout();
         let id = self.nodes[node].id;
@@ -694,6 +705,9 @@ impl World {
         }
         for (to, message) in output.messages {
             self.send_wire(node, to, Wire::Log(message));
+        }
+        for (to, index, data) in built {
+            self.send_wire(node, to, Wire::Log(crate::log::LogMessage::Snapshot { index, data }));
         }
         for completion in output.completions {
             let Some((client, request_id, request)) = self.nodes[node].pending.remove(&completion.id) else { continue };
