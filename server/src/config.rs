@@ -33,7 +33,7 @@
 //!
 //! [storage]
 //! # quota_bytes = 2147483648       # etcd's --quota-backend-bytes; writes past it are refused
-//! # cache_bytes = 268435456        # the state engine's page cache (the key space stays on disk)
+//! # cache_bytes = 134217728        # the state engine's page cache (the key space stays on disk)
 //! # corrupt_check_interval_ms = 300000  # compare every member's hash this often; 0: never
 //!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time

@@ -105,7 +105,7 @@ pub struct StorageOptions {
 }
 
 /// The state engine's page cache when nothing else is configured.
-pub const DEFAULT_STATE_CACHE_BYTES: u64 = 256 << 20;
+pub const DEFAULT_STATE_CACHE_BYTES: u64 = 128 << 20;
 
 impl Default for StorageOptions {
     fn default() -> Self {
