@@ -36,6 +36,9 @@ pub struct Metrics {
     pub proposals_failed: IntCounter,
     /// How long each sync of the log took.
     pub wal_fsync: Histogram,
+    /// How long each turn of the node loop took (inputs handled, outputs sent, a checkpoint
+    /// if one was due): every request of the node waits while a turn runs.
+    pub loop_turn: Histogram,
     /// Keys in the store.
     pub keys: IntGauge,
     /// Bytes the storage takes on disk.
@@ -121,6 +124,15 @@ impl Metrics {
         )
         .expect("a valid metric");
         registry.register(Box::new(wal_fsync.clone())).expect("registered once");
+        let loop_turn = Histogram::with_opts(
+            HistogramOpts::new(
+                "leasekv_node_loop_turn_duration_seconds",
+                "The latency distributions of the node loop's turns (requests wait while one runs).",
+            )
+            .buckets(latency_buckets()),
+        )
+        .expect("a valid metric");
+        registry.register(Box::new(loop_turn.clone())).expect("registered once");
         let grpc = ["grpc_type", "grpc_service", "grpc_method"];
         Metrics {
             has_leader: gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not."),
@@ -131,6 +143,7 @@ impl Metrics {
             proposals_pending: gauge("etcd_server_proposals_pending", "The current number of pending proposals to commit."),
             proposals_failed: counter("etcd_server_proposals_failed_total", "The total number of failed proposals seen."),
             wal_fsync,
+            loop_turn,
             keys: gauge("etcd_debugging_mvcc_keys_total", "Total number of keys."),
             db_size: gauge("etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes."),
             current_revision: gauge("etcd_debugging_mvcc_current_revision", "The current revision of store."),
@@ -179,6 +192,11 @@ impl Metrics {
             },
             registry,
         }
+    }
+
+    /// Records one turn of the node loop.
+    pub fn loop_turn_took(&self, took: Duration) {
+        self.loop_turn.observe(took.as_secs_f64());
     }
 
     /// Records one sync of the log.

@@ -479,8 +479,12 @@ impl NodeLoop {
             let mut one_input = true;
             let replica_deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
             let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
+            // When the turn's input arrived: each branch sets it first, so the turn measured is
+            // the input's handling and everything after it, the wait for an input left out.
+            let mut turn_began = Instant::now();
             tokio::select! {
                 changed = status.changed() => {
+                    turn_began = Instant::now();
                     if changed.is_err() {
                         break;
                     }
@@ -488,6 +492,7 @@ impl NodeLoop {
                     self.apply_status(&s);
                 }
                 request = rx.recv() => {
+                    turn_began = Instant::now();
                     let Some(request) = request else { break };
                     self.handle(request);
                     for _ in 0..BATCH {
@@ -501,10 +506,12 @@ impl NodeLoop {
                     }
                 }
                 _ = sleep_until(replica_deadline) => {
+                    turn_began = Instant::now();
                     let now = self.clock.now();
                     self.replica.handle_timeout(now);
                 }
                 done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
+                    turn_began = Instant::now();
                     if let Some((ticket, handed_over)) = self.sync_in_flight.take() {
                         let result = done.map_or_else(|| Err(StorageError::Io("the sync thread stopped".into())), |(_, r)| r);
                         let now = self.clock.now();
@@ -514,6 +521,7 @@ impl NodeLoop {
                     }
                 }
                 _ = sleep_until(forward_deadline) => {
+                    turn_began = Instant::now();
                     let hint = self.replica.master_hint();
                     self.forwards.expire(Instant::now(), hint);
                 }
@@ -525,6 +533,7 @@ impl NodeLoop {
             }
             self.notice_master_change();
             busy_until = Instant::now();
+            crate::metrics::metrics().loop_turn_took(busy_until.duration_since(turn_began));
         }
         tracing::info!("node loop stopped");
     }
