@@ -481,7 +481,7 @@ impl NodeLoop {
             let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
             // When the turn's input arrived: each branch sets it first, so the turn measured is
             // the input's handling and everything after it, the wait for an input left out.
-            let mut turn_began = Instant::now();
+            let turn_began: Instant;
             tokio::select! {
                 changed = status.changed() => {
                     turn_began = Instant::now();
