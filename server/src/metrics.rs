@@ -115,24 +115,18 @@ impl Metrics {
             registry.register(Box::new(h.clone())).expect("registered once");
             h
         };
-        let wal_fsync = Histogram::with_opts(
-            HistogramOpts::new(
-                "etcd_disk_wal_fsync_duration_seconds",
-                "The latency distributions of fsync called by the log.",
-            )
-            .buckets(latency_buckets()),
-        )
-        .expect("a valid metric");
-        registry.register(Box::new(wal_fsync.clone())).expect("registered once");
-        let loop_turn = Histogram::with_opts(
-            HistogramOpts::new(
-                "leasekv_node_loop_turn_duration_seconds",
-                "The latency distributions of the node loop's turns (requests wait while one runs).",
-            )
-            .buckets(latency_buckets()),
-        )
-        .expect("a valid metric");
-        registry.register(Box::new(loop_turn.clone())).expect("registered once");
+        let histogram = |name: &str, help: &str| {
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(latency_buckets()))
+                .expect("a valid metric");
+            registry.register(Box::new(h.clone())).expect("registered once");
+            h
+        };
+        let wal_fsync =
+            histogram("etcd_disk_wal_fsync_duration_seconds", "The latency distributions of fsync called by the log.");
+        let loop_turn = histogram(
+            "leasekv_node_loop_turn_duration_seconds",
+            "The latency distributions of the node loop's turns (requests wait while one runs).",
+        );
         let grpc = ["grpc_type", "grpc_service", "grpc_method"];
         Metrics {
             has_leader: gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not."),
