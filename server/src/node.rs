@@ -41,8 +41,6 @@ pub enum Request {
     Status(oneshot::Sender<NodeStatus>),
     /// A view of this node's applied state, read off the loop (backups, HashKV).
     View(oneshot::Sender<Result<StateView, RequestError>>),
-    /// The hash of this node's whole state, and its revision.
-    Hash(oneshot::Sender<(u32, Revision)>),
     /// A log message from a peer.
     Log(NodeId, LogMessage),
     /// A request a follower forwarded to this node as master.
@@ -273,15 +271,44 @@ impl NodeHandle {
         })
     }
 
-    /// The hash of this node's whole state, and the revision it is at.
+    /// The hash of this node's whole state (a CRC-32 of its format 8 snapshot: keys,
+    /// leases, history, membership, auth), and the revision it is at; read from a view off
+    /// the node loop.
     pub async fn hash(&self) -> Result<(u32, Revision), RequestError> {
-        self.ask(false, Request::Hash).await
+        let view = self.ask(false, Request::View).await??;
+        tokio::task::spawn_blocking(move || {
+            let mut hasher = HashingWriter(crc32fast::Hasher::new());
+            leasekv_kvstore::state::stream::write(&view, &mut hasher)
+                .map(|_| (hasher.0.finalize(), view.revision()))
+                .map_err(|e| {
+                    RequestError::StorageFailed(StorageFailure::new(StorageError::backend("hashing the state", e)))
+                })
+        })
+        .await
+        .map_err(|e| {
+            RequestError::StorageFailed(StorageFailure::new(StorageError::Io(format!("the hash task failed: {e}"))))
+        })?
     }
 
     /// Hands a peer's message to the loop (dropped when the loop is gone or full: the
     /// protocols recover from loss, and a forward's sender gives up after its timeout).
     pub fn deliver(&self, request: Request) {
         let _ = self.tx.try_send(request);
+    }
+}
+
+/// A `Write` that feeds a CRC-32: etcd's Hash of the whole state, computed over the state
+/// as a snapshot of it would be written, without keeping the bytes.
+struct HashingWriter(crc32fast::Hasher);
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -660,10 +687,6 @@ impl NodeLoop {
             Request::View(reply) => {
                 let _ =
                     reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
-            }
-            Request::Hash(reply) => {
-                let state = self.replica.state();
-                let _ = reply.send((state.hash(), state.revision()));
             }
             Request::Log(from, message) => self.replica.handle_message(now, from, message),
         }
