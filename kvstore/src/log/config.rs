@@ -56,7 +56,10 @@ impl ReplicaConfig {
     /// Defaults for an election lease time `lease_time`: the minimum TTL is about twice it,
     /// rounded up to whole seconds, so a lease outlives one failover.
     pub fn for_lease_time(lease_time: Duration) -> Self {
-        let min_ttl_secs = (2 * lease_time.as_millis() as i64 + 999) / 1000;
+        // Saturating: a config may name any lease time, and validation refuses it later
+        // with a message rather than this overflowing first.
+        let min_ttl_millis = lease_time.as_millis().saturating_mul(2).saturating_add(999);
+        let min_ttl_secs = i64::try_from(min_ttl_millis / 1000).unwrap_or(i64::MAX);
         ReplicaConfig {
             max_batch_commands: 256,
             max_batch_bytes: 1 << 20,
