@@ -259,26 +259,26 @@ impl<S: Storage> Replica<S> {
             }
         };
         // The encoding is about the size the quota counts.
-        let bytes = self.learner.machine().bytes_in_use();
-        let wait =
-            self.config.retry_interval.max(Duration::from_secs_f64(bytes as f64 / SNAPSHOT_TRANSFER_BYTES_PER_SEC));
-        for &peer in &peers {
-            self.snapshots_sent.insert(peer, (now, wait));
-            self.counts.snapshots_sent += 1;
-        }
+        self.snapshot_sent_to(now, &peers, self.learner.machine().bytes_in_use());
         Some(SnapshotJob { peers, index: self.learner.applied(), view })
     }
 
     /// Sends one snapshot of the state machine to each of `peers` (built once for all).
     fn send_snapshot(&mut self, now: Instant, peers: &[NodeId]) {
         let data = self.learner.machine().to_snapshot_bytes();
-        let wait = self
-            .config
-            .retry_interval
-            .max(Duration::from_secs_f64(data.len() as f64 / SNAPSHOT_TRANSFER_BYTES_PER_SEC));
+        self.snapshot_sent_to(now, peers, data.len() as u64);
+        for &peer in peers {
+            self.send(peer, LogMessage::Snapshot { index: self.learner.applied(), data: data.clone() });
+        }
+    }
+
+    /// Records a snapshot of about `bytes` sent to `peers` at `now`: none gets another
+    /// before it could have pulled this one.
+    fn snapshot_sent_to(&mut self, now: Instant, peers: &[NodeId], bytes: u64) {
+        let wait =
+            self.config.retry_interval.max(Duration::from_secs_f64(bytes as f64 / SNAPSHOT_TRANSFER_BYTES_PER_SEC));
         for &peer in peers {
             self.snapshots_sent.insert(peer, (now, wait));
-            self.send(peer, LogMessage::Snapshot { index: self.learner.applied(), data: data.clone() });
             self.counts.snapshots_sent += 1;
         }
     }

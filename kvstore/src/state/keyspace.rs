@@ -247,12 +247,7 @@ impl Keyspace {
     fn as_read(&self, kv: KeyValue) -> KeyValue {
         #[cfg(feature = "negative-controls")]
         if self.damaged.as_deref() == Some(kv.key.as_slice()) {
-            let mut kv = kv;
-            match kv.value.first_mut() {
-                Some(byte) => *byte ^= 0x01,
-                None => kv.value.push(0),
-            }
-            return kv;
+            return damage(kv);
         }
         kv
     }
@@ -424,6 +419,17 @@ impl Keyspace {
         }
         RangeResponse { more: count > kvs.len(), count: to_i64(count), kvs }
     }
+}
+
+/// `kv` with a bit of its value flipped (an empty value gains a byte): the damage of the
+/// corruption check's negative control, as every reader of a damaged key sees it.
+#[cfg(feature = "negative-controls")]
+pub(super) fn damage(mut kv: KeyValue) -> KeyValue {
+    match kv.value.first_mut() {
+        Some(byte) => *byte ^= 0x01,
+        None => kv.value.push(0),
+    }
+    kv
 }
 
 /// The engine's records merged with the writes not yet flushed, both in key order.

@@ -165,15 +165,15 @@ impl StateView {
                     kvs.insert(key.clone(), kv.clone());
                 }
             }
-            #[cfg_attr(not(feature = "negative-controls"), allow(unused_mut))]
-            let mut live: Vec<KeyValue> = kvs.into_values().filter(|kv| !self.is_dead(kv)).collect();
+            let live: Vec<KeyValue> = kvs.into_values().filter(|kv| !self.is_dead(kv)).collect();
             #[cfg(feature = "negative-controls")]
-            if let Some(kv) = live.iter_mut().find(|kv| self.meta.damaged.as_deref() == Some(kv.key.as_slice())) {
-                match kv.value.first_mut() {
-                    Some(byte) => *byte ^= 0x01,
-                    None => kv.value.push(0),
-                }
-            }
+            let live: Vec<KeyValue> = live
+                .into_iter()
+                .map(|kv| match self.meta.damaged.as_deref() == Some(kv.key.as_slice()) {
+                    true => super::keyspace::damage(kv),
+                    false => kv,
+                })
+                .collect();
             if !live.is_empty() {
                 each(live)?;
             }

@@ -24,6 +24,7 @@ use crate::state::lease_table::{Lease, LeaseTable};
 use crate::state::Failure;
 use crate::types::{LeaseId, Revision};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -31,8 +32,10 @@ use std::sync::Arc;
 const PAGE: usize = 1024;
 
 /// Everything about the state that is not a key, a change, a lease or an attachment.
+/// Written at every flush, so it borrows what it can from the state (`Cow`): the alarms and
+/// the membership are not copied per slot.
 #[derive(Debug, Serialize, Deserialize)]
-struct MetaRecord {
+struct MetaRecord<'a> {
     /// The log slot the state reflects: every command of every slot up to it is applied.
     applied: u64,
     revision: Revision,
@@ -45,8 +48,8 @@ struct MetaRecord {
     history: HistoryMeta,
     /// Lease deaths whose keys are still being swept.
     deaths: Vec<Death>,
-    alarms: BTreeSet<Alarm>,
-    membership: Membership,
+    alarms: Cow<'a, BTreeSet<Alarm>>,
+    membership: Cow<'a, Membership>,
 }
 
 fn corrupt(what: &str, detail: impl Into<String>) -> EngineError {
@@ -76,8 +79,8 @@ impl StateMachine {
             keys_bytes: self.keys.bytes(),
             history: self.history.meta(),
             deaths: self.keys.deaths().collect(),
-            alarms: self.alarms.clone(),
-            membership: self.membership.clone(),
+            alarms: Cow::Borrowed(&self.alarms),
+            membership: Cow::Borrowed(&self.membership),
         };
         #[cfg(feature = "negative-controls")]
         if self.applied_before_state {
@@ -208,8 +211,8 @@ impl StateMachine {
             leases: LeaseTable::from_parts(leases, meta.grant_counter),
             tenure: meta.tenure,
             digest: meta.digest,
-            alarms: meta.alarms,
-            membership: meta.membership,
+            alarms: meta.alarms.into_owned(),
+            membership: meta.membership.into_owned(),
             auth,
             cleanup_budget: Self::CLEANUP_PER_APPLY,
             applied: meta.applied,
