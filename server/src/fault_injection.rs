@@ -223,11 +223,20 @@ mod active {
             if self.breakage == super::ServerBreakage::SkipFdatasync {
                 leasekv_kvstore::storage::sync_faults::skip_fdatasync();
             }
+            if self.breakage == super::ServerBreakage::AckBeforeFsync {
+                // A slow disk under the early acks: with syncs of a millisecond the writes
+                // acknowledged but not yet durable are too few for a kill-all to land among
+                // them every time (a clean-clone CI run missed the control once that way).
+                leasekv_kvstore::storage::sync_faults::set(ACK_BEFORE_FSYNC_SYNC_DELAY, false);
+            }
             if let Some(path) = self.sync_file.clone() {
                 tokio::spawn(follow_sync_file(path));
             }
         }
     }
+
+    /// How long each sync takes under the `ack-before-fsync` control.
+    const ACK_BEFORE_FSYNC_SYNC_DELAY: Duration = Duration::from_millis(150);
 
     /// Applies `DELAY_MS FAIL` from `path` to the storage's sync, ten times a second.
     async fn follow_sync_file(path: PathBuf) {
