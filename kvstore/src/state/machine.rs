@@ -15,6 +15,7 @@ use super::history::{History, HistoryReader};
 use super::keyspace::{Keyspace, Selection};
 use super::lease_table::LeaseTable;
 use super::snapshot;
+use super::stream;
 use super::Failure;
 use crate::auth::AuthStore;
 use crate::command::{
@@ -26,6 +27,7 @@ use crate::error::KvError;
 use crate::membership::Membership;
 use crate::types::{Event, KeyValue, LeaseId, Revision, NO_LEASE};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 
 pub use super::lease_table::Lease;
@@ -591,13 +593,41 @@ impl StateMachine {
         snapshot::decode(bytes).map(CheckedSnapshot)
     }
 
+    /// Checks the snapshot in the file at `path` without writing it anywhere. Format 8 is
+    /// read frame by frame, in bounded memory; an older format is read whole.
+    pub fn check_snapshot_file(path: &Path) -> Result<(), SnapshotError> {
+        if stream::starts_format_8(open_snapshot(path)?) {
+            stream::check_from(open_snapshot(path)?)
+        } else {
+            Self::check_snapshot_bytes(&read_snapshot(path)?).map(|_| ())
+        }
+    }
+
+    /// Replaces `engine`'s state with the snapshot in the file at `path` (not flushed, as
+    /// [`Self::install_snapshot`]). Format 8 is written to the engine as it is read, in
+    /// bounded memory; check the file first ([`Self::check_snapshot_file`]): a file that
+    /// fails midway leaves the engine holding part of it.
+    pub fn install_snapshot_file(path: &Path, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
+        if !stream::starts_format_8(open_snapshot(path)?) {
+            return Self::from_snapshot_bytes_on(&read_snapshot(path)?, engine);
+        }
+        let failure = Failure::default();
+        engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
+        let restored = stream::load_from(open_snapshot(path)?, &engine, &failure)?;
+        Ok(Self::restored(engine, failure, restored))
+    }
+
     /// Replaces `engine`'s state with the checked snapshot's (not flushed: the caller names
     /// the slot it reaches with [`Self::flush_through`]).
     pub fn install_snapshot(checked: CheckedSnapshot, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
         let failure = Failure::default();
         engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
         let restored = checked.0.load(&engine, &failure)?;
-        Ok(StateMachine {
+        Ok(Self::restored(engine, failure, restored))
+    }
+
+    fn restored(engine: Arc<dyn Engine>, failure: Failure, restored: snapshot::Restored) -> Self {
+        StateMachine {
             engine,
             failure,
             revision: restored.revision,
@@ -614,8 +644,20 @@ impl StateMachine {
             auth_changed: true,
             #[cfg(feature = "negative-controls")]
             applied_before_state: false,
-        })
+        }
     }
+}
+
+/// A snapshot file opened for reading, buffered.
+fn open_snapshot(path: &Path) -> Result<std::io::BufReader<std::fs::File>, SnapshotError> {
+    std::fs::File::open(path)
+        .map(|file| std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| SnapshotError(format!("cannot open the snapshot file {}: {e}", path.display())))
+}
+
+/// A snapshot file read whole (formats before 8, which are decoded from one buffer).
+fn read_snapshot(path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    std::fs::read(path).map_err(|e| SnapshotError(format!("cannot read the snapshot file {}: {e}", path.display())))
 }
 
 mod authorize;

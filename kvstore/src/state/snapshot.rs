@@ -324,23 +324,81 @@ pub(super) fn check_history(section: HistoryIn, revision: Revision) -> Result<De
     }
     let mut events = Vec::with_capacity(section.events.len());
     let mut last = section.compacted;
-    for (kind, kv, prev) in section.events {
-        let kind = match kind {
-            0 => EventKind::Put,
-            1 => EventKind::Delete,
-            other => return Err(SnapshotError(format!("history event kind {other} is unknown"))),
-        };
-        let kv = key_value(kv);
-        let at = kv.mod_revision;
-        if at < last || at > revision || at < 1 {
-            return Err(SnapshotError(format!(
-                "history event at revision {at} is out of order (previous {last}, store {revision})"
-            )));
-        }
-        last = at;
-        events.push(Event { kind, kv, prev_kv: prev.map(key_value) });
+    for change in section.events {
+        let event = checked_event(change, last, revision)?;
+        last = event.kv.mod_revision;
+        events.push(event);
     }
     Ok(DecodedHistory { events, compacted: section.compacted })
+}
+
+/// One change of a snapshot's history, checked: a known kind, and a revision at or above
+/// `last` (the change before it, or the compaction point) and within `1..=revision`.
+pub(super) fn checked_event(
+    (kind, kv, prev): (u8, KvIn, Option<KvIn>),
+    last: Revision,
+    revision: Revision,
+) -> Result<Event, SnapshotError> {
+    let kind = match kind {
+        0 => EventKind::Put,
+        1 => EventKind::Delete,
+        other => return Err(SnapshotError(format!("history event kind {other} is unknown"))),
+    };
+    let kv = key_value(kv);
+    let at = kv.mod_revision;
+    if at < last || at > revision || at < 1 {
+        return Err(SnapshotError(format!(
+            "history event at revision {at} is out of order (previous {last}, store {revision})"
+        )));
+    }
+    Ok(Event { kind, kv, prev_kv: prev.map(key_value) })
+}
+
+/// A snapshot's lease records as the lease table's entries (their keys not yet attached),
+/// checked: valid ids and TTLs, each id and name once.
+pub(super) fn checked_leases(records: Vec<LeaseRecord>) -> Result<BTreeMap<LeaseId, Lease>, SnapshotError> {
+    let mut leases = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    for l in records {
+        if l.id <= NO_LEASE || l.ttl <= 0 {
+            return Err(SnapshotError(format!("lease {} has an invalid id or ttl {}", l.id, l.ttl)));
+        }
+        if let Some(name) = &l.name {
+            if name.is_empty() || name.len() > MAX_LEASE_NAME_BYTES || !names.insert(name.clone()) {
+                return Err(SnapshotError(format!("lease {} has an invalid or duplicate name {name:?}", l.id)));
+            }
+        }
+        let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: LeaseKeys::new() };
+        if leases.insert(l.id, lease).is_some() {
+            return Err(SnapshotError(format!("lease {} appears twice", l.id)));
+        }
+    }
+    Ok(leases)
+}
+
+/// One stored key-value of a snapshot, checked: after `previous` in key order, and
+/// revisions and version consistent with each other and with the store's `revision`.
+pub(super) fn checked_key(kv: KvIn, previous: Option<&[u8]>, revision: Revision) -> Result<KeyValue, SnapshotError> {
+    let KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease) = kv;
+    if previous.is_some_and(|p| p >= key.as_slice()) {
+        return Err(SnapshotError(format!("key {:?} is out of order or repeated", String::from_utf8_lossy(&key))));
+    }
+    if !(1..=mod_revision).contains(&create_revision) || mod_revision > revision || version < 1 {
+        return Err(SnapshotError(format!(
+            "key {:?} has inconsistent revisions (create {create_revision}, mod {mod_revision}, version \
+             {version}, store {revision})",
+            String::from_utf8_lossy(&key),
+        )));
+    }
+    Ok(KeyValue { key, value, create_revision, mod_revision, version, lease })
+}
+
+/// The error for a key attached to a lease the snapshot does not hold.
+pub(super) fn unknown_lease(key: &[u8], lease: LeaseId) -> SnapshotError {
+    SnapshotError(format!(
+        "key {:?} is attached to lease {lease}, which the snapshot does not hold",
+        String::from_utf8_lossy(key)
+    ))
 }
 
 pub(super) fn key_value(
@@ -420,22 +478,7 @@ pub(super) fn validate(
     if snap.revision < 1 {
         return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
     }
-    let mut leases = BTreeMap::new();
-    let mut names = BTreeSet::new();
-    for l in snap.leases {
-        if l.id <= NO_LEASE || l.ttl <= 0 {
-            return Err(SnapshotError(format!("lease {} has an invalid id or ttl {}", l.id, l.ttl)));
-        }
-        if let Some(name) = &l.name {
-            if name.is_empty() || name.len() > MAX_LEASE_NAME_BYTES || !names.insert(name.clone()) {
-                return Err(SnapshotError(format!("lease {} has an invalid or duplicate name {name:?}", l.id)));
-            }
-        }
-        let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: LeaseKeys::new() };
-        if leases.insert(l.id, lease).is_some() {
-            return Err(SnapshotError(format!("lease {} appears twice", l.id)));
-        }
-    }
+    let mut leases = checked_leases(snap.leases)?;
     let mut buried: BTreeMap<Death, BTreeSet<Vec<u8>>> = BTreeMap::new();
     for (id, revision) in snap.deaths {
         // A death with keys moved the revision to `revision`, so it lies in 2..=store.
@@ -447,35 +490,23 @@ pub(super) fn validate(
         }
     }
     let mut kvs: Vec<KeyValue> = Vec::with_capacity(snap.kvs.len());
-    for KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease) in snap.kvs {
-        if kvs.last().is_some_and(|p| p.key >= key) {
-            return Err(SnapshotError(format!("key {:?} is out of order or repeated", String::from_utf8_lossy(&key))));
-        }
-        if !(1..=mod_revision).contains(&create_revision) || mod_revision > snap.revision || version < 1 {
-            return Err(SnapshotError(format!(
-                "key {:?} has inconsistent revisions (create {create_revision}, mod {mod_revision}, version \
-                 {version}, store {})",
-                String::from_utf8_lossy(&key),
-                snap.revision
-            )));
-        }
+    for kv in snap.kvs {
+        let kv = checked_key(kv, kvs.last().map(|p: &KeyValue| p.key.as_slice()), snap.revision)?;
+        let (lease, mod_revision) = (kv.lease, kv.mod_revision);
         if lease != NO_LEASE {
             // Dead iff its lease died after the key was written (the rule `Graveyard` hides
             // keys by); it then belongs to the earliest such death. Otherwise its lease is live.
             let after_write = (lease, mod_revision.saturating_add(1))..=(lease, Revision::MAX);
             if let Some((_, dead)) = buried.range_mut(after_write).next() {
-                dead.insert(key.clone());
+                dead.insert(kv.key.clone());
             } else {
                 let Some(l) = leases.get_mut(&lease) else {
-                    return Err(SnapshotError(format!(
-                        "key {:?} is attached to lease {lease}, which the snapshot does not hold",
-                        String::from_utf8_lossy(&key)
-                    )));
+                    return Err(unknown_lease(&kv.key, lease));
                 };
-                l.keys.insert(&key);
+                l.keys.insert(&kv.key);
             }
         }
-        kvs.push(KeyValue { key, value, create_revision, mod_revision, version, lease });
+        kvs.push(kv);
     }
     if let Some(((id, revision), _)) = buried.iter().find(|(_, keys)| keys.is_empty()) {
         // The sweep drops a death with its last key; an empty one is not a state we produce.

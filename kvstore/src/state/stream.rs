@@ -14,17 +14,30 @@
 //! swept): they do not exist for any reader, and a view reads the key space as readers see
 //! it. A replica restored from it has nothing to sweep where its source still may.
 
-use super::snapshot::{check_history, kind_code, DecodedHistory, HistoryIn, KvIn, KvOut, LeaseRecord, SnapshotIn};
+use super::graveyard::Graveyard;
+use super::history::History;
+use super::keyspace::Keyspace;
+use super::lease_table::{Lease, LeaseTable};
+use super::snapshot::{
+    check_history, checked_event, checked_key, checked_leases, kind_code, unknown_lease, DecodedHistory, HistoryIn,
+    KvIn, KvOut, LeaseRecord, Restored, SnapshotIn,
+};
 use super::view::StateView;
+use super::Failure;
 use super::SnapshotError;
 use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
+use crate::engine::Engine;
 use crate::engine::EngineError;
 use crate::membership::Membership;
 use crate::types::{Event, KeyValue, Revision};
+use crate::types::{LeaseId, NO_LEASE};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::io::Read;
 use std::io::Write;
+use std::sync::Arc;
 
 /// The format number, the stream's first value.
 pub const FORMAT: u32 = 8;
@@ -193,6 +206,287 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Parts, SnapshotError> {
     })
 }
 
+/// Frames read one at a time from a format 8 stream.
+struct Frames<R: Read> {
+    inner: R,
+}
+
+impl<R: Read> Frames<R> {
+    /// Reads the stream's format and checks it is 8.
+    fn open(mut inner: R) -> Result<Self, SnapshotError> {
+        // The format is a postcard u32: a varint of at most five bytes.
+        let mut varint = Vec::with_capacity(5);
+        loop {
+            let mut byte = [0u8];
+            if read_up_to(&mut inner, &mut byte)? == 0 {
+                return Err(SnapshotError("the stream is cut before its format".into()));
+            }
+            varint.push(byte[0]);
+            if byte[0] & 0x80 == 0 || varint.len() == 5 {
+                break;
+            }
+        }
+        let format: u32 =
+            postcard::from_bytes(&varint).map_err(|e| SnapshotError(format!("cannot decode the format: {e}")))?;
+        if format != FORMAT {
+            return Err(SnapshotError(format!("format {format} is not {FORMAT}")));
+        }
+        Ok(Frames { inner })
+    }
+
+    /// The next frame, or `None` at a clean end of the input.
+    fn next(&mut self) -> Result<Option<FrameIn>, SnapshotError> {
+        let mut len = [0u8; 4];
+        match read_up_to(&mut self.inner, &mut len)? {
+            0 => return Ok(None),
+            4 => {}
+            _ => return Err(SnapshotError("a frame's length is cut".into())),
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(SnapshotError(format!("a frame of {len} bytes is longer than any this build writes")));
+        }
+        // Grown as the bytes arrive: the length is the sender's word.
+        let mut body = Vec::new();
+        (&mut self.inner)
+            .take(len as u64)
+            .read_to_end(&mut body)
+            .map_err(|e| SnapshotError(format!("cannot read the snapshot: {e}")))?;
+        if body.len() < len {
+            return Err(SnapshotError(format!("a frame of {len} bytes runs past the end ({} left)", body.len())));
+        }
+        postcard::from_bytes(&body).map(Some).map_err(|e| SnapshotError(format!("a frame does not decode: {e}")))
+    }
+}
+
+/// Fills `buf` from `reader` unless the input ends first; returns how many bytes it read.
+fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize, SnapshotError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(SnapshotError(format!("cannot read the snapshot: {e}"))),
+        }
+    }
+    Ok(filled)
+}
+
+/// A format 8 stream read frame by frame, with every check the whole-buffer reader makes
+/// ([`parse`] and `snapshot::validate`), holding one frame and the lease table at a time:
+/// the keys, then the history, are handed out one by one, so that a snapshot of any size is
+/// checked or installed in bounded memory.
+struct Incoming<R: Read> {
+    frames: Frames<R>,
+    header: HeaderIn,
+    /// The snapshot's leases, each with the keys attached to it so far.
+    leases: BTreeMap<LeaseId, Lease>,
+    keys: std::vec::IntoIter<KvIn>,
+    changes: std::vec::IntoIter<(u8, KvIn, Option<KvIn>)>,
+    in_history: bool,
+    end: Option<(u64, u64)>,
+    last_key: Option<Vec<u8>>,
+    last_change: Revision,
+    counted: (u64, u64),
+    /// The first problem found; once set, nothing more is handed out.
+    error: Option<SnapshotError>,
+}
+
+impl<R: Read> Incoming<R> {
+    /// Reads the format and the header and checks them.
+    fn open(reader: R) -> Result<Self, SnapshotError> {
+        let mut frames = Frames::open(reader)?;
+        let mut header = match frames.next()? {
+            Some(FrameIn::Header(header)) => *header,
+            Some(_) => return Err(SnapshotError("the stream does not start with its header".into())),
+            None => return Err(SnapshotError("the stream is cut: no header".into())),
+        };
+        if header.revision < 1 {
+            return Err(SnapshotError(format!("revision {} is below 1", header.revision)));
+        }
+        if !(0..=header.revision).contains(&header.compacted) {
+            return Err(SnapshotError(format!(
+                "compaction point {} is outside 0..={}",
+                header.compacted, header.revision
+            )));
+        }
+        header.auth.check().map_err(|problem| SnapshotError(format!("the auth store is inconsistent: {problem}")))?;
+        let leases = checked_leases(std::mem::take(&mut header.leases))?;
+        let last_change = header.compacted;
+        Ok(Incoming {
+            frames,
+            header,
+            leases,
+            keys: Vec::new().into_iter(),
+            changes: Vec::new().into_iter(),
+            in_history: false,
+            end: None,
+            last_key: None,
+            last_change,
+            counted: (0, 0),
+            error: None,
+        })
+    }
+
+    /// Reads the next frame after the header.
+    fn advance(&mut self) -> Result<(), SnapshotError> {
+        match self.frames.next()? {
+            None => Err(SnapshotError("the stream is cut: no end".into())),
+            Some(FrameIn::Header(_)) => Err(SnapshotError("a second header".into())),
+            Some(FrameIn::Keys(_)) if self.in_history => Err(SnapshotError("keys after the history".into())),
+            Some(FrameIn::Keys(page)) => {
+                self.keys = page.into_iter();
+                Ok(())
+            }
+            Some(FrameIn::Events(page)) => {
+                self.in_history = true;
+                self.changes = page.into_iter();
+                Ok(())
+            }
+            Some(FrameIn::End { keys, events }) => {
+                self.end = Some((keys, events));
+                Ok(())
+            }
+        }
+    }
+
+    fn check_key(&mut self, kv: KvIn) -> Result<KeyValue, SnapshotError> {
+        let kv = checked_key(kv, self.last_key.as_deref(), self.header.revision)?;
+        if kv.lease != NO_LEASE {
+            // Format 8 holds no dead keys: every attached key's lease is live.
+            let lease = self.leases.get_mut(&kv.lease).ok_or_else(|| unknown_lease(&kv.key, kv.lease))?;
+            lease.keys.insert(&kv.key);
+        }
+        self.last_key = Some(kv.key.clone());
+        self.counted.0 += 1;
+        Ok(kv)
+    }
+
+    /// The next live key, checked; `None` after the last one or at the first problem.
+    fn next_key(&mut self) -> Option<KeyValue> {
+        loop {
+            if self.error.is_some() || self.in_history || self.end.is_some() {
+                return None;
+            }
+            let step = match self.keys.next() {
+                Some(kv) => self.check_key(kv).map(Some),
+                None => self.advance().map(|()| None),
+            };
+            match step {
+                Ok(Some(kv)) => return Some(kv),
+                Ok(None) => {}
+                Err(e) => {
+                    self.error = Some(e);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The next change of the history, checked; `None` after the last one or at the first
+    /// problem. Keys not yet taken are checked and passed over.
+    fn next_change(&mut self) -> Option<Event> {
+        while self.next_key().is_some() {}
+        loop {
+            if self.error.is_some() || self.end.is_some() {
+                return None;
+            }
+            let step = match self.changes.next() {
+                Some(change) => checked_event(change, self.last_change, self.header.revision).map(Some),
+                None => self.advance().map(|()| None),
+            };
+            match step {
+                Ok(Some(event)) => {
+                    self.last_change = event.kv.mod_revision;
+                    self.counted.1 += 1;
+                    return Some(event);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.error = Some(e);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Checks the end: every key and change handed out or passed over, counted as the end
+    /// frame says, and nothing after it.
+    fn finish(mut self) -> Result<(HeaderIn, BTreeMap<LeaseId, Lease>), SnapshotError> {
+        while self.next_change().is_some() {}
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let (keys, events) = self.end.ok_or_else(|| SnapshotError("the stream is cut: no end".into()))?;
+        if (keys, events) != self.counted {
+            return Err(SnapshotError(format!(
+                "the end counts {keys} keys and {events} changes, the stream holds {} and {}",
+                self.counted.0, self.counted.1
+            )));
+        }
+        let mut rest = [0u8; 1];
+        if read_up_to(&mut self.frames.inner, &mut rest)? != 0 {
+            return Err(SnapshotError("unexpected bytes after the end".into()));
+        }
+        Ok((self.header, self.leases))
+    }
+}
+
+/// Checks a format 8 stream read from `reader` (every check [`load_from`] makes) without
+/// writing it anywhere; holds one frame and the lease table at a time.
+pub(super) fn check_from(reader: impl Read) -> Result<(), SnapshotError> {
+    Incoming::open(reader)?.finish().map(|_| ())
+}
+
+/// Writes the state of a format 8 stream read from `reader` to `engine`, which holds no
+/// state, in batches as the frames arrive. On an error the engine holds part of it: check
+/// the stream first ([`check_from`]) where that matters.
+pub(super) fn load_from(
+    reader: impl Read,
+    engine: &Arc<dyn Engine>,
+    failure: &Failure,
+) -> Result<Restored, SnapshotError> {
+    let stored = |e: EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
+    let mut incoming = Incoming::open(reader)?;
+    let keys = Keyspace::load(
+        Arc::clone(engine),
+        failure.clone(),
+        std::iter::from_fn(|| incoming.next_key()),
+        Graveyard::default(),
+    )
+    .map_err(stored)?;
+    let (compacted, revision) = (incoming.header.compacted, incoming.header.revision);
+    let history = History::load(
+        Arc::clone(engine),
+        failure.clone(),
+        std::iter::from_fn(|| incoming.next_change()),
+        compacted,
+        revision,
+    )
+    .map_err(stored)?;
+    let (header, leases) = incoming.finish()?;
+    let mut leases = LeaseTable::from_parts(leases, header.grant_counter);
+    leases.mark_all_changed();
+    Ok(Restored {
+        revision: header.revision,
+        tenure: header.tenure,
+        digest: header.digest,
+        keys,
+        leases,
+        history,
+        alarms: header.alarms,
+        membership: header.membership,
+        auth: header.auth,
+    })
+}
+
+/// Whether `reader` starts with this format's number (it is then read by [`check_from`]
+/// and [`load_from`]; an older format is read whole).
+pub(super) fn starts_format_8(reader: impl Read) -> bool {
+    Frames::open(reader).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use crate::command::{Command, PutRequest};
@@ -240,5 +534,51 @@ mod tests {
         let mut trailing = bytes.clone();
         trailing.push(0);
         assert!(StateMachine::from_snapshot_bytes(&trailing).is_err());
+    }
+
+    /// A snapshot file is checked and installed frame by frame with the same result as the
+    /// whole-buffer path; cut anywhere, damaged or followed by garbage, it fails the check.
+    #[test]
+    fn a_snapshot_file_installs_as_the_buffer_does_and_is_checked() {
+        use crate::engine::{Engine, MemoryEngine};
+        use std::sync::Arc;
+        let mut sm = sample();
+        let mut bytes = Vec::new();
+        super::write(&sm.view().unwrap(), &mut bytes).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snap");
+        std::fs::write(&path, &bytes).unwrap();
+        StateMachine::check_snapshot_file(&path).unwrap();
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let restored = StateMachine::install_snapshot_file(&path, engine).unwrap();
+        let whole = StateMachine::from_snapshot_bytes(&bytes).unwrap();
+        assert_eq!(restored.digest(), sm.digest());
+        assert_eq!(restored.hash_kv(0).unwrap(), whole.hash_kv(0).unwrap());
+        assert_eq!(restored.lease(7).map(|l| l.keys.len()), Some(500));
+        assert_eq!(restored.to_snapshot_bytes(), whole.to_snapshot_bytes());
+        assert_eq!(restored.compacted_revision(), whole.compacted_revision());
+        assert_eq!(restored.history_len(), whole.history_len());
+
+        for cut in [0, 1, 5, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            assert!(StateMachine::check_snapshot_file(&path).is_err(), "cut at {cut}");
+        }
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        std::fs::write(&path, &trailing).unwrap();
+        assert!(StateMachine::check_snapshot_file(&path).is_err());
+        // A flipped byte in every tenth position: refused or, where it only changes a
+        // value, accepted; never a panic.
+        for at in (0..bytes.len()).step_by(bytes.len() / 10) {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0xff;
+            std::fs::write(&path, &damaged).unwrap();
+            let _ = StateMachine::check_snapshot_file(&path);
+        }
+        // An older format in a file is read whole.
+        std::fs::write(&path, sm.to_snapshot_bytes()).unwrap();
+        StateMachine::check_snapshot_file(&path).unwrap();
+        let old = StateMachine::install_snapshot_file(&path, Arc::new(MemoryEngine::new())).unwrap();
+        assert_eq!(old.digest(), sm.digest());
     }
 }
