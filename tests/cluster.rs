@@ -212,6 +212,23 @@ fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
         .await;
         assert_eq!(value(&back, "/bulk/00", true).await, Some(big.clone()), "the whole state came over");
         assert_eq!(value(&back, "/before", true).await, Some(b"1".to_vec()));
+        // The snapshot arrived as a file in the data dir (never whole in memory): nothing
+        // of the transfer is left behind, and at most the installed one is kept.
+        let data = cluster.dir.path().join(format!("data{}", lagging + 1));
+        let files = |sub: &str| std::fs::read_dir(data.join(sub)).map_or(0, |d| d.count());
+        assert_eq!(files("incoming"), 0, "a finished transfer leaves no file in incoming/");
+        assert!(files("snapshots") <= 1, "only the installed snapshot is kept");
+        // Killed right after the install, it restarts from what it installed.
+        cluster.kill(lagging);
+        cluster.start_node(lagging);
+        let again = client(&cluster.endpoint(lagging)).await;
+        eventually(Duration::from_secs(10), || async {
+            match value(&again, "/bulk/39", true).await {
+                Some(v) if v == big => Ok(()),
+                other => Err(format!("restarted node sees /bulk/39 = {:?} bytes", other.map(|v| v.len()))),
+            }
+        })
+        .await;
         lagging
     });
     drop(rt);

@@ -43,6 +43,9 @@ pub enum Request {
     View(oneshot::Sender<Result<StateView, RequestError>>),
     /// A log message from a peer.
     Log(NodeId, LogMessage),
+    /// A snapshot through slot `.1` received from a peer into the file `.2` (in the data
+    /// directory's incoming dir): installed frame by frame.
+    SnapshotFile(NodeId, u64, std::path::PathBuf),
     /// A request a follower forwarded to this node as master.
     Forwarded(NodeId, ForwardId, MasterRequest),
     /// The master's answer to one of this node's forwards.
@@ -593,19 +596,20 @@ impl NodeLoop {
         }
         if let Some(job) = self.replica.take_snapshot_job(now) {
             let peers = self.peers.clone();
+            let scratch = self.replica.storage().dir().to_path_buf();
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
-                let mut data = Vec::new();
-                match leasekv_kvstore::state::stream::write(&job.view, &mut data) {
-                    Ok(bytes) => {
+                match build_peer_snapshot(&job.view, &scratch) {
+                    Ok(payload) => {
                         tracing::info!(
                             index = job.index,
-                            bytes,
+                            bytes = payload.len(),
                             took_ms = started.elapsed().as_millis() as u64,
                             "snapshot for peers built"
                         );
+                        let payload = Arc::new(payload);
                         for peer in job.peers {
-                            peers.send_log(peer, LogMessage::Snapshot { index: job.index, data: data.clone() });
+                            peers.send_snapshot(peer, job.index, Arc::clone(&payload));
                         }
                     }
                     Err(error) => tracing::warn!(%error, "cannot build a snapshot for peers; they will ask again"),
@@ -689,6 +693,7 @@ impl NodeLoop {
                     reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
             }
             Request::Log(from, message) => self.replica.handle_message(now, from, message),
+            Request::SnapshotFile(_, index, path) => self.replica.handle_snapshot_file(now, index, path),
         }
     }
 
@@ -853,4 +858,19 @@ impl NodeLoop {
 /// Every member's peer address (`host:port` of its first peer URL), for the peer network.
 pub fn peer_addresses(membership: &Membership) -> Vec<(NodeId, String)> {
     membership.members().filter_map(|m| Some((m.id, url_address(m.peer_urls.first()?)?.to_string()))).collect()
+}
+
+/// Writes `view`'s state as a format 8 snapshot into an unlinked file in `dir` (the data
+/// directory): shared by every peer it is parked for, read a chunk at a time as each
+/// pulls, so that the master never holds a state in memory to send it.
+fn build_peer_snapshot(
+    view: &leasekv_kvstore::state::StateView,
+    dir: &std::path::Path,
+) -> Result<crate::peer::parked::Payload, String> {
+    let file =
+        tempfile::tempfile_in(dir).map_err(|e| format!("cannot create a snapshot file in {}: {e}", dir.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let len = leasekv_kvstore::state::stream::write(view, &mut out).map_err(|e| e.to_string())?;
+    let file = out.into_inner().map_err(|e| format!("cannot write the snapshot file: {}", e.error()))?;
+    Ok(crate::peer::parked::Payload::File { file, len })
 }

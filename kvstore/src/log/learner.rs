@@ -9,7 +9,7 @@ use super::types::{AcceptedSlot, Entry, LogBallot, Slot};
 use crate::command::Applied;
 use crate::command::{Command, CommandResponse};
 use crate::state::StateMachine;
-use crate::storage::{SnapshotRecord, Storage, StorageError};
+use crate::storage::{SnapshotData, SnapshotRecord, Storage, StorageError};
 use leasekv_lease::{Instant, NodeId};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -310,19 +310,32 @@ impl<S: Storage> Replica<S> {
         self.try_finish_phase1(now);
     }
 
-    pub(super) fn on_snapshot(&mut self, now: Instant, index: Slot, data: Vec<u8>) {
+    pub(super) fn on_snapshot(&mut self, now: Instant, index: Slot, data: SnapshotData) {
         self.learner.fetch_answered();
         if index <= self.learner.applied() {
+            discard_file(&data);
             return;
         }
-        let checked = match StateMachine::check_snapshot_bytes(&data) {
+        let checked = match &data {
+            SnapshotData::Bytes(bytes) => StateMachine::check_snapshot_bytes(bytes).map(Some),
+            // Read frame by frame: a file is how a state of any size arrives.
+            SnapshotData::File(path) => StateMachine::check_snapshot_file(path).map(|()| None),
+        };
+        let checked = match checked {
             Ok(checked) => checked,
             Err(error) => {
                 tracing::warn!(node = %self.me, %error, "ignoring a snapshot that does not decode");
+                discard_file(&data);
                 return;
             }
         };
-        let snapshot_bytes = data.len() as u64;
+        let snapshot_bytes = match data.len() {
+            Ok(len) => len,
+            Err(error) => {
+                tracing::warn!(node = %self.me, %error, "ignoring a snapshot that cannot be read");
+                return;
+            }
+        };
         // The record is made durable before the engine's state is replaced: a crash while
         // the engine is rewritten then finds it and installs it again at the restart.
         let record = SnapshotRecord { index, data };
@@ -336,7 +349,16 @@ impl<S: Storage> Replica<S> {
         }
         self.learner.set_stored_snapshot(true);
         let engine = self.storage.state_engine();
-        let installed = StateMachine::install_snapshot(checked, engine).and_then(|mut machine| {
+        let installed = match (checked, &record.data) {
+            (Some(checked), _) => StateMachine::install_snapshot(checked, engine),
+            (None, SnapshotData::File(given)) => {
+                // Where the storage keeps it now.
+                let path = self.storage.snapshot_file().unwrap_or_else(|| given.clone());
+                StateMachine::install_snapshot_file(&path, engine)
+            }
+            (None, SnapshotData::Bytes(bytes)) => StateMachine::from_snapshot_bytes_on(bytes, engine),
+        };
+        let installed = installed.and_then(|mut machine| {
             machine
                 .flush_through(index)
                 .map(|()| machine)
@@ -547,6 +569,15 @@ impl<S: Storage> Replica<S> {
             }
             self.acceptor.forget_through(cut);
             self.learner.compacted_through(cut);
+        }
+    }
+}
+
+/// Deletes a snapshot file the replica will not keep (older than its state, or damaged).
+fn discard_file(data: &SnapshotData) {
+    if let SnapshotData::File(path) = data {
+        if let Err(error) = std::fs::remove_file(path) {
+            tracing::warn!(path = %path.display(), %error, "cannot delete an unused snapshot file");
         }
     }
 }

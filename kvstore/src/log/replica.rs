@@ -23,7 +23,7 @@ use crate::lessor::Lessor;
 use crate::limits::Limits;
 use crate::membership::{MemberChange, Membership};
 use crate::state::{validate_command, validate_range, StateMachine};
-use crate::storage::{Storage, StorageError};
+use crate::storage::{SnapshotData, Storage, StorageError};
 use crate::types::{LeaseId, Revision};
 use crate::KvError;
 use leasekv_lease::{Instant, Mastership, NodeId};
@@ -205,8 +205,13 @@ impl<S: Storage> Replica<S> {
                     what: format!("snapshot at slot {}", snapshot.index),
                     detail,
                 };
-                let mut machine = StateMachine::from_snapshot_bytes_on(&snapshot.data, Arc::clone(&engine))
-                    .map_err(|e| corrupt(e.to_string()))?;
+                let installed = match &snapshot.data {
+                    SnapshotData::Bytes(bytes) => StateMachine::from_snapshot_bytes_on(bytes, Arc::clone(&engine)),
+                    // Checked first: a damaged file must not cost the state it would replace.
+                    SnapshotData::File(path) => StateMachine::check_snapshot_file(path)
+                        .and_then(|()| StateMachine::install_snapshot_file(path, Arc::clone(&engine))),
+                };
+                let mut machine = installed.map_err(|e| corrupt(e.to_string()))?;
                 machine.flush_through(snapshot.index).map_err(|e| engine_failed("writing the installed state", e))?;
                 (machine, snapshot.index)
             }
@@ -459,6 +464,20 @@ impl<S: Storage> Replica<S> {
         }
         self.check_mastership(now);
         self.dispatch(now, from, message);
+        self.drain_local(now);
+    }
+
+    /// Handles a snapshot received from a peer into the file at `path` (what
+    /// [`LogMessage::Snapshot`] carries in memory): checked and installed frame by frame,
+    /// so that a state of any size arrives in bounded memory. The file becomes the
+    /// storage's (see [`crate::storage::SnapshotData::File`]), or is deleted if unused.
+    pub fn handle_snapshot_file(&mut self, now: Instant, index: Slot, path: std::path::PathBuf) {
+        if self.stopped.is_some() || self.removed().is_some() {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        self.check_mastership(now);
+        self.on_snapshot(now, index, SnapshotData::File(path));
         self.drain_local(now);
     }
 
@@ -873,7 +892,7 @@ impl<S: Storage> Replica<S> {
             LogMessage::Commit { ballot, commit } => self.on_commit(now, from, ballot, commit),
             LogMessage::Fetch { from: first } => self.on_fetch(now, from, first),
             LogMessage::Entries { entries, commit } => self.on_entries(now, from, entries, commit),
-            LogMessage::Snapshot { index, data } => self.on_snapshot(now, index, data),
+            LogMessage::Snapshot { index, data } => self.on_snapshot(now, index, SnapshotData::Bytes(data)),
         }
     }
 

@@ -326,6 +326,17 @@ struct World {
     configurations: BTreeMap<u64, Membership>,
     /// Whether the last check saw more than one master (each episode counts once).
     overlapping: bool,
+    /// Odd seeds hand snapshots to replicas as files, as the server does with what it
+    /// pulls from a peer: the directory they are written to, and how many were.
+    snapshot_files: Option<(std::path::PathBuf, u64)>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some((dir, _)) = &self.snapshot_files {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl World {
@@ -370,6 +381,8 @@ impl World {
             network: Network::new(faults),
             oracles: Oracles::new(seed, drift),
             report: SeedReport { seed, ..Default::default() },
+            snapshot_files: (seed % 2 == 1)
+                .then(|| (std::env::temp_dir().join(format!("leasekv-sim-{}-seed-{seed}", std::process::id())), 0)),
             config,
             rng,
             now: 0,
@@ -471,6 +484,13 @@ impl World {
                         if let Some(core) = self.nodes[to].election.as_mut() {
                             core.handle_message(now, from, msg);
                             self.after_election(to);
+                        }
+                    }
+                    Wire::Log(LogMessage::Snapshot { index, data }) if self.snapshot_files.is_some() => {
+                        let Some(path) = self.snapshot_file(to, &data) else { return };
+                        if let Some(replica) = self.nodes[to].replica.as_mut() {
+                            replica.handle_snapshot_file(now, index, path);
+                            self.after_replica(to);
                         }
                     }
                     Wire::Log(msg) => {
@@ -672,6 +692,20 @@ impl World {
             }
             replica.set_mastership(now, mastership, hint);
             self.after_replica(node);
+        }
+    }
+
+    /// Writes a snapshot for node `to` to a file of its own, as the server's pull does.
+    fn snapshot_file(&mut self, to: usize, data: &[u8]) -> Option<std::path::PathBuf> {
+        let (dir, written) = self.snapshot_files.as_mut()?;
+        *written += 1;
+        let path = dir.join(format!("to-{to}-{written}.snap"));
+        match std::fs::create_dir_all(&*dir).and_then(|()| std::fs::write(&path, data)) {
+            Ok(()) => Some(path),
+            Err(e) => {
+                self.oracles.violation(self.now, "snapshot-unwritten", e.to_string());
+                None
+            }
         }
     }
 
@@ -1083,7 +1117,7 @@ impl World {
         self.report.acked_writes = self.oracles.acked_writes;
         self.report.acked_lost = self.oracles.acked_lost;
         self.report.violations = std::mem::take(&mut self.oracles.violations);
-        self.report
+        std::mem::take(&mut self.report)
     }
 }
 

@@ -169,6 +169,7 @@ impl Storage for MemoryStorage {
         Ok(())
     }
     fn save_snapshot(&mut self, snapshot: &SnapshotRecord) -> Result<(), StorageError> {
+        // A file stays where it is (this storage has no directory): tests only.
         self.pending.push(Op::Snapshot(Arc::new(snapshot.clone())));
         Ok(())
     }

@@ -33,8 +33,55 @@ use thiserror::Error;
 pub struct SnapshotRecord {
     /// Everything up to and including this slot is in `data`.
     pub index: Slot,
-    /// [`crate::StateMachine::to_snapshot_bytes`].
-    pub data: Vec<u8>,
+    /// A state machine snapshot (any format [`crate::StateMachine::check_snapshot_bytes`]
+    /// reads).
+    pub data: SnapshotData,
+}
+
+/// Where a snapshot's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotData {
+    /// In memory (the simulator, `kvserver restore`, small states).
+    Bytes(Vec<u8>),
+    /// In a file, so that a state of any size moves through a node in bounded memory. Given
+    /// to [`Storage::save_snapshot`], the file becomes the storage's: it is moved into the
+    /// storage's directory (it must be on the same file system, as
+    /// [`SledStorage::incoming_dir`] is) and deleted once the snapshot is replaced or
+    /// discarded.
+    File(std::path::PathBuf),
+}
+
+impl From<Vec<u8>> for SnapshotData {
+    fn from(bytes: Vec<u8>) -> Self {
+        SnapshotData::Bytes(bytes)
+    }
+}
+
+impl SnapshotData {
+    /// The snapshot's bytes, read whole (from memory, or from its file).
+    pub fn read_all(&self) -> Result<std::borrow::Cow<'_, [u8]>, StorageError> {
+        match self {
+            SnapshotData::Bytes(bytes) => Ok(std::borrow::Cow::Borrowed(bytes)),
+            SnapshotData::File(path) => std::fs::read(path)
+                .map(std::borrow::Cow::Owned)
+                .map_err(|e| StorageError::backend(format!("cannot read the snapshot file {}", path.display()), e)),
+        }
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> Result<u64, StorageError> {
+        match self {
+            SnapshotData::Bytes(bytes) => Ok(bytes.len() as u64),
+            SnapshotData::File(path) => std::fs::metadata(path)
+                .map(|m| m.len())
+                .map_err(|e| StorageError::backend(format!("cannot read the snapshot file {}", path.display()), e)),
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> Result<bool, StorageError> {
+        self.len().map(|len| len == 0)
+    }
 }
 
 /// What a replica finds on disk when it starts.
@@ -104,6 +151,12 @@ pub trait Storage: Send {
     /// Drops the stored snapshot (buffered). The replica calls it once the state engine is
     /// durable through a slot at or past the snapshot's, which makes the snapshot useless.
     fn discard_snapshot(&mut self) -> Result<(), StorageError>;
+
+    /// Where the newest snapshot saved is, when it was given as a file: the storage may
+    /// have moved it ([`SnapshotData::File`]).
+    fn snapshot_file(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 
     /// The engine the state machine lives in, beside this log: opened with the log, shared
     /// by the replica and the readers of its state.

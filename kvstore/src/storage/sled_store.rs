@@ -7,7 +7,13 @@
 //!   [`SledEpochStore`]);
 //! - sled tree `leasekv/snapshot`: a single record holding the snapshot's index *and* data,
 //!   so that replacing it is one atomic insert (a crash can never pair one index with other
-//!   data).
+//!   data); or, for a snapshot given as a file ([`SnapshotData::File`]), a record of its index
+//!   and the name of the file, which lives in `snapshots/`. The file is synced and moved in
+//!   before its record is written, and an old file is deleted only after the record that
+//!   replaced or dropped it is durable. Should a crash leave both kinds of record (they are
+//!   two sled keys), the one of the higher index is the snapshot;
+//! - `incoming/`: snapshots being received from a peer, written there (same file system) so
+//!   that saving one is a rename; emptied at every open.
 //!
 //! A data directory of the release before the segment log has the log in sled (the
 //! promise and commit in `leasekv/meta`, the slots in `leasekv/slots`); the first open moves
@@ -43,19 +49,25 @@
 use super::codec::{decode, encode};
 use super::pieces::{self, PieceError};
 use super::segments::{SegmentLog, DEFAULT_SEGMENT_LIMIT};
-use super::{normalize, upgrade, Recovered, SnapshotRecord, Storage, StorageError};
+use super::{normalize, upgrade, Recovered, SnapshotData, SnapshotRecord, Storage, StorageError};
 use crate::engine::{Engine, SledEngine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use leasekv_lease::{epoch::EpochError, EpochStore, RestartEpoch};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 const META_TREE: &str = "leasekv/meta";
 const SNAPSHOT_TREE: &str = "leasekv/snapshot";
 const EPOCH_KEY: &[u8] = b"restart_epoch";
 const SNAPSHOT_KEY: &[u8] = b"snapshot";
+/// The record of a snapshot kept as a file: its index and file name in [`SNAPSHOTS_DIR`].
+const SNAPSHOT_FILE_KEY: &[u8] = b"snapshot_file";
+/// The snapshot files the storage keeps, inside the data directory.
+const SNAPSHOTS_DIR: &str = "snapshots";
+/// Snapshots being received, inside the data directory (see [`SledStorage::incoming_dir`]).
+pub const INCOMING_DIR: &str = "incoming";
 /// sled's log segment size for a new database. A quarter of it is sled's blob threshold.
 const SEGMENT_SIZE: usize = 4 << 20;
 /// sled's default segment size, which every database created before [`SEGMENT_SIZE`] has.
@@ -92,6 +104,8 @@ pub struct SledStorage {
     piece: usize,
     /// The state machine's engine, a sled database of its own in `state/`.
     engine: Arc<SledEngine>,
+    /// The snapshot file named by the newest snapshot record written, if it is a file.
+    snapshot_file: Option<PathBuf>,
 }
 
 /// How a [`SledStorage`] is opened.
@@ -129,6 +143,8 @@ struct Durable {
     /// Set *after* each insert, cleared *before* each flush, so that a write racing a sync
     /// is always flushed by this sync or the next.
     dirty: Arc<AtomicBool>,
+    /// Snapshot files whose records were replaced or dropped: deleted once that is durable.
+    doomed: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl Durable {
@@ -149,13 +165,29 @@ impl Durable {
     }
 
     fn flush(&self) -> Result<(), StorageError> {
+        // Taken before the flush: a file doomed after this point may belong to a record
+        // that this flush does not cover.
+        let doomed = std::mem::take(&mut *self.doomed.lock().unwrap_or_else(PoisonError::into_inner));
         self.db.flush().map_err(|e| io_err(&self.dir, "flushing the sled log", e))?;
         #[cfg(feature = "sync-faults")]
         if super::sync_faults::fdatasync_skipped() {
             return Ok(());
         }
         self.data_file.sync_data().map_err(|e| io_err(&self.dir, "fsyncing the sled data file", e))?;
+        for path in doomed {
+            if let Err(error) = std::fs::remove_file(&path) {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), %error, "cannot delete a replaced snapshot file");
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Deletes `path` once the records written so far are durable.
+    fn doom(&self, path: PathBuf) {
+        self.doomed.lock().unwrap_or_else(PoisonError::into_inner).push(path);
+        self.dirty.store(true, Ordering::SeqCst);
     }
 }
 
@@ -232,18 +264,71 @@ impl SledStorage {
             data_file: Arc::new(data_file),
             dir: dir.to_path_buf(),
             dirty: Arc::new(AtomicBool::new(false)),
+            doomed: Arc::new(Mutex::new(Vec::new())),
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
         let state_dir = dir.join(STATE_DIR);
         let engine = SledEngine::open(&state_dir, options.state_cache_bytes).map_err(|e| {
             StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
         })?;
-        Ok(SledStorage { durable, log, snapshot, piece: pieces::piece_len(segment_size), engine: Arc::new(engine) })
+        for sub in [SNAPSHOTS_DIR, INCOMING_DIR] {
+            let path = dir.join(sub);
+            std::fs::create_dir_all(&path)
+                .map_err(|e| StorageError::backend(format!("cannot create {}", path.display()), e))?;
+        }
+        // What an interrupted transfer left.
+        remove_files_except(&dir.join(INCOMING_DIR), None);
+        Ok(SledStorage {
+            durable,
+            log,
+            snapshot,
+            piece: pieces::piece_len(segment_size),
+            engine: Arc::new(engine),
+            snapshot_file: None,
+        })
     }
 
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.durable.dir
+    }
+
+    /// Where a snapshot being received is written, to be given to [`Storage::save_snapshot`]
+    /// as a [`SnapshotData::File`]: on the storage's file system, and emptied at every open.
+    pub fn incoming_dir(&self) -> PathBuf {
+        self.durable.dir.join(INCOMING_DIR)
+    }
+
+    /// Moves the snapshot file at `from` into the storage, durably, under a new name.
+    fn take_in_file(&self, index: Slot, from: &Path) -> Result<PathBuf, StorageError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let io = |what: String, e: std::io::Error| StorageError::backend(what, e);
+        let dir = self.durable.dir.join(SNAPSHOTS_DIR);
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let to = dir.join(format!("{index:020}-{nonce:016x}.snap"));
+        // Its bytes durable before its name is, and its name before the record naming it.
+        #[cfg(feature = "sync-faults")]
+        let skipped = super::sync_faults::snapshot_file_sync_skipped();
+        #[cfg(not(feature = "sync-faults"))]
+        let skipped = false;
+        if !skipped {
+            File::open(from)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io(format!("cannot sync the snapshot file {}", from.display()), e))?;
+        }
+        if std::fs::rename(from, &to).is_err() {
+            // Another file system after all: copied, then synced.
+            std::fs::copy(from, &to)
+                .and_then(|_| File::open(&to))
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io(format!("cannot copy the snapshot file {} to {}", from.display(), to.display()), e))?;
+            let _ = std::fs::remove_file(from);
+        }
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| io(format!("cannot sync {}", dir.display()), e))?;
+        Ok(to)
     }
 
     /// The restart-epoch store that shares this database.
@@ -275,6 +360,20 @@ impl SledStorage {
     }
 }
 
+/// Deletes every file in `dir` but `keep` (leftovers of an interrupted transfer or of a
+/// replaced snapshot whose deletion a crash cut off).
+fn remove_files_except(dir: &Path, keep: Option<&Path>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if Some(path.as_path()) != keep && path.is_file() {
+            if let Err(error) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), %error, "cannot delete a leftover snapshot file");
+            }
+        }
+    }
+}
+
 /// One sync of both parts, in the order of the module docs.
 fn sync_both(durable: &Durable, log: &SegmentLog) -> Result<(), StorageError> {
     #[cfg(feature = "sync-faults")]
@@ -290,6 +389,10 @@ impl Storage for SledStorage {
 
     fn discard_snapshot(&mut self) -> Result<(), StorageError> {
         pieces::remove(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.io("dropping the snapshot", e))?;
+        self.snapshot.remove(SNAPSHOT_FILE_KEY).map_err(|e| self.io("dropping the snapshot", e))?;
+        if let Some(file) = self.snapshot_file.take() {
+            self.durable.doom(file);
+        }
         self.durable.dirty.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -298,14 +401,48 @@ impl Storage for SledStorage {
         self.engine.clone()
     }
 
+    fn snapshot_file(&self) -> Option<PathBuf> {
+        self.snapshot_file.clone()
+    }
+
     fn recover(&mut self) -> Result<Recovered, StorageError> {
-        let snapshot = match pieces::get(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.pieces_err("snapshot", e))? {
+        let in_bytes = match pieces::get(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.pieces_err("snapshot", e))? {
             None => None,
             Some(bytes) => {
                 let (index, data): (Slot, Vec<u8>) = decode("snapshot", &bytes)?;
-                Some(SnapshotRecord { index, data })
+                Some(SnapshotRecord { index, data: SnapshotData::Bytes(data) })
             }
         };
+        let in_file = match self.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| self.io("reading the snapshot", e))? {
+            None => None,
+            Some(bytes) => {
+                let (index, name): (Slot, String) = decode("snapshot file", &bytes)?;
+                if name.contains('/') || name.starts_with('.') {
+                    return Err(StorageError::Corrupt {
+                        what: "snapshot file".into(),
+                        detail: format!("bad name {name:?}"),
+                    });
+                }
+                let path = self.durable.dir.join(SNAPSHOTS_DIR).join(name);
+                if !path.is_file() {
+                    return Err(StorageError::Corrupt {
+                        what: format!("snapshot at slot {index}"),
+                        detail: format!("its file {} is missing", path.display()),
+                    });
+                }
+                Some(SnapshotRecord { index, data: SnapshotData::File(path) })
+            }
+        };
+        let snapshot = match (in_bytes, in_file) {
+            (Some(bytes), Some(file)) if bytes.index > file.index => Some(bytes),
+            (_, Some(file)) => Some(file),
+            (bytes, None) => bytes,
+        };
+        self.snapshot_file = match &snapshot {
+            Some(SnapshotRecord { data: SnapshotData::File(path), .. }) => Some(path.clone()),
+            _ => None,
+        };
+        remove_files_except(&self.durable.dir.join(SNAPSHOTS_DIR), self.snapshot_file.as_deref());
         let log = self.log.recover()?;
         Ok(normalize(Recovered { promised: log.promised, slots: log.slots, commit: log.commit, snapshot }))
     }
@@ -323,11 +460,28 @@ impl Storage for SledStorage {
     }
 
     fn save_snapshot(&mut self, snapshot: &SnapshotRecord) -> Result<(), StorageError> {
-        // Index and data in one record: a single insert is atomic in sled, so recovery sees
-        // either the old snapshot or the new one, never a mix.
-        let rec = encode("snapshot", &(snapshot.index, snapshot.data.as_slice()))?;
-        pieces::insert(&self.snapshot, SNAPSHOT_KEY, &rec, self.piece)
-            .map_err(|e| self.io("writing the snapshot", e))?;
+        let replaced = self.snapshot_file.take();
+        match &snapshot.data {
+            SnapshotData::Bytes(data) => {
+                // Index and data in one record: a single insert is atomic in sled, so
+                // recovery sees either the old snapshot or the new one, never a mix.
+                let rec = encode("snapshot", &(snapshot.index, data.as_slice()))?;
+                pieces::insert(&self.snapshot, SNAPSHOT_KEY, &rec, self.piece)
+                    .map_err(|e| self.io("writing the snapshot", e))?;
+                self.snapshot.remove(SNAPSHOT_FILE_KEY).map_err(|e| self.io("writing the snapshot", e))?;
+            }
+            SnapshotData::File(from) => {
+                let path = self.take_in_file(snapshot.index, from)?;
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let rec = encode("snapshot file", &(snapshot.index, name))?;
+                self.snapshot.insert(SNAPSHOT_FILE_KEY, rec).map_err(|e| self.io("writing the snapshot", e))?;
+                pieces::remove(&self.snapshot, SNAPSHOT_KEY).map_err(|e| self.io("writing the snapshot", e))?;
+                self.snapshot_file = Some(path);
+            }
+        }
+        if let Some(file) = replaced {
+            self.durable.doom(file);
+        }
         // After the insert (see `Durable::dirty`).
         self.durable.dirty.store(true, Ordering::SeqCst);
         Ok(())
@@ -405,7 +559,7 @@ mod tests {
             s.save_slot(1, &accepted(7, true)).unwrap();
             s.save_slot(300, &accepted(7, false)).unwrap();
             s.save_commit(1).unwrap();
-            s.save_snapshot(&SnapshotRecord { index: 0, data: vec![9; 10] }).unwrap();
+            s.save_snapshot(&SnapshotRecord { index: 0, data: vec![9; 10].into() }).unwrap();
             s.sync().unwrap();
         }
         let mut s = reopen(dir.path());
@@ -414,7 +568,7 @@ mod tests {
         assert_eq!(r.commit, 1);
         assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), vec![1, 300]);
         assert_eq!(r.slots[&1], accepted(7, true));
-        assert_eq!(r.snapshot, Some(SnapshotRecord { index: 0, data: vec![9; 10] }));
+        assert_eq!(r.snapshot, Some(SnapshotRecord { index: 0, data: vec![9; 10].into() }));
     }
 
     /// Records past sled's blob threshold (a 1.5 MiB value in a slot, a multi-MiB snapshot)
@@ -439,7 +593,8 @@ mod tests {
             entry: Entry { proposals: vec![big_put(seq)] },
             chosen: true,
         };
-        let snapshot = SnapshotRecord { index: 1, data: (0..3_000_000u32).map(|i| i as u8).collect() };
+        let snapshot =
+            SnapshotRecord { index: 1, data: (0..3_000_000u32).map(|i| i as u8).collect::<Vec<u8>>().into() };
         {
             let mut s = reopen(dir.path());
             s.save_slot(1, &big(1)).unwrap();
@@ -467,16 +622,86 @@ mod tests {
         drop(sled::Config::new().path(dir.path()).open().unwrap());
         let mut s = reopen(dir.path());
         assert_eq!(s.piece, 4096);
-        s.save_snapshot(&SnapshotRecord { index: 0, data: vec![3; 1 << 20] }).unwrap();
+        s.save_snapshot(&SnapshotRecord { index: 0, data: vec![3; 1 << 20].into() }).unwrap();
         s.sync().unwrap();
         drop(s);
         assert_eq!(std::fs::read_dir(dir.path().join("blobs")).map_or(0, |d| d.count()), 0);
-        assert_eq!(reopen(dir.path()).recover().unwrap().snapshot.unwrap().data, vec![3; 1 << 20]);
+        assert_eq!(reopen(dir.path()).recover().unwrap().snapshot.unwrap().data, SnapshotData::Bytes(vec![3; 1 << 20]));
 
         let fresh = tempfile::tempdir().unwrap();
         assert_eq!(SledStorage::open(fresh.path()).unwrap().piece, SEGMENT_SIZE / 128);
         let conf = String::from_utf8_lossy(&std::fs::read(fresh.path().join("conf")).unwrap()).into_owned();
         assert!(conf.contains(&format!("segment_size: {SEGMENT_SIZE}")), "{conf}");
+    }
+
+    /// A snapshot given as a file is moved in, survives a reopen as that file, and its file
+    /// is deleted once a newer snapshot (file or bytes) or a discard is durable; a file
+    /// saved but never synced, and what an interrupted transfer left, are gone at the next
+    /// open.
+    #[test]
+    fn snapshot_files_are_taken_in_kept_and_deleted_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = |sub: &str| -> Vec<PathBuf> {
+            let mut v: Vec<PathBuf> =
+                std::fs::read_dir(dir.path().join(sub)).unwrap().map(|e| e.unwrap().path()).collect();
+            v.sort();
+            v
+        };
+        let incoming = |s: &SledStorage, name: &str, fill: u8| -> PathBuf {
+            let path = s.incoming_dir().join(name);
+            std::fs::write(&path, vec![fill; 100_000]).unwrap();
+            path
+        };
+        let first = {
+            let mut s = reopen(dir.path());
+            let given = incoming(&s, "a", 1);
+            s.save_snapshot(&SnapshotRecord { index: 5, data: SnapshotData::File(given.clone()) }).unwrap();
+            s.sync().unwrap();
+            assert!(!given.exists(), "moved in");
+            let kept = s.snapshot_file().unwrap();
+            assert_eq!(files(SNAPSHOTS_DIR), vec![kept.clone()]);
+            kept
+        };
+        let mut s = reopen(dir.path());
+        let r = s.recover().unwrap();
+        assert_eq!(r.snapshot, Some(SnapshotRecord { index: 5, data: SnapshotData::File(first.clone()) }));
+        assert_eq!(r.snapshot.unwrap().data.read_all().unwrap().as_ref(), &vec![1; 100_000][..]);
+
+        // Replaced by a newer file: the old one goes once the new record is durable.
+        let given = incoming(&s, "b", 2);
+        s.save_snapshot(&SnapshotRecord { index: 9, data: SnapshotData::File(given) }).unwrap();
+        assert!(first.exists(), "kept until the sync");
+        s.sync().unwrap();
+        assert!(!first.exists());
+        let second = s.snapshot_file().unwrap();
+
+        // Saved, not synced, then a crash (drop): the durable record is the one before,
+        // and the file saved meanwhile is deleted at the open.
+        let given = incoming(&s, "c", 3);
+        s.save_snapshot(&SnapshotRecord { index: 12, data: SnapshotData::File(given) }).unwrap();
+        let unsynced = s.snapshot_file().unwrap();
+        let _ = incoming(&s, "left-by-a-cut-transfer", 4);
+        drop(s);
+        let mut s = reopen(dir.path());
+        let r = s.recover().unwrap();
+        assert_eq!(r.snapshot.map(|r| r.index), Some(if unsynced.exists() { 12 } else { 9 }));
+        assert!(files(INCOMING_DIR).is_empty());
+        assert_eq!(files(SNAPSHOTS_DIR).len(), 1);
+
+        // Replaced by bytes, then discarded.
+        let kept = s.snapshot_file().unwrap();
+        s.save_snapshot(&SnapshotRecord { index: 20, data: vec![5; 10].into() }).unwrap();
+        s.sync().unwrap();
+        assert!(!kept.exists() && !second.exists());
+        assert_eq!(s.recover().unwrap().snapshot.map(|r| r.index), Some(20));
+        let given = incoming(&s, "d", 6);
+        s.save_snapshot(&SnapshotRecord { index: 30, data: SnapshotData::File(given) }).unwrap();
+        s.sync().unwrap();
+        s.discard_snapshot().unwrap();
+        s.sync().unwrap();
+        assert!(files(SNAPSHOTS_DIR).is_empty());
+        drop(s);
+        assert_eq!(reopen(dir.path()).recover().unwrap().snapshot, None);
     }
 
     #[test]

@@ -10,6 +10,19 @@ use std::time::Duration;
 static DELAY_MICROS: AtomicU64 = AtomicU64::new(0);
 static FAIL: AtomicBool = AtomicBool::new(false);
 static SKIP_FDATASYNC: AtomicBool = AtomicBool::new(false);
+static SKIP_SNAPSHOT_FILE_SYNC: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a snapshot file is moved into the storage and named by its record without
+/// being synced first (the negative control of the lazy disk's snapshot-file test: a power
+/// loss then leaves a durable record naming a file whose bytes are gone).
+pub fn skip_snapshot_file_sync() {
+    SKIP_SNAPSHOT_FILE_SYNC.store(true, Ordering::SeqCst);
+}
+
+/// Whether the snapshot-file control is on.
+pub(super) fn snapshot_file_sync_skipped() -> bool {
+    SKIP_SNAPSHOT_FILE_SYNC.load(Ordering::SeqCst)
+}
 
 /// From now on, a sync is sled's flush alone, without the `fdatasync` that makes it durable
 /// (the `skip-fdatasync` negative control; see the durability notes in `sled_store`).

@@ -38,7 +38,7 @@ fn slot_value(round: u64, seq: u64, chosen: bool) -> AcceptedSlot {
 }
 
 fn snapshot(index: Slot, fill: u8) -> SnapshotRecord {
-    SnapshotRecord { index, data: vec![fill; 1000 + index as usize] }
+    SnapshotRecord { index, data: vec![fill; 1000 + index as usize].into() }
 }
 
 /// Log segments small enough that the suite's writes roll over many times.
@@ -366,7 +366,8 @@ fn write_old_layout(dir: &std::path::Path, state: &Recovered, epoch: Option<u32>
         pieces::insert(&slots, &slot_key(*slot), &encode("slot", accepted).unwrap(), piece).unwrap();
     }
     if let Some(s) = &state.snapshot {
-        pieces::insert(&snap, b"snapshot", &encode("snapshot", &(s.index, s.data.as_slice())).unwrap(), piece).unwrap();
+        let data = s.data.read_all().unwrap();
+        pieces::insert(&snap, b"snapshot", &encode("snapshot", &(s.index, &*data)).unwrap(), piece).unwrap();
     }
     db.flush().unwrap();
 }

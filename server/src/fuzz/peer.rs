@@ -122,11 +122,12 @@ fn check_transfer((notice, chunks): Transfer) {
         }
     }
     match reassembly.finish() {
-        Ok(data) => {
+        Ok(crate::peer::parked::Assembled::Memory(data)) => {
             assert!(complete);
             assert_eq!(data.len() as u64, notice.size, "a completed transfer has the announced size");
             assert_eq!(data, sent, "a completed transfer is the chunks' data in order");
         }
+        Ok(crate::peer::parked::Assembled::File(path)) => panic!("reassembled in memory, not in {}", path.display()),
         Err(error) => assert!(!complete && matches!(error, PullError::Truncated { .. }), "{error}"),
     }
 }

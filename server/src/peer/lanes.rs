@@ -13,7 +13,7 @@
 //! a receiver can take in one bounded buffer ([`PEER_MESSAGE_LIMIT`]), and a snapshot on its
 //! way never holds up an Accept.
 
-use crate::peer::parked::{Inbox, Outbox, ParkedKind, CHUNK_BYTES};
+use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::PeerEnvelope;
 use crate::peer::wire::Wire;
@@ -300,7 +300,7 @@ impl PeerNetwork {
         let bytes = wire.encode();
         if bytes.len() > LANE_MESSAGE_MAX {
             tracing::debug!(peer = %to, bytes = bytes.len(), "message too big for a lane; parked for the peer to pull");
-            self.park(to, ParkedKind::Message, bytes);
+            self.park(to, ParkedKind::Message, Arc::new(Payload::Memory(bytes)));
             return;
         }
         let links = self.links.read().unwrap_or_else(PoisonError::into_inner);
@@ -314,7 +314,7 @@ impl PeerNetwork {
         match message {
             LogMessage::Snapshot { index, data } => {
                 tracing::debug!(peer = %to, index, bytes = data.len(), "snapshot parked for the peer to pull");
-                self.park(to, ParkedKind::Snapshot { index }, data);
+                self.park(to, ParkedKind::Snapshot { index }, Arc::new(Payload::Memory(data)));
             }
             // The replica asks again every retry interval until it hears back; while a
             // snapshot from that peer is on its way, each repeat would only make the peer
@@ -324,8 +324,15 @@ impl PeerNetwork {
         }
     }
 
+    /// Parks a snapshot of the state through slot `index`, in `data` (a file shared by
+    /// every peer it goes to), for `to` to pull in chunks.
+    pub fn send_snapshot(&self, to: NodeId, index: u64, data: Arc<Payload>) {
+        tracing::debug!(peer = %to, index, bytes = data.len(), "snapshot parked for the peer to pull");
+        self.park(to, ParkedKind::Snapshot { index }, data);
+    }
+
     /// Parks `data` for `to` and tells it on the log lane.
-    fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>) {
+    fn park(&self, to: NodeId, kind: ParkedKind, data: Arc<Payload>) {
         if to == self.me || !self.links.read().unwrap_or_else(PoisonError::into_inner).peers.contains_key(&to) {
             return;
         }

@@ -47,11 +47,16 @@ use tonic::Status;
 /// enough to stay far below every gRPC message limit on the way.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-/// Largest transfer a node accepts: 4 GiB. The bound is against a confused or hostile peer
-/// announcing (or streaming) without end; a genuine snapshot is the serialised state
-/// machine, which every replica already holds in memory, so a state this large would be
-/// trouble long before its transfer.
+/// Largest transfer a node takes into memory: 4 GiB. The bound is against a confused or
+/// hostile peer announcing (or streaming) without end; what arrives in memory is a message
+/// the replica could have been sent on a lane, or a snapshot when no directory was given
+/// for them (tests).
 pub const MAX_TRANSFER_BYTES: u64 = 4 << 30;
+
+/// Largest snapshot a node takes into a file: 1 TiB, far above any state a member holds
+/// (its disk would fill first); the bound only keeps a peer streaming without end from
+/// filling the disk.
+pub const MAX_SNAPSHOT_FILE_BYTES: u64 = 1 << 40;
 
 /// How long a parked message waits for its pull. A receiver pulls as soon as the notice
 /// arrives unless it is busy with an earlier transfer from the same peer; past this the
@@ -183,6 +188,9 @@ pub enum PullError {
     /// The peer is not in this node's configuration.
     #[error("no connection to that peer")]
     UnknownPeer,
+    /// The file it was being written to failed.
+    #[error("{0}")]
+    Write(String),
 }
 
 impl From<Status> for PullError {
@@ -197,49 +205,99 @@ impl From<Status> for PullError {
 // ---------------------------------------------------------------------------------------
 // Sending side.
 
-/// The chunks of one message, produced lazily (one copy of [`CHUNK_BYTES`] at a time, when
+/// The bytes of a parked message.
+#[derive(Debug)]
+pub enum Payload {
+    /// In memory: an encoded message, or a small snapshot.
+    Memory(Vec<u8>),
+    /// In a file, read a chunk at a time as the receiver pulls: a snapshot of any size
+    /// (built by [`crate::node`] into an unlinked file in the data directory, and shared by
+    /// every peer it is parked for).
+    File {
+        /// Opened for reading at offsets.
+        file: std::fs::File,
+        /// Its length.
+        len: u64,
+    },
+}
+
+impl Payload {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Payload::Memory(bytes) => bytes.len() as u64,
+            Payload::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes from `offset` through `end` (exclusive; within the payload).
+    fn read(&self, offset: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        match self {
+            Payload::Memory(bytes) => {
+                Ok(bytes.get(offset as usize..end as usize).map(<[u8]>::to_vec).unwrap_or_default())
+            }
+            Payload::File { file, .. } => {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0; usize::try_from(end - offset).unwrap_or(0)];
+                file.read_exact_at(&mut buf, offset)?;
+                Ok(buf)
+            }
+        }
+    }
+}
+
+/// The chunks of one message, produced lazily (one read of [`CHUNK_BYTES`] at a time, when
 /// the stream asks for the next): `offset` counts up without gaps, `index` is the same in
 /// every chunk, `last` is set on the final one. An empty message is one empty last chunk.
+/// A file that cannot be read ends the chunks with the error.
 pub struct Chunks {
-    data: Arc<Vec<u8>>,
+    data: Arc<Payload>,
     index: u64,
-    chunk_bytes: usize,
-    offset: usize,
+    chunk_bytes: u64,
+    offset: u64,
     done: bool,
 }
 
 impl Chunks {
     /// Chunks of `data` of at most `chunk_bytes` (at least 1) each.
-    pub fn new(index: u64, data: Arc<Vec<u8>>, chunk_bytes: usize) -> Self {
-        Chunks { data, index, chunk_bytes: chunk_bytes.max(1), offset: 0, done: false }
+    pub fn new(index: u64, data: Arc<Payload>, chunk_bytes: usize) -> Self {
+        Chunks { data, index, chunk_bytes: chunk_bytes.max(1) as u64, offset: 0, done: false }
     }
 }
 
 impl Iterator for Chunks {
-    type Item = pb::ParkedChunk;
+    type Item = std::io::Result<pb::ParkedChunk>;
 
-    fn next(&mut self) -> Option<pb::ParkedChunk> {
+    fn next(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;
         }
-        let end = self.offset.saturating_add(self.chunk_bytes).min(self.data.len());
-        let last = end == self.data.len();
-        let chunk = pb::ParkedChunk {
-            index: self.index,
-            data: self.data.get(self.offset..end).map(<[u8]>::to_vec).unwrap_or_default(),
-            last,
-            offset: self.offset as u64,
+        let len = self.data.len();
+        let end = self.offset.saturating_add(self.chunk_bytes).min(len);
+        let last = end == len;
+        let data = match self.data.read(self.offset, end) {
+            Ok(data) => data,
+            Err(error) => {
+                self.done = true;
+                return Some(Err(error));
+            }
         };
+        let chunk = pb::ParkedChunk { index: self.index, data, last, offset: self.offset };
         self.offset = end;
         self.done = last;
-        Some(chunk)
+        Some(Ok(chunk))
     }
 }
 
 /// A parked message.
 struct Parked {
     notice: ParkedNotice,
-    data: Arc<Vec<u8>>,
+    data: Arc<Payload>,
     /// From then on it is no longer served, and the next sweep frees it.
     expires: Instant,
 }
@@ -297,13 +355,11 @@ impl Outbox {
     /// Parks `data` for `to` at `now`, replacing what was parked of the same kind, and
     /// returns the notice to send. It expires [`PARKED_TTL`] after `now`; whatever else has
     /// expired by `now` is freed.
-    pub fn park(&self, to: NodeId, kind: ParkedKind, data: Vec<u8>, now: Instant) -> ParkedNotice {
-        let notice =
-            ParkedNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() as u64 };
+    pub fn park(&self, to: NodeId, kind: ParkedKind, data: Arc<Payload>, now: Instant) -> ParkedNotice {
+        let notice = ParkedNotice { transfer: self.next.fetch_add(1, Ordering::Relaxed), kind, size: data.len() };
         let mut parked = self.lock();
         Self::sweep_locked(&mut parked, now);
-        *parked.entry(to).or_default().slot(kind) =
-            Some(Parked { notice, data: Arc::new(data), expires: now + PARKED_TTL });
+        *parked.entry(to).or_default().slot(kind) = Some(Parked { notice, data, expires: now + PARKED_TTL });
         notice
     }
 
@@ -399,7 +455,13 @@ impl Iterator for Serving {
     type Item = Result<pb::ParkedChunk, Status>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let chunk = self.chunks.next()?;
+        let chunk = match self.chunks.next()? {
+            Ok(chunk) => chunk,
+            Err(error) => {
+                tracing::warn!(peer = %self.to, kind = self.notice.kind.name(), %error, "cannot read a parked transfer");
+                return Some(Err(Status::internal(format!("cannot read the parked transfer: {error}"))));
+            }
+        };
         self.sent += 1;
         if chunk.last {
             if let Some(outbox) = self.outbox.upgrade() {
@@ -419,24 +481,68 @@ impl Iterator for Serving {
 // ---------------------------------------------------------------------------------------
 // Receiving side.
 
+/// Where a transfer is rebuilt.
+enum Target {
+    Memory(Vec<u8>),
+    /// A file being written; deleted unless the transfer completes.
+    File {
+        file: std::io::BufWriter<std::fs::File>,
+        path: std::path::PathBuf,
+    },
+}
+
 /// Rebuilds one message from its chunks, refusing anything but the announced message
 /// delivered in order: every chunk has the notice's index, starts where the previous one
 /// ended, adds data (only the last may be empty) and stays within the announced size; the
 /// last chunk completes it exactly.
 pub struct Reassembly {
     notice: ParkedNotice,
-    data: Vec<u8>,
+    target: Target,
+    received: u64,
     complete: bool,
 }
 
+impl Drop for Reassembly {
+    fn drop(&mut self) {
+        if let (Target::File { path, .. }, false) = (&self.target, self.complete) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A message rebuilt from its chunks.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Assembled {
+    /// In memory.
+    Memory(Vec<u8>),
+    /// In this file (written whole, not yet synced).
+    File(std::path::PathBuf),
+}
+
 impl Reassembly {
-    /// Starts on the message `notice` announces; refuses one above [`MAX_TRANSFER_BYTES`].
+    /// Starts on the message `notice` announces, in memory; refuses one above
+    /// [`MAX_TRANSFER_BYTES`].
     pub fn new(notice: ParkedNotice) -> Result<Self, PullError> {
         if notice.size > MAX_TRANSFER_BYTES {
             return Err(PullError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
         }
         let capacity = usize::try_from(notice.size).unwrap_or(usize::MAX).min(MAX_PREALLOCATE);
-        Ok(Reassembly { notice, data: Vec::with_capacity(capacity), complete: false })
+        Ok(Reassembly { notice, target: Target::Memory(Vec::with_capacity(capacity)), received: 0, complete: false })
+    }
+
+    /// Starts on the message `notice` announces, into a new file at `path` (deleted if the
+    /// transfer fails); refuses one above [`MAX_SNAPSHOT_FILE_BYTES`].
+    pub fn into_file(notice: ParkedNotice, path: std::path::PathBuf) -> Result<Self, PullError> {
+        if notice.size > MAX_SNAPSHOT_FILE_BYTES {
+            return Err(PullError::TooLarge { size: notice.size, max: MAX_SNAPSHOT_FILE_BYTES });
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| PullError::Write(format!("cannot create {}: {e}", path.display())))?;
+        let file = std::io::BufWriter::with_capacity(CHUNK_BYTES, file);
+        Ok(Reassembly { notice, target: Target::File { file, path }, received: 0, complete: false })
     }
 
     /// Adds the next chunk; `Ok(true)` once the message is complete.
@@ -448,7 +554,7 @@ impl Reassembly {
         if chunk.index != expected {
             return Err(PullError::IndexChanged { expected, got: chunk.index });
         }
-        let received = self.data.len() as u64;
+        let received = self.received;
         if chunk.offset != received {
             return Err(PullError::OutOfOrder { expected: received, got: chunk.offset });
         }
@@ -462,36 +568,69 @@ impl Reassembly {
         if chunk.last && total != self.notice.size {
             return Err(PullError::Short { size: self.notice.size, got: total });
         }
-        self.data.extend_from_slice(&chunk.data);
+        match &mut self.target {
+            Target::Memory(data) => data.extend_from_slice(&chunk.data),
+            Target::File { file, path } => {
+                use std::io::Write;
+                let write = |file: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
+                    file.write_all(&chunk.data)?;
+                    if chunk.last {
+                        file.flush()?;
+                    }
+                    Ok(())
+                };
+                // The page cache may throttle a writer on a slow disk: not on an async
+                // worker's own time where the runtime can hand its other tasks on.
+                let written = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| write(file)),
+                    _ => write(file),
+                };
+                written.map_err(|e| PullError::Write(format!("cannot write {}: {e}", path.display())))?;
+            }
+        }
+        self.received = total;
         self.complete = chunk.last;
         Ok(self.complete)
     }
 
     /// The message, if the last chunk arrived.
-    pub fn finish(self) -> Result<Vec<u8>, PullError> {
+    pub fn finish(mut self) -> Result<Assembled, PullError> {
         if !self.complete {
-            return Err(PullError::Truncated { size: self.notice.size, got: self.data.len() as u64 });
+            return Err(PullError::Truncated { size: self.notice.size, got: self.received });
         }
-        Ok(self.data)
+        let target = std::mem::replace(&mut self.target, Target::Memory(Vec::new()));
+        Ok(match target {
+            Target::Memory(data) => Assembled::Memory(data),
+            Target::File { path, .. } => Assembled::File(path),
+        })
     }
 }
 
 /// A completed transfer: the message and how many chunks it took.
 #[derive(Debug)]
 pub struct Pulled {
-    /// The reassembled bytes.
-    pub data: Vec<u8>,
+    /// The reassembled message.
+    pub data: Assembled,
     /// Chunks received.
     pub chunks: u64,
 }
 
-/// Reads `stream` into the message `notice` announces, waiting at most `stall` for each
-/// chunk. Stops at the last chunk (the rest of the stream is not read).
-pub async fn reassemble<S>(notice: ParkedNotice, mut stream: S, stall: Duration) -> Result<Pulled, PullError>
+/// Reads `stream` into the message `notice` announces (into a new file at `file` if given,
+/// else in memory), waiting at most `stall` for each chunk. Stops at the last chunk (the
+/// rest of the stream is not read).
+pub async fn reassemble<S>(
+    notice: ParkedNotice,
+    mut stream: S,
+    stall: Duration,
+    file: Option<std::path::PathBuf>,
+) -> Result<Pulled, PullError>
 where
     S: Stream<Item = Result<pb::ParkedChunk, Status>> + Unpin,
 {
-    let mut reassembly = Reassembly::new(notice)?;
+    let mut reassembly = match file {
+        Some(path) => Reassembly::into_file(notice, path)?,
+        None => Reassembly::new(notice)?,
+    };
     let mut chunks = 0;
     loop {
         let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| PullError::Stalled(stall))?;
@@ -577,8 +716,12 @@ mod tests {
         (0..len).map(|i| (i * 31 % 251) as u8).collect()
     }
 
+    fn mem(bytes: Vec<u8>) -> Arc<Payload> {
+        Arc::new(Payload::Memory(bytes))
+    }
+
     fn chunks_of(index: u64, bytes: &[u8], chunk: usize) -> Vec<pb::ParkedChunk> {
-        Chunks::new(index, Arc::new(bytes.to_vec()), chunk).collect()
+        Chunks::new(index, Arc::new(Payload::Memory(bytes.to_vec())), chunk).map(Result::unwrap).collect()
     }
 
     fn reassemble_all(notice: ParkedNotice, chunks: Vec<pb::ParkedChunk>) -> Result<Vec<u8>, PullError> {
@@ -586,7 +729,10 @@ mod tests {
         for chunk in chunks {
             reassembly.push(chunk)?;
         }
-        reassembly.finish()
+        match reassembly.finish()? {
+            Assembled::Memory(data) => Ok(data),
+            Assembled::File(path) => panic!("reassembled in memory, not in {}", path.display()),
+        }
     }
 
     #[test]
@@ -677,26 +823,60 @@ mod tests {
         let bytes = data(10);
         let notice = snapshot_notice(1, 3, 10);
         let ok = chunks_of(3, &bytes, 4).into_iter().map(Ok);
-        let pulled = reassemble(notice, tokio_stream::iter(ok), CHUNK_TIMEOUT).await.expect("complete");
-        assert_eq!((pulled.data, pulled.chunks), (bytes.clone(), 3));
+        let pulled = reassemble(notice, tokio_stream::iter(ok), CHUNK_TIMEOUT, None).await.expect("complete");
+        assert_eq!((pulled.data, pulled.chunks), (Assembled::Memory(bytes.clone()), 3));
 
         // The stream breaks after one chunk.
         let mut broken: Vec<Result<pb::ParkedChunk, Status>> =
             chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok).collect();
         broken.push(Err(Status::unavailable("connection reset")));
-        let error = reassemble(notice, tokio_stream::iter(broken), CHUNK_TIMEOUT).await.expect_err("broken");
+        let error = reassemble(notice, tokio_stream::iter(broken), CHUNK_TIMEOUT, None).await.expect_err("broken");
         assert!(matches!(error, PullError::Rpc(ref m) if m.contains("connection reset")), "{error}");
 
         // The stream ends early.
         let cut = chunks_of(3, &bytes, 4).into_iter().take(2).map(Ok);
-        let error = reassemble(notice, tokio_stream::iter(cut), CHUNK_TIMEOUT).await.expect_err("cut");
+        let error = reassemble(notice, tokio_stream::iter(cut), CHUNK_TIMEOUT, None).await.expect_err("cut");
         assert!(matches!(error, PullError::Truncated { got: 8, .. }), "{error}");
 
         // The stream goes quiet.
         let first = chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok);
         let quiet = tokio_stream::iter(first).chain(tokio_stream::pending());
-        let error = reassemble(notice, quiet, Duration::from_millis(20)).await.expect_err("stalled");
+        let error = reassemble(notice, quiet, Duration::from_millis(20), None).await.expect_err("stalled");
         assert!(matches!(error, PullError::Stalled(_)), "{error}");
+    }
+
+    /// A snapshot parked as a file is chunked from the file, and a snapshot pulled into a
+    /// file is the same bytes; a transfer that fails leaves no file behind.
+    #[test]
+    fn snapshots_go_from_file_to_file_and_a_failed_transfer_leaves_nothing() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = data(3 * CHUNK_BYTES + 5);
+        let mut file = tempfile::tempfile_in(dir.path()).unwrap();
+        file.write_all(&bytes).unwrap();
+        let payload = Arc::new(Payload::File { file, len: bytes.len() as u64 });
+        let chunks: Vec<_> = Chunks::new(9, payload, CHUNK_BYTES).map(Result::unwrap).collect();
+        assert_eq!(chunks.len(), 4);
+        let notice = snapshot_notice(1, 9, bytes.len());
+        let path = dir.path().join("incoming.part");
+        let mut reassembly = Reassembly::into_file(notice, path.clone()).unwrap();
+        for chunk in chunks.clone() {
+            reassembly.push(chunk).unwrap();
+        }
+        assert_eq!(reassembly.finish().unwrap(), Assembled::File(path.clone()));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        std::fs::remove_file(&path).unwrap();
+
+        // Cut short, or refused midway: the partial file goes with the transfer.
+        let mut cut = Reassembly::into_file(notice, path.clone()).unwrap();
+        cut.push(chunks[0].clone()).unwrap();
+        assert!(matches!(cut.finish(), Err(PullError::Truncated { .. })));
+        assert!(!path.exists());
+        let mut refused = Reassembly::into_file(notice, path.clone()).unwrap();
+        refused.push(chunks[0].clone()).unwrap();
+        assert!(refused.push(chunks[2].clone()).is_err());
+        drop(refused);
+        assert!(!path.exists());
     }
 
     #[test]
@@ -704,9 +884,9 @@ mod tests {
         let outbox = Outbox::new();
         let now = Instant::now();
         let peer = NodeId(2);
-        let old = outbox.park(peer, ParkedKind::Snapshot { index: 5 }, data(10), now);
-        let message = outbox.park(peer, ParkedKind::Message, data(3), now);
-        let new = outbox.park(peer, ParkedKind::Snapshot { index: 7 }, data(2 * CHUNK_BYTES + 1), now);
+        let old = outbox.park(peer, ParkedKind::Snapshot { index: 5 }, mem(data(10)), now);
+        let message = outbox.park(peer, ParkedKind::Message, mem(data(3)), now);
+        let new = outbox.park(peer, ParkedKind::Snapshot { index: 7 }, mem(data(2 * CHUNK_BYTES + 1)), now);
         assert!(new.transfer > old.transfer);
         assert_eq!(outbox.parked_for(peer), vec![new, message]);
         assert!(outbox.serve(peer, old.transfer, now).is_none(), "a replaced snapshot is gone");
@@ -714,7 +894,7 @@ mod tests {
 
         let serving = outbox.serve(peer, new.transfer, now).expect("parked");
         // A snapshot for a repeated Fetch, parked while the first one is on its way.
-        let repeat = outbox.park(peer, ParkedKind::Snapshot { index: 8 }, data(4), now);
+        let repeat = outbox.park(peer, ParkedKind::Snapshot { index: 8 }, mem(data(4)), now);
         let notice = ParkedNotice { transfer: new.transfer, kind: ParkedKind::Snapshot { index: 7 }, size: new.size };
         let chunks: Vec<_> = serving.map(|c| c.expect("chunk")).collect();
         assert_eq!(chunks.len(), 3);
@@ -733,14 +913,14 @@ mod tests {
         let outbox = Outbox::new();
         let parked_at = Instant::now();
         let (a, b) = (NodeId(2), NodeId(3));
-        let old = outbox.park(a, ParkedKind::Message, data(3), parked_at);
+        let old = outbox.park(a, ParkedKind::Message, mem(data(3)), parked_at);
         let expired = parked_at + PARKED_TTL;
         assert!(outbox.serve(a, old.transfer, expired - Duration::from_millis(1)).is_some(), "live until its TTL");
         assert!(outbox.serve(a, old.transfer, expired).is_none(), "never served once expired");
         assert_eq!(outbox.parked_for(a), vec![old], "held until a sweep or a park");
 
         // Parking for another peer frees it.
-        let other = outbox.park(b, ParkedKind::Snapshot { index: 4 }, data(5), expired);
+        let other = outbox.park(b, ParkedKind::Snapshot { index: 4 }, mem(data(5)), expired);
         assert!(outbox.parked_for(a).is_empty());
         assert_eq!(outbox.parked_for(b), vec![other]);
 

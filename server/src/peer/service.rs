@@ -8,7 +8,10 @@
 
 use crate::node::{NodeHandle, Request as NodeRequest};
 use crate::peer::lanes::PeerNetwork;
-use crate::peer::parked::{reassemble, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_TRANSFER_BYTES};
+use crate::peer::parked::{
+    reassemble, Assembled, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_SNAPSHOT_FILE_BYTES,
+    MAX_TRANSFER_BYTES,
+};
 use crate::peer::proto as pb;
 use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
 use crate::tls::identity::CertNames;
@@ -40,6 +43,9 @@ struct Inner {
     impostors: AtomicU64,
     /// When a version mismatch was last logged.
     version_logged: std::sync::Mutex<Option<Instant>>,
+    /// Where snapshots from peers are written as they arrive (the storage's incoming
+    /// dir); `None` keeps them in memory.
+    incoming: Option<std::path::PathBuf>,
 }
 
 /// How often a refused protocol version is logged.
@@ -61,11 +67,14 @@ impl PeerService {
         election: mpsc::Sender<(NodeId, ElectionMessage)>,
         network: PeerNetwork,
         tls: bool,
+        incoming: Option<std::path::PathBuf>,
     ) -> Self {
         let rejected = AtomicU64::new(0);
         let impostors = AtomicU64::new(0);
         let version_logged = std::sync::Mutex::new(None);
-        PeerService { inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged }) }
+        PeerService {
+            inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged, incoming }),
+        }
     }
 }
 
@@ -194,14 +203,22 @@ impl Inner {
             }
         };
         let Pulled { data, chunks } = pulled;
-        match notice.kind {
-            ParkedKind::Snapshot { index } => {
-                tracing::info!(peer = %from, index, bytes = data.len(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
+        match (notice.kind, data) {
+            (ParkedKind::Snapshot { index }, data) => {
+                tracing::info!(peer = %from, index, bytes = notice.size, chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks; handing it to the log");
-                self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
+                self.node.deliver(match data {
+                    Assembled::Memory(data) => NodeRequest::Log(from, LogMessage::Snapshot { index, data }),
+                    Assembled::File(path) => NodeRequest::SnapshotFile(from, index, path),
+                });
                 true
             }
-            ParkedKind::Message => match Wire::decode(&data) {
+            (ParkedKind::Message, Assembled::File(path)) => {
+                // Only snapshots are pulled into files.
+                let _ = std::fs::remove_file(path);
+                false
+            }
+            (ParkedKind::Message, Assembled::Memory(data)) => match Wire::decode(&data) {
                 Ok(wire) => {
                     tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
                     self.dispatch(from, wire);
@@ -216,8 +233,17 @@ impl Inner {
     }
 
     async fn fetch(&self, from: NodeId, notice: ParkedNotice) -> Result<Pulled, PullError> {
-        if notice.size > MAX_TRANSFER_BYTES {
-            return Err(PullError::TooLarge { size: notice.size, max: MAX_TRANSFER_BYTES });
+        // A snapshot goes to a file as it arrives, so that a state of any size passes
+        // through this node in bounded memory.
+        let file = match (notice.kind, &self.incoming) {
+            (ParkedKind::Snapshot { index }, Some(dir)) => {
+                Some(dir.join(format!("from-{}-slot-{index}-transfer-{}.part", from.0, notice.transfer)))
+            }
+            _ => None,
+        };
+        let max = if file.is_some() { MAX_SNAPSHOT_FILE_BYTES } else { MAX_TRANSFER_BYTES };
+        if notice.size > max {
+            return Err(PullError::TooLarge { size: notice.size, max });
         }
         let mut client = self.network.puller(from).ok_or(PullError::UnknownPeer)?;
         let request = pb::FetchParkedRequest {
@@ -228,7 +254,7 @@ impl Inner {
         let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await
             .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
-        reassemble(notice, response.into_inner(), CHUNK_TIMEOUT).await
+        reassemble(notice, response.into_inner(), CHUNK_TIMEOUT, file).await
     }
 }
 
