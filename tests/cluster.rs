@@ -187,7 +187,7 @@ fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
     // A short log: a snapshot every 10 slots, 2 slots kept behind it.
     let mut cluster = Cluster::start_with("paxoslease", "[log]\nsnapshot_every = 10\nretain_after_snapshot = 2\n");
     let rt = runtime();
-    let lagging = rt.block_on(async {
+    let (lagging, log) = rt.block_on(async {
         let master = master_index(&cluster).await;
         let lagging = (master + 1) % 3;
         let c = client(&cluster.endpoint(master)).await;
@@ -219,6 +219,7 @@ fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
         assert_eq!(files("incoming"), 0, "a finished transfer leaves no file in incoming/");
         assert!(files("snapshots") <= 1, "only the installed snapshot is kept");
         // Killed right after the install, it restarts from what it installed.
+        let log = cluster.log(lagging);
         cluster.kill(lagging);
         cluster.start_node(lagging);
         let again = client(&cluster.endpoint(lagging)).await;
@@ -229,10 +230,9 @@ fn a_node_behind_log_compaction_catches_up_from_a_chunked_snapshot() {
             }
         })
         .await;
-        lagging
+        (lagging, log)
     });
     drop(rt);
-    let log = cluster.log(lagging);
     let line = log.lines().find(|l| l.contains("snapshot received in chunks")).unwrap_or_else(|| {
         panic!("node {} caught up without a chunked snapshot:\n{log}", lagging + 1);
     });

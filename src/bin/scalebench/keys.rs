@@ -146,7 +146,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
 
 /// Waits until member `i` answers a serializable read of `key` from its own state (it has
 /// the data, not merely a process), returning how long that took.
-async fn wait_has(cluster: &Cluster, i: usize, key: &str, wait: Duration) -> Result<Duration> {
+pub async fn wait_has(cluster: &Cluster, i: usize, key: &str, wait: Duration) -> Result<Duration> {
     let started = Instant::now();
     while started.elapsed() < wait {
         if let Ok(client) = cluster.client(i).await {

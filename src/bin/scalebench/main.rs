@@ -21,6 +21,7 @@ mod leases;
 mod load;
 mod plot;
 mod report;
+mod stalls;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -87,6 +88,9 @@ enum Task {
     PutLatency(RowArgs),
     /// Put throughput and p99 against the number of clients.
     Clients(RowArgs),
+    /// A 64-client put load, quiet, during a backup and during a member's catch-up: p99
+    /// against the quiet one, and leasekv's node-loop turns over 50 ms.
+    Stalls(RowArgs),
     /// Every row for leasekv and etcd in turn, then the plots.
     All {
         /// Multiplies every row's default size (0.01 for a quick look).
@@ -119,6 +123,7 @@ fn default_count(workload: &str) -> u64 {
         "leases" | "expiry-storm" => 100_000,
         "keys" | "restart" | "catch-up" | "key-space" => 1_000_000,
         "compaction" => 10_000_000,
+        "stalls" => 200_000,
         _ => 1,
     }
 }
@@ -132,8 +137,8 @@ fn sizes_in_all(workload: &str) -> Vec<u64> {
 }
 
 /// The rows, in the order `all` runs them.
-const ROWS: [&str; 8] =
-    ["put-latency", "clients", "leases", "expiry-storm", "keys", "restart", "catch-up", "compaction"];
+const ROWS: [&str; 9] =
+    ["put-latency", "clients", "leases", "expiry-storm", "keys", "restart", "catch-up", "compaction", "stalls"];
 
 fn system_of(args: &RowArgs) -> System {
     match (args.system, args.backend.as_str()) {
@@ -156,6 +161,7 @@ async fn run_row(workload: &str, system: System, count: u64, ttl: u64) -> Result
         "compaction" => vec![compaction::compaction(system, count).await?],
         "put-latency" => vec![latency::put_latency(system).await?],
         "clients" => vec![latency::clients(system).await?],
+        "stalls" => vec![stalls::stalls(system, count).await?],
         other => bail!("unknown workload {other}"),
     })
 }
@@ -204,6 +210,7 @@ async fn run(args: Args) -> Result<()> {
         Task::Compaction(a) => ("compaction", a),
         Task::PutLatency(a) => ("put-latency", a),
         Task::Clients(a) => ("clients", a),
+        Task::Stalls(a) => ("stalls", a),
     };
     let count = row.count.unwrap_or_else(|| default_count(workload));
     if count == 0 {
