@@ -96,7 +96,9 @@ pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Restored, RestoreErro
     }
     let storage_error = |source| RestoreError::Storage { dir: data_dir.to_path_buf(), source };
     let mut storage = SledStorage::open(data_dir).map_err(storage_error)?;
-    storage.save_snapshot(&SnapshotRecord { index: 0, data: machine.to_snapshot_bytes().into() }).map_err(storage_error)?;
+    storage
+        .save_snapshot(&SnapshotRecord { index: 0, data: machine.to_snapshot_bytes().into() })
+        .map_err(storage_error)?;
     storage.sync().map_err(storage_error)?;
     Ok(Restored { revision: machine.revision(), keys: machine.key_count(), leases: machine.lease_count() })
 }
