@@ -693,7 +693,20 @@ impl NodeLoop {
                     reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
             }
             Request::Log(from, message) => self.replica.handle_message(now, from, message),
-            Request::SnapshotFile(_, index, path) => self.replica.handle_snapshot_file(now, index, path),
+            Request::SnapshotFile(from, index, path) => {
+                let started = Instant::now();
+                // Seconds for a large state: the runtime's other tasks (peer pulls, the
+                // election link) move to another thread meanwhile.
+                let replica = &mut self.replica;
+                match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                        tokio::task::block_in_place(|| replica.handle_snapshot_file(now, index, path))
+                    }
+                    _ => replica.handle_snapshot_file(now, index, path),
+                }
+                tracing::info!(peer = %from, index, applied = self.replica.applied_index(),
+                    took_ms = started.elapsed().as_millis() as u64, "snapshot file checked and installed");
+            }
         }
     }
 

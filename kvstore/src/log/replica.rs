@@ -323,9 +323,9 @@ impl<S: Storage> Replica<S> {
     }
 
     /// The election saw a configuration epoch this node has not applied: the log has
-    /// chosen more than this node knows. Asks one member for the chosen entries, a different
-    /// one each retry interval (one at a time: the answer may be a whole snapshot), until
-    /// one that applied it answers.
+    /// chosen more than this node knows. Asks the master for the chosen entries when one is
+    /// known, else one member, a different one each retry interval (one at a time: the
+    /// answer may be a whole snapshot), until one that applied it answers.
     pub fn catch_up(&mut self, now: Instant) {
         if self.stopped.is_some() || self.removed().is_some() {
             return;
@@ -334,8 +334,12 @@ impl<S: Storage> Replica<S> {
         if others.is_empty() || !self.learner.may_fetch(now, self.config.retry_interval) {
             return;
         }
+        // The master when one is known: every peer asked may answer with a whole snapshot,
+        // and a joining member that asked each in turn had two of them build one (a GiB
+        // each, seconds of CPU beside the clients' writes).
         let turn = now.as_nanos() / self.config.retry_interval.as_nanos().max(1) as u64;
-        let peer = others[(turn % others.len() as u64) as usize];
+        let peer =
+            self.master_hint.filter(|m| others.contains(m)).unwrap_or(others[(turn % others.len() as u64) as usize]);
         self.send(peer, LogMessage::Fetch { from: self.learner.commit() + 1 });
     }
 
