@@ -46,6 +46,12 @@ pub enum Request {
     /// A snapshot through slot `.1` received from a peer into the file `.2` (in the data
     /// directory's incoming dir): installed frame by frame.
     SnapshotFile(NodeId, u64, std::path::PathBuf),
+    /// A checkpoint's engine sync ran on a blocking thread, taking `.2`.
+    CheckpointSynced(
+        leasekv_kvstore::log::CheckpointTicket,
+        Result<(), leasekv_kvstore::engine::EngineError>,
+        Duration,
+    ),
     /// A request a follower forwarded to this node as master.
     Forwarded(NodeId, ForwardId, MasterRequest),
     /// The master's answer to one of this node's forwards.
@@ -367,6 +373,7 @@ pub fn start(
         sync_in_flight: None,
         last_sync_took: Duration::ZERO,
         storage_failed: Some(failed_tx),
+        to_self: tx.clone(),
         link,
         seen_epoch: None,
         membership: membership_tx,
@@ -422,6 +429,8 @@ struct NodeLoop {
     last_sync_took: Duration,
     /// Told once when the storage fails.
     storage_failed: Option<oneshot::Sender<String>>,
+    /// This loop's own queue, for work it hands to blocking threads to report back on.
+    to_self: mpsc::Sender<Request>,
     /// The election's side of configuration changes.
     link: Arc<ElectionLink>,
     /// The configuration epoch last handed to the election and the peer network.
@@ -573,26 +582,21 @@ impl NodeLoop {
     /// the log's start.
     ///
     /// A checkpoint is an engine sync: a flush of what sled has not written yet (its own
-    /// flusher writes every 500 ms). `block_in_place` hands the worker's other tasks (the
-    /// election's renewals first) to another thread for its duration. A snapshot for peers
-    /// is a view taken here and serialized on a blocking thread while the loop goes on; the
-    /// peers pull it when it is parked.
+    /// flusher writes every 500 ms), which took up to a quarter of a second under a put
+    /// load, every turn waiting behind it. It runs on a blocking thread while the loop goes
+    /// on applying; its end comes back as [`Request::CheckpointSynced`], and only then is the
+    /// log behind it dropped. A snapshot for peers is a view taken here and serialized on a
+    /// blocking thread while the loop goes on; the peers pull it when it is parked.
     fn take_snapshot(&mut self) {
-        let started = Instant::now();
-        let (replica, now) = (&mut self.replica, self.clock.now());
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| replica.checkpoint_if_due())
-            }
-            _ => replica.checkpoint_if_due(),
-        }
-        let took = started.elapsed();
-        if took > Duration::from_millis(100) {
-            tracing::info!(
-                took_ms = took.as_millis() as u64,
-                applied = self.replica.applied_index(),
-                "checkpoint taken"
-            );
+        let now = self.clock.now();
+        if let Some(ticket) = self.replica.begin_checkpoint() {
+            let to_self = self.to_self.clone();
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let synced = ticket.sync();
+                // Waits for room rather than losing the ticket (no checkpoint would follow).
+                let _ = to_self.blocking_send(Request::CheckpointSynced(ticket, synced, started.elapsed()));
+            });
         }
         if let Some(job) = self.replica.take_snapshot_job(now) {
             let peers = self.peers.clone();
@@ -693,6 +697,12 @@ impl NodeLoop {
                     reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
             }
             Request::Log(from, message) => self.replica.handle_message(now, from, message),
+            Request::CheckpointSynced(ticket, synced, took) => {
+                if took > Duration::from_millis(100) {
+                    tracing::info!(took_ms = took.as_millis() as u64, slot = ticket.slot(), "checkpoint synced");
+                }
+                self.replica.finish_checkpoint(ticket, synced);
+            }
             Request::SnapshotFile(from, index, path) => {
                 let started = Instant::now();
                 // Seconds for a large state: the runtime's other tasks (peer pulls, the

@@ -35,6 +35,43 @@ pub(super) struct Learner {
     /// Whether storage holds a snapshot record (an installed one, or one from a data dir
     /// of a release before the state engine) that the next checkpoint drops.
     stored_snapshot: bool,
+    /// Snapshots installed so far: a checkpoint begun before an install is abandoned.
+    installs: u64,
+    /// Whether a checkpoint's engine sync is running elsewhere ([`CheckpointTicket`]).
+    checkpoint_in_flight: bool,
+}
+
+/// A checkpoint begun by [`Replica::begin_checkpoint`]: the state engine is to be synced off
+/// the replica's thread ([`CheckpointTicket::sync`]), which makes the state durable through
+/// `slot`; [`Replica::finish_checkpoint`] then drops the log behind it. Dropped (a crash), it
+/// leaves everything as it was.
+pub struct CheckpointTicket {
+    slot: Slot,
+    installs: u64,
+    engine: std::sync::Arc<dyn crate::engine::Engine>,
+    /// Negative control `log-dropped-before-state-synced`: the sync does nothing.
+    skip_sync: bool,
+}
+
+impl std::fmt::Debug for CheckpointTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointTicket").field("slot", &self.slot).field("installs", &self.installs).finish()
+    }
+}
+
+impl CheckpointTicket {
+    /// The slot the checkpoint makes durable.
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// Syncs the state engine (every write made to it so far): call it on any thread.
+    pub fn sync(&self) -> Result<(), crate::engine::EngineError> {
+        if self.skip_sync {
+            return Ok(());
+        }
+        self.engine.sync()
+    }
 }
 
 /// A checkpoint is due after this many bytes of commands, however few slots they took, so
@@ -67,6 +104,8 @@ impl Learner {
             compacted: compacted.min(snapshot_index),
             fetch_sent: None,
             stored_snapshot: false,
+            installs: 0,
+            checkpoint_in_flight: false,
         }
     }
 
@@ -163,6 +202,7 @@ impl Learner {
         self.snapshot_bytes = bytes;
         self.applied_bytes_since_snapshot = 0;
         self.compacted = index;
+        self.installs += 1;
     }
 
     /// Whether a snapshot is due: `every` slots applied since the last one, and at least
@@ -533,26 +573,52 @@ impl<S: Storage> Replica<S> {
     /// through the slot applied, and only then is the log behind it dropped (keeping a
     /// short tail for peers that are only slightly behind). Nothing is serialized.
     fn maybe_snapshot(&mut self) {
+        if let Some(ticket) = self.begin_checkpoint() {
+            let synced = ticket.sync();
+            self.finish_checkpoint(ticket, synced);
+        }
+    }
+
+    /// Begins the checkpoint that is due, if one is and none is running: the caller syncs
+    /// the engine with the ticket wherever it likes (the server on a blocking thread, so
+    /// that a slow sync never holds up the node loop) and hands it back to
+    /// [`Self::finish_checkpoint`]. The replica goes on applying meanwhile.
+    pub fn begin_checkpoint(&mut self) -> Option<CheckpointTicket> {
+        if self.stopped.is_some()
+            || self.learner.checkpoint_in_flight
+            || !self.learner.snapshot_due(self.config.snapshot_every)
+        {
+            return None;
+        }
+        #[cfg(feature = "negative-controls")]
+        let skip_sync = self.config.broken(super::config::LogBreakage::LogDroppedBeforeStateSynced);
+        #[cfg(not(feature = "negative-controls"))]
+        let skip_sync = false;
+        let slot = self.learner.applied();
+        self.learner.took_snapshot(0);
+        self.learner.checkpoint_in_flight = true;
+        Some(CheckpointTicket { slot, installs: self.learner.installs, engine: self.storage.state_engine(), skip_sync })
+    }
+
+    /// Ends a checkpoint once its sync ran: the state is durable through the ticket's slot,
+    /// so the snapshot record and the log behind that slot may go. A failed sync stops the
+    /// replica; a checkpoint that a snapshot install overtook is abandoned (the install's
+    /// record must stay until a sync after it).
+    pub fn finish_checkpoint(&mut self, ticket: CheckpointTicket, synced: Result<(), crate::engine::EngineError>) {
+        self.learner.checkpoint_in_flight = false;
         if self.stopped.is_some() {
             return;
         }
-        if !self.learner.snapshot_due(self.config.snapshot_every) {
+        let synced = synced.map_err(|e| StorageError::backend("syncing the state engine at a checkpoint", e));
+        if !self.persist(synced) || ticket.installs != self.learner.installs {
             return;
         }
-        #[cfg(feature = "negative-controls")]
-        let sync_skipped = self.config.broken(super::config::LogBreakage::LogDroppedBeforeStateSynced);
-        #[cfg(not(feature = "negative-controls"))]
-        let sync_skipped = false;
-        if !sync_skipped {
-            let synced = self
-                .learner
-                .machine()
-                .sync()
-                .map_err(|e| StorageError::backend("syncing the state engine at a checkpoint", e));
-            if !self.persist(synced) {
-                return;
-            }
-        }
+        self.drop_behind(ticket.slot);
+    }
+
+    /// Drops the snapshot record and the log behind `slot`, through which the state engine
+    /// is durable.
+    fn drop_behind(&mut self, slot: Slot) {
         if self.learner.stored_snapshot {
             let dropped = self.storage.discard_snapshot();
             if !self.persist(dropped) {
@@ -560,8 +626,7 @@ impl<S: Storage> Replica<S> {
             }
             self.learner.set_stored_snapshot(false);
         }
-        self.learner.took_snapshot(0);
-        let cut = self.learner.applied().saturating_sub(self.config.retain_after_snapshot);
+        let cut = slot.saturating_sub(self.config.retain_after_snapshot);
         if cut > self.learner.compacted() {
             let result = self.storage.remove_slots_through(cut);
             if !self.persist(result) {

@@ -16,7 +16,7 @@ mod acceptor;
 mod config;
 mod leader;
 mod learner;
-pub use learner::SnapshotJob;
+pub use learner::{CheckpointTicket, SnapshotJob};
 mod message;
 mod outbox;
 mod replica;

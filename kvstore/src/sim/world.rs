@@ -10,7 +10,9 @@ use crate::command::{
 use crate::limits::Limits;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
-use crate::log::{LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket};
+use crate::log::{
+    CheckpointTicket, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket,
+};
 use crate::membership::Membership;
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
@@ -273,6 +275,7 @@ enum Event {
     ElectionTimer { node: usize, generation: u64 },
     ReplicaTimer { node: usize, generation: u64 },
     SyncDone { node: usize, incarnation: u64 },
+    CheckpointDone { node: usize, incarnation: u64 },
     ClientArrive { node: usize, incarnation: u64, client: usize, request_id: u64, request: Request },
     ClientReply { client: usize, request_id: u64, reply: Reply, sent_at: u64 },
     ClientTimeout { client: usize, request_id: u64 },
@@ -297,6 +300,11 @@ struct Node {
     epochs: MemoryEpochStore,
     /// The sync the replica began and the simulated disk is working on.
     sync_in_flight: Option<SyncTicket>,
+    /// The checkpoint whose engine sync the simulated disk is working on (odd seeds, as
+    /// the server runs it on a blocking thread while the replica goes on).
+    /// The sync either ran when the checkpoint began (covering only the writes before it)
+    /// or runs when it ends (covering those made meanwhile too): both happen on a real disk.
+    checkpoint_in_flight: Option<(CheckpointTicket, Option<Result<(), crate::engine::EngineError>>)>,
     election_generation: u64,
     replica_generation: u64,
     paused_until: u64,
@@ -360,6 +368,7 @@ impl World {
                     disk: Some(MemoryStorage::new()),
                     epochs: MemoryEpochStore::default(),
                     sync_in_flight: None,
+                    checkpoint_in_flight: None,
                     election_generation: 0,
                     replica_generation: 0,
                     paused_until: 0,
@@ -454,6 +463,7 @@ impl World {
             Event::ElectionTimer { node, .. }
             | Event::ReplicaTimer { node, .. }
             | Event::SyncDone { node, .. }
+            | Event::CheckpointDone { node, .. }
             | Event::ClientArrive { node, .. } => Some(*node),
             _ => None,
         }
@@ -532,6 +542,17 @@ impl World {
                     // ticket covers, as with a real fsync; only the ticket's messages go out.
                     let result = replica.sync_storage();
                     replica.finish_sync(now, ticket, result);
+                    self.after_replica(node);
+                }
+            }
+            Event::CheckpointDone { node, incarnation } => {
+                if incarnation != self.nodes[node].incarnation {
+                    return;
+                }
+                let Some((ticket, early)) = self.nodes[node].checkpoint_in_flight.take() else { return };
+                if let Some(replica) = self.nodes[node].replica.as_mut() {
+                    let synced = early.unwrap_or_else(|| ticket.sync());
+                    replica.finish_checkpoint(ticket, synced);
                     self.after_replica(node);
                 }
             }
@@ -641,6 +662,7 @@ impl World {
         n.election_generation += 1;
         n.replica_generation += 1;
         n.sync_in_flight = None;
+        n.checkpoint_in_flight = None;
         n.paused_until = 0;
         n.pending.clear();
     }
@@ -711,12 +733,16 @@ impl World {
 
     fn after_replica(&mut self, node: usize) {
         let now = self.local(node);
+        let checkpoint_idle = self.nodes[node].checkpoint_in_flight.is_none();
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
         // Snapshots for peers the way the server builds them: a view serialized by the
         // driver (format 8, dead keys left out), sent beside the replica's output.
         let mut built = Vec::new();
+        let mut checkpoint = None;
         if replica.snapshot_due() {
-            replica.checkpoint_if_due();
+            if checkpoint_idle {
+                checkpoint = replica.begin_checkpoint();
+            }
             if let Some(job) = replica.take_snapshot_job(now) {
                 let mut data = Vec::new();
                 match crate::state::stream::write(&job.view, &mut data) {
@@ -724,6 +750,13 @@ impl World {
                     Err(e) => self.oracles.violation(self.now, "snapshot-unbuilt", e.to_string()),
                 }
             }
+        }
+        if let Some(ticket) = checkpoint {
+            let early = self.rng.chance(0.5).then(|| ticket.sync());
+            self.nodes[node].checkpoint_in_flight = Some((ticket, early));
+            let latency = self.rng.range_u64(100, 3000) * 1000;
+            let incarnation = self.nodes[node].incarnation;
+            self.queue.push(self.now + latency, Event::CheckpointDone { node, incarnation });
         }
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
         let output = replica.take_output();

@@ -53,7 +53,7 @@ pub async fn stalls(system: System, count: u64) -> Result<Report> {
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let loops = |cluster: &Cluster| -> Vec<Option<Buckets>> {
-        (0..3).map(|i| cluster.is_running(i).then(|| loop_turns(&cluster.endpoint(i))).flatten()).collect()
+        (0..cluster.len()).map(|i| cluster.is_running(i).then(|| loop_turns(&cluster.endpoint(i))).flatten()).collect()
     };
     let mut phases: Vec<Phase> = Vec::new();
 
@@ -75,10 +75,12 @@ pub async fn stalls(system: System, count: u64) -> Result<Report> {
     cluster.stop(replaced, false);
     let slot = cluster.replace(replaced).await?;
     wait_has(&cluster, slot, &format!("/keys/{:08}", count - 1), Duration::from_secs(900)).await?;
+    // The new member's loop counts from its start: only the members that stayed count.
     let mut after = loops(&cluster);
-    after[replaced] = None;
-    if slot != replaced {
-        after[slot] = None;
+    for i in [replaced, slot] {
+        if let Some(member) = after.get_mut(i) {
+            *member = None;
+        }
     }
     phases.push(("catch-up", from, Instant::now(), before, after));
 
