@@ -321,6 +321,11 @@ impl std::io::Write for HashingWriter {
     }
 }
 
+/// A node-loop turn this long is logged (with where it went), at most once per
+/// [`SLOW_TURN_LOG_EVERY`]: every request waits while one runs.
+const SLOW_TURN: Duration = Duration::from_millis(50);
+const SLOW_TURN_LOG_EVERY: Duration = Duration::from_secs(1);
+
 /// Resolves when the node's storage failed (disk full, an I/O error), with the failure:
 /// the node then serves nothing and the process should stop (see [`crate::run`]).
 pub type StorageFailed = oneshot::Receiver<String>;
@@ -499,6 +504,7 @@ impl NodeLoop {
         let initial = *status.borrow_and_update();
         self.apply_status(&initial);
         let mut busy_until = Instant::now();
+        let mut last_slow_turn_logged: Option<Instant> = None;
         loop {
             if let Some(failure) = self.replica.storage_failure() {
                 if let Some(tell) = self.storage_failed.take() {
@@ -565,14 +571,27 @@ impl NodeLoop {
                     self.forwards.expire(Instant::now(), hint);
                 }
             }
+            let handled = Instant::now();
             let woke_from_idle = one_input && rx.is_empty() && busy_until.elapsed() >= IDLE_BEFORE_SYNC_ON_LOOP;
             self.flush(woke_from_idle);
+            let flushed = Instant::now();
             if self.replica.snapshot_due() {
                 self.take_snapshot();
             }
             self.notice_master_change();
             busy_until = Instant::now();
-            crate::metrics::metrics().loop_turn_took(busy_until.duration_since(turn_began));
+            let took = busy_until.duration_since(turn_began);
+            crate::metrics::metrics().loop_turn_took(took);
+            if took >= SLOW_TURN && last_slow_turn_logged.is_none_or(|at| at.elapsed() >= SLOW_TURN_LOG_EVERY) {
+                last_slow_turn_logged = Some(busy_until);
+                tracing::info!(
+                    took_ms = took.as_millis() as u64,
+                    input_ms = handled.duration_since(turn_began).as_millis() as u64,
+                    flush_ms = flushed.duration_since(handled).as_millis() as u64,
+                    after_ms = busy_until.duration_since(flushed).as_millis() as u64,
+                    "slow node loop turn"
+                );
+            }
         }
         tracing::info!("node loop stopped");
     }
