@@ -22,7 +22,10 @@
 //! (etcd's bugs #18089/#19179 lost a delete at the compaction revision).
 
 use super::keyspace::stored_bytes;
-use super::layout::{decode_event, encode_event, event_bounds, event_key};
+use super::layout::{
+    decode_event, decode_size, encode_event, encode_size, event_bounds, event_key, event_position, event_size_bounds,
+    event_size_key, event_size_position,
+};
 use super::Failure;
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
@@ -178,8 +181,10 @@ impl History {
         for event in events {
             let position = history.next_position(event.revision());
             history.len += 1;
-            history.bytes += event_bytes(&event);
+            let size = event_bytes(&event);
+            history.bytes += size;
             batch.put(event_key(position.0, position.1), encode_event(&event));
+            batch.put(event_size_key(position.0, position.1), encode_size(size));
             if batch.len() >= LOAD_BATCH {
                 history.engine.write(std::mem::take(&mut batch))?;
             }
@@ -273,6 +278,7 @@ impl History {
         }
         for ((main, sub), event) in self.pending.drain(..) {
             batch.put(event_key(main, sub), encode_event(&event));
+            batch.put(event_size_key(main, sub), encode_size(event_bytes(&event)));
         }
         // Readers must not look for compacted changes while the batch deletes them.
         self.published.compacted.store(self.compacted, Ordering::Release);
@@ -300,11 +306,38 @@ impl History {
     /// The engine keys of changes below the compaction point still stored (a view kept them
     /// when the state stopped): deleted at the next flush.
     pub(super) fn drop_leftovers(&mut self) {
-        let stored = Scan::new(self.engine.as_ref(), event_bounds(0, self.compacted - 1), false, PAGE);
-        for entry in stored {
-            let Some((key, _)) = self.failure.check(entry) else { break };
-            self.dropped.push(key);
+        let below = self.compacted - 1;
+        for bounds in [event_bounds(0, below), event_size_bounds(0, below)] {
+            for entry in Scan::new(self.engine.as_ref(), bounds, false, PAGE) {
+                let Some((key, _)) = self.failure.check(entry) else { break };
+                self.dropped.push(key);
+            }
         }
+        self.index_sizes();
+    }
+
+    /// Writes the size records of the retained changes if the engine has none (a state
+    /// written before they existed): read once, at the open.
+    fn index_sizes(&mut self) {
+        let mut first = Scan::new(self.engine.as_ref(), event_bounds(self.compacted, Revision::MAX), false, 1);
+        let Some(Some((key, _))) = first.next().map(|entry| self.failure.check(entry)) else { return };
+        let Some((main, sub)) = event_position(&key) else { return };
+        if self.failure.check(self.engine.get(&event_size_key(main, sub))).flatten().is_some() {
+            return;
+        }
+        let mut batch = WriteBatch::new();
+        for entry in Scan::new(self.engine.as_ref(), event_bounds(self.compacted, Revision::MAX), false, PAGE) {
+            let Some((key, record)) = self.failure.check(entry) else { return };
+            let Some(event) = self.failure.check(decode_event(&key, &record)) else { return };
+            let Some((main, sub)) = event_position(&key) else { continue };
+            batch.put(event_size_key(main, sub), encode_size(event_bytes(&event)));
+            if batch.len() >= LOAD_BATCH {
+                if self.failure.check(self.engine.write(std::mem::take(&mut batch))).is_none() {
+                    return;
+                }
+            }
+        }
+        let _ = self.failure.check(self.engine.write(batch));
     }
 
     /// A handle that watch streams read the history through, following it as it grows.
@@ -375,11 +408,14 @@ impl History {
     /// compaction point and at most the store revision. Returns how many were dropped.
     pub(super) fn compact(&mut self, revision: Revision) -> usize {
         let mut dropped = 0;
-        let stored = Scan::new(self.engine.as_ref(), event_bounds(self.compacted, revision - 1), false, PAGE);
-        for entry in stored {
+        // The size records, not the changes: a few bytes each, where a change holds values.
+        let sizes = Scan::new(self.engine.as_ref(), event_size_bounds(self.compacted, revision - 1), false, PAGE);
+        for entry in sizes {
             let Some((key, record)) = self.failure.check(entry) else { break };
-            let Some(event) = self.failure.check(decode_event(&key, &record)) else { break };
-            self.bytes -= event_bytes(&event);
+            let Some(size) = self.failure.check(decode_size(&key, &record)) else { break };
+            let Some((main, sub)) = event_size_position(&key) else { break };
+            self.bytes = self.bytes.saturating_sub(size);
+            self.dropped.push(event_key(main, sub));
             self.dropped.push(key);
             dropped += 1;
         }
