@@ -43,6 +43,9 @@ fn event_bytes(event: &Event) -> u64 {
     stored_bytes(&event.kv) + event.prev_kv.as_ref().map_or(0, stored_bytes)
 }
 
+/// Compacted records deleted per flush at most (see [`History::flush_into`]).
+const DELETES_PER_FLUSH: usize = 256;
+
 /// What readers on other threads may read: the changes through `head`, from `compacted` on.
 /// The state machine publishes both when its writes reach the engine ([`History::flush_into`]
 /// and [`History::published`]), never before.
@@ -272,7 +275,12 @@ impl History {
     /// `batch`. Once the caller wrote it, [`Self::published`] lets readers see them.
     pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
         if !self.published.pinned() {
-            for key in self.dropped.drain(..) {
+            // A few at a time: deleting a change loads its page, long out of sled's cache,
+            // and the auto-compactor's thousands at once stalled the node loop for 60-220 ms
+            // every second. The rest wait for the next flush (or, after a crash, for
+            // `drop_leftovers`); reads below the compaction point are refused meanwhile.
+            let now = self.dropped.len().min(DELETES_PER_FLUSH);
+            for key in self.dropped.drain(..now) {
                 batch.delete(key);
             }
         }
