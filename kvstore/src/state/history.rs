@@ -339,10 +339,9 @@ impl History {
             let Some(event) = self.failure.check(decode_event(&key, &record)) else { return };
             let Some((main, sub)) = event_position(&key) else { continue };
             batch.put(event_size_key(main, sub), encode_size(event_bytes(&event)));
-            if batch.len() >= LOAD_BATCH {
-                if self.failure.check(self.engine.write(std::mem::take(&mut batch))).is_none() {
-                    return;
-                }
+            if batch.len() >= LOAD_BATCH && self.failure.check(self.engine.write(std::mem::take(&mut batch))).is_none()
+            {
+                return;
             }
         }
         let _ = self.failure.check(self.engine.write(batch));
