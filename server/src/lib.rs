@@ -21,6 +21,7 @@
 
 pub mod api;
 pub mod auth;
+mod blocking;
 pub mod compactor;
 pub mod config;
 pub mod conn_limit;

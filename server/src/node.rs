@@ -727,12 +727,7 @@ impl NodeLoop {
                 // Seconds for a large state: the runtime's other tasks (peer pulls, the
                 // election link) move to another thread meanwhile.
                 let replica = &mut self.replica;
-                match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                        tokio::task::block_in_place(|| replica.handle_snapshot_file(now, index, path))
-                    }
-                    _ => replica.handle_snapshot_file(now, index, path),
-                }
+                crate::blocking::run_here(|| replica.handle_snapshot_file(now, index, path));
                 tracing::info!(peer = %from, index, applied = self.replica.applied_index(),
                     took_ms = started.elapsed().as_millis() as u64, "snapshot file checked and installed");
             }

@@ -356,9 +356,10 @@ impl<S: Storage> Replica<S> {
             discard_file(&data);
             return;
         }
+        // Bytes are decoded once, checked and kept for the install; a file (how a state of
+        // any size arrives) is read frame by frame, once to check it and once to install it.
         let checked = match &data {
             SnapshotData::Bytes(bytes) => StateMachine::check_snapshot_bytes(bytes).map(Some),
-            // Read frame by frame: a file is how a state of any size arrives.
             SnapshotData::File(path) => StateMachine::check_snapshot_file(path).map(|()| None),
         };
         let checked = match checked {
@@ -378,6 +379,10 @@ impl<S: Storage> Replica<S> {
         };
         // The record is made durable before the engine's state is replaced: a crash while
         // the engine is rewritten then finds it and installs it again at the restart.
+        let given_file = match &data {
+            SnapshotData::File(path) => Some(path.clone()),
+            SnapshotData::Bytes(_) => None,
+        };
         let record = SnapshotRecord { index, data };
         let saved = self
             .storage
@@ -389,14 +394,13 @@ impl<S: Storage> Replica<S> {
         }
         self.learner.set_stored_snapshot(true);
         let engine = self.storage.state_engine();
-        let installed = match (checked, &record.data) {
-            (Some(checked), _) => StateMachine::install_snapshot(checked, engine),
-            (None, SnapshotData::File(given)) => {
-                // Where the storage keeps it now.
-                let path = self.storage.snapshot_file().unwrap_or_else(|| given.clone());
-                StateMachine::install_snapshot_file(&path, engine)
-            }
-            (None, SnapshotData::Bytes(bytes)) => StateMachine::from_snapshot_bytes_on(bytes, engine),
+        let installed = match checked {
+            Some(checked) => StateMachine::install_snapshot(checked, engine),
+            // A file: installed from where the storage keeps it now.
+            None => StateMachine::install_snapshot_file(
+                &self.storage.snapshot_file().or(given_file).unwrap_or_default(),
+                engine,
+            ),
         };
         let installed = installed.and_then(|mut machine| {
             machine

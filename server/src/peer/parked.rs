@@ -581,10 +581,7 @@ impl Reassembly {
                 };
                 // The page cache may throttle a writer on a slow disk: not on an async
                 // worker's own time where the runtime can hand its other tasks on.
-                let written = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                    Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| write(file)),
-                    _ => write(file),
-                };
+                let written = crate::blocking::run_here(|| write(file));
                 written.map_err(|e| PullError::Write(format!("cannot write {}: {e}", path.display())))?;
             }
         }

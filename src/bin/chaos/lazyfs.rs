@@ -591,6 +591,17 @@ mod tests {
         root && fuse
     }
 
+    /// A lazy disk mounted in a new temporary directory, and the data directory on it
+    /// (dropped in reverse: the disk is unmounted before its directory goes).
+    fn lazy_disk() -> (tempfile::TempDir, Disk, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let (backing, mountpoint) = (dir.path().join("backing"), dir.path().join("mnt"));
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mountpoint).unwrap();
+        let disk = Disk::mount(&backing, &mountpoint).unwrap();
+        (dir, disk, mountpoint.join("db"))
+    }
+
     fn slot(seq: u64, value_len: usize) -> AcceptedSlot {
         let put = Proposal {
             id: ProposalId { node: NodeId(1), incarnation: 1, seq },
@@ -660,12 +671,7 @@ mod tests {
     /// Runs [`snapshot_file_child`] on a lazy disk, cuts the power and reads the snapshot
     /// back: `None` when no snapshot is recorded, else whether its bytes are whole.
     fn snapshot_file_after_power_loss(skip_sync: bool) -> Option<bool> {
-        let dir = tempfile::tempdir().unwrap();
-        let (backing, mountpoint) = (dir.path().join("backing"), dir.path().join("mnt"));
-        std::fs::create_dir(&backing).unwrap();
-        std::fs::create_dir(&mountpoint).unwrap();
-        let disk = Disk::mount(&backing, &mountpoint).unwrap();
-        let data = mountpoint.join("db");
+        let (_dir, disk, data) = lazy_disk();
         let mut child = std::process::Command::new(std::env::current_exe().unwrap());
         child
             .args(["--exact", "lazyfs::tests::snapshot_file_child", "--test-threads=1"])
@@ -711,12 +717,7 @@ mod tests {
         if !can_mount() {
             return;
         }
-        let dir = tempfile::tempdir().unwrap();
-        let (backing, mountpoint) = (dir.path().join("backing"), dir.path().join("mnt"));
-        std::fs::create_dir(&backing).unwrap();
-        std::fs::create_dir(&mountpoint).unwrap();
-        let disk = Disk::mount(&backing, &mountpoint).unwrap();
-        let data = mountpoint.join("db");
+        let (_dir, disk, data) = lazy_disk();
         let status = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "lazyfs::tests::power_loss_child", "--test-threads=1"])
             .env(CHILD_DIR, &data)
