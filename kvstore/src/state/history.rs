@@ -22,10 +22,8 @@
 //! (etcd's bugs #18089/#19179 lost a delete at the compaction revision).
 
 use super::keyspace::stored_bytes;
-use super::layout::{
-    decode_event, decode_size, encode_event, encode_size, event_bounds, event_key, event_position, event_size_bounds,
-    event_size_key, event_size_position,
-};
+use super::layout::{decode_event, encode_event, event_bounds, event_key, event_position};
+use super::size_runs::{all_runs, decode_legacy, decode_run, legacy_sizes, runs_starting_below, RunWriter};
 use super::Failure;
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
@@ -181,17 +179,20 @@ impl History {
             failure,
         };
         let mut batch = WriteBatch::new();
+        let mut sizes = RunWriter::default();
         for event in events {
             let position = history.next_position(event.revision());
             history.len += 1;
             let size = event_bytes(&event);
             history.bytes += size;
             batch.put(event_key(position.0, position.1), encode_event(&event));
-            batch.put(event_size_key(position.0, position.1), encode_size(size));
+            sizes.push(&mut batch, position.0, position.1, size);
             if batch.len() >= LOAD_BATCH {
+                sizes.finish(&mut batch);
                 history.engine.write(std::mem::take(&mut batch))?;
             }
         }
+        sizes.finish(&mut batch);
         history.engine.write(batch)?;
         history.publish();
         Ok(history)
@@ -284,10 +285,12 @@ impl History {
                 batch.delete(key);
             }
         }
+        let mut sizes = RunWriter::default();
         for ((main, sub), event) in self.pending.drain(..) {
             batch.put(event_key(main, sub), encode_event(&event));
-            batch.put(event_size_key(main, sub), encode_size(event_bytes(&event)));
+            sizes.push(batch, main, sub, event_bytes(&event));
         }
+        sizes.finish(batch);
         // Readers must not look for compacted changes while the batch deletes them.
         self.published.compacted.store(self.compacted, Ordering::Release);
     }
@@ -312,39 +315,80 @@ impl History {
     }
 
     /// The engine keys of changes below the compaction point still stored (a view kept them
-    /// when the state stopped): deleted at the next flush.
+    /// when the state stopped, or their deletion was spread over flushes that did not
+    /// happen), and of the size runs wholly below it: deleted at the next flushes.
     pub(super) fn drop_leftovers(&mut self) {
         let below = self.compacted - 1;
-        for bounds in [event_bounds(0, below), event_size_bounds(0, below)] {
-            for entry in Scan::new(self.engine.as_ref(), bounds, false, PAGE) {
-                let Some((key, _)) = self.failure.check(entry) else { break };
+        for entry in Scan::new(self.engine.as_ref(), event_bounds(0, below), false, PAGE) {
+            let Some((key, _)) = self.failure.check(entry) else { break };
+            self.dropped.push(key);
+        }
+        for entry in Scan::new(self.engine.as_ref(), runs_starting_below(self.compacted), false, PAGE) {
+            let Some((key, record)) = self.failure.check(entry) else { break };
+            let Some(run) = self.failure.check(decode_run(&key, &record)) else { break };
+            if run.last().is_none_or(|last| last.main < self.compacted) {
                 self.dropped.push(key);
             }
         }
-        self.index_sizes();
+        self.convert_sizes();
     }
 
-    /// Writes the size records of the retained changes if the engine has none (a state
-    /// written before they existed): read once, at the open.
-    fn index_sizes(&mut self) {
-        let mut first = Scan::new(self.engine.as_ref(), event_bounds(self.compacted, Revision::MAX), false, 1);
-        let Some(Some((key, _))) = first.next().map(|entry| self.failure.check(entry)) else { return };
-        let Some((main, sub)) = event_position(&key) else { return };
-        if self.failure.check(self.engine.get(&event_size_key(main, sub))).flatten().is_some() {
+    /// Writes the size runs of the retained changes if the engine holds changes but no
+    /// runs (a state written before sizes were recorded), or still holds per-change size
+    /// records (the layout before runs): read once, at the open. A crash part way leaves
+    /// the per-change records (deleted last), and the next open starts over.
+    fn convert_sizes(&mut self) {
+        let first = |bounds| Scan::new(self.engine.as_ref(), bounds, false, 1).next();
+        let legacy = first(legacy_sizes()).is_some();
+        let has_runs = first(all_runs()).is_some();
+        let has_changes = first(event_bounds(self.compacted, Revision::MAX)).is_some();
+        if !legacy && (has_runs || !has_changes) {
             return;
         }
         let mut batch = WriteBatch::new();
+        let write = |batch: &mut WriteBatch, force: bool| {
+            if force || batch.len() >= LOAD_BATCH {
+                self.failure.check(self.engine.write(std::mem::take(batch))).is_some()
+            } else {
+                true
+            }
+        };
+        for entry in Scan::new(self.engine.as_ref(), all_runs(), false, PAGE) {
+            let Some((key, _)) = self.failure.check(entry) else { return };
+            batch.delete(key);
+            if !write(&mut batch, false) {
+                return;
+            }
+        }
+        let mut sizes = RunWriter::default();
         for entry in Scan::new(self.engine.as_ref(), event_bounds(self.compacted, Revision::MAX), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { return };
             let Some(event) = self.failure.check(decode_event(&key, &record)) else { return };
             let Some((main, sub)) = event_position(&key) else { continue };
-            batch.put(event_size_key(main, sub), encode_size(event_bytes(&event)));
-            if batch.len() >= LOAD_BATCH && self.failure.check(self.engine.write(std::mem::take(&mut batch))).is_none()
-            {
+            sizes.push(&mut batch, main, sub, event_bytes(&event));
+            if batch.len() >= LOAD_BATCH {
+                sizes.finish(&mut batch);
+                if !write(&mut batch, true) {
+                    return;
+                }
+            }
+        }
+        sizes.finish(&mut batch);
+        if !write(&mut batch, true) {
+            return;
+        }
+        for entry in Scan::new(self.engine.as_ref(), legacy_sizes(), false, PAGE) {
+            let Some((key, record)) = self.failure.check(entry) else { return };
+            // Read to report a damaged record rather than delete it unseen.
+            if self.failure.check(decode_legacy(&key, &record)).is_none() {
+                return;
+            }
+            batch.delete(key);
+            if !write(&mut batch, false) {
                 return;
             }
         }
-        let _ = self.failure.check(self.engine.write(batch));
+        write(&mut batch, true);
     }
 
     /// A handle that watch streams read the history through, following it as it grows.
@@ -415,16 +459,20 @@ impl History {
     /// compaction point and at most the store revision. Returns how many were dropped.
     pub(super) fn compact(&mut self, revision: Revision) -> usize {
         let mut dropped = 0;
-        // The size records, not the changes: a few bytes each, where a change holds values.
-        let sizes = Scan::new(self.engine.as_ref(), event_size_bounds(self.compacted, revision - 1), false, PAGE);
-        for entry in sizes {
+        // The size runs, not the changes: a few bytes a change, where a change holds values.
+        // A run straddling the old point was read by the compaction before; its entries
+        // below that point are gone already.
+        for entry in Scan::new(self.engine.as_ref(), runs_starting_below(revision), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { break };
-            let Some(size) = self.failure.check(decode_size(&key, &record)) else { break };
-            let Some((main, sub)) = event_size_position(&key) else { break };
-            self.bytes = self.bytes.saturating_sub(size);
-            self.dropped.push(event_key(main, sub));
-            self.dropped.push(key);
-            dropped += 1;
+            let Some(run) = self.failure.check(decode_run(&key, &record)) else { break };
+            for change in run.iter().filter(|c| c.main >= self.compacted && c.main < revision) {
+                self.bytes = self.bytes.saturating_sub(change.bytes);
+                self.dropped.push(change.event_key());
+                dropped += 1;
+            }
+            if run.last().is_none_or(|last| last.main < revision) {
+                self.dropped.push(key);
+            }
         }
         let keep_from = self.pending.partition_point(|(_, e)| e.revision() < revision);
         for (_, event) in self.pending.drain(..keep_from) {

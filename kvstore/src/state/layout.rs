@@ -5,6 +5,10 @@
 //! |---|---|
 //! | `k ++ key` | a live (or not yet swept) key: [`encode_kv`] |
 //! | `e ++ main (u64 BE) ++ sub (u32 BE)` | a change of the history: [`encode_event`] |
+//! | `r ++ main (u64 BE) ++ sub (u32 BE)` | the sizes of a run of changes from that one on ([`super::size_runs`]) |
+//! | `l ++ id (u64 BE)` | a lease ([`LEASE`]) |
+//! | `a ++ lease (u64 BE) ++ key` | a key's attachment to its lease ([`ATTACHMENT`]) |
+//! | `m…` | the state's own records ([`META_STATE`], [`META_AUTH`]) |
 //!
 //! Every value starts with a format byte, so that a later layout can be read beside this
 //! one (or refused by name) instead of being misread.
@@ -234,47 +238,6 @@ mod serde_bytes_owned {
         }
         deserializer.deserialize_bytes(Bytes)
     }
-}
-
-/// The first byte of a change's size record: `s ++ main (u64 BE) ++ sub (u32 BE)`, the
-/// same position as the change's own record, holding what the change counts toward the
-/// space quota (u64 BE). Compaction reads these small records instead of the changes, whose
-/// pages are long out of the cache by then.
-pub(super) const EVENT_SIZE: u8 = b's';
-
-/// The engine key of the size record of change `sub` of revision `main`.
-pub(super) fn event_size_key(main: Revision, sub: u32) -> Vec<u8> {
-    let mut k = event_key(main, sub);
-    k[0] = EVENT_SIZE;
-    k
-}
-
-/// The engine bounds of the size records of every change from `from` through `through`.
-pub(super) fn event_size_bounds(from: Revision, through: Revision) -> KeyBounds {
-    (Bound::Included(event_size_key(from, 0)), Bound::Included(event_size_key(through, u32::MAX)))
-}
-
-/// The position of a change from its size record's engine key.
-pub(super) fn event_size_position(engine_key: &[u8]) -> Option<(Revision, u32)> {
-    if engine_key.first() != Some(&EVENT_SIZE) {
-        return None;
-    }
-    let mut k = engine_key.to_vec();
-    k[0] = EVENT;
-    event_position(&k)
-}
-
-/// A size record's value.
-pub(super) fn encode_size(bytes: u64) -> Vec<u8> {
-    bytes.to_be_bytes().to_vec()
-}
-
-/// The size a size record holds.
-pub(super) fn decode_size(engine_key: &[u8], record: &[u8]) -> Result<u64, EngineError> {
-    record.try_into().map(u64::from_be_bytes).map_err(|_| EngineError::Corrupt {
-        what: format!("size record {:?}", event_size_position(engine_key)),
-        detail: format!("{} bytes, not 8", record.len()),
-    })
 }
 
 /// The first byte of a lease's record: `l ++ id (u64 BE)`.

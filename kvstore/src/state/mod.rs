@@ -11,6 +11,7 @@ mod layout;
 mod lease_keys;
 mod lease_table;
 mod machine;
+mod size_runs;
 mod snapshot;
 pub mod stream;
 mod validate;

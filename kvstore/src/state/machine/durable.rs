@@ -263,42 +263,73 @@ mod tests {
         assert_eq!(opened.events_since(4).unwrap(), sm.events_since(4).unwrap());
     }
 
-    /// Compaction deletes the changes below its point and their size records, counting the
-    /// bytes it frees from the size records alone; a state written before size records
-    /// existed gets them at its open, and compacts the same way after.
+    /// Compaction deletes the changes below its point and the size runs wholly below it,
+    /// counting the bytes it frees from the runs alone, also when a run straddles the point;
+    /// a state written before runs (no sizes at all, or a size record per change) gets them
+    /// at its open, and compacts the same way after.
     #[test]
-    fn compaction_drops_changes_by_their_size_records() {
+    fn compaction_drops_changes_by_their_size_runs() {
         use crate::engine::Scan;
-        use crate::state::layout::{event_bounds, event_size_bounds};
+        use crate::state::layout::event_bounds;
+        use crate::state::size_runs::{all_runs, decode_run, legacy_sizes};
         let count = |engine: &Arc<dyn Engine>, bounds| Scan::new(engine.as_ref(), bounds, false, 64).count();
-        for without_sizes in [false, true] {
+        let runs = |engine: &Arc<dyn Engine>| -> Vec<Vec<Revision>> {
+            Scan::new(engine.as_ref(), all_runs(), false, 64)
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    decode_run(&k, &v).unwrap().iter().map(|c| c.main).collect()
+                })
+                .collect()
+        };
+        for start in ["runs", "no sizes", "a size record per change"] {
             let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
             let mut sm = StateMachine::on_engine(Arc::clone(&engine)).unwrap();
+            // Revisions 2..=41, flushed ten at a time: four runs.
             for i in 0..40 {
                 sm.apply(&put(&format!("k{}", i % 7), &"v".repeat(i), 0));
-            }
-            sm.flush_through(1).unwrap();
-            if without_sizes {
-                let mut batch = WriteBatch::new();
-                for entry in Scan::new(engine.as_ref(), event_size_bounds(0, Revision::MAX), false, 64) {
-                    batch.delete(entry.unwrap().0);
+                if i % 10 == 9 {
+                    sm.flush_through(1 + i as u64 / 10).unwrap();
                 }
-                engine.write(batch).unwrap();
             }
+            assert_eq!(runs(&engine), (0..4).map(|r: Revision| (2 + 10 * r..12 + 10 * r).collect::<Vec<_>>()).collect::<Vec<_>>());
+            let mut batch = WriteBatch::new();
+            for entry in Scan::new(engine.as_ref(), all_runs(), false, 64) {
+                let (key, value) = entry.unwrap();
+                if start == "a size record per change" {
+                    for change in decode_run(&key, &value).unwrap() {
+                        let mut legacy = change.event_key();
+                        legacy[0] = b's';
+                        batch.put(legacy, change.bytes.to_be_bytes().to_vec());
+                    }
+                }
+                if start != "runs" {
+                    batch.delete(key);
+                }
+            }
+            engine.write(batch).unwrap();
+
             let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
-            assert_eq!(count(&engine, event_size_bounds(0, Revision::MAX)), 40, "one size record per change");
+            assert_eq!(count(&engine, legacy_sizes()), 0, "{start}: converted");
+            assert_eq!(runs(&engine).concat(), (2..=41).collect::<Vec<_>>(), "{start}");
             let before = sm.bytes_in_use();
             sm.apply(&Command::Compact { revision: 30 });
-            sm.flush_through(2).unwrap();
+            sm.flush_through(5).unwrap();
             assert_eq!(count(&engine, event_bounds(0, 29)), 0);
-            assert_eq!(count(&engine, event_size_bounds(0, 29)), 0);
             assert_eq!(count(&engine, event_bounds(30, Revision::MAX)), 12);
             assert!(sm.bytes_in_use() < before);
+            // Again through the run that straddled the point, from a reopened state.
+            let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
+            sm.apply(&Command::Compact { revision: 35 });
+            sm.flush_through(6).unwrap();
+            assert_eq!(count(&engine, event_bounds(0, 34)), 0);
+            assert_eq!(count(&engine, event_bounds(35, Revision::MAX)), 7);
+            let left = runs(&engine);
+            assert!(left.iter().all(|run| run.last() >= Some(&35)), "{start}: {left:?}");
             let (reopened, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
             assert_eq!(reopened.bytes_in_use(), sm.bytes_in_use());
-            // The same bytes as a state that never lost its size records.
+            // The same bytes as a state that never had a run.
             let fresh = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
-            assert_eq!(fresh.bytes_in_use(), sm.bytes_in_use(), "without sizes first: {without_sizes}");
+            assert_eq!(fresh.bytes_in_use(), sm.bytes_in_use(), "{start}");
         }
     }
 
