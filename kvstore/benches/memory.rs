@@ -84,6 +84,48 @@ fn main() {
     println!("leasekv-bench: history entries retained after compaction: {}", sm.history_len());
     drop(sm);
     lease_memory();
+    engine_memory();
+}
+
+/// What stays in memory per live key and per history entry when the state is on disk, as
+/// in production: a state machine on a [`SledEngine`] with a small page cache, loaded in
+/// steps. Once the cache is full, the growth of the heap from one step to the next is what
+/// a key (or an overwrite's history entry) keeps in memory beyond the cache: sled's page
+/// table and node headers, and the state machine's own bookkeeping.
+fn engine_memory() {
+    use leasekv_kvstore::engine::{Engine, SledEngine};
+    use std::sync::Arc;
+    const CACHE_BYTES: u64 = 16 << 20;
+    const STEP: usize = 100_000;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(dir.path(), CACHE_BYTES).expect("sled opens"));
+    let mut sm = StateMachine::on_engine(engine).expect("an empty state");
+    let mut slot = 0;
+    let mut load = |sm: &mut StateMachine, keys: std::ops::Range<usize>, round: u8| {
+        for i in keys {
+            sm.apply(&put(i, round)).result.expect("put");
+            if i % 256 == 255 {
+                slot += 1;
+                sm.flush_through(slot).expect("flush");
+            }
+        }
+        slot += 1;
+        sm.flush_through(slot).expect("flush");
+    };
+    load(&mut sm, 0..STEP, b'a');
+    let first = held();
+    load(&mut sm, STEP..3 * STEP, b'a');
+    let more_keys = held();
+    load(&mut sm, 0..2 * STEP, b'b');
+    let overwrites = held();
+    let per_key = (more_keys - first) as f64 / (2 * STEP) as f64;
+    let per_entry = (overwrites - more_keys) as f64 / (2 * STEP) as f64;
+    println!(
+        "leasekv-bench: on disk (sled, {} MiB cache, full): heap beyond the cache per new key (its record and its history entry): {per_key:.0} B; per overwrite (a history entry): {per_entry:.0} B; heap in all at {} keys: {:.0} MiB",
+        CACHE_BYTES >> 20,
+        3 * STEP,
+        overwrites as f64 / f64::from(1 << 20)
+    );
 }
 
 /// Memory per lease with one key, beyond the key: the same keys written once without leases

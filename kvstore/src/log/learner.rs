@@ -76,7 +76,7 @@ impl CheckpointTicket {
 
 /// A checkpoint is due after this many bytes of commands, however few slots they took, so
 /// that the log kept behind the state stays small when slots are large.
-const CHECKPOINT_BYTES: u64 = 32 << 20;
+const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 /// A snapshot for peers behind the log's start: the state at slot `index`, as a view the
 /// driver serializes ([`crate::state::stream::write`]) off the replica's thread and sends

@@ -157,7 +157,10 @@ mod tests {
             .collect();
         assert_eq!(runs.iter().map(Vec::len).collect::<Vec<_>>(), vec![RUN_LEN, 3]);
         let last = RUN_LEN + 2;
-        assert_eq!(runs[1][2], SizeEntry { main: 7 + last as Revision, sub: (last % 3) as u32, bytes: 100 + last as u64 });
+        assert_eq!(
+            runs[1][2],
+            SizeEntry { main: 7 + last as Revision, sub: (last % 3) as u32, bytes: 100 + last as u64 }
+        );
         let Write::Put(second, _) = &batch.writes()[1] else { unreachable!() };
         assert_eq!(second, &run_key(7 + RUN_LEN as Revision, (RUN_LEN % 3) as u32));
     }

@@ -207,7 +207,7 @@ impl SledStorage {
     }
 
     /// [`SledStorage::open`], with log segments rolled over at `limit` bytes instead of
-    /// 64 MiB (tests use small ones to exercise rolling and deletion).
+    /// 16 MiB (tests use small ones to exercise rolling and deletion).
     pub fn open_with_segment_limit(dir: &Path, limit: u64) -> Result<Self, StorageError> {
         Self::open_with(dir, StorageOptions { log_segment_bytes: limit, ..StorageOptions::default() })
     }

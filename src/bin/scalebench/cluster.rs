@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The space quota both systems run with: the 4M-key row holds 4 GiB of values, past either
+/// default (2 GiB), and the rows must not hit a quota one system has and the other has not.
+const QUOTA_BYTES: u64 = 8 << 30;
+
 /// The system under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
@@ -231,10 +235,14 @@ impl Cluster {
                 }
                 text.push_str(&self.settings.leasekv_toml);
                 text.push('\n');
-                if let Ok(extra) = std::env::var("SCALEBENCH_LEASEKV_CONFIG") {
-                    text.push_str(&extra.replace("\\n", "\n"));
-                    text.push('\n');
+                let extra = std::env::var("SCALEBENCH_LEASEKV_CONFIG").unwrap_or_default().replace("\\n", "\n");
+                // The quota etcd is given below, unless the extra settings have a [storage]
+                // table of their own (TOML allows one).
+                if !extra.contains("[storage]") {
+                    text.push_str(&format!("[storage]\nquota_bytes = {QUOTA_BYTES}\n"));
                 }
+                text.push_str(&extra);
+                text.push('\n');
                 let config = self.dir.path().join(format!("{}.toml", member.name));
                 std::fs::write(&config, text)?;
                 let mut c = Command::new(&self.kvserver);
@@ -264,7 +272,7 @@ impl Cluster {
                     .arg(format!("--initial-cluster-state={}", if joining { "existing" } else { "new" }))
                     // The 1 GiB key space needs more than the 2 GiB default quota with its
                     // history; etcd refuses writes past the quota.
-                    .arg("--quota-backend-bytes=8589934592")
+                    .arg(format!("--quota-backend-bytes={QUOTA_BYTES}"))
                     .arg("--log-level=error");
                 if let Some(retention) = self.settings.compaction_retention {
                     c.arg("--auto-compaction-mode=revision").arg(format!("--auto-compaction-retention={retention}"));

@@ -291,7 +291,10 @@ mod tests {
                     sm.flush_through(1 + i as u64 / 10).unwrap();
                 }
             }
-            assert_eq!(runs(&engine), (0..4).map(|r: Revision| (2 + 10 * r..12 + 10 * r).collect::<Vec<_>>()).collect::<Vec<_>>());
+            assert_eq!(
+                runs(&engine),
+                (0..4).map(|r: Revision| (2 + 10 * r..12 + 10 * r).collect::<Vec<_>>()).collect::<Vec<_>>()
+            );
             let mut batch = WriteBatch::new();
             for entry in Scan::new(engine.as_ref(), all_runs(), false, 64) {
                 let (key, value) = entry.unwrap();
