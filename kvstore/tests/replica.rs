@@ -334,6 +334,36 @@ fn a_checkpoint_comes_every_snapshot_every_slots_whatever_the_state_size() {
     assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
 }
 
+/// Checkpoints due to the bytes of commands (large slots) keep the log back to the
+/// checkpoint before at most, however many slots `retain_after_snapshot` asks for: 1,000
+/// slots of up to 256 commands kept four 16 MiB segments beside the state.
+#[test]
+fn a_checkpoint_due_to_bytes_keeps_the_log_back_to_the_one_before() {
+    let mut cfg = config();
+    cfg.snapshot_every = 1_000_000;
+    cfg.max_batch_commands = 1;
+    assert!(cfg.retain_after_snapshot >= 1000);
+    let mut c = Cluster::new(3, cfg);
+    c.make_master(1, 1);
+    c.settle();
+    let big = "x".repeat(1 << 20);
+    let mut checkpoints = Vec::new();
+    for i in 0..40 {
+        c.put(1, &format!("big{i}"), &big).unwrap();
+        c.settle();
+        let at = c.replica(1).snapshot_index();
+        if checkpoints.last() != Some(&at) && at > 0 {
+            checkpoints.push(at);
+        }
+    }
+    assert!(checkpoints.len() >= 2, "two checkpoints by bytes: {checkpoints:?}");
+    let removed = c.replica(1).storage().removed_through();
+    let before_last = checkpoints[checkpoints.len() - 2];
+    assert!(removed >= before_last, "log removed through {removed}, checkpoints at {checkpoints:?}");
+    let d = c.digests();
+    assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}
+
 #[test]
 fn every_node_crashing_loses_no_acknowledged_write() {
     let mut c = Cluster::new(3, config());

@@ -47,6 +47,11 @@ pub(super) struct Learner {
 /// leaves everything as it was.
 pub struct CheckpointTicket {
     slot: Slot,
+    /// The log from this slot on is kept however many slots [`ReplicaConfig::retain_after_snapshot`]
+    /// asks for: the checkpoint before, when this one is due to the bytes of commands since.
+    ///
+    /// [`ReplicaConfig::retain_after_snapshot`]: super::ReplicaConfig::retain_after_snapshot
+    keep_from: Slot,
     installs: u64,
     engine: std::sync::Arc<dyn crate::engine::Engine>,
     /// Negative control `log-dropped-before-state-synced`: the sync does nothing.
@@ -599,9 +604,15 @@ impl<S: Storage> Replica<S> {
         #[cfg(not(feature = "negative-controls"))]
         let skip_sync = false;
         let slot = self.learner.applied();
+        // Large slots: the tail kept for peers slightly behind is bounded by bytes too, to
+        // the commands since the checkpoint before (at most CHECKPOINT_BYTES), where 1,000
+        // slots of up to 256 commands kept four segments of log beside the state.
+        let keep_from =
+            if self.learner.applied_bytes_since_snapshot >= CHECKPOINT_BYTES { self.learner.snapshot_index } else { 0 };
         self.learner.took_snapshot(0);
         self.learner.checkpoint_in_flight = true;
-        Some(CheckpointTicket { slot, installs: self.learner.installs, engine: self.storage.state_engine(), skip_sync })
+        let engine = self.storage.state_engine();
+        Some(CheckpointTicket { slot, keep_from, installs: self.learner.installs, engine, skip_sync })
     }
 
     /// Ends a checkpoint once its sync ran: the state is durable through the ticket's slot,
@@ -617,12 +628,12 @@ impl<S: Storage> Replica<S> {
         if !self.persist(synced) || ticket.installs != self.learner.installs {
             return;
         }
-        self.drop_behind(ticket.slot);
+        self.drop_behind(ticket.slot, ticket.keep_from);
     }
 
     /// Drops the snapshot record and the log behind `slot`, through which the state engine
-    /// is durable.
-    fn drop_behind(&mut self, slot: Slot) {
+    /// is durable, keeping `retain_after_snapshot` slots but none before `keep_from`.
+    fn drop_behind(&mut self, slot: Slot, keep_from: Slot) {
         if self.learner.stored_snapshot {
             let dropped = self.storage.discard_snapshot();
             if !self.persist(dropped) {
@@ -630,7 +641,7 @@ impl<S: Storage> Replica<S> {
             }
             self.learner.set_stored_snapshot(false);
         }
-        let cut = slot.saturating_sub(self.config.retain_after_snapshot);
+        let cut = slot.saturating_sub(self.config.retain_after_snapshot).max(keep_from.min(slot));
         if cut > self.learner.compacted() {
             let result = self.storage.remove_slots_through(cut);
             if !self.persist(result) {
