@@ -2,7 +2,9 @@
 //! delivers messages (in order, or shuffled), syncs storage at once, and lets tests choose
 //! who believes it is master.
 
-use leasekv_kvstore::log::{Completion, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError};
+use leasekv_kvstore::log::{
+    Completion, LogBreakage, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError,
+};
 use leasekv_kvstore::storage::{MemoryStorage, StorageError};
 use leasekv_kvstore::{
     Command, CommandResponse, Compare, CompareResult, CompareTarget, KeyRange, Limits, PutRequest, RangeRequest,
@@ -362,6 +364,70 @@ fn a_checkpoint_due_to_bytes_keeps_the_log_back_to_the_one_before() {
     assert!(removed >= before_last, "log removed through {removed}, checkpoints at {checkpoints:?}");
     let d = c.digests();
     assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+}
+
+/// A checkpoint whose engine sync ran before a snapshot install overtook it is abandoned:
+/// the installed state is not synced yet, so the install's stored snapshot must stay until a
+/// sync after it. Finishing it anyway (the `checkpoint-overtaken` control) drops that
+/// snapshot, and a crash then restarts the replica with its state behind its log.
+#[test]
+fn a_checkpoint_overtaken_by_an_install_is_abandoned() {
+    for broken in [false, true] {
+        let mut cfg = config();
+        cfg.snapshot_every = 16;
+        cfg.retain_after_snapshot = 4;
+        cfg.max_batch_commands = 1;
+        cfg.defer_snapshots = true;
+        if broken {
+            cfg.breakage = LogBreakage::CheckpointOvertaken;
+        }
+        let mut c = Cluster::new(3, cfg);
+        c.make_master(1, 1);
+        c.settle();
+        for i in 0..20 {
+            c.put(1, &format!("a{i}"), "v").unwrap();
+            c.settle();
+        }
+        // Node 3's checkpoint: its sync runs now, its result comes back after the install.
+        let ticket = c.replica(3).begin_checkpoint().expect("a checkpoint is due");
+        let synced = ticket.sync();
+        c.cut.insert(NodeId(3));
+        for i in 0..40 {
+            c.put(1, &format!("b{i}"), "v").unwrap();
+            c.settle();
+        }
+        let now = c.now;
+        c.replica(1).snapshot_if_due(now);
+        c.cut.clear();
+        for _ in 0..5 {
+            c.advance(Duration::from_millis(200));
+            let now = c.now;
+            c.replica(1).snapshot_if_due(now);
+            c.settle();
+        }
+        assert_eq!(c.replica(3).state().key_count(), 60, "broken={broken}: node 3 installed a snapshot");
+        c.replica(3).finish_checkpoint(ticket, synced);
+        // One more write: node 3 syncs its log for it (and whatever the checkpoint dropped
+        // with it), not its state engine.
+        c.put(1, "c", "v").unwrap();
+        c.settle();
+        assert!(c.replica(3).storage().state_pending_len() > 0, "the installed state is not synced");
+        c.crash(3);
+        let removed = c.disks[2].as_ref().expect("crashed").removed_through();
+        c.restart(3);
+        let at_open = c.replica(3).state_slot_at_open();
+        assert_eq!(
+            at_open < removed,
+            broken,
+            "broken={broken}: node 3 restarted with its state at slot {at_open}, its log dropped through {removed}"
+        );
+        if !broken {
+            c.advance(Duration::from_millis(200));
+            assert_eq!(c.replica(3).state().key_count(), 61);
+            let d = c.digests();
+            assert!(d.iter().all(|x| *x == d[0]), "{d:?}");
+        }
+    }
 }
 
 #[test]

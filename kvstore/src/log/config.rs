@@ -169,11 +169,14 @@ pub enum LogBreakage {
     /// The applied slot reaches the state engine in a batch of its own, before the state
     /// it names: a crash between the two restarts past commands it never stored.
     AppliedBeforeState,
+    /// A checkpoint whose engine sync ran before a snapshot install finishes anyway: it
+    /// drops the install's stored snapshot while the installed state is not yet synced.
+    CheckpointOvertaken,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 10] = [
+    pub const ALL: [LogBreakage; 11] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -184,6 +187,7 @@ impl LogBreakage {
         LogBreakage::TwoVotersAtOnce,
         LogBreakage::LogDroppedBeforeStateSynced,
         LogBreakage::AppliedBeforeState,
+        LogBreakage::CheckpointOvertaken,
     ];
 
     /// The variant's command-line name.
@@ -200,6 +204,7 @@ impl LogBreakage {
             LogBreakage::TwoVotersAtOnce => "two-voters-at-once",
             LogBreakage::LogDroppedBeforeStateSynced => "log-dropped-before-state-synced",
             LogBreakage::AppliedBeforeState => "applied-before-state",
+            LogBreakage::CheckpointOvertaken => "checkpoint-overtaken",
         }
     }
 

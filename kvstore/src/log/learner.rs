@@ -625,7 +625,9 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let synced = synced.map_err(|e| StorageError::backend("syncing the state engine at a checkpoint", e));
-        if !self.persist(synced) || ticket.installs != self.learner.installs {
+        let overtaken = ticket.installs != self.learner.installs
+            && !self.config.broken(super::config::LogBreakage::CheckpointOvertaken);
+        if !self.persist(synced) || overtaken {
             return;
         }
         self.drop_behind(ticket.slot, ticket.keep_from);
