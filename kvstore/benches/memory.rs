@@ -1,6 +1,8 @@
 //! Memory of the state machine per live key and per history entry, counted exactly: a
 //! global allocator that tracks the bytes held, around a [`StateMachine`] filled with
-//! 100,000 keys, then overwritten once, then compacted. docs/mvcc.md quotes these figures.
+//! 100,000 keys, then overwritten once, then compacted. The first figures are of the state
+//! machine on its in-memory engine (the simulator's, which keeps every record in memory);
+//! the last, of the state machine on sled as in production, which docs/mvcc.md quotes.
 //!
 //! Counts the bytes asked of the allocator; the allocator's own rounding and bookkeeping come
 //! on top (mimalloc, which kvserver uses, rounds to size classes: up to 12.5% for these
@@ -78,7 +80,7 @@ fn main() {
     let create_event = per(created - empty) - live;
     let overwrite_event = per(overwritten - created);
     eprintln!("key {} B + value {VALUE_BYTES} B = {kv_bytes} B of data per key", sample.key.len());
-    println!("leasekv-bench: memory per live key: {live:.0} B ({:.0} B beyond key and value)", live - kv_bytes as f64);
+    println!("leasekv-bench: in memory (the simulator's engine): memory per live key: {live:.0} B ({:.0} B beyond key and value)", live - kv_bytes as f64);
     println!("leasekv-bench: memory per history entry, create: {create_event:.0} B");
     println!("leasekv-bench: memory per history entry, overwrite (holds the previous value): {overwrite_event:.0} B");
     println!("leasekv-bench: history entries retained after compaction: {}", sm.history_len());
