@@ -430,6 +430,46 @@ fn a_checkpoint_overtaken_by_an_install_is_abandoned() {
     }
 }
 
+/// A snapshot sent to a peer keeps the log after its slot on the sender until the peer
+/// could have installed it: with a large state, the writes made while it was built, sent and
+/// installed ran past the log a checkpoint kept, and the peer needed snapshot after snapshot.
+#[test]
+fn a_snapshot_sent_keeps_the_log_after_it_until_its_pin_runs_out() {
+    let mut cfg = config();
+    cfg.snapshot_every = 16;
+    cfg.retain_after_snapshot = 4;
+    cfg.max_batch_commands = 1;
+    let mut c = Cluster::new(3, cfg);
+    c.make_master(1, 1);
+    c.settle();
+    c.cut.insert(NodeId(3));
+    for i in 0..40 {
+        c.put(1, &format!("a{i}"), "v").unwrap();
+        c.settle();
+    }
+    let behind = c.replica(3).commit_index() + 1;
+    let now = c.now;
+    c.replica(1).handle_message(now, NodeId(3), LogMessage::Fetch { from: behind });
+    assert_eq!(c.replica(1).counts().snapshots_sent, 1, "the master sends a snapshot");
+    let pinned = c.replica(1).applied_index();
+    // The snapshot is lost on the way (node 3 is still cut off); writes and checkpoints go on.
+    for i in 0..60 {
+        c.put(1, &format!("b{i}"), "v").unwrap();
+        c.settle();
+    }
+    let removed = c.replica(1).storage().removed_through();
+    assert!(removed <= pinned, "the log after slot {pinned} is kept, dropped through {removed}");
+    assert!(c.replica(1).snapshot_index() > pinned + 16, "checkpoints went on");
+    // A minute and more later the pin is gone, and so is the log behind the checkpoints.
+    c.advance(Duration::from_secs(70));
+    for i in 0..40 {
+        c.put(1, &format!("c{i}"), "v").unwrap();
+        c.settle();
+    }
+    let removed = c.replica(1).storage().removed_through();
+    assert!(removed > pinned, "the pin ran out: dropped through {removed}, pinned at {pinned}");
+}
+
 #[test]
 fn every_node_crashing_loses_no_acknowledged_write() {
     let mut c = Cluster::new(3, config());

@@ -520,6 +520,7 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_tick(&mut self, now: Instant) {
+        self.snapshots_sent.retain(|_, sent| now < sent.pinned_until());
         let retry = self.config.retry_interval;
         let commit = self.learner.commit();
         let members = self.membership().ids();

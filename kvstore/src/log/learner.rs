@@ -18,6 +18,32 @@ use std::time::Duration;
 /// another (50 MB/s: a 1 GiB state every 20 s at most; a small one every retry interval).
 const SNAPSHOT_TRANSFER_BYTES_PER_SEC: f64 = 50e6;
 
+/// How long past its estimated transfer a snapshot sent keeps the log after it, for the
+/// peer's check and install: a 4 GB state took 43 s to check and install on the joining
+/// member (scalebench catch-up, 4M keys).
+const LOG_PIN_GRACE: Duration = Duration::from_secs(60);
+
+/// A snapshot sent to a peer: when, how long its transfer may take (the peer gets no other
+/// before), and the slot it reflects. Until [`SnapshotSent::pinned_until`], checkpoints keep
+/// the log after that slot, so that the peer, once it installed the snapshot, follows the
+/// log from there instead of needing another snapshot: with a large state, writes went on
+/// past the log a checkpoint kept while one was built, sent and installed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SnapshotSent {
+    at: Instant,
+    wait: Duration,
+    /// The slot the peer is known to have (the snapshot's, then the one before its fetches).
+    index: Slot,
+}
+
+impl SnapshotSent {
+    /// The end of the pin: the transfer's estimate four times over, and [`LOG_PIN_GRACE`];
+    /// a peer that asked for nothing by then gets a snapshot again when it asks.
+    pub(super) fn pinned_until(&self) -> Instant {
+        self.at.saturating_add(self.wait.saturating_mul(4).saturating_add(LOG_PIN_GRACE))
+    }
+}
+
 /// What one replica has learned: how far the log is chosen and applied, the state machine
 /// it was applied to, and the bookkeeping of snapshots, compaction and catching up.
 #[derive(Debug)]
@@ -265,14 +291,18 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_fetch(&mut self, now: Instant, from: NodeId, first: Slot) {
+        if let Some(sent) = self.snapshots_sent.get_mut(&from) {
+            // The peer has everything before `first`: keep the log from there on.
+            sent.index = sent.index.max(first.saturating_sub(1));
+        }
         if first <= self.learner.compacted() {
             // Those entries are gone from the log: send the state machine instead, but not
             // again while the last one may still be on its way. The peer asks every retry
             // interval; a fresh snapshot for each ask kept a master with a 1 GiB state
             // serializing nearly all the time, and its clients' writes fell to 3.5% (scalebench
             // catch-up). One per estimated transfer time.
-            if let Some(&(sent, wait)) = self.snapshots_sent.get(&from) {
-                if now < sent.saturating_add(wait) {
+            if let Some(sent) = self.snapshots_sent.get(&from) {
+                if now < sent.at.saturating_add(sent.wait) {
                     return;
                 }
             }
@@ -322,8 +352,9 @@ impl<S: Storage> Replica<S> {
     fn snapshot_sent_to(&mut self, now: Instant, peers: &[NodeId], bytes: u64) {
         let wait =
             self.config.retry_interval.max(Duration::from_secs_f64(bytes as f64 / SNAPSHOT_TRANSFER_BYTES_PER_SEC));
+        let index = self.learner.applied();
         for &peer in peers {
-            self.snapshots_sent.insert(peer, (now, wait));
+            self.snapshots_sent.insert(peer, SnapshotSent { at: now, wait, index });
             self.counts.snapshots_sent += 1;
         }
     }
@@ -634,7 +665,8 @@ impl<S: Storage> Replica<S> {
     }
 
     /// Drops the snapshot record and the log behind `slot`, through which the state engine
-    /// is durable, keeping `retain_after_snapshot` slots but none before `keep_from`.
+    /// is durable, keeping `retain_after_snapshot` slots but none before `keep_from`, and
+    /// the log a snapshot sent to a peer pins ([`SnapshotSent`]).
     fn drop_behind(&mut self, slot: Slot, keep_from: Slot) {
         if self.learner.stored_snapshot {
             let dropped = self.storage.discard_snapshot();
@@ -644,6 +676,7 @@ impl<S: Storage> Replica<S> {
             self.learner.set_stored_snapshot(false);
         }
         let cut = slot.saturating_sub(self.config.retain_after_snapshot).max(keep_from.min(slot));
+        let cut = self.snapshots_sent.values().map(|sent| sent.index).fold(cut, Slot::min);
         if cut > self.learner.compacted() {
             let result = self.storage.remove_slots_through(cut);
             if !self.persist(result) {

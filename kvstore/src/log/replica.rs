@@ -149,8 +149,9 @@ pub struct Replica<S: Storage> {
     pub(super) outbox: Outbox,
     /// Why the replica stopped (a storage failure).
     pub(super) stopped: Option<StorageFailure>,
-    /// When a snapshot was last sent to each peer, and how long until it may get another.
-    pub(super) snapshots_sent: std::collections::HashMap<NodeId, (Instant, std::time::Duration)>,
+    /// The snapshot last sent to each peer: when, how long until it may get another, and the
+    /// log it keeps.
+    pub(super) snapshots_sent: std::collections::HashMap<NodeId, super::learner::SnapshotSent>,
     /// Peers waiting for a snapshot the driver builds (with `defer_snapshots`).
     pub(super) snapshot_wanted_by: BTreeSet<NodeId>,
     /// The slot the state reflected when the replica opened (see [`Replica::state_slot_at_open`]).
