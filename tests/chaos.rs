@@ -124,7 +124,7 @@ fn every_negative_control_is_caught() {
         ("follower-reads", "isolate-master"),
         ("stale-lease-check", "pause-master"),
         ("fast-clock", "clock-skew"),
-        ("ack-before-fsync", "kill-all"),
+        ("ack-before-fsync", "power-loss"),
         ("watch-resume-gap", "kill-master"),
         ("skip-fdatasync", "power-loss"),
         ("split-txn", "kill-master"),
