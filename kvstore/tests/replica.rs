@@ -136,6 +136,15 @@ impl Cluster {
         self.settle();
     }
 
+    /// Puts `{prefix}{i}` for `i` in `0..count` at `at`, settling after each (one slot each
+    /// with [`small_checkpoints`]).
+    fn put_each(&mut self, at: u32, prefix: &str, count: usize) {
+        for i in 0..count {
+            self.put(at, &format!("{prefix}{i}"), "v").unwrap();
+            self.settle();
+        }
+    }
+
     fn put(&mut self, at: u32, key: &str, value: &str) -> Result<(), RequestError> {
         let now = self.now;
         let cmd = Command::Put(PutRequest { key: key.into(), value: value.into(), lease: NO_LEASE, prev_kv: false });
@@ -174,6 +183,16 @@ impl Cluster {
 
 fn config() -> ReplicaConfig {
     ReplicaConfig::for_lease_time(Duration::from_secs(1))
+}
+
+/// One command per slot, a checkpoint every 16 slots keeping 4 behind it: a few dozen puts
+/// make a follower that missed them need a snapshot.
+fn small_checkpoints() -> ReplicaConfig {
+    let mut cfg = config();
+    cfg.snapshot_every = 16;
+    cfg.retain_after_snapshot = 4;
+    cfg.max_batch_commands = 1;
+    cfg
 }
 
 #[test]
@@ -286,18 +305,11 @@ fn two_would_be_masters_never_make_replicas_diverge() {
 
 #[test]
 fn lagging_replica_catches_up_through_a_snapshot() {
-    let mut cfg = config();
-    cfg.snapshot_every = 16;
-    cfg.retain_after_snapshot = 4;
-    cfg.max_batch_commands = 1;
-    let mut c = Cluster::new(3, cfg);
+    let mut c = Cluster::new(3, small_checkpoints());
     c.make_master(1, 1);
     c.settle();
     c.cut.insert(NodeId(3));
-    for i in 0..200 {
-        c.put(1, &format!("k{i}"), "v").unwrap();
-        c.settle();
-    }
+    c.put_each(1, "k", 200);
     assert!(c.replica(3).applied_index() < 10);
     c.cut.clear();
     c.advance(Duration::from_millis(200));
@@ -326,10 +338,7 @@ fn a_checkpoint_comes_every_snapshot_every_slots_whatever_the_state_size() {
     let first = c.replica(1).snapshot_index();
     assert!(first >= 16, "no first checkpoint: {first}");
     // 20 more slots of a few bytes each against a state of about 20 KB: one more checkpoint.
-    for i in 0..20 {
-        c.put(1, &format!("s{i}"), "v").unwrap();
-        c.settle();
-    }
+    c.put_each(1, "s", 20);
     let second = c.replica(1).snapshot_index();
     assert!(second >= first + 16, "no second checkpoint: {first} -> {second}");
     let d = c.digests();
@@ -373,10 +382,7 @@ fn a_checkpoint_due_to_bytes_keeps_the_log_back_to_the_one_before() {
 #[test]
 fn a_checkpoint_overtaken_by_an_install_is_abandoned() {
     for broken in [false, true] {
-        let mut cfg = config();
-        cfg.snapshot_every = 16;
-        cfg.retain_after_snapshot = 4;
-        cfg.max_batch_commands = 1;
+        let mut cfg = small_checkpoints();
         cfg.defer_snapshots = true;
         if broken {
             cfg.breakage = LogBreakage::CheckpointOvertaken;
@@ -384,18 +390,12 @@ fn a_checkpoint_overtaken_by_an_install_is_abandoned() {
         let mut c = Cluster::new(3, cfg);
         c.make_master(1, 1);
         c.settle();
-        for i in 0..20 {
-            c.put(1, &format!("a{i}"), "v").unwrap();
-            c.settle();
-        }
+        c.put_each(1, "a", 20);
         // Node 3's checkpoint: its sync runs now, its result comes back after the install.
         let ticket = c.replica(3).begin_checkpoint().expect("a checkpoint is due");
         let synced = ticket.sync();
         c.cut.insert(NodeId(3));
-        for i in 0..40 {
-            c.put(1, &format!("b{i}"), "v").unwrap();
-            c.settle();
-        }
+        c.put_each(1, "b", 40);
         let now = c.now;
         c.replica(1).snapshot_if_due(now);
         c.cut.clear();
@@ -435,37 +435,24 @@ fn a_checkpoint_overtaken_by_an_install_is_abandoned() {
 /// installed ran past the log a checkpoint kept, and the peer needed snapshot after snapshot.
 #[test]
 fn a_snapshot_sent_keeps_the_log_after_it_until_its_pin_runs_out() {
-    let mut cfg = config();
-    cfg.snapshot_every = 16;
-    cfg.retain_after_snapshot = 4;
-    cfg.max_batch_commands = 1;
-    let mut c = Cluster::new(3, cfg);
+    let mut c = Cluster::new(3, small_checkpoints());
     c.make_master(1, 1);
     c.settle();
     c.cut.insert(NodeId(3));
-    for i in 0..40 {
-        c.put(1, &format!("a{i}"), "v").unwrap();
-        c.settle();
-    }
+    c.put_each(1, "a", 40);
     let behind = c.replica(3).commit_index() + 1;
     let now = c.now;
     c.replica(1).handle_message(now, NodeId(3), LogMessage::Fetch { from: behind });
     assert_eq!(c.replica(1).counts().snapshots_sent, 1, "the master sends a snapshot");
     let pinned = c.replica(1).applied_index();
     // The snapshot is lost on the way (node 3 is still cut off); writes and checkpoints go on.
-    for i in 0..60 {
-        c.put(1, &format!("b{i}"), "v").unwrap();
-        c.settle();
-    }
+    c.put_each(1, "b", 60);
     let removed = c.replica(1).storage().removed_through();
     assert!(removed <= pinned, "the log after slot {pinned} is kept, dropped through {removed}");
     assert!(c.replica(1).snapshot_index() > pinned + 16, "checkpoints went on");
     // A minute and more later the pin is gone, and so is the log behind the checkpoints.
     c.advance(Duration::from_secs(70));
-    for i in 0..40 {
-        c.put(1, &format!("c{i}"), "v").unwrap();
-        c.settle();
-    }
+    c.put_each(1, "c", 40);
     let removed = c.replica(1).storage().removed_through();
     assert!(removed > pinned, "the pin ran out: dropped through {removed}, pinned at {pinned}");
 }

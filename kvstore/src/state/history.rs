@@ -465,6 +465,10 @@ impl History {
         for entry in Scan::new(self.engine.as_ref(), runs_starting_below(revision), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { break };
             let Some(run) = self.failure.check(decode_run(&key, &record)) else { break };
+            if run.last().is_some_and(|last| last.main < self.compacted) {
+                // Queued already, by the compaction that passed it or at the open.
+                continue;
+            }
             for change in run.iter().filter(|c| c.main >= self.compacted && c.main < revision) {
                 self.bytes = self.bytes.saturating_sub(change.bytes);
                 self.dropped.push(change.event_key());
