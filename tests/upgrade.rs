@@ -1,11 +1,15 @@
-//! A data directory written by the release before the state engine and the segment log
-//! (commit 977dc1a: the state machine in memory, rebuilt at every start from a snapshot and
-//! the log, both in one sled database) opens with this build: the log moves to its segment
-//! files, the snapshot is installed into the state engine, the log after it replayed, and
-//! every key, lease, revision and retained change is there, before and after a restart.
+//! Data directories written by earlier releases open with this build, with every key, lease,
+//! revision and retained change there, before and after a restart:
+//! - `data-dir-977dc1a.tar.gz`, the release before the state engine and the segment log (the
+//!   state machine in memory, rebuilt at every start from a snapshot and the log, both in
+//!   one sled database): the log moves to its segment files, the snapshot is installed into
+//!   the state engine and the log after it replayed;
+//! - `data-dir-9d37095.tar.gz`, the release before history pages (the state engine with one
+//!   record per change of the history): its changes are read as they are, and compacted
+//!   change by change; new changes are written in pages.
 //!
-//! The fixture `tests/fixtures/data-dir-977dc1a.tar.gz` was written by that release's
-//! kvserver (single node, `[log] snapshot_every = 40`, `retain_after_snapshot = 10`):
+//! Both fixtures were written by their release's kvserver and `kvcli` (single node,
+//! `[log] snapshot_every = 40`, `retain_after_snapshot = 10`):
 //! a lease `server1` (TTL 3600 s) holding `/servers/lease1`; `/servers/1` … `/servers/60`;
 //! `/big` (133,336 bytes, over the engine's piece size); `/servers/1` written three more
 //! times; `/servers/2` deleted; compacted at revision 30; `/after-compact`. Store revision
@@ -18,7 +22,8 @@ use leasekv::client::{GetOptions, WatchOptions, WatchUpdate};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-977dc1a.tar.gz");
+const BEFORE_ENGINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-977dc1a.tar.gz");
+const BEFORE_PAGES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-9d37095.tar.gz");
 
 struct Node(Child);
 
@@ -84,9 +89,19 @@ async fn check_state(endpoint: &str) {
 
 #[test]
 fn a_data_dir_of_the_release_before_the_state_engine_opens_with_everything_in_it() {
+    opens_with_everything_in_it(BEFORE_ENGINE);
+}
+
+#[test]
+fn a_data_dir_of_the_release_before_history_pages_opens_with_everything_in_it() {
+    opens_with_everything_in_it(BEFORE_PAGES);
+}
+
+/// Starts a node on the data dir of `fixture`, checks it, writes, restarts and checks again.
+fn opens_with_everything_in_it(fixture: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let untar = Command::new("tar").arg("xzf").arg(FIXTURE).arg("-C").arg(dir.path()).status();
-    assert!(untar.is_ok_and(|s| s.success()), "tar could not unpack {FIXTURE}");
+    let untar = Command::new("tar").arg("xzf").arg(fixture).arg("-C").arg(dir.path()).status();
+    assert!(untar.is_ok_and(|s| s.success()), "tar could not unpack {fixture}");
     let ports = common::free_ports(2);
     let config = dir.path().join("node.toml");
     std::fs::write(
@@ -134,4 +149,32 @@ async fn check_state_after_restart(endpoint: &str) {
     assert_eq!(then[0].value, b"{\"addr\":\"10.0.0.1:80\"}");
     let lease = c.resolve_name("server1").await.expect("the lease's name resolves");
     assert_eq!(c.lease_time_to_live(lease, true).await.expect("TimeToLive").keys, vec![b"/servers/lease1".to_vec()]);
+    // A compaction through the history the old release wrote, and past the write of this one.
+    c.compact(65, true).await.expect("a compaction at 65");
+    let refused = c.get("/servers/1", GetOptions { revision: 64, ..Default::default() }).await;
+    assert!(refused.expect_err("compacted").to_string().contains("required revision has been compacted"));
+    let at65 = c.get("/servers/1", GetOptions { revision: 65, ..Default::default() }).await.expect("a read at 65").kvs;
+    assert_eq!(at65[0].value, b"v2");
+    let mut watch = c
+        .watch(
+            "/",
+            WatchOptions {
+                range_end: leasekv::client::prefix_range_end(b"/"),
+                start_revision: 65,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a watch from revision 65");
+    let mut revisions = Vec::new();
+    while revisions.len() < 5 {
+        let update = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+        match update.expect("the history since 65 in time").expect("a watch update") {
+            WatchUpdate::Response(response) => {
+                revisions.extend(response.events.iter().filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision)))
+            }
+            WatchUpdate::Resumed { cause, .. } => panic!("the watch broke: {cause}"),
+        }
+    }
+    assert_eq!(revisions, vec![65, 66, 67, 68, 69], "the old release's changes, then this build's");
 }

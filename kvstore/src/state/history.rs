@@ -21,8 +21,9 @@
 //! a watch from exactly `C` is allowed (as in etcd), and needs them, tombstones included
 //! (etcd's bugs #18089/#19179 lost a delete at the compaction revision).
 
+use super::change_pages::{changes, changes_newest_first, decode_page, records_below, PageWriter};
 use super::keyspace::stored_bytes;
-use super::layout::{decode_event, encode_event, event_bounds, event_key, event_position};
+use super::layout::{event_bounds, event_position};
 use super::size_runs::{all_runs, decode_legacy, decode_run, legacy_sizes, runs_starting_below, RunWriter};
 use super::Failure;
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
@@ -179,20 +180,19 @@ impl History {
             failure,
         };
         let mut batch = WriteBatch::new();
-        let mut sizes = RunWriter::default();
-        for event in events {
+        let mut pages = PageWriter::default();
+        for (n, event) in events.into_iter().enumerate() {
             let position = history.next_position(event.revision());
             history.len += 1;
             let size = event_bytes(&event);
             history.bytes += size;
-            batch.put(event_key(position.0, position.1), encode_event(&event));
-            sizes.push(&mut batch, position.0, position.1, size);
-            if batch.len() >= LOAD_BATCH {
-                sizes.finish(&mut batch);
+            pages.push(&mut batch, position, &event, size);
+            if (n + 1) % LOAD_BATCH == 0 {
+                pages.finish(&mut batch);
                 history.engine.write(std::mem::take(&mut batch))?;
             }
         }
-        sizes.finish(&mut batch);
+        pages.finish(&mut batch);
         history.engine.write(batch)?;
         history.publish();
         Ok(history)
@@ -285,12 +285,11 @@ impl History {
                 batch.delete(key);
             }
         }
-        let mut sizes = RunWriter::default();
-        for ((main, sub), event) in self.pending.drain(..) {
-            batch.put(event_key(main, sub), encode_event(&event));
-            sizes.push(batch, main, sub, event_bytes(&event));
+        let mut pages = PageWriter::default();
+        for (position, event) in self.pending.drain(..) {
+            pages.push(batch, position, &event, event_bytes(&event));
         }
-        sizes.finish(batch);
+        pages.finish(batch);
         // Readers must not look for compacted changes while the batch deletes them.
         self.published.compacted.store(self.compacted, Ordering::Release);
     }
@@ -314,14 +313,13 @@ impl History {
         &self.published
     }
 
-    /// The engine keys of changes below the compaction point still stored (a view kept them
-    /// when the state stopped, or their deletion was spread over flushes that did not
-    /// happen), and of the size runs wholly below it: deleted at the next flushes.
+    /// The engine keys of changes and pages wholly below the compaction point still stored
+    /// (a view kept them when the state stopped, or their deletion was spread over flushes
+    /// that did not happen), and of the size runs wholly below it: deleted at the next
+    /// flushes.
     pub(super) fn drop_leftovers(&mut self) {
-        let below = self.compacted - 1;
-        for entry in Scan::new(self.engine.as_ref(), event_bounds(0, below), false, PAGE) {
-            let Some((key, _)) = self.failure.check(entry) else { break };
-            self.dropped.push(key);
+        if let Some(keys) = self.failure.check(records_below(self.engine.as_ref(), self.compacted)) {
+            self.dropped.extend(keys);
         }
         for entry in Scan::new(self.engine.as_ref(), runs_starting_below(self.compacted), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { break };
@@ -363,9 +361,28 @@ impl History {
         let mut sizes = RunWriter::default();
         for entry in Scan::new(self.engine.as_ref(), event_bounds(self.compacted, Revision::MAX), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { return };
-            let Some(event) = self.failure.check(decode_event(&key, &record)) else { return };
+            let Some(events) = self.failure.check(decode_page(&key, &record)) else { return };
             let Some((main, sub)) = event_position(&key) else { continue };
-            sizes.push(&mut batch, main, sub, event_bytes(&event));
+            if events.len() == 1 && record.first() != Some(&super::layout::PAGE_FORMAT) {
+                sizes.push(&mut batch, main, sub, event_bytes(&events[0]));
+            } else {
+                // A page (runs came before pages, so only a state damaged by hand has pages
+                // and no runs): its run again, positions counted as a flush counts them.
+                let mut position = (main, sub);
+                let mut entries = Vec::with_capacity(events.len());
+                for event in &events {
+                    if event.revision() != position.0 {
+                        position = (event.revision(), 0);
+                    }
+                    entries.push(super::size_runs::SizeEntry {
+                        main: position.0,
+                        sub: position.1,
+                        bytes: event_bytes(event),
+                    });
+                    position.1 += 1;
+                }
+                RunWriter::write_page_run(&mut batch, &entries);
+            }
             if batch.len() >= LOAD_BATCH {
                 sizes.finish(&mut batch);
                 if !write(&mut batch, true) {
@@ -419,11 +436,7 @@ impl History {
     pub(super) fn events_from(&self, from: Revision) -> impl Iterator<Item = Event> + '_ {
         let failure = &self.failure;
         let from = from.max(self.compacted);
-        let stored =
-            Scan::new(self.engine.as_ref(), event_bounds(from, Revision::MAX), false, PAGE).map_while(move |entry| {
-                let (key, record) = failure.check(entry)?;
-                failure.check(decode_event(&key, &record))
-            });
+        let stored = changes(self.engine.as_ref(), from, Revision::MAX).map_while(move |e| failure.check(e));
         stored.chain(self.pending.iter().filter(move |(_, e)| e.revision() >= from).map(|(_, e)| e.clone()))
     }
 
@@ -469,12 +482,16 @@ impl History {
                 // Queued already, by the compaction that passed it or at the open.
                 continue;
             }
-            for change in run.iter().filter(|c| c.main >= self.compacted && c.main < revision) {
+            for change in run.entries.iter().filter(|c| c.main >= self.compacted && c.main < revision) {
                 self.bytes = self.bytes.saturating_sub(change.bytes);
-                self.dropped.push(change.event_key());
+                if !run.paged {
+                    self.dropped.push(change.event_key());
+                }
                 dropped += 1;
             }
             if run.last().is_none_or(|last| last.main < revision) {
+                // A page that reaches the point stays whole; readers skip what is below it.
+                self.dropped.extend(run.page_key());
                 self.dropped.push(key);
             }
         }
@@ -499,12 +516,7 @@ impl History {
     ) -> BTreeMap<Vec<u8>, KeyValue> {
         let failure = &self.failure;
         let pending = self.pending.iter().rev().map(|(_, e)| e.clone());
-        let stored = Scan::new(self.engine.as_ref(), event_bounds(revision + 1, Revision::MAX), true, PAGE).map_while(
-            move |entry| {
-                let (key, record) = failure.check(entry)?;
-                failure.check(decode_event(&key, &record))
-            },
-        );
+        let stored = changes_newest_first(self.engine.as_ref()).map_while(move |e| failure.check(e));
         for event in pending.chain(stored).take_while(|e| e.revision() > revision) {
             if !range.contains(&event.kv.key) {
                 continue;
@@ -577,10 +589,8 @@ impl HistoryReader {
             // Only what was published: the changes of commands applied since the last flush
             // are not in the engine yet, and a stream that read part of a revision would send
             // the rest again, whole, once the head moved past it.
-            let stored = Scan::new(self.engine.as_ref(), event_bounds(from, head), false, PAGE);
-            for entry in stored {
-                let Some((key, record)) = self.failure.check(entry) else { break };
-                let Some(event) = self.failure.check(decode_event(&key, &record)) else { break };
+            for entry in changes(self.engine.as_ref(), from, head) {
+                let Some(event) = self.failure.check(entry) else { break };
                 if events.len() >= max_events && events.last().is_some_and(|e| e.revision() != event.revision()) {
                     through = events.last().map_or(head, Event::revision);
                     break;

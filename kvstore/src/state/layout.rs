@@ -4,7 +4,7 @@
 //! | engine key | value |
 //! |---|---|
 //! | `k ++ key` | a live (or not yet swept) key: [`encode_kv`] |
-//! | `e ++ main (u64 BE) ++ sub (u32 BE)` | a change of the history: [`encode_event`] |
+//! | `e ++ main (u64 BE) ++ sub (u32 BE)` | a page of the history's changes from that one on ([`super::change_pages`]); before pages, one change ([`encode_event`]) |
 //! | `r ++ main (u64 BE) ++ sub (u32 BE)` | the sizes of a run of changes from that one on ([`super::size_runs`]) |
 //! | `l ++ id (u64 BE)` | a lease ([`LEASE`]) |
 //! | `a ++ lease (u64 BE) ++ key` | a key's attachment to its lease ([`ATTACHMENT`]) |
@@ -24,6 +24,9 @@ pub(super) const KEY: u8 = b'k';
 pub(super) const EVENT: u8 = b'e';
 /// The format byte of every value written by this layout.
 const FORMAT: u8 = 1;
+/// The format byte of a history page ([`super::change_pages`]): the records of its changes,
+/// one after the other.
+pub(super) const PAGE_FORMAT: u8 = 2;
 
 /// The engine key of `key`'s record.
 pub(super) fn kv_key(key: &[u8]) -> Vec<u8> {
@@ -157,8 +160,17 @@ fn key_value(key: Vec<u8>, r: KvRecordOwned) -> KeyValue {
     }
 }
 
-/// The record of a change.
+/// The record of a change on its own, as the layout before pages wrote it (tests write it
+/// to prove that such records still read).
+#[cfg(test)]
 pub(super) fn encode_event(event: &Event) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    encode_event_body(event, &mut out);
+    out
+}
+
+/// Appends a change's record, without a format byte, to `out` (a page is a sequence of them).
+pub(super) fn encode_event_body(event: &Event, out: &mut Vec<u8>) {
     let record = EventRecord {
         kind: match event.kind {
             EventKind::Put => 0,
@@ -168,17 +180,21 @@ pub(super) fn encode_event(event: &Event) -> Vec<u8> {
         kv: kv_record(&event.kv),
         prev: event.prev_kv.as_ref().map(kv_record),
     };
-    let mut out = Vec::with_capacity(event.kv.value.len() + event.prev_kv.as_ref().map_or(0, |p| p.value.len()) + 64);
-    out.push(FORMAT);
     // Serializing plain integers and byte strings into a Vec cannot fail.
-    postcard::to_extend(&record, out).unwrap_or_default()
+    let encoded = postcard::to_extend(&record, std::mem::take(out)).unwrap_or_default();
+    *out = encoded;
 }
 
-/// The change stored as `record` under `engine_key`.
-pub(super) fn decode_event(engine_key: &[u8], record: &[u8]) -> Result<Event, EngineError> {
-    let what = || format!("history change {:?}", event_position(engine_key));
-    let body = format_body(record, what)?;
-    let r: EventRecordOwned = postcard::from_bytes(body).map_err(|e| corrupt(what(), e))?;
+/// The first change's record in `body` and what follows it.
+pub(super) fn decode_event_body<'a>(
+    body: &'a [u8],
+    what: &dyn Fn() -> String,
+) -> Result<(Event, &'a [u8]), EngineError> {
+    let (r, rest): (EventRecordOwned, &[u8]) = postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
+    Ok((event_of_record(r, what)?, rest))
+}
+
+fn event_of_record(r: EventRecordOwned, what: &dyn Fn() -> String) -> Result<Event, EngineError> {
     let kind = match r.kind {
         0 => EventKind::Put,
         1 => EventKind::Delete,
@@ -186,6 +202,14 @@ pub(super) fn decode_event(engine_key: &[u8], record: &[u8]) -> Result<Event, En
     };
     let prev_kv = r.prev.map(|p| key_value(r.key.clone(), p));
     Ok(Event { kind, kv: key_value(r.key, r.kv), prev_kv })
+}
+
+/// The change stored as `record` under `engine_key` by the layout before pages.
+pub(super) fn decode_event(engine_key: &[u8], record: &[u8]) -> Result<Event, EngineError> {
+    let what = || format!("history change {:?}", event_position(engine_key));
+    let body = format_body(record, what)?;
+    let r: EventRecordOwned = postcard::from_bytes(body).map_err(|e| corrupt(what(), e))?;
+    event_of_record(r, &what)
 }
 
 fn format_body(record: &[u8], what: impl Fn() -> String) -> Result<&[u8], EngineError> {

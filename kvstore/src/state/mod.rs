@@ -1,6 +1,7 @@
 //! The deterministic state machine: the key space with etcd's revisions and the lease table.
 //! Every replica applies the same commands in the same order and ends in the same state.
 
+mod change_pages;
 mod compare;
 mod digest;
 mod graveyard;

@@ -14,6 +14,10 @@
 //! passed its last change; a run that straddles the compaction point stays until a later
 //! compaction passes it, and compaction skips its entries below the point.
 //!
+//! Since pages ([`super::change_pages`]) each page has a run of its own under its position,
+//! marked as a page's: compaction deletes the page once the run is wholly below the
+//! compaction point. A run of the layout before pages names changes stored one a record.
+//!
 //! Between the engine's first release and runs, each change had a size record of its own
 //! (`s ++ position`, 8 bytes): [`History::open`](super::history) converts them.
 
@@ -27,8 +31,11 @@ use std::ops::Bound;
 const RUN: u8 = b'r';
 /// The first byte of the per-change size records that runs replaced.
 const LEGACY_SIZE: u8 = b's';
-/// The format byte of a run's value.
+/// The format byte of a run whose changes are records of their own (before pages).
 const FORMAT: u8 = 1;
+/// The format byte of a page's run: its changes are one record, the page under the run's
+/// own position ([`super::change_pages`]).
+const PAGE_RUN_FORMAT: u8 = 2;
 /// Changes per run at most, so that a run stays a small record (about 12 bytes a change).
 pub(super) const RUN_LEN: usize = 512;
 
@@ -72,8 +79,30 @@ pub(super) fn legacy_sizes() -> KeyBounds {
     prefix_bounds(&[LEGACY_SIZE])
 }
 
-/// The changes a run record holds, in order.
-pub(super) fn decode_run(engine_key: &[u8], record: &[u8]) -> Result<Vec<SizeEntry>, EngineError> {
+/// A run as stored: its changes and how they are stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Run {
+    /// The changes, in order.
+    pub(super) entries: Vec<SizeEntry>,
+    /// Whether they are one page, stored under the first one's position (else each change
+    /// is a record of its own).
+    pub(super) paged: bool,
+}
+
+impl Run {
+    /// The last change of the run.
+    pub(super) fn last(&self) -> Option<&SizeEntry> {
+        self.entries.last()
+    }
+
+    /// The engine key of the page the run describes, if it describes one.
+    pub(super) fn page_key(&self) -> Option<Vec<u8>> {
+        self.entries.first().filter(|_| self.paged).map(SizeEntry::event_key)
+    }
+}
+
+/// The run a run record holds.
+pub(super) fn decode_run(engine_key: &[u8], record: &[u8]) -> Result<Run, EngineError> {
     let what = || {
         let mut k = engine_key.to_vec();
         if let Some(first) = k.first_mut() {
@@ -82,12 +111,12 @@ pub(super) fn decode_run(engine_key: &[u8], record: &[u8]) -> Result<Vec<SizeEnt
         format!("size run at {:?}", event_position(&k))
     };
     match record.split_first() {
-        Some((&FORMAT, body)) => {
-            postcard::from_bytes(body).map_err(|e| EngineError::Corrupt { what: what(), detail: e.to_string() })
-        }
+        Some((&format, body)) if format == FORMAT || format == PAGE_RUN_FORMAT => postcard::from_bytes(body)
+            .map(|entries| Run { entries, paged: format == PAGE_RUN_FORMAT })
+            .map_err(|e| EngineError::Corrupt { what: what(), detail: e.to_string() }),
         Some((other, _)) => Err(EngineError::Corrupt {
             what: what(),
-            detail: format!("record format {other} is unknown (this build reads {FORMAT})"),
+            detail: format!("record format {other} is unknown (this build reads {FORMAT} and {PAGE_RUN_FORMAT})"),
         }),
         None => Err(EngineError::Corrupt { what: what(), detail: "empty record".into() }),
     }
@@ -109,7 +138,16 @@ impl RunWriter {
         }
     }
 
-    /// Writes the changes recorded since the last run to `batch` as a run.
+    /// Writes the run of a page whose changes are `entries` to `batch`.
+    pub(super) fn write_page_run(batch: &mut WriteBatch, entries: &[SizeEntry]) {
+        let Some(first) = entries.first() else { return };
+        // Serializing integers into a Vec cannot fail.
+        let value = postcard::to_extend(entries, vec![PAGE_RUN_FORMAT]).unwrap_or_default();
+        batch.put(run_key(first.main, first.sub), value);
+    }
+
+    /// Writes the changes recorded since the last run to `batch` as a run of changes
+    /// stored one a record.
     pub(super) fn finish(&mut self, batch: &mut WriteBatch) {
         let Some(first) = self.entries.first() else { return };
         let key = run_key(first.main, first.sub);
@@ -151,7 +189,7 @@ mod tests {
             .writes()
             .iter()
             .map(|w| match w {
-                Write::Put(k, v) => decode_run(k, v).unwrap(),
+                Write::Put(k, v) => decode_run(k, v).unwrap().entries,
                 Write::Delete(_) => panic!("runs are puts"),
             })
             .collect();
@@ -170,6 +208,12 @@ mod tests {
         let err = decode_run(&run_key(5, 0), &[9, 1, 2]).unwrap_err().to_string();
         assert!(err.contains("format 9 is unknown"), "{err}");
         assert!(decode_run(&run_key(5, 0), &[FORMAT, 0xff]).is_err());
+        let mut batch = WriteBatch::new();
+        let entries = [SizeEntry { main: 5, sub: 0, bytes: 9 }, SizeEntry { main: 6, sub: 0, bytes: 7 }];
+        RunWriter::write_page_run(&mut batch, &entries);
+        let Write::Put(k, v) = &batch.writes()[0] else { unreachable!() };
+        let run = decode_run(k, v).unwrap();
+        assert_eq!((run.entries.as_slice(), run.page_key()), (&entries[..], Some(event_key(5, 0))));
         let err = decode_legacy(&run_key(5, 1), &[0; 3]).unwrap_err().to_string();
         assert!(err.contains("3 bytes, not 8"), "{err}");
     }

@@ -19,14 +19,15 @@
 //! held: compaction's deletions wait (the view is pinned on the history). Memory: one page
 //! plus one entry per key written since `R`.
 
+use super::change_pages::changes;
 use super::graveyard::Death;
 use super::history::Published;
-use super::layout::{decode_event, decode_kv, event_bounds, kv_bounds, user_key};
+use super::layout::{decode_kv, kv_bounds, user_key};
 use super::lease_table::Lease;
 use super::machine::consistency::hash_key_value;
 use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
-use crate::engine::{Engine, EngineError, Scan};
+use crate::engine::{Engine, EngineError};
 use crate::membership::Membership;
 use crate::state::KvHash;
 use crate::types::{Event, KeyValue, Revision, NO_LEASE};
@@ -192,9 +193,8 @@ impl StateView {
         mut each: impl FnMut(Vec<Event>) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
         let mut page = Vec::with_capacity(PAGE);
-        for entry in Scan::new(self.engine.as_ref(), event_bounds(self.meta.compacted, revision), false, PAGE) {
-            let (key, record) = entry?;
-            page.push(decode_event(&key, &record)?);
+        for event in changes(self.engine.as_ref(), self.meta.compacted, revision) {
+            page.push(event?);
             if page.len() == PAGE {
                 each(std::mem::take(&mut page))?;
             }
@@ -250,9 +250,8 @@ impl Undo {
         if head < self.next {
             return Ok(());
         }
-        for entry in Scan::new(engine, event_bounds(self.next, head), false, PAGE) {
-            let (key, record) = entry?;
-            let event = decode_event(&key, &record)?;
+        for event in changes(engine, self.next, head) {
+            let event = event?;
             debug_assert!(event.revision() > self.since);
             self.before.entry(event.kv.key.clone()).or_insert(event.prev_kv);
         }

@@ -263,28 +263,37 @@ mod tests {
         assert_eq!(opened.events_since(4).unwrap(), sm.events_since(4).unwrap());
     }
 
-    /// Compaction deletes the changes below its point and the size runs wholly below it,
-    /// counting the bytes it frees from the runs alone, also when a run straddles the point;
-    /// a state written before runs (no sizes at all, or a size record per change) gets them
-    /// at its open, and compacts the same way after.
+    /// Compaction deletes the pages of changes below its point and the size runs wholly
+    /// below it, counting the bytes it frees from the runs alone, also when a page straddles
+    /// the point (it stays whole). A state written before pages, with a record per change
+    /// (with runs, with no sizes at all, or with a size record per change), opens, gets its
+    /// runs at the open if it had none, and compacts change by change.
     #[test]
     fn compaction_drops_changes_by_their_size_runs() {
         use crate::engine::Scan;
-        use crate::state::layout::event_bounds;
-        use crate::state::size_runs::{all_runs, decode_run, legacy_sizes};
+        use crate::state::change_pages::decode_page;
+        use crate::state::layout::{encode_event, event_bounds, event_position};
+        use crate::state::size_runs::{all_runs, decode_run, legacy_sizes, RunWriter};
         let count = |engine: &Arc<dyn Engine>, bounds| Scan::new(engine.as_ref(), bounds, false, 64).count();
         let runs = |engine: &Arc<dyn Engine>| -> Vec<Vec<Revision>> {
             Scan::new(engine.as_ref(), all_runs(), false, 64)
                 .map(|e| {
                     let (k, v) = e.unwrap();
-                    decode_run(&k, &v).unwrap().iter().map(|c| c.main).collect()
+                    decode_run(&k, &v).unwrap().entries.iter().map(|c| c.main).collect()
                 })
                 .collect()
         };
-        for start in ["runs", "no sizes", "a size record per change"] {
+        // The first revision of every history record.
+        let records = |engine: &Arc<dyn Engine>| -> Vec<Revision> {
+            Scan::new(engine.as_ref(), event_bounds(0, Revision::MAX), false, 64)
+                .map(|e| event_position(&e.unwrap().0).unwrap().0)
+                .collect()
+        };
+        for start in ["pages", "a change per record", "no sizes", "a size record per change"] {
+            let paged = start == "pages";
             let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
             let mut sm = StateMachine::on_engine(Arc::clone(&engine)).unwrap();
-            // Revisions 2..=41, flushed ten at a time: four runs.
+            // Revisions 2..=41, flushed ten at a time: four pages, each with its run.
             for i in 0..40 {
                 sm.apply(&put(&format!("k{}", i % 7), &"v".repeat(i), 0));
                 if i % 10 == 9 {
@@ -295,37 +304,57 @@ mod tests {
                 runs(&engine),
                 (0..4).map(|r: Revision| (2 + 10 * r..12 + 10 * r).collect::<Vec<_>>()).collect::<Vec<_>>()
             );
-            let mut batch = WriteBatch::new();
-            for entry in Scan::new(engine.as_ref(), all_runs(), false, 64) {
-                let (key, value) = entry.unwrap();
-                if start == "a size record per change" {
-                    for change in decode_run(&key, &value).unwrap() {
-                        let mut legacy = change.event_key();
-                        legacy[0] = b's';
-                        batch.put(legacy, change.bytes.to_be_bytes().to_vec());
+            assert_eq!(records(&engine), vec![2, 12, 22, 32]);
+            if !paged {
+                // The layouts before pages: every change a record of its own.
+                let mut batch = WriteBatch::new();
+                for entry in Scan::new(engine.as_ref(), event_bounds(0, Revision::MAX), false, 64) {
+                    let (key, value) = entry.unwrap();
+                    batch.delete(key);
+                    for event in decode_page(&[], &value).unwrap() {
+                        batch.put(crate::state::layout::event_key(event.revision(), 0), encode_event(&event));
                     }
                 }
-                if start != "runs" {
+                let mut sizes = RunWriter::default();
+                for entry in Scan::new(engine.as_ref(), all_runs(), false, 64) {
+                    let (key, value) = entry.unwrap();
                     batch.delete(key);
+                    for change in decode_run(&[], &value).unwrap().entries {
+                        match start {
+                            "a change per record" => sizes.push(&mut batch, change.main, change.sub, change.bytes),
+                            "a size record per change" => {
+                                let mut legacy = change.event_key();
+                                legacy[0] = b's';
+                                batch.put(legacy, change.bytes.to_be_bytes().to_vec());
+                            }
+                            _ => {}
+                        }
+                    }
+                    sizes.finish(&mut batch);
                 }
+                engine.write(batch).unwrap();
+                assert_eq!(records(&engine), (2..=41).collect::<Vec<_>>());
             }
-            engine.write(batch).unwrap();
 
             let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
             assert_eq!(count(&engine, legacy_sizes()), 0, "{start}: converted");
             assert_eq!(runs(&engine).concat(), (2..=41).collect::<Vec<_>>(), "{start}");
             let before = sm.bytes_in_use();
+            let history = sm.events_since(30).unwrap();
             sm.apply(&Command::Compact { revision: 30 });
             sm.flush_through(5).unwrap();
-            assert_eq!(count(&engine, event_bounds(0, 29)), 0);
-            assert_eq!(count(&engine, event_bounds(30, Revision::MAX)), 12);
+            // The page of 22..=31 reaches the point and stays.
+            let expected = if paged { vec![22, 32] } else { (30..=41).collect() };
+            assert_eq!(records(&engine), expected, "{start}");
+            assert_eq!(sm.events_since(30).unwrap(), history, "{start}");
             assert!(sm.bytes_in_use() < before);
             // Again through the run that straddled the point, from a reopened state.
             let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
             sm.apply(&Command::Compact { revision: 35 });
             sm.flush_through(6).unwrap();
-            assert_eq!(count(&engine, event_bounds(0, 34)), 0);
-            assert_eq!(count(&engine, event_bounds(35, Revision::MAX)), 7);
+            let expected = if paged { vec![32] } else { (35..=41).collect() };
+            assert_eq!(records(&engine), expected, "{start}");
+            assert_eq!(sm.events_since(35).unwrap().len(), 7);
             let left = runs(&engine);
             assert!(left.iter().all(|run| run.last() >= Some(&35)), "{start}: {left:?}");
             let (reopened, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
