@@ -117,6 +117,14 @@ fn an_applied_point_written_before_its_state_is_caught() {
     caught_by(LogBreakage::AppliedBeforeState, "no-convergence", 3, 100);
 }
 
+/// The cache of recent writes must hold only what the engine holds: one that keeps a key's
+/// older key-value when the key is written again makes replicas (whose caches differ after
+/// restarts and installs) disagree.
+#[test]
+fn a_stale_recent_write_is_caught() {
+    caught_by(LogBreakage::StaleRecentWrite, "replicas-diverge", 3, 20);
+}
+
 #[test]
 fn follower_reads_are_caught_by_the_linearizability_checker() {
     caught_by(LogBreakage::FollowerReads, "linearizability", 5, 50);

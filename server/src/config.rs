@@ -33,7 +33,7 @@
 //!
 //! [storage]
 //! # quota_bytes = 2147483648       # etcd's --quota-backend-bytes; writes past it are refused
-//! # cache_bytes = 134217728        # the state engine's page cache (the key space stays on disk)
+//! # cache_bytes = 134217728        # memory for the state engine's caches (the key space stays on disk)
 //! # corrupt_check_interval_ms = 300000  # compare every member's hash this often; 0: never
 //!
 //! [log]                             # defaults: ReplicaConfig::for_lease_time
@@ -149,8 +149,9 @@ pub struct NodeConfig {
     /// `[storage] corrupt_check_interval_ms`: how often the master compares every member's
     /// hash ([`crate::corrupt_check`]); `None`: never.
     pub corrupt_check_interval: Option<Duration>,
-    /// `[storage] cache_bytes`: the state engine's page cache, which bounds how much of the
-    /// key space and history stays in memory.
+    /// `[storage] cache_bytes`: the memory for the state engine (sled's page cache and the
+    /// state machine's recent writes), which bounds how much of the key space and history
+    /// stays in memory.
     pub state_cache_bytes: u64,
     /// `[watch]`: how watch streams are served.
     pub watch: WatchConfig,

@@ -852,9 +852,10 @@ impl NodeLoop {
             // Before sending: a member just added must be reachable for what goes to it.
             self.follow_membership();
             self.follow_auth();
-            let output = self.replica.take_output();
+            // Answers first: the engine write of what they applied follows them (see
+            // `Replica::take_output_before_flush`).
+            let output = self.replica.take_output_before_flush();
             let nothing_held_up = output.messages.is_empty() && output.completions.is_empty();
-            self.publish_revision();
             for (to, message) in output.messages {
                 self.peers.send_log(to, message);
             }
@@ -863,6 +864,9 @@ impl NodeLoop {
                     asker.answer(&self.peers, completion.result.map(|(_, applied)| MasterAnswer::Propose(applied)));
                 }
             }
+            self.replica.flush_applied();
+            // After the flush: watch streams read what reached the engine.
+            self.publish_revision();
             if !output.needs_sync {
                 return;
             }

@@ -86,6 +86,11 @@ impl MemoryEngine {
 }
 
 impl Engine for MemoryEngine {
+    fn write_cache_bytes(&self) -> usize {
+        // Small, so that the tests and the simulator see entries come and go.
+        64 << 10
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         Ok(self.lock().current.get(key).cloned())
     }

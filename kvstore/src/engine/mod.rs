@@ -150,6 +150,13 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 /// An ordered map of byte keys to byte values, shared by the thread that applies and the
 /// threads that read (watch streams, snapshot and backup streams).
 pub trait Engine: Send + Sync + 'static {
+    /// How many bytes of the key-values it wrote lately the state machine over this engine
+    /// may keep in memory, in front of the engine (a share of the memory the engine was
+    /// given; see `state::recent_writes`).
+    fn write_cache_bytes(&self) -> usize {
+        0
+    }
+
     /// The value at `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
 

@@ -41,6 +41,8 @@ pub struct SledEngine {
     /// sled's data file, opened only to `fdatasync` it.
     data_file: File,
     dir: PathBuf,
+    /// The share of the cache setting the state machine keeps of its recent writes.
+    write_cache_bytes: usize,
 }
 
 impl std::fmt::Debug for SledEngine {
@@ -76,20 +78,23 @@ fn record_bound(bound: &Bound<Vec<u8>>, start: bool) -> Bound<Vec<u8>> {
 }
 
 impl SledEngine {
-    /// Opens (or creates) the engine in `dir`, with a page cache of at most `cache_bytes`.
+    /// Opens (or creates) the engine in `dir`, with `cache_bytes` of memory for what it
+    /// holds: a quarter for the state machine's recent writes
+    /// ([`Engine::write_cache_bytes`]), the rest for sled's page cache.
     pub fn open(dir: &Path, cache_bytes: u64) -> Result<Self, EngineError> {
         let io = |what: &str, e: sled::Error| EngineError::io(format!("{what} {}", dir.display()), e);
+        let write_cache_bytes = usize::try_from(cache_bytes / 4).unwrap_or(usize::MAX);
         let db = sled::Config::new()
             .path(dir)
             .segment_size(SEGMENT_SIZE)
-            .cache_capacity(cache_bytes)
+            .cache_capacity(cache_bytes - cache_bytes / 4)
             .open()
             .map_err(|e| io("opening the state engine in", e))?;
         let tree = db.open_tree("leasekv/state").map_err(|e| io("opening the state tree in", e))?;
         let data_path = dir.join(SLED_DATA_FILE);
         let data_file = File::open(&data_path)
             .map_err(|e| EngineError::io(format!("opening {} to sync it", data_path.display()), e))?;
-        Ok(SledEngine { db, tree, data_file, dir: dir.to_path_buf() })
+        Ok(SledEngine { db, tree, data_file, dir: dir.to_path_buf(), write_cache_bytes })
     }
 
     /// Number of records and pieces sled holds (tests check no piece is left behind).
@@ -150,6 +155,10 @@ fn parse_head(record: &[u8]) -> Option<(u32, u64)> {
 }
 
 impl Engine for SledEngine {
+    fn write_cache_bytes(&self) -> usize {
+        self.write_cache_bytes
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         match self.tree.get(record_key(key)).map_err(|e| self.io("reading a record", e))? {
             Some(record) => self.value_of(key, &record).map(Some),

@@ -172,11 +172,15 @@ pub enum LogBreakage {
     /// A checkpoint whose engine sync ran before a snapshot install finishes anyway: it
     /// drops the install's stored snapshot while the installed state is not yet synced.
     CheckpointOvertaken,
+    /// The state machine's cache of recent writes keeps a key's older key-value when the key
+    /// is written again, so reads and the next put of it see a key-value the engine no
+    /// longer holds.
+    StaleRecentWrite,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 11] = [
+    pub const ALL: [LogBreakage; 12] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -188,6 +192,7 @@ impl LogBreakage {
         LogBreakage::LogDroppedBeforeStateSynced,
         LogBreakage::AppliedBeforeState,
         LogBreakage::CheckpointOvertaken,
+        LogBreakage::StaleRecentWrite,
     ];
 
     /// The variant's command-line name.
@@ -205,6 +210,7 @@ impl LogBreakage {
             LogBreakage::LogDroppedBeforeStateSynced => "log-dropped-before-state-synced",
             LogBreakage::AppliedBeforeState => "applied-before-state",
             LogBreakage::CheckpointOvertaken => "checkpoint-overtaken",
+            LogBreakage::StaleRecentWrite => "stale-recent-write",
         }
     }
 

@@ -65,6 +65,8 @@ pub(super) struct Learner {
     installs: u64,
     /// Whether a checkpoint's engine sync is running elsewhere ([`CheckpointTicket`]).
     checkpoint_in_flight: bool,
+    /// Whether commands were applied since the state machine's last flush.
+    unflushed: bool,
 }
 
 /// A checkpoint begun by [`Replica::begin_checkpoint`]: the state engine is to be synced off
@@ -137,6 +139,7 @@ impl Learner {
             stored_snapshot: false,
             installs: 0,
             checkpoint_in_flight: false,
+            unflushed: false,
         }
     }
 
@@ -170,9 +173,11 @@ impl Learner {
         &self.machine
     }
 
-    /// The state machine, to take a view of it (which flushes it, changing nothing else).
-    pub(super) fn machine_mut_for_view(&mut self) -> &mut StateMachine {
-        &mut self.machine
+    /// A view of the applied state ([`crate::state::StateView`]), flushed first, naming the
+    /// last slot applied.
+    pub(super) fn view(&mut self) -> Result<crate::state::StateView, crate::engine::EngineError> {
+        self.flush_if_applied()?;
+        self.machine.view()
     }
 
     /// The state machine, to damage it on purpose (negative controls only).
@@ -197,15 +202,21 @@ impl Learner {
         self.machine.apply(command)
     }
 
-    /// Writes the changes of the commands applied since the last call to the state engine,
-    /// naming the last slot applied as the point they reach.
-    pub(super) fn flush(&mut self) -> Result<(), crate::engine::EngineError> {
-        self.machine.flush_through(self.applied)
+    /// Writes the changes of the commands applied since the last flush to the state
+    /// engine, naming the last slot applied as the point they reach, if any were.
+    pub(super) fn flush_if_applied(&mut self) -> Result<(), crate::engine::EngineError> {
+        if !self.unflushed {
+            return Ok(());
+        }
+        self.machine.flush_through(self.applied)?;
+        self.unflushed = false;
+        Ok(())
     }
 
     /// Every command of `slot` was applied.
     pub(super) fn applied_through(&mut self, slot: Slot) {
         self.applied = slot;
+        self.unflushed = true;
     }
 
     /// Whether a fetch may go out at `now` (at most one per `retry` interval); if so,
@@ -228,6 +239,8 @@ impl Learner {
     pub(super) fn install_snapshot(&mut self, machine: StateMachine, index: Slot, bytes: u64) {
         self.machine = machine;
         self.applied = index;
+        // The caller flushed the installed state through `index`.
+        self.unflushed = false;
         self.commit = self.commit.max(index);
         self.snapshot_index = index;
         self.snapshot_bytes = bytes;
@@ -326,7 +339,7 @@ impl<S: Storage> Replica<S> {
             return None;
         }
         let peers: Vec<NodeId> = std::mem::take(&mut self.snapshot_wanted_by).into_iter().collect();
-        let view = match self.learner.machine_mut_for_view().view() {
+        let view = match self.learner.view() {
             Ok(view) => view,
             Err(e) => {
                 self.fail(StorageError::backend("taking a view of the state for a snapshot", e));
@@ -450,6 +463,11 @@ impl<S: Storage> Replica<S> {
                 machine.break_applied_before_state();
                 machine
             }
+            #[cfg(feature = "negative-controls")]
+            Ok(mut machine) if self.config.broken(super::config::LogBreakage::StaleRecentWrite) => {
+                machine.break_recent_writes();
+                machine
+            }
             Ok(machine) => machine,
             Err(error) => {
                 self.fail(StorageError::Io(format!("installing the snapshot at slot {index}: {error}")));
@@ -529,15 +547,6 @@ impl<S: Storage> Replica<S> {
                 }
             }
             self.learner.applied_through(slot);
-            // One batch per slot: the writes of its commands reach the engine together, and
-            // watch streams see the slot's revisions from now on.
-            let flushed = self
-                .learner
-                .flush()
-                .map_err(|e| StorageError::backend("writing applied commands to the state engine", e));
-            if !self.persist(flushed) {
-                return;
-            }
             if self.config.trace_applies {
                 self.outbox.trace(AppliedTrace {
                     slot,
@@ -634,6 +643,10 @@ impl<S: Storage> Replica<S> {
         let skip_sync = self.config.broken(super::config::LogBreakage::LogDroppedBeforeStateSynced);
         #[cfg(not(feature = "negative-controls"))]
         let skip_sync = false;
+        // The checkpoint makes durable what the engine holds: everything applied.
+        if !self.flush_applied() {
+            return None;
+        }
         let slot = self.learner.applied();
         // Large slots: the tail kept for peers slightly behind is bounded by bytes too, to
         // the commands since the checkpoint before (at most CHECKPOINT_BYTES), where 1,000

@@ -226,6 +226,10 @@ impl<S: Storage> Replica<S> {
         if config.broken(super::config::LogBreakage::AppliedBeforeState) {
             machine.break_applied_before_state();
         }
+        #[cfg(feature = "negative-controls")]
+        if config.broken(super::config::LogBreakage::StaleRecentWrite) {
+            machine.break_recent_writes();
+        }
         #[cfg(not(feature = "negative-controls"))]
         let _ = &mut machine;
         // The state reflects every slot through `applied`, so those slots are what a
@@ -367,7 +371,7 @@ impl<S: Storage> Replica<S> {
     /// A consistent view of the applied state as of now, to read on another thread while the
     /// replica goes on (backups, hashes): see [`crate::state::StateView`].
     pub fn view(&mut self) -> Result<crate::state::StateView, StorageError> {
-        self.learner.machine_mut_for_view().view().map_err(|e| StorageError::backend("taking a view of the state", e))
+        self.learner.view().map_err(|e| StorageError::backend("taking a view of the state", e))
     }
 
     /// The state machine (for serializable reads and inspection).
@@ -670,8 +674,34 @@ impl<S: Storage> Replica<S> {
 
     /// Takes everything produced since the last call.
     pub fn take_output(&mut self) -> ReplicaOutput {
+        self.flush_applied();
+        self.take_output_before_flush()
+    }
+
+    /// What [`Self::take_output`] returns, without writing the commands applied since the
+    /// last flush to the state engine first: the driver answers the completions and then
+    /// calls [`Self::flush_applied`], so that a client's answer does not wait for the
+    /// engine's write. An answered command is chosen (in a majority's durable logs) and
+    /// applied in memory, where every read through the replica sees it; a crash before the
+    /// flush loses only the engine's copy, which the restart replays from the log. Watch
+    /// streams see the commands once they are flushed.
+    pub fn take_output_before_flush(&mut self) -> ReplicaOutput {
         self.announce_commit();
         self.outbox.take()
+    }
+
+    /// Writes the commands applied since the last flush to the state engine, as one batch
+    /// naming the last slot applied (etcd's consistent index in the transaction of its
+    /// data); `false` if the engine failed, which stops the replica.
+    pub fn flush_applied(&mut self) -> bool {
+        if self.stopped.is_some() {
+            return false;
+        }
+        let flushed = self
+            .learner
+            .flush_if_applied()
+            .map_err(|e| StorageError::backend("writing applied commands to the state engine", e));
+        self.persist(flushed)
     }
 
     /// Why the replica stopped, if it did (a storage failure).

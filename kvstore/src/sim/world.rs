@@ -759,7 +759,8 @@ impl World {
             self.queue.push(self.now + latency, Event::CheckpointDone { node, incarnation });
         }
         let Some(replica) = self.nodes[node].replica.as_mut() else { return };
-        let output = replica.take_output();
+        // As the server: the answers first, then the engine write of what they applied.
+        let output = replica.take_output_before_flush();
         let deadline = replica.poll_timeout();
         let id = self.nodes[node].id;
         for trace in &output.applied {
@@ -788,6 +789,9 @@ impl World {
                 Err(error) => reply_for_error(error),
             };
             self.reply(client, request_id, reply);
+        }
+        if let Some(replica) = self.nodes[node].replica.as_mut() {
+            replica.flush_applied();
         }
         let n = &mut self.nodes[node];
         let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.replica.as_mut()) {

@@ -12,6 +12,7 @@
 
 use super::graveyard::{Death, Graveyard};
 use super::layout::{attachment_key, decode_kv, encode_kv, kv_bounds, kv_key, user_key};
+use super::recent_writes::RecentWrites;
 use super::Failure;
 use crate::command::{RangeRequest, RangeResponse};
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
@@ -82,6 +83,8 @@ pub(super) struct Keyspace {
     /// Attachment records to write (`true`) or delete (`false`) at the next flush: one per
     /// stored key with a lease, kept in step with the key records.
     attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
+    /// Key-values flushed lately, read before the engine.
+    recent: RecentWrites,
     failure: Failure,
     /// Negative control: the key whose value every read of this key space flips a bit of.
     #[cfg(feature = "negative-controls")]
@@ -122,6 +125,7 @@ impl Keyspace {
         graveyard: Graveyard,
     ) -> Self {
         Keyspace {
+            recent: RecentWrites::new(engine.write_cache_bytes()),
             engine,
             dirty: BTreeMap::new(),
             graveyard,
@@ -176,19 +180,22 @@ impl Keyspace {
             stored: self.stored,
             bytes: self.bytes,
             attachments: self.attachments.clone(),
+            recent: self.recent.empty_like(),
             failure: failure.clone(),
             #[cfg(feature = "negative-controls")]
             damaged: self.damaged.clone(),
         }
     }
 
-    /// Adds the writes since the last flush to `batch`.
+    /// Adds the writes since the last flush to `batch` (which the caller writes, or fails
+    /// the state machine).
     pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
         for (key, kv) in std::mem::take(&mut self.dirty) {
-            match kv {
-                Some(kv) => batch.put(kv_key(&key), encode_kv(&kv)),
+            match &kv {
+                Some(kv) => batch.put(kv_key(&key), encode_kv(kv)),
                 None => batch.delete(kv_key(&key)),
             }
+            self.recent.written(key, kv);
         }
         for ((lease, key), present) in std::mem::take(&mut self.attachments) {
             match present {
@@ -238,6 +245,9 @@ impl Keyspace {
         if let Some(written) = self.dirty.get(key) {
             return written.clone().map(|kv| self.as_read(kv));
         }
+        if let Some(recent) = self.recent.get(key) {
+            return Some(self.as_read(recent.clone()));
+        }
         let record = self.failure.check(self.engine.get(&kv_key(key)))??;
         self.failure.check(decode_kv(key, &record)).map(|kv| self.as_read(kv))
     }
@@ -250,6 +260,13 @@ impl Keyspace {
             return damage(kv);
         }
         kv
+    }
+
+    /// Negative control: the cache of recent writes keeps a key's older key-value when the
+    /// key is written again.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn break_recent_writes(&mut self) {
+        self.recent.keep_stale();
     }
 
     /// Negative control: the key whose reads are damaged, if any.

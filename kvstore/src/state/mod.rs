@@ -12,6 +12,7 @@ mod layout;
 mod lease_keys;
 mod lease_table;
 mod machine;
+mod recent_writes;
 mod size_runs;
 mod snapshot;
 pub mod stream;

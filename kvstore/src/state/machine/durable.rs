@@ -143,6 +143,13 @@ impl StateMachine {
         self.applied_before_state = true;
     }
 
+    /// Negative control: the cache of recent writes keeps a key's older key-value when the
+    /// key is written again.
+    #[cfg(feature = "negative-controls")]
+    pub fn break_recent_writes(&mut self) {
+        self.keys.break_recent_writes();
+    }
+
     /// The state `engine` holds, with the log slot it reflects; `None` if the engine holds
     /// no state (a new node, or one whose state was being replaced when it stopped).
     pub fn open(engine: Arc<dyn Engine>) -> Result<Option<(StateMachine, u64)>, EngineError> {
