@@ -666,3 +666,55 @@ fn a_failed_sync_releases_nothing_and_stops_the_replica() {
     assert!(c.replica(2).stopped().is_some());
     assert!(c.replica(2).begin_sync().is_none());
 }
+
+/// The server answers a turn's completions before it writes what they applied to the state
+/// engine (`take_output_before_flush`, then `flush_applied`). An answered write is in the
+/// state the replica reads at once, reaches watchers with the flush, and survives a crash
+/// of the master before the flush: the restart replays it from the log.
+#[test]
+fn a_write_answered_before_its_engine_write_survives_a_crash_before_it() {
+    use leasekv_kvstore::state::HistoryRead;
+    let mut c = Cluster::new(3, config());
+    c.make_master(1, 1);
+    c.settle();
+    c.put(1, "a", "1").unwrap();
+    c.settle();
+    let reader = c.replica(1).state().history_reader();
+    let head = reader.head();
+    c.put(1, "b", "2").unwrap();
+    // Deliver everything, every replica answering before it flushes, none flushing.
+    let mut answered = Vec::new();
+    for _ in 0..1000 {
+        for i in 0..3 {
+            let now = c.now;
+            let r = c.replicas[i].as_mut().expect("up");
+            let out = r.take_output_before_flush();
+            if out.needs_sync {
+                r.sync(now);
+            }
+            answered.extend(out.completions);
+            for (to, m) in out.messages {
+                c.queue.push_back((NodeId(i as u32 + 1), to, m));
+            }
+        }
+        let Some((from, to, m)) = c.queue.pop_front() else { break };
+        let now = c.now;
+        c.replica(to.0).handle_message(now, from, m);
+    }
+    assert!(answered.iter().any(|done| done.result.as_ref().is_ok_and(|(_, a)| a.result.is_ok())), "answered");
+    assert_eq!(c.get(1, "b", ReadConsistency::Linearizable).unwrap(), Some(b"2".to_vec()), "read at once");
+    assert_eq!(reader.head(), head, "watchers wait for the engine write");
+    // The flush publishes it.
+    assert!(c.replica(2).flush_applied());
+    let follower = c.replica(2).state().history_reader();
+    let HistoryRead::Events { events, .. } = follower.read(head + 1, 10) else { panic!("compacted") };
+    assert_eq!(events.iter().map(|e| e.kv.key.clone()).collect::<Vec<_>>(), vec![b"b".to_vec()]);
+    // The master crashes before its flush: the write comes back from its log.
+    c.crash(1);
+    c.restart(1);
+    c.make_master(1, 2);
+    c.settle();
+    assert_eq!(c.get(1, "b", ReadConsistency::Linearizable).unwrap(), Some(b"2".to_vec()), "after the restart");
+    let d = c.digests();
+    assert!(d.windows(2).all(|w| w[0] == w[1]), "{d:?}");
+}
