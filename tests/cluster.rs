@@ -637,6 +637,64 @@ fn a_burst_of_watchers_on_one_stream_all_see_their_events() {
     });
 }
 
+/// A watch created right after a put was answered, on the same node and without a start
+/// revision, starts after that put (as etcd's does), with a header no older than the put's:
+/// the node answers a turn's writes before their engine write, which watch streams read.
+#[test]
+fn a_watch_created_after_an_answered_put_starts_after_it() {
+    use leasekv::client::proto::etcdserverpb as pb;
+    use pb::watch_request::RequestUnion;
+    let cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let url = format!("http://{}", cluster.endpoint(master));
+        let mut kv = eventually(Duration::from_secs(10), || pb::kv_client::KvClient::connect(url.clone())).await;
+        let mut watch = pb::watch_client::WatchClient::connect(url).await.expect("connects");
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut stream =
+            watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("watch").into_inner();
+        const WATCHES: usize = 100;
+        let mut keys = std::collections::HashMap::new();
+        for i in 0..WATCHES {
+            let key = format!("/after/{i}").into_bytes();
+            let put = pb::PutRequest { key: key.clone(), value: b"first".to_vec(), ..Default::default() };
+            let put = eventually(Duration::from_secs(10), || {
+                let (mut kv, put) = (kv.clone(), put.clone());
+                async move { kv.put(put).await }
+            })
+            .await
+            .into_inner();
+            let put_revision = put.header.expect("a header").revision;
+            let create = pb::WatchCreateRequest { key: key.clone(), ..Default::default() };
+            tx.send(pb::WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) })
+                .await
+                .expect("queue");
+            let created = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+            let created = created.expect("created in time").expect("stream ok").expect("stream open");
+            assert!(created.created && created.events.is_empty(), "{created:?}");
+            let header = created.header.expect("a header").revision;
+            assert!(header >= put_revision, "watch {i} created at {header}, after a put answered at {put_revision}");
+            keys.insert(created.watch_id, key);
+        }
+        for key in keys.values() {
+            let put = pb::PutRequest { key: key.clone(), value: b"second".to_vec(), ..Default::default() };
+            kv.put(put).await.expect("a second put");
+        }
+        let mut first = std::collections::HashMap::new();
+        while first.len() < WATCHES {
+            let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+            let r = r.expect("events in time").expect("stream ok").expect("stream open");
+            for event in r.events {
+                let value = event.kv.expect("a key-value").value;
+                first.entry(r.watch_id).or_insert(value);
+            }
+        }
+        assert!(first.values().all(|v| v == b"second"), "a watch saw the put made before it was created");
+        drop(tx);
+    });
+}
+
 /// The client-port limits of `[limits]` and the peer protocol version, on real processes:
 /// each excess gets its clear error and the node goes on serving.
 #[test]

@@ -777,13 +777,21 @@ impl NodeLoop {
         }
     }
 
-    /// Publishes the store revision to the handles. Called before any answer goes out
-    /// (reads answer inside `handle` from the state its earlier inputs left, proposals in
-    /// `flush`), so a client that got an answer and asks again never sees an older revision.
+    /// Publishes the store revision to the handles and what reached the engine to the
+    /// watch feed.
     fn publish_revision(&self) {
+        self.publish_revision_only();
+        self.feed.publish(&self.replica.state().history_reader());
+    }
+
+    /// Publishes the store revision and term to the handles. Called before any answer goes
+    /// out (reads answer inside `handle` from the state its earlier inputs left, proposals
+    /// in `flush`, before the engine write), so a client that got an answer and asks again
+    /// never sees an older revision, and a watch it then creates starts after its write
+    /// (`crate::api::watch`).
+    fn publish_revision_only(&self) {
         self.revision.store(self.replica.state().revision(), Ordering::Release);
         self.term.store(self.replica.known_round(), Ordering::Release);
-        self.feed.publish(&self.replica.state().history_reader());
     }
 
     /// Serves a master request on this node and answers `asker`: at once, when its
@@ -856,6 +864,7 @@ impl NodeLoop {
             // `Replica::take_output_before_flush`).
             let output = self.replica.take_output_before_flush();
             let nothing_held_up = output.messages.is_empty() && output.completions.is_empty();
+            self.publish_revision_only();
             for (to, message) in output.messages {
                 self.peers.send_log(to, message);
             }

@@ -618,8 +618,8 @@ impl<S: Storage> Replica<S> {
     }
 
     /// A checkpoint every `snapshot_every` slots (or [`CHECKPOINT_BYTES`] of commands):
-    /// the state engine, flushed after every slot, is synced, which makes it durable
-    /// through the slot applied, and only then is the log behind it dropped (keeping a
+    /// the state engine, flushed first, is synced, which makes it durable through the slot
+    /// applied, and only then is the log behind it dropped (keeping a
     /// short tail for peers that are only slightly behind). Nothing is serialized.
     fn maybe_snapshot(&mut self) {
         if let Some(ticket) = self.begin_checkpoint() {

@@ -371,6 +371,11 @@ impl<S: Storage> Replica<S> {
     /// A consistent view of the applied state as of now, to read on another thread while the
     /// replica goes on (backups, hashes): see [`crate::state::StateView`].
     pub fn view(&mut self) -> Result<crate::state::StateView, StorageError> {
+        if let Some(failure) = &self.stopped {
+            // The state in memory may hold part of a slot the failed engine never got: a
+            // view would write it.
+            return Err(StorageError::Io(format!("the replica stopped: {failure}")));
+        }
         self.learner.view().map_err(|e| StorageError::backend("taking a view of the state", e))
     }
 

@@ -28,8 +28,10 @@ use std::ops::Bound;
 /// length (32 KiB), so that a page is one engine record.
 pub(super) const PAGE_BYTES: usize = 24 << 10;
 
-/// Records read from the engine per scan page.
-const SCAN_PAGE: usize = 64;
+/// Pages read from the engine per scan refill, oldest first (views and watches read on).
+const SCAN_PAGE: usize = 16;
+/// Pages read per refill newest first: a read at a past revision usually goes back a little.
+const SCAN_PAGE_BACK: usize = 2;
 
 /// Collects the changes of one flush into pages, and writes each page with its size run.
 #[derive(Debug, Default)]
@@ -132,7 +134,7 @@ pub(super) fn changes(
 
 /// Every stored change, newest first (callers stop when they have gone back far enough).
 pub(super) fn changes_newest_first(engine: &dyn Engine) -> impl Iterator<Item = Result<Event, EngineError>> + '_ {
-    Scan::new(engine, all_pages(), true, SCAN_PAGE).flat_map(|entry| match entry {
+    Scan::new(engine, all_pages(), true, SCAN_PAGE_BACK).flat_map(|entry| match entry {
         Ok((key, record)) => match decode_page(&key, &record) {
             Ok(events) => events.into_iter().rev().map(Ok).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
@@ -228,6 +230,51 @@ mod tests {
         assert_eq!(records_below(&engine, 25).unwrap(), vec![event_key(1, 0), event_key(13, 0)]);
         assert!(records_below(&engine, 1).unwrap().is_empty());
         assert_eq!(records_below(&engine, 41).unwrap().len(), 4);
+    }
+
+    /// 30 changes of one revision (a transaction) over three pages: a read from that
+    /// revision gets all of them, and records below it keep the pages holding them.
+    #[test]
+    fn a_revision_split_over_pages_reads_whole() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        let mut writer = PageWriter::default();
+        writer.push(&mut batch, (4, 0), &put("before", 4, 10), 1);
+        for sub in 0..30 {
+            writer.push(&mut batch, (5, sub), &put(&format!("t{sub}"), 5, 2000), 1);
+        }
+        writer.push(&mut batch, (6, 0), &put("after", 6, 10), 1);
+        writer.finish(&mut batch);
+        engine.write(batch).unwrap();
+        let starts: Vec<_> =
+            Scan::new(&engine, all_pages(), false, 100).map(|e| event_position(&e.unwrap().0).unwrap()).collect();
+        assert_eq!(starts, vec![(4, 0), (5, 12), (5, 24)]);
+        assert_eq!(revisions(changes(&engine, 5, 5)), vec![5; 30]);
+        assert_eq!(revisions(changes(&engine, 6, 6)), vec![6]);
+        assert!(records_below(&engine, 5).unwrap().is_empty(), "the first page holds revision 5");
+        assert_eq!(records_below(&engine, 6).unwrap(), vec![event_key(4, 0), event_key(5, 12)]);
+    }
+
+    /// A record of the layout before pages (one change, format 1) just before the revision
+    /// read from, and pages after it.
+    #[test]
+    fn records_of_the_layout_before_pages_read_beside_pages() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        for r in 1..=3 {
+            batch.put(event_key(r, 0), super::super::layout::encode_event(&put(&format!("old{r}"), r, 5)));
+        }
+        let mut writer = PageWriter::default();
+        for r in 4..=6 {
+            writer.push(&mut batch, (r, 0), &put(&format!("new{r}"), r, 5), 1);
+        }
+        writer.finish(&mut batch);
+        engine.write(batch).unwrap();
+        assert_eq!(revisions(changes(&engine, 3, 5)), vec![3, 4, 5]);
+        assert_eq!(revisions(changes(&engine, 2, 2)), vec![2]);
+        assert_eq!(revisions(changes_newest_first(&engine)), vec![6, 5, 4, 3, 2, 1]);
+        assert_eq!(records_below(&engine, 4).unwrap(), vec![event_key(1, 0), event_key(2, 0), event_key(3, 0)]);
+        assert_eq!(records_below(&engine, 5).unwrap().len(), 3, "the page from 4 reaches 5");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use super::convert::kv_out;
 use super::Shared;
-use crate::history_feed::HistoryFeed;
+use crate::history_feed::{HistoryFeed, Published};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::watch_request::RequestUnion;
 use leasekv_client::proto::mvccpb;
@@ -117,6 +117,19 @@ impl WatchService {
     }
 }
 
+/// The published history head once it reaches `revision`, waiting for the feed (bounded:
+/// one second, after which what is published goes).
+async fn head_reaching(feed: &mut HistoryFeed, published: &mut Published, revision: Revision) -> Revision {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while published.reader.head() < revision {
+        match tokio::time::timeout_at(deadline, feed.changed()).await {
+            Ok(true) => *published = feed.latest(),
+            _ => break,
+        }
+    }
+    published.reader.head()
+}
+
 /// One client stream.
 struct StreamTask {
     shared: Arc<Shared>,
@@ -161,7 +174,18 @@ impl StreamTask {
                 biased;
                 _ = stopping.changed() => Ok(()),
                 request = incoming.next(), if requests_open => match request {
-                    Some(Ok(request)) => self.handle(request, head).await,
+                    Some(Ok(request)) => {
+                        let head = match &request.request_union {
+                            // A watch created now starts after every write this node already
+                            // answered, as etcd's does: the node loop answers a turn's writes
+                            // before their engine write, which the feed publishes right after.
+                            Some(RequestUnion::CreateRequest(_)) => {
+                                head_reaching(&mut feed, &mut published, self.shared.node.revision()).await
+                            }
+                            _ => head,
+                        };
+                        self.handle(request, head).await
+                    }
                     None => {
                         requests_open = false;
                         Ok(())
