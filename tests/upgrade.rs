@@ -70,21 +70,25 @@ async fn check_state(endpoint: &str) {
     let compacted = GetOptions { revision: 20, ..Default::default() };
     let refused = c.get("/servers/1", compacted).await.expect_err("below the compaction point");
     assert!(refused.to_string().contains("required revision has been compacted"), "{refused}");
-    let mut watch = c
-        .watch("/servers/1", WatchOptions { start_revision: 64, ..Default::default() })
-        .await
-        .expect("a watch from revision 64");
+    let from_64 = WatchOptions { start_revision: 64, ..Default::default() };
+    assert_eq!(watched_revisions(&c, "/servers/1", from_64, 3).await, vec![64, 65, 66]);
+}
+
+/// The mod revisions of the first `count` events a watch of `key` with `options` delivers.
+async fn watched_revisions(c: &leasekv::client::Client, key: &str, options: WatchOptions, count: usize) -> Vec<i64> {
+    let from = options.start_revision;
+    let mut watch = c.watch(key, options).await.expect("a watch");
     let mut revisions = Vec::new();
-    while revisions.len() < 3 {
+    while revisions.len() < count {
         let update = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
-        match update.expect("the history since 64 in time").expect("a watch update") {
+        match update.unwrap_or_else(|_| panic!("the history since {from} in time")).expect("a watch update") {
             WatchUpdate::Response(response) => {
                 revisions.extend(response.events.iter().filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision)))
             }
             WatchUpdate::Resumed { cause, .. } => panic!("the watch broke: {cause}"),
         }
     }
-    assert_eq!(revisions, vec![64, 65, 66]);
+    revisions
 }
 
 #[test]
@@ -155,26 +159,11 @@ async fn check_state_after_restart(endpoint: &str) {
     assert!(refused.expect_err("compacted").to_string().contains("required revision has been compacted"));
     let at65 = c.get("/servers/1", GetOptions { revision: 65, ..Default::default() }).await.expect("a read at 65").kvs;
     assert_eq!(at65[0].value, b"v2");
-    let mut watch = c
-        .watch(
-            "/",
-            WatchOptions {
-                range_end: leasekv::client::prefix_range_end(b"/"),
-                start_revision: 65,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("a watch from revision 65");
-    let mut revisions = Vec::new();
-    while revisions.len() < 5 {
-        let update = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
-        match update.expect("the history since 65 in time").expect("a watch update") {
-            WatchUpdate::Response(response) => {
-                revisions.extend(response.events.iter().filter_map(|e| e.kv.as_ref().map(|kv| kv.mod_revision)))
-            }
-            WatchUpdate::Resumed { cause, .. } => panic!("the watch broke: {cause}"),
-        }
-    }
-    assert_eq!(revisions, vec![65, 66, 67, 68, 69], "the old release's changes, then this build's");
+    let everything_from_65 =
+        WatchOptions { range_end: leasekv::client::prefix_range_end(b"/"), start_revision: 65, ..Default::default() };
+    assert_eq!(
+        watched_revisions(&c, "/", everything_from_65, 5).await,
+        vec![65, 66, 67, 68, 69],
+        "the old release's changes, then this build's"
+    );
 }

@@ -176,8 +176,10 @@ impl Learner {
     /// A view of the applied state ([`crate::state::StateView`]), flushed first, naming the
     /// last slot applied.
     pub(super) fn view(&mut self) -> Result<crate::state::StateView, crate::engine::EngineError> {
-        self.flush_if_applied()?;
-        self.machine.view()
+        // One flush: the view's own, naming the last slot applied.
+        let view = self.machine.view_through(self.applied)?;
+        self.unflushed = false;
+        Ok(view)
     }
 
     /// The state machine, to damage it on purpose (negative controls only).

@@ -101,9 +101,16 @@ impl StateMachine {
     }
 
     /// A consistent view of the state as of now, to read from another thread while this
-    /// state moves on ([`crate::state::StateView`]). Flushes first.
+    /// state moves on ([`crate::state::StateView`]). Flushes first, naming the slot the
+    /// state was last flushed through.
     pub fn view(&mut self) -> Result<crate::state::StateView, EngineError> {
-        self.flush_through(self.applied)?;
+        self.view_through(self.applied)
+    }
+
+    /// [`Self::view`], flushing first as the state through log slot `applied` (the replica
+    /// applies slots before it flushes them).
+    pub fn view_through(&mut self, applied: u64) -> Result<crate::state::StateView, EngineError> {
+        self.flush_through(applied)?;
         let meta = crate::state::ViewMeta {
             applied: self.applied,
             revision: self.revision,
