@@ -125,6 +125,14 @@ fn a_stale_recent_write_is_caught() {
     caught_by(LogBreakage::StaleRecentWrite, "replicas-diverge", 3, 20);
 }
 
+/// A snapshot from a peer is installed into a staged engine and adopted only once its whole
+/// stream passed its checks: adopting one whose install failed midway leaves a replica
+/// with a state unlike the others'.
+#[test]
+fn a_staged_snapshot_adopted_after_a_failed_install_is_caught() {
+    caught_by(LogBreakage::StagedCutShort, "replicas-diverge", 3, 100);
+}
+
 #[test]
 fn follower_reads_are_caught_by_the_linearizability_checker() {
     caught_by(LogBreakage::FollowerReads, "linearizability", 5, 50);

@@ -43,9 +43,9 @@ pub enum Request {
     View(oneshot::Sender<Result<StateView, RequestError>>),
     /// A log message from a peer.
     Log(NodeId, LogMessage),
-    /// A snapshot through slot `.1` received from a peer into the file `.2` (in the data
-    /// directory's incoming dir): installed frame by frame.
-    SnapshotFile(NodeId, u64, std::path::PathBuf),
+    /// A snapshot received from peer `.0`, installed, checked and synced in a staged engine
+    /// as it arrived: adopted in one step.
+    StagedSnapshot(NodeId, Box<leasekv_kvstore::log::StagedSnapshot>),
     /// A checkpoint's engine sync ran on a blocking thread, taking `.2`.
     CheckpointSynced(
         leasekv_kvstore::log::CheckpointTicket,
@@ -722,14 +722,11 @@ impl NodeLoop {
                 }
                 self.replica.finish_checkpoint(ticket, synced);
             }
-            Request::SnapshotFile(from, index, path) => {
-                let started = Instant::now();
-                // Seconds for a large state: the runtime's other tasks (peer pulls, the
-                // election link) move to another thread meanwhile.
-                let replica = &mut self.replica;
-                crate::blocking::run_here(|| replica.handle_snapshot_file(now, index, path));
+            Request::StagedSnapshot(from, snapshot) => {
+                let (started, index) = (Instant::now(), snapshot.index());
+                self.replica.adopt_staged_snapshot(now, *snapshot);
                 tracing::info!(peer = %from, index, applied = self.replica.applied_index(),
-                    took_ms = started.elapsed().as_millis() as u64, "snapshot file checked and installed");
+                    took_ms = started.elapsed().as_millis() as u64, "staged snapshot adopted");
             }
         }
     }

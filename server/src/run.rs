@@ -128,7 +128,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let options = StorageOptions { state_cache_bytes: config.state_cache_bytes, ..StorageOptions::default() };
     let storage = SledStorage::open_with(&config.data_dir, options)
         .map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
-    let incoming = storage.incoming_dir();
+    let stager = storage.stager();
     let epoch =
         storage.epoch_store().begin_epoch().map_err(|source| ServerError::Epoch { dir: dir.clone(), source })?;
     let me = start.id;
@@ -202,7 +202,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         election_tx,
         peers_for_service,
         tls.peer_server.is_some(),
-        Some(incoming),
+        Some(stager),
     ))
     .max_decoding_message_size(PEER_MESSAGE_LIMIT);
     let peer_server = tonic::transport::Server::builder().add_service(peer_service);

@@ -176,11 +176,14 @@ pub enum LogBreakage {
     /// is written again, so reads and the next put of it see a key-value the engine no
     /// longer holds.
     StaleRecentWrite,
+    /// A snapshot installed into a staged engine is adopted although its stream was cut
+    /// short and the install failed midway: the state adopted lacks what came after.
+    StagedCutShort,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 12] = [
+    pub const ALL: [LogBreakage; 13] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -193,6 +196,7 @@ impl LogBreakage {
         LogBreakage::AppliedBeforeState,
         LogBreakage::CheckpointOvertaken,
         LogBreakage::StaleRecentWrite,
+        LogBreakage::StagedCutShort,
     ];
 
     /// The variant's command-line name.
@@ -211,6 +215,7 @@ impl LogBreakage {
             LogBreakage::AppliedBeforeState => "applied-before-state",
             LogBreakage::CheckpointOvertaken => "checkpoint-overtaken",
             LogBreakage::StaleRecentWrite => "stale-recent-write",
+            LogBreakage::StagedCutShort => "staged-cut-short",
         }
     }
 

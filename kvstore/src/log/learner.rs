@@ -143,6 +143,11 @@ impl Learner {
         }
     }
 
+    /// Whether storage holds a snapshot record.
+    pub(super) fn stored_snapshot(&self) -> bool {
+        self.stored_snapshot
+    }
+
     /// Notes whether storage holds a snapshot record.
     pub(super) fn set_stored_snapshot(&mut self, stored: bool) {
         self.stored_snapshot = stored;
@@ -407,6 +412,12 @@ impl<S: Storage> Replica<S> {
             discard_file(&data);
             return;
         }
+        if let SnapshotData::Bytes(bytes) = &data {
+            if StateMachine::is_streamed_snapshot(bytes) {
+                self.stage_snapshot(now, index, bytes);
+                return;
+            }
+        }
         // Bytes are decoded once, checked and kept for the install; a file (how a state of
         // any size arrives) is read frame by frame, once to check it and once to install it.
         let checked = match &data {
@@ -459,22 +470,76 @@ impl<S: Storage> Replica<S> {
                 .map(|()| machine)
                 .map_err(|e| crate::state::SnapshotError(format!("cannot write the installed state: {e}")))
         });
-        let machine = match installed {
-            #[cfg(feature = "negative-controls")]
-            Ok(mut machine) if self.config.broken(super::config::LogBreakage::AppliedBeforeState) => {
-                machine.break_applied_before_state();
-                machine
-            }
-            #[cfg(feature = "negative-controls")]
-            Ok(mut machine) if self.config.broken(super::config::LogBreakage::StaleRecentWrite) => {
-                machine.break_recent_writes();
-                machine
-            }
-            Ok(machine) => machine,
+        match installed {
+            Ok(machine) => self.take_installed(now, index, machine, snapshot_bytes),
+            Err(error) => self.fail(StorageError::Io(format!("installing the snapshot at slot {index}: {error}"))),
+        }
+    }
+
+    /// A format 8 snapshot given whole (the simulator's, a small one): installed through a
+    /// staged engine, as the server installs a peer's while it arrives.
+    fn stage_snapshot(&mut self, now: Instant, index: Slot, bytes: &[u8]) {
+        let staged = match self.storage.stage() {
+            Ok(staged) => staged,
             Err(error) => {
-                self.fail(StorageError::Io(format!("installing the snapshot at slot {index}: {error}")));
+                self.fail(error);
                 return;
             }
+        };
+        #[cfg(feature = "negative-controls")]
+        let installed = if self.config.broken(super::config::LogBreakage::StagedCutShort) {
+            super::StagedSnapshot::install_even_if_cut(index, &bytes[..bytes.len() * 3 / 4], staged)
+        } else {
+            super::StagedSnapshot::install(index, bytes, staged)
+        };
+        #[cfg(not(feature = "negative-controls"))]
+        let installed = super::StagedSnapshot::install(index, bytes, staged);
+        match installed {
+            Ok(snapshot) => self.adopt_staged_snapshot(now, snapshot),
+            Err(error) => tracing::warn!(node = %self.me, %error, "ignoring a snapshot that does not decode"),
+        }
+    }
+
+    /// Adopts a snapshot installed in a staged engine ([`super::StagedSnapshot`]) as this
+    /// replica's state, unless the replica applied as far meanwhile (it is then given up).
+    /// The swap is durable before the log behind the snapshot is dropped: a crash between
+    /// the two finds the new state and slots it covers, which the restart drops.
+    pub fn adopt_staged_snapshot(&mut self, now: Instant, snapshot: super::StagedSnapshot) {
+        self.learner.fetch_answered();
+        if snapshot.index <= self.learner.applied() || self.stopped.is_some() {
+            snapshot.discard();
+            return;
+        }
+        let super::StagedSnapshot { index, bytes, machine, staged } = snapshot;
+        if let Err(error) = self.storage.adopt_staged(staged) {
+            self.fail(error);
+            return;
+        }
+        let stored = self.learner.stored_snapshot();
+        let saved = self
+            .storage
+            .remove_slots_through(index)
+            .and_then(|()| if stored { self.storage.discard_snapshot() } else { Ok(()) })
+            .and_then(|()| self.storage.sync());
+        if !self.persist(saved) {
+            return;
+        }
+        self.learner.set_stored_snapshot(false);
+        self.take_installed(now, index, machine, bytes);
+    }
+
+    /// Makes `machine`, a state installed from a snapshot through `index` and durable, the
+    /// replica's.
+    fn take_installed(&mut self, now: Instant, index: Slot, machine: StateMachine, snapshot_bytes: u64) {
+        #[cfg(feature = "negative-controls")]
+        let machine = {
+            let mut machine = machine;
+            if self.config.broken(super::config::LogBreakage::AppliedBeforeState) {
+                machine.break_applied_before_state();
+            } else if self.config.broken(super::config::LogBreakage::StaleRecentWrite) {
+                machine.break_recent_writes();
+            }
+            machine
         };
         self.yield_if_leading(now);
         // Proposals of this node still waiting for their slot may be inside the snapshot;

@@ -21,10 +21,12 @@ mod message;
 mod outbox;
 mod replica;
 mod request;
+mod staged;
 mod types;
 
 pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
 pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket};
 pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};
+pub use staged::StagedSnapshot;
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

@@ -617,6 +617,22 @@ impl StateMachine {
         Ok(Self::restored(engine, failure, restored))
     }
 
+    /// Writes the format 8 snapshot read from `reader` into `engine`, which holds nothing,
+    /// checking it as it goes (every check [`Self::check_snapshot_file`] makes), in bounded
+    /// memory; not flushed. An error leaves part of it in `engine`: install into an engine
+    /// to be given up then (a staged one, [`crate::log::StagedSnapshot`]).
+    pub fn install_snapshot_stream(reader: impl std::io::Read, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
+        let failure = Failure::default();
+        let restored = stream::load_from(reader, &engine, &failure)?;
+        Ok(Self::restored(engine, failure, restored))
+    }
+
+    /// Whether `bytes` begin a format 8 snapshot ([`Self::install_snapshot_stream`] reads
+    /// it; older formats are read whole).
+    pub fn is_streamed_snapshot(bytes: &[u8]) -> bool {
+        stream::starts_format_8(bytes)
+    }
+
     /// Replaces `engine`'s state with the checked snapshot's (not flushed: the caller names
     /// the slot it reaches with [`Self::flush_through`]).
     pub fn install_snapshot(checked: CheckedSnapshot, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {

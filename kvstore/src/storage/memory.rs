@@ -1,5 +1,6 @@
 //! In-memory storage with crash semantics, for the simulator.
-use super::{normalize, Recovered, SnapshotRecord, Storage, StorageError};
+use super::staging::Home;
+use super::{normalize, Recovered, SnapshotRecord, StagedEngine, Storage, StorageError};
 use crate::engine::{Engine, MemoryEngine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;
@@ -190,5 +191,22 @@ impl Storage for MemoryStorage {
     }
     fn state_engine(&self) -> Arc<dyn Engine> {
         self.engine.clone()
+    }
+    fn stage(&self) -> Result<StagedEngine, StorageError> {
+        Ok(StagedEngine::in_memory())
+    }
+    fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError> {
+        match staged.into_home() {
+            // The swap is a pointer here, durable at once as the rename and directory sync
+            // of the disk storage are by the time they return.
+            (_, Home::Memory(engine)) => {
+                self.engine = engine;
+                Ok(())
+            }
+            (_, Home::Dir(dir)) => Err(StorageError::Io(format!(
+                "a state engine staged in {} cannot replace one in memory",
+                dir.display()
+            ))),
+        }
     }
 }

@@ -12,6 +12,7 @@ mod memory;
 mod pieces;
 mod segments;
 mod sled_store;
+mod staging;
 #[cfg(feature = "sync-faults")]
 pub mod sync_faults;
 #[cfg(test)]
@@ -22,6 +23,7 @@ pub use memory::MemoryStorage;
 pub use sled_store::{
     SledEpochStore, SledStorage, SledSyncHandle, StorageOptions, DEFAULT_STATE_CACHE_BYTES, STATE_DIR,
 };
+pub use staging::{StagedEngine, Stager, STAGING_DIR};
 
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;
@@ -161,6 +163,14 @@ pub trait Storage: Send {
     /// The engine the state machine lives in, beside this log: opened with the log, shared
     /// by the replica and the readers of its state.
     fn state_engine(&self) -> Arc<dyn crate::engine::Engine>;
+    /// A new, empty engine beside the state engine, to install a peer's snapshot into
+    /// ([`crate::log::StagedSnapshot`]).
+    fn stage(&self) -> Result<StagedEngine, StorageError>;
+    /// Makes `staged` the state engine, durably, in place of the current one (which stays
+    /// usable through the handles already taken, until they are dropped). The caller has
+    /// made `staged` complete and durable first: a crash after this call finds it, and one
+    /// before finds the engine it replaces. A staged engine of another storage is refused.
+    fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError>;
     /// Bytes the store takes on disk, if it is on disk (etcd's Status reports its database
     /// size; operators watch it grow).
     fn size_on_disk(&self) -> Option<u64> {

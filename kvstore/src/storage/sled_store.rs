@@ -12,8 +12,10 @@
 //!   before its record is written, and an old file is deleted only after the record that
 //!   replaced or dropped it is durable. Should a crash leave both kinds of record (they are
 //!   two sled keys), the one of the higher index is the snapshot;
-//! - `incoming/`: snapshots being received from a peer, written there (same file system) so
-//!   that saving one is a rename; emptied at every open.
+//! - `incoming/`: snapshot files given to [`Storage::save_snapshot`] are written there
+//!   (same file system) so that saving one is a rename; emptied at every open;
+//! - `staging/`: state engines a peer's snapshot is installed into, one swapped in for
+//!   `state/` by [`Storage::adopt_staged`] ([`super::staging`]); emptied at every open.
 //!
 //! A data directory of the release before the segment log has the log in sled (the
 //! promise and commit in `leasekv/meta`, the slots in `leasekv/slots`); the first open moves
@@ -49,7 +51,8 @@
 use super::codec::{decode, encode};
 use super::pieces::{self, PieceError};
 use super::segments::{SegmentLog, DEFAULT_SEGMENT_LIMIT};
-use super::{normalize, upgrade, Recovered, SnapshotData, SnapshotRecord, Storage, StorageError};
+use super::staging::{self, Home};
+use super::{normalize, upgrade, Recovered, SnapshotData, SnapshotRecord, StagedEngine, Stager, Storage, StorageError};
 use crate::engine::{Engine, SledEngine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use leasekv_lease::{epoch::EpochError, EpochStore, RestartEpoch};
@@ -103,7 +106,9 @@ pub struct SledStorage {
     /// The longest record stored whole (see [`pieces`]).
     piece: usize,
     /// The state machine's engine, a sled database of its own in `state/`.
-    engine: Arc<SledEngine>,
+    engine: Arc<dyn Engine>,
+    /// Makes engines in `staging/` for snapshots from peers.
+    stager: Stager,
     /// The snapshot file named by the newest snapshot record written, if it is a file.
     snapshot_file: Option<PathBuf>,
 }
@@ -268,6 +273,7 @@ impl SledStorage {
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
         let state_dir = dir.join(STATE_DIR);
+        staging::recover_state_dir(dir, &state_dir)?;
         let engine = SledEngine::open(&state_dir, options.state_cache_bytes).map_err(|e| {
             StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
         })?;
@@ -284,6 +290,7 @@ impl SledStorage {
             snapshot,
             piece: pieces::piece_len(segment_size),
             engine: Arc::new(engine),
+            stager: Stager::new(dir, options.state_cache_bytes),
             snapshot_file: None,
         })
     }
@@ -297,6 +304,12 @@ impl SledStorage {
     /// as a [`SnapshotData::File`]: on the storage's file system, and emptied at every open.
     pub fn incoming_dir(&self) -> PathBuf {
         self.durable.dir.join(INCOMING_DIR)
+    }
+
+    /// Makes staged engines for this storage from another thread (a peer's snapshot is
+    /// installed by the task receiving it), for [`Storage::adopt_staged`].
+    pub fn stager(&self) -> Stager {
+        self.stager.clone()
     }
 
     /// Moves the snapshot file at `from` into the storage, durably, under a new name.
@@ -399,6 +412,24 @@ impl Storage for SledStorage {
 
     fn state_engine(&self) -> Arc<dyn Engine> {
         self.engine.clone()
+    }
+
+    fn stage(&self) -> Result<StagedEngine, StorageError> {
+        self.stager.stage()
+    }
+
+    fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError> {
+        match staged.into_home() {
+            (engine, Home::Dir(staged_dir)) => {
+                let dir = &self.durable.dir;
+                staging::swap_in(dir, &dir.join(STATE_DIR), &staged_dir)?;
+                self.engine = engine;
+                Ok(())
+            }
+            (_, Home::Memory(_)) => {
+                Err(StorageError::Io("a state engine staged in memory cannot replace one on disk".into()))
+            }
+        }
     }
 
     fn snapshot_file(&self) -> Option<PathBuf> {

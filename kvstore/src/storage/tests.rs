@@ -450,3 +450,95 @@ fn old_records_next_to_a_log_are_ignored_and_removed() {
     drop(s);
     assert!(!old_records_in_sled(dir.path()));
 }
+
+fn put_state(engine: &dyn crate::engine::Engine, key: &str, value: &str) {
+    let mut batch = crate::engine::WriteBatch::new();
+    batch.put(key.as_bytes().to_vec(), value.as_bytes().to_vec());
+    engine.write(batch).expect("write");
+    engine.sync().expect("sync");
+}
+
+fn staging_entries(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join(STAGING_DIR)).map_or(0, |entries| entries.count())
+}
+
+#[test]
+fn a_staged_engine_replaces_the_state_engine_for_good() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let mut store = SledStorage::open(dir.path()).expect("open");
+        put_state(store.state_engine().as_ref(), "old", "1");
+        let staged = store.stager().stage().expect("stage");
+        put_state(staged.engine().as_ref(), "new", "2");
+        assert_eq!(staging_entries(dir.path()), 1);
+        let before = store.state_engine();
+        store.adopt_staged(staged).expect("adopt");
+        let engine = store.state_engine();
+        assert_eq!(engine.get(b"new").expect("get"), Some(b"2".to_vec()));
+        assert_eq!(engine.get(b"old").expect("get"), None);
+        assert_eq!(before.get(b"old").expect("get"), Some(b"1".to_vec()), "a handle taken before still reads");
+        assert_eq!(staging_entries(dir.path()), 0);
+        assert!(!dir.path().join("state.old").exists());
+    }
+    let store = reopen(dir.path());
+    assert_eq!(store.state_engine().get(b"new").expect("get"), Some(b"2".to_vec()));
+    assert_eq!(store.state_engine().get(b"old").expect("get"), None);
+}
+
+#[test]
+fn a_swap_cut_after_its_first_rename_keeps_the_state_before_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = SledStorage::open(dir.path()).expect("open");
+        put_state(store.state_engine().as_ref(), "old", "1");
+        let staged = store.stager().stage().expect("stage");
+        put_state(staged.engine().as_ref(), "new", "2");
+        // Left staged: the process stops with it under `staging/`.
+        std::mem::forget(staged);
+    }
+    // As a crash between the swap's two renames leaves it.
+    let state = dir.path().join(STATE_DIR);
+    std::fs::rename(&state, dir.path().join("state.old")).expect("rename");
+    let store = reopen(dir.path());
+    assert_eq!(store.state_engine().get(b"old").expect("get"), Some(b"1".to_vec()));
+    assert_eq!(store.state_engine().get(b"new").expect("get"), None);
+    assert!(!dir.path().join("state.old").exists());
+    assert_eq!(staging_entries(dir.path()), 0, "what was staged is gone");
+}
+
+#[test]
+fn a_staged_engine_is_adopted_only_by_its_own_kind_of_storage() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut store = SledStorage::open(dir.path()).expect("open");
+    let error = store.adopt_staged(StagedEngine::in_memory()).expect_err("refused");
+    assert!(error.to_string().contains("in memory cannot replace one on disk"), "{error}");
+    let mut memory = MemoryStorage::new();
+    let staged = store.stager().stage().expect("stage");
+    let error = memory.adopt_staged(staged).expect_err("refused");
+    assert!(error.to_string().contains("cannot replace one in memory"), "{error}");
+}
+
+#[test]
+fn a_cut_snapshot_stream_is_not_staged() {
+    let mut machine = crate::StateMachine::new();
+    machine.apply(&Command::Put(PutRequest {
+        key: b"k".to_vec(),
+        value: vec![7; 100],
+        lease: crate::types::NO_LEASE,
+        prev_kv: false,
+    }));
+    let view = machine.view_through(1).expect("view");
+    let mut stream = Vec::new();
+    crate::state::stream::write(&view, &mut stream).expect("write");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SledStorage::open(dir.path()).expect("open");
+    let staged = store.stager().stage().expect("stage");
+    let error = crate::log::StagedSnapshot::install(1, &stream[..stream.len() - 3], staged).expect_err("cut");
+    assert!(error.to_string().contains("cut") || error.to_string().contains("end"), "{error}");
+    assert_eq!(staging_entries(dir.path()), 0, "the staged engine is given up");
+    let staged = store.stager().stage().expect("stage");
+    let installed = crate::log::StagedSnapshot::install(1, stream.as_slice(), staged).expect("whole");
+    assert_eq!(installed.index(), 1);
+    installed.discard();
+    assert_eq!(staging_entries(dir.path()), 0);
+}

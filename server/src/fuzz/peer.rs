@@ -127,7 +127,7 @@ fn check_transfer((notice, chunks): Transfer) {
             assert_eq!(data.len() as u64, notice.size, "a completed transfer has the announced size");
             assert_eq!(data, sent, "a completed transfer is the chunks' data in order");
         }
-        Ok(crate::peer::parked::Assembled::File(path)) => panic!("reassembled in memory, not in {}", path.display()),
+        Ok(crate::peer::parked::Assembled::Piped) => panic!("reassembled in memory, not in a pipe"),
         Err(error) => assert!(!complete && matches!(error, PullError::Truncated { .. }), "{error}"),
     }
 }

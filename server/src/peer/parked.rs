@@ -484,12 +484,38 @@ impl Iterator for Serving {
 /// Where a transfer is rebuilt.
 enum Target {
     Memory(Vec<u8>),
-    /// A file being written; deleted unless the transfer completes.
-    File {
-        file: std::io::BufWriter<std::fs::File>,
-        path: std::path::PathBuf,
-    },
+    /// Handed on chunk by chunk to a reader on another thread ([`ChunkReader`]), which
+    /// sees the end of its input when the last chunk is in (or the transfer fails: the
+    /// sender is dropped).
+    Pipe(Option<std::sync::mpsc::SyncSender<Vec<u8>>>),
 }
+
+/// The reading end of a [`Reassembly::into_pipe`]: the transfer's bytes in order, ending
+/// where the transfer ends (complete or not; the reader's own checks tell which).
+pub struct ChunkReader {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.current.len() {
+            match self.chunks.recv() {
+                Ok(next) => (self.current, self.at) = (next, 0),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.at);
+        buf[..n].copy_from_slice(&self.current[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// Chunks a pipe holds between the transfer and its reader: the transfer waits when the
+/// reader is slower, so a pipe holds at most this many chunks in memory.
+const PIPE_CHUNKS: usize = 8;
 
 /// Rebuilds one message from its chunks, refusing anything but the announced message
 /// delivered in order: every chunk has the notice's index, starts where the previous one
@@ -502,21 +528,13 @@ pub struct Reassembly {
     complete: bool,
 }
 
-impl Drop for Reassembly {
-    fn drop(&mut self) {
-        if let (Target::File { path, .. }, false) = (&self.target, self.complete) {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// A message rebuilt from its chunks.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Assembled {
     /// In memory.
     Memory(Vec<u8>),
-    /// In this file (written whole, not yet synced).
-    File(std::path::PathBuf),
+    /// Handed to a pipe's reader, whole.
+    Piped,
 }
 
 impl Reassembly {
@@ -530,19 +548,15 @@ impl Reassembly {
         Ok(Reassembly { notice, target: Target::Memory(Vec::with_capacity(capacity)), received: 0, complete: false })
     }
 
-    /// Starts on the message `notice` announces, into a new file at `path` (deleted if the
-    /// transfer fails); refuses one above [`MAX_SNAPSHOT_FILE_BYTES`].
-    pub fn into_file(notice: ParkedNotice, path: std::path::PathBuf) -> Result<Self, PullError> {
+    /// Starts on the snapshot `notice` announces, handing its bytes to the returned reader
+    /// as they arrive; refuses one above [`MAX_SNAPSHOT_FILE_BYTES`].
+    pub fn into_pipe(notice: ParkedNotice) -> Result<(Self, ChunkReader), PullError> {
         if notice.size > MAX_SNAPSHOT_FILE_BYTES {
             return Err(PullError::TooLarge { size: notice.size, max: MAX_SNAPSHOT_FILE_BYTES });
         }
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| PullError::Write(format!("cannot create {}: {e}", path.display())))?;
-        let file = std::io::BufWriter::with_capacity(CHUNK_BYTES, file);
-        Ok(Reassembly { notice, target: Target::File { file, path }, received: 0, complete: false })
+        let (sender, chunks) = std::sync::mpsc::sync_channel(PIPE_CHUNKS);
+        let reader = ChunkReader { chunks, current: Vec::new(), at: 0 };
+        Ok((Reassembly { notice, target: Target::Pipe(Some(sender)), received: 0, complete: false }, reader))
     }
 
     /// Adds the next chunk; `Ok(true)` once the message is complete.
@@ -570,19 +584,17 @@ impl Reassembly {
         }
         match &mut self.target {
             Target::Memory(data) => data.extend_from_slice(&chunk.data),
-            Target::File { file, path } => {
-                use std::io::Write;
-                let write = |file: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
-                    file.write_all(&chunk.data)?;
-                    if chunk.last {
-                        file.flush()?;
-                    }
-                    Ok(())
-                };
-                // The page cache may throttle a writer on a slow disk: not on an async
-                // worker's own time where the runtime can hand its other tasks on.
-                let written = crate::blocking::run_here(|| write(file));
-                written.map_err(|e| PullError::Write(format!("cannot write {}: {e}", path.display())))?;
+            Target::Pipe(sender) => {
+                let Some(to) = sender.as_ref() else { return Err(PullError::AfterLast) };
+                // The reader may be behind: the wait is not on an async worker's own time.
+                let sent = crate::blocking::run_here(|| to.send(chunk.data));
+                if sent.is_err() {
+                    return Err(PullError::Write("the snapshot's reader stopped before its end".into()));
+                }
+                if chunk.last {
+                    // The end of the reader's input.
+                    *sender = None;
+                }
             }
         }
         self.received = total;
@@ -598,7 +610,7 @@ impl Reassembly {
         let target = std::mem::replace(&mut self.target, Target::Memory(Vec::new()));
         Ok(match target {
             Target::Memory(data) => Assembled::Memory(data),
-            Target::File { path, .. } => Assembled::File(path),
+            Target::Pipe(_) => Assembled::Piped,
         })
     }
 }
@@ -612,22 +624,12 @@ pub struct Pulled {
     pub chunks: u64,
 }
 
-/// Reads `stream` into the message `notice` announces (into a new file at `file` if given,
-/// else in memory), waiting at most `stall` for each chunk. Stops at the last chunk (the
-/// rest of the stream is not read).
-pub async fn reassemble<S>(
-    notice: ParkedNotice,
-    mut stream: S,
-    stall: Duration,
-    file: Option<std::path::PathBuf>,
-) -> Result<Pulled, PullError>
+/// Reads `stream` into `reassembly` (the message its notice announces), waiting at most
+/// `stall` for each chunk. Stops at the last chunk (the rest of the stream is not read).
+pub async fn reassemble<S>(mut reassembly: Reassembly, mut stream: S, stall: Duration) -> Result<Pulled, PullError>
 where
     S: Stream<Item = Result<pb::ParkedChunk, Status>> + Unpin,
 {
-    let mut reassembly = match file {
-        Some(path) => Reassembly::into_file(notice, path)?,
-        None => Reassembly::new(notice)?,
-    };
     let mut chunks = 0;
     loop {
         let next = tokio::time::timeout(stall, stream.next()).await.map_err(|_| PullError::Stalled(stall))?;
@@ -728,7 +730,7 @@ mod tests {
         }
         match reassembly.finish()? {
             Assembled::Memory(data) => Ok(data),
-            Assembled::File(path) => panic!("reassembled in memory, not in {}", path.display()),
+            other => panic!("reassembled in memory, not {other:?}"),
         }
     }
 
@@ -820,33 +822,41 @@ mod tests {
         let bytes = data(10);
         let notice = snapshot_notice(1, 3, 10);
         let ok = chunks_of(3, &bytes, 4).into_iter().map(Ok);
-        let pulled = reassemble(notice, tokio_stream::iter(ok), CHUNK_TIMEOUT, None).await.expect("complete");
+        let pulled = reassemble(Reassembly::new(notice).expect("size"), tokio_stream::iter(ok), CHUNK_TIMEOUT)
+            .await
+            .expect("complete");
         assert_eq!((pulled.data, pulled.chunks), (Assembled::Memory(bytes.clone()), 3));
 
         // The stream breaks after one chunk.
         let mut broken: Vec<Result<pb::ParkedChunk, Status>> =
             chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok).collect();
         broken.push(Err(Status::unavailable("connection reset")));
-        let error = reassemble(notice, tokio_stream::iter(broken), CHUNK_TIMEOUT, None).await.expect_err("broken");
+        let error = reassemble(Reassembly::new(notice).expect("size"), tokio_stream::iter(broken), CHUNK_TIMEOUT)
+            .await
+            .expect_err("broken");
         assert!(matches!(error, PullError::Rpc(ref m) if m.contains("connection reset")), "{error}");
 
         // The stream ends early.
         let cut = chunks_of(3, &bytes, 4).into_iter().take(2).map(Ok);
-        let error = reassemble(notice, tokio_stream::iter(cut), CHUNK_TIMEOUT, None).await.expect_err("cut");
+        let error = reassemble(Reassembly::new(notice).expect("size"), tokio_stream::iter(cut), CHUNK_TIMEOUT)
+            .await
+            .expect_err("cut");
         assert!(matches!(error, PullError::Truncated { got: 8, .. }), "{error}");
 
         // The stream goes quiet.
         let first = chunks_of(3, &bytes, 4).into_iter().take(1).map(Ok);
         let quiet = tokio_stream::iter(first).chain(tokio_stream::pending());
-        let error = reassemble(notice, quiet, Duration::from_millis(20), None).await.expect_err("stalled");
+        let error = reassemble(Reassembly::new(notice).expect("size"), quiet, Duration::from_millis(20))
+            .await
+            .expect_err("stalled");
         assert!(matches!(error, PullError::Stalled(_)), "{error}");
     }
 
     /// A snapshot parked as a file is chunked from the file, and a snapshot pulled into a
     /// file is the same bytes; a transfer that fails leaves no file behind.
     #[test]
-    fn snapshots_go_from_file_to_file_and_a_failed_transfer_leaves_nothing() {
-        use std::io::Write;
+    fn snapshots_go_from_file_to_pipe_and_a_failed_transfer_ends_the_reader_early() {
+        use std::io::{Read, Write};
         let dir = tempfile::tempdir().unwrap();
         let bytes = data(3 * CHUNK_BYTES + 5);
         let mut file = tempfile::tempfile_in(dir.path()).unwrap();
@@ -855,25 +865,31 @@ mod tests {
         let chunks: Vec<_> = Chunks::new(9, payload, CHUNK_BYTES).map(Result::unwrap).collect();
         assert_eq!(chunks.len(), 4);
         let notice = snapshot_notice(1, 9, bytes.len());
-        let path = dir.path().join("incoming.part");
-        let mut reassembly = Reassembly::into_file(notice, path.clone()).unwrap();
+        let (mut reassembly, mut reader) = Reassembly::into_pipe(notice).unwrap();
+        let read = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            reader.read_to_end(&mut got).map(|_| got)
+        });
         for chunk in chunks.clone() {
             reassembly.push(chunk).unwrap();
         }
-        assert_eq!(reassembly.finish().unwrap(), Assembled::File(path.clone()));
-        assert_eq!(std::fs::read(&path).unwrap(), bytes);
-        std::fs::remove_file(&path).unwrap();
+        assert_eq!(reassembly.finish().unwrap(), Assembled::Piped);
+        assert_eq!(read.join().unwrap().unwrap(), bytes);
 
-        // Cut short, or refused midway: the partial file goes with the transfer.
-        let mut cut = Reassembly::into_file(notice, path.clone()).unwrap();
+        // Cut short, or refused midway: the reader's input ends where the transfer did.
+        let (mut cut, mut reader) = Reassembly::into_pipe(notice).unwrap();
         cut.push(chunks[0].clone()).unwrap();
         assert!(matches!(cut.finish(), Err(PullError::Truncated { .. })));
-        assert!(!path.exists());
-        let mut refused = Reassembly::into_file(notice, path.clone()).unwrap();
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), CHUNK_BYTES);
+        let (mut refused, mut reader) = Reassembly::into_pipe(notice).unwrap();
         refused.push(chunks[0].clone()).unwrap();
         assert!(refused.push(chunks[2].clone()).is_err());
         drop(refused);
-        assert!(!path.exists());
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), CHUNK_BYTES);
     }
 
     #[test]

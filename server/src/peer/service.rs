@@ -9,13 +9,14 @@
 use crate::node::{NodeHandle, Request as NodeRequest};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{
-    reassemble, Assembled, ParkedKind, ParkedNotice, PullError, Pulled, CHUNK_TIMEOUT, MAX_SNAPSHOT_FILE_BYTES,
-    MAX_TRANSFER_BYTES,
+    reassemble, Assembled, ParkedKind, ParkedNotice, PullError, Pulled, Reassembly, CHUNK_TIMEOUT,
+    MAX_SNAPSHOT_FILE_BYTES, MAX_TRANSFER_BYTES,
 };
 use crate::peer::proto as pb;
 use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
 use crate::tls::identity::CertNames;
-use leasekv_kvstore::log::LogMessage;
+use leasekv_kvstore::log::{LogMessage, StagedSnapshot};
+use leasekv_kvstore::storage::Stager;
 use leasekv_lease::{ElectionMessage, NodeId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,9 +44,9 @@ struct Inner {
     impostors: AtomicU64,
     /// When a version mismatch was last logged.
     version_logged: std::sync::Mutex<Option<Instant>>,
-    /// Where snapshots from peers are written as they arrive (the storage's incoming
-    /// dir); `None` keeps them in memory.
-    incoming: Option<std::path::PathBuf>,
+    /// Makes the engines snapshots from peers are installed into as they arrive (the
+    /// storage's); `None` hands them to the replica whole, in memory.
+    stager: Option<Stager>,
 }
 
 /// How often a refused protocol version is logged.
@@ -67,13 +68,13 @@ impl PeerService {
         election: mpsc::Sender<(NodeId, ElectionMessage)>,
         network: PeerNetwork,
         tls: bool,
-        incoming: Option<std::path::PathBuf>,
+        stager: Option<Stager>,
     ) -> Self {
         let rejected = AtomicU64::new(0);
         let impostors = AtomicU64::new(0);
         let version_logged = std::sync::Mutex::new(None);
         PeerService {
-            inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged, incoming }),
+            inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged, stager }),
         }
     }
 }
@@ -202,23 +203,26 @@ impl Inner {
                 return false;
             }
         };
-        let Pulled { data, chunks } = pulled;
+        let (data, chunks) = pulled;
         match (notice.kind, data) {
-            (ParkedKind::Snapshot { index }, data) => {
+            (ParkedKind::Snapshot { index }, Fetched::Staged(snapshot)) => {
                 tracing::info!(peer = %from, index, bytes = notice.size, chunks, elapsed_ms = started.elapsed().as_millis() as u64,
-                    "snapshot received in chunks; handing it to the log");
-                self.node.deliver(match data {
-                    Assembled::Memory(data) => NodeRequest::Log(from, LogMessage::Snapshot { index, data }),
-                    Assembled::File(path) => NodeRequest::SnapshotFile(from, index, path),
-                });
+                    "snapshot received in chunks and installed in a staged engine; handing it to the log");
+                self.node.deliver(NodeRequest::StagedSnapshot(from, snapshot));
                 true
             }
-            (ParkedKind::Message, Assembled::File(path)) => {
-                // Only snapshots are pulled into files.
-                let _ = std::fs::remove_file(path);
+            (ParkedKind::Snapshot { index }, Fetched::Memory(data)) => {
+                tracing::info!(peer = %from, index, bytes = notice.size, chunks, elapsed_ms = started.elapsed().as_millis() as u64,
+                    "snapshot received in chunks; handing it to the log");
+                self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
+                true
+            }
+            (ParkedKind::Message, Fetched::Staged(snapshot)) => {
+                // Only snapshots are staged.
+                snapshot.discard();
                 false
             }
-            (ParkedKind::Message, Assembled::Memory(data)) => match Wire::decode(&data) {
+            (ParkedKind::Message, Fetched::Memory(data)) => match Wire::decode(&data) {
                 Ok(wire) => {
                     tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
                     self.dispatch(from, wire);
@@ -232,16 +236,11 @@ impl Inner {
         }
     }
 
-    async fn fetch(&self, from: NodeId, notice: ParkedNotice) -> Result<Pulled, PullError> {
-        // A snapshot goes to a file as it arrives, so that a state of any size passes
-        // through this node in bounded memory.
-        let file = match (notice.kind, &self.incoming) {
-            (ParkedKind::Snapshot { index }, Some(dir)) => {
-                Some(dir.join(format!("from-{}-slot-{index}-transfer-{}.part", from.0, notice.transfer)))
-            }
-            _ => None,
+    async fn fetch(&self, from: NodeId, notice: ParkedNotice) -> Result<(Fetched, u64), PullError> {
+        let max = match (notice.kind, &self.stager) {
+            (ParkedKind::Snapshot { .. }, Some(_)) => MAX_SNAPSHOT_FILE_BYTES,
+            _ => MAX_TRANSFER_BYTES,
         };
-        let max = if file.is_some() { MAX_SNAPSHOT_FILE_BYTES } else { MAX_TRANSFER_BYTES };
         if notice.size > max {
             return Err(PullError::TooLarge { size: notice.size, max });
         }
@@ -254,8 +253,41 @@ impl Inner {
         let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await
             .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
-        reassemble(notice, response.into_inner(), CHUNK_TIMEOUT, file).await
+        let stream = response.into_inner();
+        match (notice.kind, &self.stager) {
+            (ParkedKind::Snapshot { index }, Some(stager)) => {
+                // Installed into a staged engine as the chunks arrive, on a thread of its
+                // own: a state of any size passes through this node in bounded memory,
+                // and the replica goes on serving until it adopts the result.
+                let staged = stager.stage().map_err(|e| PullError::Write(e.to_string()))?;
+                let (reassembly, reader) = Reassembly::into_pipe(notice)?;
+                let install = tokio::task::spawn_blocking(move || StagedSnapshot::install(index, reader, staged));
+                let pulled = reassemble(reassembly, stream, CHUNK_TIMEOUT).await;
+                // A failed transfer ended the reader's input: the install fails and gives
+                // its engine up; waited for either way, so nothing is left behind.
+                let installed = install.await.map_err(|e| PullError::Write(format!("the install stopped: {e}")))?;
+                let Pulled { chunks, .. } = pulled?;
+                let snapshot =
+                    installed.map_err(|e| PullError::Write(format!("the snapshot does not install: {e}")))?;
+                Ok((Fetched::Staged(Box::new(snapshot)), chunks))
+            }
+            _ => {
+                let Pulled { data, chunks } = reassemble(Reassembly::new(notice)?, stream, CHUNK_TIMEOUT).await?;
+                match data {
+                    Assembled::Memory(data) => Ok((Fetched::Memory(data), chunks)),
+                    Assembled::Piped => Err(PullError::Write("a transfer in memory came out of a pipe".into())),
+                }
+            }
+        }
     }
+}
+
+/// What a pull brought.
+enum Fetched {
+    /// A message (or a snapshot, without a stager) in memory.
+    Memory(Vec<u8>),
+    /// A snapshot installed, checked and synced in a staged engine.
+    Staged(Box<StagedSnapshot>),
 }
 
 #[tonic::async_trait]

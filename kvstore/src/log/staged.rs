@@ -1,0 +1,96 @@
+//! A peer's snapshot installed into a staged engine ([`crate::storage::StagedEngine`]) off
+//! the replica's thread, then adopted by the replica in one step
+//! ([`super::Replica::adopt_staged_snapshot`]).
+//!
+//! The install reads the stream once, checking it as it writes; only a stream that passed
+//! every check is flushed through its slot, synced and handed to the replica. So the state
+//! a replica adopts is whole and durable before it is its state, and the state it replaces
+//! served reads until then.
+
+use super::Slot;
+use crate::state::{SnapshotError, StateMachine};
+use crate::storage::StagedEngine;
+use std::io::Read;
+
+/// A snapshot installed, checked and synced in a staged engine, waiting to be adopted.
+#[derive(Debug)]
+pub struct StagedSnapshot {
+    pub(super) index: Slot,
+    pub(super) bytes: u64,
+    pub(super) machine: StateMachine,
+    pub(super) staged: StagedEngine,
+}
+
+impl StagedSnapshot {
+    /// Installs the format 8 snapshot of the state through `index` read from `reader` into
+    /// `staged`, then records `index` in it and syncs it. On any error the staged engine
+    /// is given up.
+    pub fn install(index: Slot, reader: impl Read, staged: StagedEngine) -> Result<Self, SnapshotError> {
+        let mut counted = Counted { inner: reader, bytes: 0 };
+        let machine = match StateMachine::install_snapshot_stream(&mut counted, staged.engine()) {
+            Ok(machine) => machine,
+            Err(error) => {
+                staged.discard();
+                return Err(error);
+            }
+        };
+        Self::seal(index, counted.bytes, machine, staged)
+    }
+
+    /// Negative control: the staged engine adopted although its install failed midway.
+    /// What it then holds is made an empty state (the part written before the failure
+    /// would not even be self-consistent), adopted as the state through `index`.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn install_even_if_cut(
+        index: Slot,
+        reader: impl Read,
+        staged: StagedEngine,
+    ) -> Result<Self, SnapshotError> {
+        let mut counted = Counted { inner: reader, bytes: 0 };
+        let machine = match StateMachine::install_snapshot_stream(&mut counted, staged.engine()) {
+            Ok(machine) => machine,
+            Err(_) => staged
+                .engine()
+                .clear()
+                .and_then(|()| StateMachine::on_engine(staged.engine()))
+                .map_err(|e| SnapshotError(e.to_string()))?,
+        };
+        Self::seal(index, counted.bytes, machine, staged)
+    }
+
+    fn seal(index: Slot, bytes: u64, mut machine: StateMachine, staged: StagedEngine) -> Result<Self, SnapshotError> {
+        let written = machine.flush_through(index).and_then(|()| staged.engine().sync());
+        if let Err(error) = written {
+            drop(machine);
+            staged.discard();
+            return Err(SnapshotError(format!("cannot write the staged state: {error}")));
+        }
+        Ok(StagedSnapshot { index, bytes, machine, staged })
+    }
+
+    /// The slot the snapshot's state reflects.
+    pub fn index(&self) -> Slot {
+        self.index
+    }
+
+    /// Gives it up (its engine's directory is deleted).
+    pub fn discard(self) {
+        let StagedSnapshot { machine, staged, .. } = self;
+        drop(machine);
+        staged.discard();
+    }
+}
+
+/// Counts the bytes read through it (the snapshot's size, for the replica's accounting).
+struct Counted<R> {
+    inner: R,
+    bytes: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
