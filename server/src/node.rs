@@ -10,6 +10,7 @@ use crate::fault_injection::{FaultInjection, NodeFaults};
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
+use crate::peer::parked::{GrowingFile, GrowingWriter, Payload};
 use crate::peer::wire::Wire;
 use leasekv_kvstore::auth::AuthStore;
 use leasekv_kvstore::log::{
@@ -618,23 +619,28 @@ impl NodeLoop {
             });
         }
         if let Some(job) = self.replica.take_snapshot_job(now) {
-            let peers = self.peers.clone();
-            let scratch = self.replica.storage().dir().to_path_buf();
+            // Parked before it is built: the peers pull it as it is written.
+            let dir = self.replica.storage().dir().to_path_buf();
+            let (growing, writer) = match GrowingFile::create(&dir) {
+                Ok(file) => file,
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "cannot create a snapshot file for peers; they will ask again");
+                    return self.flush(false);
+                }
+            };
+            let payload = Arc::new(Payload::Growing(growing));
+            for &peer in &job.peers {
+                self.peers.send_snapshot(peer, job.index, Arc::clone(&payload));
+            }
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
-                match build_peer_snapshot(&job.view, &scratch) {
-                    Ok(payload) => {
-                        tracing::info!(
-                            index = job.index,
-                            bytes = payload.len(),
-                            took_ms = started.elapsed().as_millis() as u64,
-                            "snapshot for peers built"
-                        );
-                        let payload = Arc::new(payload);
-                        for peer in job.peers {
-                            peers.send_snapshot(peer, job.index, Arc::clone(&payload));
-                        }
-                    }
+                match build_peer_snapshot(&job.view, writer) {
+                    Ok(len) => tracing::info!(
+                        index = job.index,
+                        bytes = len,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "snapshot for peers built"
+                    ),
                     Err(error) => tracing::warn!(%error, "cannot build a snapshot for peers; they will ask again"),
                 }
             });
@@ -907,17 +913,10 @@ pub fn peer_addresses(membership: &Membership) -> Vec<(NodeId, String)> {
     membership.members().filter_map(|m| Some((m.id, url_address(m.peer_urls.first()?)?.to_string()))).collect()
 }
 
-/// Writes `view`'s state as a format 8 snapshot into an unlinked file in `dir` (the data
-/// directory): shared by every peer it is parked for, read a chunk at a time as each
-/// pulls, so that the master never holds a state in memory to send it.
-fn build_peer_snapshot(
-    view: &leasekv_kvstore::state::StateView,
-    dir: &std::path::Path,
-) -> Result<crate::peer::parked::Payload, String> {
-    let file =
-        tempfile::tempfile_in(dir).map_err(|e| format!("cannot create a snapshot file in {}: {e}", dir.display()))?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    let len = leasekv_kvstore::state::stream::write(view, &mut out).map_err(|e| e.to_string())?;
-    let file = out.into_inner().map_err(|e| format!("cannot write the snapshot file: {}", e.error()))?;
-    Ok(crate::peer::parked::Payload::File { file, len })
+/// Writes `view`'s state as a format 8 snapshot through `writer`, into the unlinked file in
+/// the data directory that every peer it is parked for reads a chunk at a time as it
+/// grows, so that the master never holds a state in memory to send it; returns its length.
+fn build_peer_snapshot(view: &leasekv_kvstore::state::StateView, mut writer: GrowingWriter) -> Result<u64, String> {
+    leasekv_kvstore::state::stream::write(view, &mut writer).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| format!("cannot write the snapshot file: {e}"))
 }

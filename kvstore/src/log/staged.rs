@@ -73,6 +73,11 @@ impl StagedSnapshot {
         self.index
     }
 
+    /// The snapshot's length in bytes, as read.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Gives it up (its engine's directory is deleted).
     pub fn discard(self) {
         let StagedSnapshot { machine, staged, .. } = self;

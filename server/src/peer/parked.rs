@@ -219,14 +219,129 @@ pub enum Payload {
         /// Its length.
         len: u64,
     },
+    /// In a file still being written (a snapshot for peers, read while it is built):
+    /// chunks go out as the bytes they cover are written, and the last is the one that
+    /// reaches the end the writer reports.
+    Growing(Arc<GrowingFile>),
+}
+
+/// The size a notice gives for a message whose length is not known yet (a [`Payload::Growing`]
+/// snapshot): the receiver takes chunks up to its limit until one is marked last.
+pub const SIZE_UNKNOWN: u64 = u64::MAX;
+
+/// How far a [`GrowingFile`]'s writer got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    /// This many bytes are in the file, more to come.
+    Written(u64),
+    /// The file is complete at this length.
+    Done(u64),
+    /// The writer failed; the file ends nowhere.
+    Failed,
+}
+
+/// A file written by one thread and read at offsets by others as it grows.
+#[derive(Debug)]
+pub struct GrowingFile {
+    file: std::fs::File,
+    growth: tokio::sync::watch::Sender<Growth>,
+}
+
+impl GrowingFile {
+    /// A new, unlinked file in `dir`, and the writer that grows it.
+    pub fn create(dir: &std::path::Path) -> std::io::Result<(Arc<Self>, GrowingWriter)> {
+        let file = tempfile::tempfile_in(dir)?;
+        let growing = Arc::new(GrowingFile {
+            file: file.try_clone()?,
+            growth: tokio::sync::watch::Sender::new(Growth::Written(0)),
+        });
+        let writer = GrowingWriter {
+            out: std::io::BufWriter::with_capacity(CHUNK_BYTES, file),
+            growing: growing.clone(),
+            total: 0,
+            told: 0,
+            ended: false,
+        };
+        Ok((growing, writer))
+    }
+
+    /// Where the writer is.
+    pub fn growth(&self) -> Growth {
+        *self.growth.borrow()
+    }
+
+    /// Waits until `end` bytes are written, or the file is complete or failed.
+    async fn reaches(&self, end: u64) {
+        let mut growth = self.growth.subscribe();
+        let _ = growth.wait_for(|g| !matches!(g, Growth::Written(w) if *w < end)).await;
+    }
+}
+
+/// Writes a [`GrowingFile`], telling its readers how far it got (at least every
+/// [`CHUNK_BYTES`]). Dropped without [`GrowingWriter::finish`], the file is marked failed.
+pub struct GrowingWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    growing: Arc<GrowingFile>,
+    total: u64,
+    told: u64,
+    ended: bool,
+}
+
+impl GrowingWriter {
+    /// Writes out what is buffered and marks the file complete; returns its length.
+    pub fn finish(mut self) -> std::io::Result<u64> {
+        use std::io::Write;
+        let flushed = self.out.flush();
+        self.ended = true;
+        match flushed {
+            Ok(()) => {
+                self.growing.growth.send_replace(Growth::Done(self.total));
+                Ok(self.total)
+            }
+            Err(error) => {
+                self.growing.growth.send_replace(Growth::Failed);
+                Err(error)
+            }
+        }
+    }
+}
+
+impl std::io::Write for GrowingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.total += n as u64;
+        // What left the buffer is in the file for readers at offsets.
+        let in_file = self.total - self.out.buffer().len() as u64;
+        if in_file >= self.told + CHUNK_BYTES as u64 {
+            self.told = in_file;
+            self.growing.growth.send_replace(Growth::Written(in_file));
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl Drop for GrowingWriter {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.growing.growth.send_replace(Growth::Failed);
+        }
+    }
 }
 
 impl Payload {
-    /// Length in bytes.
+    /// Length in bytes ([`SIZE_UNKNOWN`] for a file still growing).
     pub fn len(&self) -> u64 {
         match self {
             Payload::Memory(bytes) => bytes.len() as u64,
             Payload::File { len, .. } => *len,
+            Payload::Growing(growing) => match growing.growth() {
+                Growth::Done(len) => len,
+                Growth::Written(_) | Growth::Failed => SIZE_UNKNOWN,
+            },
         }
     }
 
@@ -241,14 +356,18 @@ impl Payload {
             Payload::Memory(bytes) => {
                 Ok(bytes.get(offset as usize..end as usize).map(<[u8]>::to_vec).unwrap_or_default())
             }
-            Payload::File { file, .. } => {
-                use std::os::unix::fs::FileExt;
-                let mut buf = vec![0; usize::try_from(end - offset).unwrap_or(0)];
-                file.read_exact_at(&mut buf, offset)?;
-                Ok(buf)
-            }
+            Payload::File { file, .. } => read_at(file, offset, end),
+            Payload::Growing(growing) => read_at(&growing.file, offset, end),
         }
     }
+}
+
+/// The bytes of `file` from `offset` through `end` (exclusive).
+fn read_at(file: &std::fs::File, offset: u64, end: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; usize::try_from(end - offset).unwrap_or(0)];
+    file.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
 }
 
 /// The chunks of one message, produced lazily (one read of [`CHUNK_BYTES`] at a time, when
@@ -270,6 +389,16 @@ impl Chunks {
     }
 }
 
+impl Chunks {
+    /// Waits until the next chunk can be read: at once, unless the payload is a file still
+    /// growing that does not reach the chunk's end yet.
+    async fn ready(&self) {
+        if let (Payload::Growing(growing), false) = (&*self.data, self.done) {
+            growing.reaches(self.offset.saturating_add(self.chunk_bytes)).await;
+        }
+    }
+}
+
 impl Iterator for Chunks {
     type Item = std::io::Result<pb::ParkedChunk>;
 
@@ -277,7 +406,18 @@ impl Iterator for Chunks {
         if self.done {
             return None;
         }
-        let len = self.data.len();
+        let len = match &*self.data {
+            Payload::Growing(growing) => match growing.growth() {
+                Growth::Done(len) => len,
+                // Read only as far as written ([`Chunks::ready`] waits for that).
+                Growth::Written(written) => written.max(self.offset.saturating_add(self.chunk_bytes) + 1),
+                Growth::Failed => {
+                    self.done = true;
+                    return Some(Err(std::io::Error::other("the snapshot's writer failed")));
+                }
+            },
+            data => data.len(),
+        };
         let end = self.offset.saturating_add(self.chunk_bytes).min(len);
         let last = end == len;
         let data = match self.data.read(self.offset, end) {
@@ -449,6 +589,16 @@ impl Serving {
     pub fn notice(&self) -> ParkedNotice {
         self.notice
     }
+
+    /// The chunks as a stream: each read once the payload holds it (a snapshot still being
+    /// built is sent as it grows).
+    pub fn into_stream(self) -> impl tokio_stream::Stream<Item = Result<pb::ParkedChunk, Status>> + Send {
+        futures_util::stream::unfold(self, |mut serving| async move {
+            serving.chunks.ready().await;
+            let chunk = serving.next()?;
+            Some((chunk, serving))
+        })
+    }
 }
 
 impl Iterator for Serving {
@@ -468,7 +618,7 @@ impl Iterator for Serving {
                 outbox.served(self.to, self.notice);
             }
             match self.notice.kind {
-                ParkedKind::Snapshot { index } => tracing::info!(peer = %self.to, index, bytes = self.notice.size,
+                ParkedKind::Snapshot { index } => tracing::info!(peer = %self.to, index, bytes = self.chunks.offset,
                     chunks = self.sent, "snapshot sent to peer in chunks"),
                 ParkedKind::Message => tracing::debug!(peer = %self.to, bytes = self.notice.size,
                     chunks = self.sent, "large message sent to peer in chunks"),
@@ -551,7 +701,7 @@ impl Reassembly {
     /// Starts on the snapshot `notice` announces, handing its bytes to the returned reader
     /// as they arrive; refuses one above [`MAX_SNAPSHOT_FILE_BYTES`].
     pub fn into_pipe(notice: ParkedNotice) -> Result<(Self, ChunkReader), PullError> {
-        if notice.size > MAX_SNAPSHOT_FILE_BYTES {
+        if notice.size > MAX_SNAPSHOT_FILE_BYTES && notice.size != SIZE_UNKNOWN {
             return Err(PullError::TooLarge { size: notice.size, max: MAX_SNAPSHOT_FILE_BYTES });
         }
         let (sender, chunks) = std::sync::mpsc::sync_channel(PIPE_CHUNKS);
@@ -576,10 +726,14 @@ impl Reassembly {
             return Err(PullError::EmptyChunk);
         }
         let total = received.saturating_add(chunk.data.len() as u64);
-        if total > self.notice.size {
-            return Err(PullError::Overrun { size: self.notice.size, got: total });
+        // A snapshot sent while it is built has no size yet: it may reach the limit, and
+        // its last chunk says where it ends.
+        let unknown = self.notice.size == SIZE_UNKNOWN;
+        let bound = if unknown { MAX_SNAPSHOT_FILE_BYTES } else { self.notice.size };
+        if total > bound {
+            return Err(PullError::Overrun { size: bound, got: total });
         }
-        if chunk.last && total != self.notice.size {
+        if chunk.last && !unknown && total != self.notice.size {
             return Err(PullError::Short { size: self.notice.size, got: total });
         }
         match &mut self.target {
@@ -815,6 +969,56 @@ mod tests {
         assert!(matches!(error, PullError::Truncated { size: 10, got: 8 }), "{error}");
         let error = reassemble_all(snapshot_notice(1, 3, 10), Vec::new()).expect_err("nothing");
         assert!(matches!(error, PullError::Truncated { size: 10, got: 0 }), "{error}");
+    }
+
+    /// A snapshot still being built goes out as it grows, whole, under a notice of unknown
+    /// size; a writer that stops midway ends the stream with an error, not a short message.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_growing_snapshot_is_sent_as_it_is_written() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = data(3 * CHUNK_BYTES + 17);
+        for complete in [true, false] {
+            let (growing, mut writer) = GrowingFile::create(dir.path()).unwrap();
+            let outbox = Outbox::new();
+            let notice = outbox.park(
+                NodeId(2),
+                ParkedKind::Snapshot { index: 4 },
+                Arc::new(Payload::Growing(growing)),
+                Instant::now(),
+            );
+            assert_eq!(notice.size, SIZE_UNKNOWN);
+            let serving = outbox.serve(NodeId(2), notice.transfer, Instant::now()).expect("parked");
+            let written = bytes.clone();
+            let write = std::thread::spawn(move || {
+                for (i, piece) in written.chunks(CHUNK_BYTES / 3).enumerate() {
+                    if !complete && i == 7 {
+                        // Dropped unfinished: the file is marked failed.
+                        return;
+                    }
+                    writer.write_all(piece).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                writer.finish().unwrap();
+            });
+            let (reassembly, mut reader) = Reassembly::into_pipe(notice).unwrap();
+            let read = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::io::Read::read_to_end(&mut reader, &mut got).map(|_| got)
+            });
+            let pulled = reassemble(reassembly, Box::pin(serving.into_stream()), CHUNK_TIMEOUT).await;
+            write.join().unwrap();
+            let got = read.join().unwrap().unwrap();
+            if complete {
+                assert_eq!(pulled.expect("whole").data, Assembled::Piped);
+                assert_eq!(got, bytes);
+                assert!(outbox.parked_for(NodeId(2)).is_empty(), "served");
+            } else {
+                let error = pulled.expect_err("cut");
+                assert!(got.len() < bytes.len());
+                assert!(error.to_string().contains("writer failed"), "{error}");
+            }
+        }
     }
 
     #[tokio::test]

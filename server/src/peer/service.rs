@@ -10,7 +10,7 @@ use crate::node::{NodeHandle, Request as NodeRequest};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{
     reassemble, Assembled, ParkedKind, ParkedNotice, PullError, Pulled, Reassembly, CHUNK_TIMEOUT,
-    MAX_SNAPSHOT_FILE_BYTES, MAX_TRANSFER_BYTES,
+    MAX_SNAPSHOT_FILE_BYTES, MAX_TRANSFER_BYTES, SIZE_UNKNOWN,
 };
 use crate::peer::proto as pb;
 use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
@@ -206,13 +206,13 @@ impl Inner {
         let (data, chunks) = pulled;
         match (notice.kind, data) {
             (ParkedKind::Snapshot { index }, Fetched::Staged(snapshot)) => {
-                tracing::info!(peer = %from, index, bytes = notice.size, chunks, elapsed_ms = started.elapsed().as_millis() as u64,
+                tracing::info!(peer = %from, index, bytes = snapshot.bytes(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks and installed in a staged engine; handing it to the log");
                 self.node.deliver(NodeRequest::StagedSnapshot(from, snapshot));
                 true
             }
             (ParkedKind::Snapshot { index }, Fetched::Memory(data)) => {
-                tracing::info!(peer = %from, index, bytes = notice.size, chunks, elapsed_ms = started.elapsed().as_millis() as u64,
+                tracing::info!(peer = %from, index, bytes = data.len(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks; handing it to the log");
                 self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
                 true
@@ -241,7 +241,7 @@ impl Inner {
             (ParkedKind::Snapshot { .. }, Some(_)) => MAX_SNAPSHOT_FILE_BYTES,
             _ => MAX_TRANSFER_BYTES,
         };
-        if notice.size > max {
+        if notice.size > max && !(notice.size == SIZE_UNKNOWN && max == MAX_SNAPSHOT_FILE_BYTES) {
             return Err(PullError::TooLarge { size: notice.size, max });
         }
         let mut client = self.network.puller(from).ok_or(PullError::UnknownPeer)?;
@@ -330,6 +330,6 @@ impl pb::peer_server::Peer for PeerService {
                 request.transfer, request.from
             ))
         })?;
-        Ok(Response::new(Box::pin(tokio_stream::iter(serving))))
+        Ok(Response::new(Box::pin(serving.into_stream())))
     }
 }
