@@ -730,7 +730,7 @@ impl NodeLoop {
             }
             Request::StagedSnapshot(from, snapshot) => {
                 let (started, index) = (Instant::now(), snapshot.index());
-                self.replica.adopt_staged_snapshot(now, *snapshot);
+                self.replica.handle_staged_snapshot(now, *snapshot);
                 tracing::info!(peer = %from, index, applied = self.replica.applied_index(),
                     took_ms = started.elapsed().as_millis() as u64, "staged snapshot adopted");
             }

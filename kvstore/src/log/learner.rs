@@ -504,7 +504,7 @@ impl<S: Storage> Replica<S> {
     /// replica's state, unless the replica applied as far meanwhile (it is then given up).
     /// The swap is durable before the log behind the snapshot is dropped: a crash between
     /// the two finds the new state and slots it covers, which the restart drops.
-    pub fn adopt_staged_snapshot(&mut self, now: Instant, snapshot: super::StagedSnapshot) {
+    pub(super) fn adopt_staged_snapshot(&mut self, now: Instant, snapshot: super::StagedSnapshot) {
         self.learner.fetch_answered();
         if snapshot.index <= self.learner.applied() || self.stopped.is_some() {
             snapshot.discard();
@@ -738,7 +738,9 @@ impl<S: Storage> Replica<S> {
         let synced = synced.map_err(|e| StorageError::backend("syncing the state engine at a checkpoint", e));
         let overtaken = ticket.installs != self.learner.installs
             && !self.config.broken(super::config::LogBreakage::CheckpointOvertaken);
-        if !self.persist(synced) || overtaken {
+        // An install since the ticket replaced the engine it synced: whatever that sync
+        // did no longer matters.
+        if overtaken || !self.persist(synced) {
             return;
         }
         self.drop_behind(ticket.slot, ticket.keep_from);

@@ -495,6 +495,19 @@ impl<S: Storage> Replica<S> {
         self.drain_local(now);
     }
 
+    /// Handles a snapshot from a peer installed, checked and synced in a staged engine while
+    /// it arrived ([`super::StagedSnapshot`]): adopted as this replica's state in one step,
+    /// or given up if the replica stopped, was removed or applied as far meanwhile.
+    pub fn handle_staged_snapshot(&mut self, now: Instant, snapshot: super::StagedSnapshot) {
+        if self.stopped.is_some() || self.removed().is_some() {
+            snapshot.discard();
+            return;
+        }
+        self.check_mastership(now);
+        self.adopt_staged_snapshot(now, snapshot);
+        self.drain_local(now);
+    }
+
     /// Handles the timeout asked for by [`Replica::poll_timeout`] (early or late calls are fine).
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.stopped.is_some() {

@@ -203,10 +203,11 @@ impl Storage for MemoryStorage {
                 self.engine = engine;
                 Ok(())
             }
-            (_, Home::Dir(dir)) => Err(StorageError::Io(format!(
-                "a state engine staged in {} cannot replace one in memory",
-                dir.display()
-            ))),
+            (engine, Home::Dir { dir, staging }) => {
+                let refused = format!("a state engine staged in {} cannot replace one in memory", dir.display());
+                super::staging::retire(engine, dir, Some(staging));
+                Err(StorageError::Io(refused))
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ pub use memory::MemoryStorage;
 pub use sled_store::{
     SledEpochStore, SledStorage, SledSyncHandle, StorageOptions, DEFAULT_STATE_CACHE_BYTES, STATE_DIR,
 };
-pub use staging::{StagedEngine, Stager, STAGING_DIR};
+pub use staging::{StagedEngine, Stager};
 
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;

@@ -14,8 +14,10 @@
 //!   two sled keys), the one of the higher index is the snapshot;
 //! - `incoming/`: snapshot files given to [`Storage::save_snapshot`] are written there
 //!   (same file system) so that saving one is a rename; emptied at every open;
-//! - `staging/`: state engines a peer's snapshot is installed into, one swapped in for
-//!   `state/` by [`Storage::adopt_staged`] ([`super::staging`]); emptied at every open.
+//! - `state/`, or `state-<nonce>/` named by `state.current`: the state engine; a peer's
+//!   snapshot is installed into a new `state-<nonce>/`, adopted by replacing
+//!   `state.current` ([`Storage::adopt_staged`], [`super::staging`]); at open every state
+//!   directory but the current one is deleted.
 //!
 //! A data directory of the release before the segment log has the log in sled (the
 //! promise and commit in `leasekv/meta`, the slots in `leasekv/slots`); the first open moves
@@ -107,7 +109,9 @@ pub struct SledStorage {
     piece: usize,
     /// The state machine's engine, a sled database of its own in `state/`.
     engine: Arc<dyn Engine>,
-    /// Makes engines in `staging/` for snapshots from peers.
+    /// Where `engine` lives (`state/` or the last staged state adopted).
+    state_dir: PathBuf,
+    /// Makes engines for snapshots from peers.
     stager: Stager,
     /// The snapshot file named by the newest snapshot record written, if it is a file.
     snapshot_file: Option<PathBuf>,
@@ -132,7 +136,8 @@ impl Default for StorageOptions {
     }
 }
 
-/// The directory of the state engine inside a data directory.
+/// The directory of the state engine inside a data directory, unless a snapshot installed
+/// from a peer replaced it ([`super::staging`]: `state.current` then names another).
 pub const STATE_DIR: &str = "state";
 
 /// What both the log storage and the epoch store need to write and make durable.
@@ -272,8 +277,7 @@ impl SledStorage {
             doomed: Arc::new(Mutex::new(Vec::new())),
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
-        let state_dir = dir.join(STATE_DIR);
-        staging::recover_state_dir(dir, &state_dir)?;
+        let state_dir = staging::current_state_dir(dir)?;
         let engine = SledEngine::open(&state_dir, options.state_cache_bytes).map_err(|e| {
             StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
         })?;
@@ -290,6 +294,7 @@ impl SledStorage {
             snapshot,
             piece: pieces::piece_len(segment_size),
             engine: Arc::new(engine),
+            state_dir,
             stager: Stager::new(dir, options.state_cache_bytes),
             snapshot_file: None,
         })
@@ -300,8 +305,9 @@ impl SledStorage {
         &self.durable.dir
     }
 
-    /// Where a snapshot being received is written, to be given to [`Storage::save_snapshot`]
-    /// as a [`SnapshotData::File`]: on the storage's file system, and emptied at every open.
+    /// Where a snapshot file to be given to [`Storage::save_snapshot`] as a
+    /// [`SnapshotData::File`] is written (tools and tests; peers' snapshots are staged
+    /// instead, [`Self::stager`]): on the storage's file system, and emptied at every open.
     pub fn incoming_dir(&self) -> PathBuf {
         self.durable.dir.join(INCOMING_DIR)
     }
@@ -420,10 +426,15 @@ impl Storage for SledStorage {
 
     fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError> {
         match staged.into_home() {
-            (engine, Home::Dir(staged_dir)) => {
-                let dir = &self.durable.dir;
-                staging::swap_in(dir, &dir.join(STATE_DIR), &staged_dir)?;
-                self.engine = engine;
+            (engine, Home::Dir { dir: staged_dir, staging }) => {
+                if let Err(error) = staging::point_to(&self.durable.dir, &staged_dir) {
+                    staging::retire(engine, staged_dir, Some(staging));
+                    return Err(error);
+                }
+                staging.store(false, Ordering::SeqCst);
+                let old = std::mem::replace(&mut self.engine, engine);
+                let old_dir = std::mem::replace(&mut self.state_dir, staged_dir);
+                staging::retire(old, old_dir, None);
                 Ok(())
             }
             (_, Home::Memory(_)) => {

@@ -458,8 +458,30 @@ fn put_state(engine: &dyn crate::engine::Engine, key: &str, value: &str) {
     engine.sync().expect("sync");
 }
 
-fn staging_entries(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir.join(STAGING_DIR)).map_or(0, |entries| entries.count())
+/// The state directories in `dir`: `state/` and every `state-<nonce>/`.
+fn state_dirs(dir: &std::path::Path) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name == STATE_DIR || name.starts_with("state-"))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Waits (bounded) until the data dir holds only `n` state directories: a replaced or given
+/// up engine is deleted by a thread of its own.
+fn wait_for_state_dirs(dir: &std::path::Path, n: usize) -> Vec<String> {
+    for _ in 0..100 {
+        let dirs = state_dirs(dir);
+        if dirs.len() == n {
+            return dirs;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    state_dirs(dir)
 }
 
 #[test]
@@ -469,41 +491,69 @@ fn a_staged_engine_replaces_the_state_engine_for_good() {
         let mut store = SledStorage::open(dir.path()).expect("open");
         put_state(store.state_engine().as_ref(), "old", "1");
         let staged = store.stager().stage().expect("stage");
+        assert!(store.stager().stage().is_err(), "one staged engine at a time");
         put_state(staged.engine().as_ref(), "new", "2");
-        assert_eq!(staging_entries(dir.path()), 1);
+        assert_eq!(state_dirs(dir.path()).len(), 2);
         let before = store.state_engine();
         store.adopt_staged(staged).expect("adopt");
         let engine = store.state_engine();
         assert_eq!(engine.get(b"new").expect("get"), Some(b"2".to_vec()));
         assert_eq!(engine.get(b"old").expect("get"), None);
         assert_eq!(before.get(b"old").expect("get"), Some(b"1".to_vec()), "a handle taken before still reads");
-        assert_eq!(staging_entries(dir.path()), 0);
-        assert!(!dir.path().join("state.old").exists());
+        assert_eq!(state_dirs(dir.path()).len(), 2, "the replaced state waits for its last reader");
+        drop(before);
+        let left = wait_for_state_dirs(dir.path(), 1);
+        assert!(left[0].starts_with("state-"), "{left:?}");
+        assert!(store.size_on_disk().is_some_and(|size| size > 0));
+        // Another install after the first.
+        let staged = store.stager().stage().expect("stage again");
+        put_state(staged.engine().as_ref(), "newer", "3");
+        store.adopt_staged(staged).expect("adopt again");
     }
     let store = reopen(dir.path());
-    assert_eq!(store.state_engine().get(b"new").expect("get"), Some(b"2".to_vec()));
-    assert_eq!(store.state_engine().get(b"old").expect("get"), None);
+    assert_eq!(store.state_engine().get(b"newer").expect("get"), Some(b"3".to_vec()));
+    assert_eq!(store.state_engine().get(b"new").expect("get"), None);
+    assert_eq!(state_dirs(dir.path()).len(), 1);
 }
 
 #[test]
-fn a_swap_cut_after_its_first_rename_keeps_the_state_before_it() {
+fn a_staged_engine_never_adopted_is_gone_at_the_next_open() {
     let dir = tempfile::tempdir().expect("temp dir");
     {
         let store = SledStorage::open(dir.path()).expect("open");
         put_state(store.state_engine().as_ref(), "old", "1");
         let staged = store.stager().stage().expect("stage");
         put_state(staged.engine().as_ref(), "new", "2");
-        // Left staged: the process stops with it under `staging/`.
+        // The process stops with it staged.
         std::mem::forget(staged);
     }
-    // As a crash between the swap's two renames leaves it.
-    let state = dir.path().join(STATE_DIR);
-    std::fs::rename(&state, dir.path().join("state.old")).expect("rename");
     let store = reopen(dir.path());
     assert_eq!(store.state_engine().get(b"old").expect("get"), Some(b"1".to_vec()));
     assert_eq!(store.state_engine().get(b"new").expect("get"), None);
-    assert!(!dir.path().join("state.old").exists());
-    assert_eq!(staging_entries(dir.path()), 0, "what was staged is gone");
+    assert_eq!(state_dirs(dir.path()), [STATE_DIR.to_string()], "what was staged is gone");
+    // Given up while running: deleted then, and another may be staged.
+    let staged = store.stager().stage().expect("stage");
+    staged.discard();
+    assert_eq!(wait_for_state_dirs(dir.path(), 1), [STATE_DIR.to_string()]);
+    store.stager().stage().expect("staged again once the first is gone").discard();
+}
+
+#[test]
+fn a_damaged_state_pointer_is_refused_with_its_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    drop(SledStorage::open(dir.path()).expect("open"));
+    std::fs::write(dir.path().join("state.current"), "state-missing").expect("write");
+    let error = loop {
+        match SledStorage::open(dir.path()) {
+            Err(e) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("opened with a pointer to nothing"),
+        }
+    };
+    assert!(error.to_string().contains("state.current"), "{error}");
+    assert!(error.to_string().contains("not a state directory"), "{error}");
 }
 
 #[test]
@@ -535,10 +585,10 @@ fn a_cut_snapshot_stream_is_not_staged() {
     let staged = store.stager().stage().expect("stage");
     let error = crate::log::StagedSnapshot::install(1, &stream[..stream.len() - 3], staged).expect_err("cut");
     assert!(error.to_string().contains("cut") || error.to_string().contains("end"), "{error}");
-    assert_eq!(staging_entries(dir.path()), 0, "the staged engine is given up");
+    assert_eq!(wait_for_state_dirs(dir.path(), 1), [STATE_DIR.to_string()], "the staged engine is given up");
     let staged = store.stager().stage().expect("stage");
     let installed = crate::log::StagedSnapshot::install(1, stream.as_slice(), staged).expect("whole");
     assert_eq!(installed.index(), 1);
     installed.discard();
-    assert_eq!(staging_entries(dir.path()), 0);
+    assert_eq!(wait_for_state_dirs(dir.path(), 1), [STATE_DIR.to_string()]);
 }

@@ -188,7 +188,7 @@ pub enum PullError {
     /// The peer is not in this node's configuration.
     #[error("no connection to that peer")]
     UnknownPeer,
-    /// The file it was being written to failed.
+    /// Where it was going failed: the staged install reading it, or the engine staged for it.
     #[error("{0}")]
     Write(String),
 }
@@ -240,6 +240,9 @@ pub enum Growth {
     Failed,
 }
 
+/// The buffer of a [`GrowingWriter`].
+const GROWING_BUFFER: usize = 256 << 10;
+
 /// A file written by one thread and read at offsets by others as it grows.
 #[derive(Debug)]
 pub struct GrowingFile {
@@ -256,7 +259,7 @@ impl GrowingFile {
             growth: tokio::sync::watch::Sender::new(Growth::Written(0)),
         });
         let writer = GrowingWriter {
-            out: std::io::BufWriter::with_capacity(CHUNK_BYTES, file),
+            out: std::io::BufWriter::with_capacity(GROWING_BUFFER, file),
             growing: growing.clone(),
             total: 0,
             told: 0,
@@ -277,8 +280,9 @@ impl GrowingFile {
     }
 }
 
-/// Writes a [`GrowingFile`], telling its readers how far it got (at least every
-/// [`CHUNK_BYTES`]). Dropped without [`GrowingWriter::finish`], the file is marked failed.
+/// Writes a [`GrowingFile`], telling its readers how far it got each time its buffer of
+/// [`GROWING_BUFFER`] goes to the file (a reader waits for a chunk at a time, and the
+/// receiver's wait for each chunk is bounded, so the first must not wait for megabytes). Dropped without [`GrowingWriter::finish`], the file is marked failed.
 pub struct GrowingWriter {
     out: std::io::BufWriter<std::fs::File>,
     growing: Arc<GrowingFile>,
@@ -312,7 +316,7 @@ impl std::io::Write for GrowingWriter {
         self.total += n as u64;
         // What left the buffer is in the file for readers at offsets.
         let in_file = self.total - self.out.buffer().len() as u64;
-        if in_file >= self.told + CHUNK_BYTES as u64 {
+        if in_file > self.told {
             self.told = in_file;
             self.growing.growth.send_replace(Growth::Written(in_file));
         }

@@ -259,16 +259,19 @@ impl Inner {
                 // Installed into a staged engine as the chunks arrive, on a thread of its
                 // own: a state of any size passes through this node in bounded memory,
                 // and the replica goes on serving until it adopts the result.
-                let staged = stager.stage().map_err(|e| PullError::Write(e.to_string()))?;
                 let (reassembly, reader) = Reassembly::into_pipe(notice)?;
-                let install = tokio::task::spawn_blocking(move || StagedSnapshot::install(index, reader, staged));
+                let stager = stager.clone();
+                let install = tokio::task::spawn_blocking(move || {
+                    let staged = stager.stage().map_err(|e| e.to_string())?;
+                    StagedSnapshot::install(index, reader, staged)
+                        .map_err(|e| format!("the snapshot does not install: {e}"))
+                });
                 let pulled = reassemble(reassembly, stream, CHUNK_TIMEOUT).await;
-                // A failed transfer ended the reader's input: the install fails and gives
-                // its engine up; waited for either way, so nothing is left behind.
+                // A failed transfer ended the reader's input: the install fails. Waited for
+                // either way; a staged engine not handed on is given up when dropped.
                 let installed = install.await.map_err(|e| PullError::Write(format!("the install stopped: {e}")))?;
                 let Pulled { chunks, .. } = pulled?;
-                let snapshot =
-                    installed.map_err(|e| PullError::Write(format!("the snapshot does not install: {e}")))?;
+                let snapshot = installed.map_err(PullError::Write)?;
                 Ok((Fetched::Staged(Box::new(snapshot)), chunks))
             }
             _ => {

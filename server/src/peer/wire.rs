@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 /// all run the new version (a rolling upgrade across a version change is not supported).
 ///
 /// Version 1: the first versioned protocol (0, the field absent, is every build before).
-pub const PEER_PROTOCOL_VERSION: u32 = 1;
+/// Version 2: a snapshot's transfer notice may give no size (`parked::SIZE_UNKNOWN`: it is
+/// sent while it is built), which version 1 refuses as too large.
+pub const PEER_PROTOCOL_VERSION: u32 = 2;
 
 /// The start of the refusal [`check_version`] returns; the sending side recognises it.
 pub const VERSION_MISMATCH: &str = "peer protocol version mismatch";
@@ -75,13 +77,13 @@ mod tests {
     #[test]
     fn only_this_version_is_accepted_and_the_refusal_names_both() {
         assert!(check_version(PEER_PROTOCOL_VERSION).is_ok());
-        for (theirs, named) in [(0, "none (a build from before protocol versions)"), (2, "2"), (u32::MAX, "4294967295")]
+        for (theirs, named) in [(0, "none (a build from before protocol versions)"), (1, "1"), (u32::MAX, "4294967295")]
         {
             let status = check_version(theirs).expect_err("another version is refused");
             assert_eq!(status.code(), tonic::Code::FailedPrecondition);
             assert!(status.message().starts_with(VERSION_MISMATCH), "{}", status.message());
             assert!(
-                status.message().contains(&format!("speaks version {named}, this node speaks version 1")),
+                status.message().contains(&format!("speaks version {named}, this node speaks version 2")),
                 "{}",
                 status.message()
             );
