@@ -210,18 +210,11 @@ impl From<Status> for PullError {
 pub enum Payload {
     /// In memory: an encoded message, or a small snapshot.
     Memory(Vec<u8>),
-    /// In a file, read a chunk at a time as the receiver pulls: a snapshot of any size
-    /// (built by [`crate::node`] into an unlinked file in the data directory, and shared by
-    /// every peer it is parked for).
-    File {
-        /// Opened for reading at offsets.
-        file: std::fs::File,
-        /// Its length.
-        len: u64,
-    },
-    /// In a file still being written (a snapshot for peers, read while it is built):
-    /// chunks go out as the bytes they cover are written, and the last is the one that
-    /// reaches the end the writer reports.
+    /// In a file, read a chunk at a time as the receiver pulls, while it is still being
+    /// written: a snapshot of any size (built by [`crate::node`] into an unlinked file in the
+    /// data directory, and shared by every peer it is parked for). Chunks go out as the
+    /// bytes they cover are written, and the last is the one that reaches the end the writer
+    /// reports.
     Growing(Arc<GrowingFile>),
 }
 
@@ -341,7 +334,6 @@ impl Payload {
     pub fn len(&self) -> u64 {
         match self {
             Payload::Memory(bytes) => bytes.len() as u64,
-            Payload::File { len, .. } => *len,
             Payload::Growing(growing) => match growing.growth() {
                 Growth::Done(len) => len,
                 Growth::Written(_) | Growth::Failed => SIZE_UNKNOWN,
@@ -360,7 +352,6 @@ impl Payload {
             Payload::Memory(bytes) => {
                 Ok(bytes.get(offset as usize..end as usize).map(<[u8]>::to_vec).unwrap_or_default())
             }
-            Payload::File { file, .. } => read_at(file, offset, end),
             Payload::Growing(growing) => read_at(&growing.file, offset, end),
         }
     }
@@ -410,20 +401,24 @@ impl Iterator for Chunks {
         if self.done {
             return None;
         }
-        let len = match &*self.data {
+        // The payload's end, once known: a file still growing holds at least this chunk
+        // ([`Chunks::ready`] waited for it), and the chunk is not its last.
+        let known_len = match &*self.data {
+            Payload::Memory(bytes) => Some(bytes.len() as u64),
             Payload::Growing(growing) => match growing.growth() {
-                Growth::Done(len) => len,
-                // Read only as far as written ([`Chunks::ready`] waits for that).
-                Growth::Written(written) => written.max(self.offset.saturating_add(self.chunk_bytes) + 1),
+                Growth::Done(len) => Some(len),
+                Growth::Written(_) => None,
                 Growth::Failed => {
                     self.done = true;
                     return Some(Err(std::io::Error::other("the snapshot's writer failed")));
                 }
             },
-            data => data.len(),
         };
-        let end = self.offset.saturating_add(self.chunk_bytes).min(len);
-        let last = end == len;
+        let full = self.offset.saturating_add(self.chunk_bytes);
+        let (end, last) = match known_len {
+            Some(len) => (full.min(len), full >= len),
+            None => (full, false),
+        };
         let data = match self.data.read(self.offset, end) {
             Ok(data) => data,
             Err(error) => {
@@ -1061,16 +1056,17 @@ mod tests {
     }
 
     /// A snapshot parked as a file is chunked from the file, and a snapshot pulled into a
-    /// file is the same bytes; a transfer that fails leaves no file behind.
+    /// pipe is the same bytes; a transfer that fails ends the pipe's reader early.
     #[test]
     fn snapshots_go_from_file_to_pipe_and_a_failed_transfer_ends_the_reader_early() {
         use std::io::{Read, Write};
         let dir = tempfile::tempdir().unwrap();
         let bytes = data(3 * CHUNK_BYTES + 5);
-        let mut file = tempfile::tempfile_in(dir.path()).unwrap();
-        file.write_all(&bytes).unwrap();
-        let payload = Arc::new(Payload::File { file, len: bytes.len() as u64 });
-        let chunks: Vec<_> = Chunks::new(9, payload, CHUNK_BYTES).map(Result::unwrap).collect();
+        let (growing, mut writer) = GrowingFile::create(dir.path()).unwrap();
+        writer.write_all(&bytes).unwrap();
+        writer.finish().unwrap();
+        let chunks: Vec<_> =
+            Chunks::new(9, Arc::new(Payload::Growing(growing)), CHUNK_BYTES).map(Result::unwrap).collect();
         assert_eq!(chunks.len(), 4);
         let notice = snapshot_notice(1, 9, bytes.len());
         let (mut reassembly, mut reader) = Reassembly::into_pipe(notice).unwrap();
