@@ -84,12 +84,14 @@ impl SledEngine {
     pub fn open(dir: &Path, cache_bytes: u64) -> Result<Self, EngineError> {
         let io = |what: &str, e: sled::Error| EngineError::io(format!("{what} {}", dir.display()), e);
         let write_cache_bytes = usize::try_from(cache_bytes / 4).unwrap_or(usize::MAX);
-        let db = sled::Config::new()
-            .path(dir)
-            .segment_size(SEGMENT_SIZE)
-            .cache_capacity(cache_bytes - cache_bytes / 4)
-            .open()
-            .map_err(|e| io("opening the state engine in", e))?;
+        let config =
+            sled::Config::new().path(dir).segment_size(SEGMENT_SIZE).cache_capacity(cache_bytes - cache_bytes / 4);
+        // The staged-state control must not have sled's flusher make durable what the
+        // control leaves unsynced.
+        #[cfg(feature = "sync-faults")]
+        let config =
+            if crate::storage::sync_faults::staged_state_sync_skipped() { config.flush_every_ms(None) } else { config };
+        let db = config.open().map_err(|e| io("opening the state engine in", e))?;
         let tree = db.open_tree("leasekv/state").map_err(|e| io("opening the state tree in", e))?;
         let data_path = dir.join(SLED_DATA_FILE);
         let data_file = File::open(&data_path)

@@ -510,11 +510,13 @@ impl<S: Storage> Replica<S> {
             snapshot.discard();
             return;
         }
-        let super::StagedSnapshot { index, bytes, machine, staged } = snapshot;
-        if let Err(error) = self.storage.adopt_staged(staged) {
-            self.fail(error);
-            return;
-        }
+        let (machine, index, bytes) = match snapshot.adopt_into(&mut self.storage) {
+            Ok(adopted) => adopted,
+            Err(error) => {
+                self.fail(error);
+                return;
+            }
+        };
         let stored = self.learner.stored_snapshot();
         let saved = self
             .storage

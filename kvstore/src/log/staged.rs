@@ -9,7 +9,7 @@
 
 use super::Slot;
 use crate::state::{SnapshotError, StateMachine};
-use crate::storage::StagedEngine;
+use crate::storage::{StagedEngine, Storage, StorageError};
 use std::io::Read;
 
 /// A snapshot installed, checked and synced in a staged engine, waiting to be adopted.
@@ -59,13 +59,26 @@ impl StagedSnapshot {
     }
 
     fn seal(index: Slot, bytes: u64, mut machine: StateMachine, staged: StagedEngine) -> Result<Self, SnapshotError> {
-        let written = machine.flush_through(index).and_then(|()| staged.engine().sync());
+        #[cfg(feature = "sync-faults")]
+        let sync = !crate::storage::sync_faults::staged_state_sync_skipped();
+        #[cfg(not(feature = "sync-faults"))]
+        let sync = true;
+        let written = machine.flush_through(index).and_then(|()| if sync { staged.engine().sync() } else { Ok(()) });
         if let Err(error) = written {
             drop(machine);
             staged.discard();
             return Err(SnapshotError(format!("cannot write the staged state: {error}")));
         }
         Ok(StagedSnapshot { index, bytes, machine, staged })
+    }
+
+    /// Makes the staged state `storage`'s, durably ([`Storage::adopt_staged`]), and returns
+    /// the state machine on it, the slot it reflects and the snapshot's size. The caller
+    /// drops the log behind that slot only after this returned: the state comes first.
+    pub fn adopt_into<S: Storage + ?Sized>(self, storage: &mut S) -> Result<(StateMachine, Slot, u64), StorageError> {
+        let StagedSnapshot { index, bytes, machine, staged } = self;
+        storage.adopt_staged(staged)?;
+        Ok((machine, index, bytes))
     }
 
     /// The slot the snapshot's state reflects.

@@ -11,6 +11,21 @@ static DELAY_MICROS: AtomicU64 = AtomicU64::new(0);
 static FAIL: AtomicBool = AtomicBool::new(false);
 static SKIP_FDATASYNC: AtomicBool = AtomicBool::new(false);
 static SKIP_SNAPSHOT_FILE_SYNC: AtomicBool = AtomicBool::new(false);
+static SKIP_STAGED_STATE_SYNC: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a staged state (a peer's snapshot installed beside the state in use) is
+/// adopted without being synced first, and state engines opened from now on leave their
+/// writes to sled's buffers (no background fsync): the negative control of the lazy disk's
+/// staged-state test, where a power loss then leaves `state.current` naming a state whose
+/// bytes are gone. Call before opening the storage.
+pub fn skip_staged_state_sync() {
+    SKIP_STAGED_STATE_SYNC.store(true, Ordering::SeqCst);
+}
+
+/// Whether the staged-state control is on.
+pub(crate) fn staged_state_sync_skipped() -> bool {
+    SKIP_STAGED_STATE_SYNC.load(Ordering::SeqCst)
+}
 
 /// From now on, a snapshot file is moved into the storage and named by its record without
 /// being synced first (the negative control of the lazy disk's snapshot-file test: a power
