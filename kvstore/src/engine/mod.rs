@@ -171,6 +171,14 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every batch written before this call durable.
     fn sync(&self) -> Result<(), EngineError>;
 
+    /// Negative controls only: hands every batch written so far to the file system, as
+    /// [`Engine::sync`] does, without making it durable (no `fdatasync`), so that what is
+    /// lost is lost to a power loss alone.
+    #[cfg(feature = "sync-faults")]
+    fn write_out_unsynced(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// Removes every entry (before a whole new state is written: a snapshot installed).
     /// Not atomic: a crash may leave some entries; the caller keeps what it needs to redo
     /// it durable elsewhere until the new state is synced.

@@ -506,7 +506,7 @@ impl<S: Storage> Replica<S> {
     /// the two finds the new state and slots it covers, which the restart drops.
     pub(super) fn adopt_staged_snapshot(&mut self, now: Instant, snapshot: super::StagedSnapshot) {
         self.learner.fetch_answered();
-        if snapshot.index <= self.learner.applied() || self.stopped.is_some() {
+        if snapshot.index() <= self.learner.applied() || self.stopped.is_some() {
             snapshot.discard();
             return;
         }

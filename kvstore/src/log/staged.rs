@@ -15,10 +15,10 @@ use std::io::Read;
 /// A snapshot installed, checked and synced in a staged engine, waiting to be adopted.
 #[derive(Debug)]
 pub struct StagedSnapshot {
-    pub(super) index: Slot,
-    pub(super) bytes: u64,
-    pub(super) machine: StateMachine,
-    pub(super) staged: StagedEngine,
+    index: Slot,
+    bytes: u64,
+    machine: StateMachine,
+    staged: StagedEngine,
 }
 
 impl StagedSnapshot {
@@ -59,17 +59,22 @@ impl StagedSnapshot {
     }
 
     fn seal(index: Slot, bytes: u64, mut machine: StateMachine, staged: StagedEngine) -> Result<Self, SnapshotError> {
-        #[cfg(feature = "sync-faults")]
-        let sync = !crate::storage::sync_faults::staged_state_sync_skipped();
-        #[cfg(not(feature = "sync-faults"))]
-        let sync = true;
-        let written = machine.flush_through(index).and_then(|()| if sync { staged.engine().sync() } else { Ok(()) });
+        let written = machine.flush_through(index).and_then(|()| Self::make_durable(&staged));
         if let Err(error) = written {
             drop(machine);
             staged.discard();
             return Err(SnapshotError(format!("cannot write the staged state: {error}")));
         }
         Ok(StagedSnapshot { index, bytes, machine, staged })
+    }
+
+    /// Syncs the staged engine; under the staged-state control, only writes it out.
+    fn make_durable(staged: &StagedEngine) -> Result<(), crate::engine::EngineError> {
+        #[cfg(feature = "sync-faults")]
+        if crate::storage::sync_faults::staged_state_sync_skipped() {
+            return staged.engine().write_out_unsynced();
+        }
+        staged.engine().sync()
     }
 
     /// Makes the staged state `storage`'s, durably ([`Storage::adopt_staged`]), and returns

@@ -14,10 +14,11 @@ static SKIP_SNAPSHOT_FILE_SYNC: AtomicBool = AtomicBool::new(false);
 static SKIP_STAGED_STATE_SYNC: AtomicBool = AtomicBool::new(false);
 
 /// From now on, a staged state (a peer's snapshot installed beside the state in use) is
-/// adopted without being synced first, and state engines opened from now on leave their
-/// writes to sled's buffers (no background fsync): the negative control of the lazy disk's
-/// staged-state test, where a power loss then leaves `state.current` naming a state whose
-/// bytes are gone. Call before opening the storage.
+/// written out to its files but adopted without their `fdatasync`, and state engines opened
+/// from now on have no background fsync either: the negative control of the lazy disk's
+/// staged-state test, where the state's bytes reach the file system and only a power loss
+/// takes them away, leaving a durable `state.current` naming a state that is gone. Call
+/// before opening the storage.
 pub fn skip_staged_state_sync() {
     SKIP_STAGED_STATE_SYNC.store(true, Ordering::SeqCst);
 }
