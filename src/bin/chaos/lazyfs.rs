@@ -602,6 +602,18 @@ mod tests {
         (dir, disk, mountpoint.join("db"))
     }
 
+    /// Runs the child test `name` of this binary (a `lazyfs::tests::…_child`) with `env`
+    /// set, its output discarded, and returns how it ended.
+    fn run_child(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> std::process::ExitStatus {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", &format!("lazyfs::tests::{name}"), "--test-threads=1"])
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        child.status().unwrap()
+    }
+
     fn slot(seq: u64, value_len: usize) -> AcceptedSlot {
         let put = Proposal {
             id: ProposalId { node: NodeId(1), incarnation: 1, seq },
@@ -672,16 +684,11 @@ mod tests {
     /// back: `None` when no snapshot is recorded, else whether its bytes are whole.
     fn snapshot_file_after_power_loss(skip_sync: bool) -> Option<bool> {
         let (_dir, disk, data) = lazy_disk();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args(["--exact", "lazyfs::tests::snapshot_file_child", "--test-threads=1"])
-            .env(FILE_CHILD_DIR, &data)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+        let mut env = vec![(FILE_CHILD_DIR, data.as_os_str())];
         if skip_sync {
-            child.env(FILE_CHILD_SKIP_SYNC, "1");
+            env.push((FILE_CHILD_SKIP_SYNC, "1".as_ref()));
         }
-        assert!(!child.status().unwrap().success(), "the child must have aborted");
+        assert!(!run_child("snapshot_file_child", &env).success(), "the child must have aborted");
         disk.power_loss().unwrap();
         disk.power_on();
         let recovered = SledStorage::open(&data).and_then(|mut s| s.recover());
@@ -762,16 +769,11 @@ mod tests {
     fn staged_state_after_restart(skip_sync: bool, cut_power: bool) -> (Result<(), String>, Vec<String>) {
         use std::os::unix::process::ExitStatusExt;
         let (_dir, disk, data) = lazy_disk();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args(["--exact", "lazyfs::tests::staged_state_child", "--test-threads=1"])
-            .env(STAGED_CHILD_DIR, &data)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+        let mut env = vec![(STAGED_CHILD_DIR, data.as_os_str())];
         if skip_sync {
-            child.env(STAGED_CHILD_SKIP_SYNC, "1");
+            env.push((STAGED_CHILD_SKIP_SYNC, "1".as_ref()));
         }
-        let status = child.status().unwrap();
+        let status = run_child("staged_state_child", &env);
         assert_eq!(status.signal(), Some(libc::SIGABRT), "the child must have adopted and aborted: {status}");
         let undone = if cut_power { disk.power_loss().unwrap().1 } else { Vec::new() };
         disk.power_on();
@@ -826,13 +828,7 @@ mod tests {
             return;
         }
         let (_dir, disk, data) = lazy_disk();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "lazyfs::tests::power_loss_child", "--test-threads=1"])
-            .env(CHILD_DIR, &data)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
+        let status = run_child("power_loss_child", &[(CHILD_DIR, data.as_os_str())]);
         assert!(!status.success(), "the child must have aborted");
         let (lost, _) = disk.power_loss().unwrap();
         assert!(lost.bytes > 0, "the unsynced writes were undone");
