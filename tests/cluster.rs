@@ -773,3 +773,65 @@ fn client_limits_and_a_peer_of_another_protocol_version_get_clear_errors() {
         eventually(Duration::from_secs(10), || c.put("/still", "up", 0, false)).await;
     });
 }
+
+/// While nobody watches, a node writes what it applied to its state engine at most every
+/// few milliseconds (one batch for many puts), so puts must be readable at once from the
+/// replica, and a watch created afterwards, from an old revision, must still get every
+/// event, on the master and on a follower, without another write to push them out.
+#[test]
+fn puts_made_while_nobody_watches_are_read_at_once_and_reach_a_later_watch() {
+    use leasekv::client::proto::etcdserverpb as pb;
+    use pb::watch_request::RequestUnion;
+    let cluster = Cluster::start("paxoslease");
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let url = |i: usize| format!("http://{}", cluster.endpoint(i));
+        let mut kv = eventually(Duration::from_secs(10), || pb::kv_client::KvClient::connect(url(master))).await;
+        const PUTS: usize = 50;
+        let mut first_revision = 0;
+        for i in 0..PUTS {
+            let key = format!("/unwatched/{i}").into_bytes();
+            let put = pb::PutRequest { key: key.clone(), value: format!("v{i}").into_bytes(), ..Default::default() };
+            let put = eventually(Duration::from_secs(10), || {
+                let (mut kv, put) = (kv.clone(), put.clone());
+                async move { kv.put(put).await }
+            })
+            .await
+            .into_inner();
+            let revision = put.header.expect("a header").revision;
+            if i == 0 {
+                first_revision = revision;
+            }
+            let got = kv.range(pb::RangeRequest { key: key.clone(), ..Default::default() }).await.expect("a get");
+            let got = got.into_inner();
+            assert_eq!(got.kvs.len(), 1, "put {i} is read back at once");
+            assert_eq!(got.kvs[0].value, format!("v{i}").into_bytes());
+            assert_eq!(got.kvs[0].mod_revision, revision);
+        }
+        for node in [master, (master + 1) % 3] {
+            let mut watch =
+                eventually(Duration::from_secs(10), || pb::watch_client::WatchClient::connect(url(node))).await;
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let create = pb::WatchCreateRequest {
+                key: b"/unwatched/".to_vec(),
+                range_end: b"/unwatched0".to_vec(),
+                start_revision: first_revision,
+                ..Default::default()
+            };
+            tx.send(pb::WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) })
+                .await
+                .expect("queue");
+            let mut stream =
+                watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.expect("watch").into_inner();
+            let mut events = 0;
+            while events < PUTS {
+                let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+                let r = r.unwrap_or_else(|_| panic!("node {node}: only {events} of {PUTS} events in 10 s"));
+                events += r.expect("stream ok").expect("stream open").events.len();
+            }
+            assert_eq!(events, PUTS, "node {node}: every put once");
+            drop(tx);
+        }
+    });
+}

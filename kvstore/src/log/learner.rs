@@ -220,6 +220,11 @@ impl Learner {
         Ok(())
     }
 
+    /// Whether commands were applied since the last flush to the state engine.
+    pub(super) fn unflushed(&self) -> bool {
+        self.unflushed
+    }
+
     /// Every command of `slot` was applied.
     pub(super) fn applied_through(&mut self, slot: Slot) {
         self.applied = slot;

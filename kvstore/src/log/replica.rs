@@ -722,6 +722,12 @@ impl<S: Storage> Replica<S> {
         self.persist(flushed)
     }
 
+    /// Whether commands were applied since the last [`Self::flush_applied`]: reads through
+    /// the replica see them, the engine and the watch feed do not yet.
+    pub fn unflushed(&self) -> bool {
+        self.learner.unflushed()
+    }
+
     /// Why the replica stopped, if it did (a storage failure).
     pub fn stopped(&self) -> Option<&StorageFailure> {
         self.stopped.as_ref()
