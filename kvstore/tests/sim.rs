@@ -112,6 +112,14 @@ fn a_log_dropped_before_the_state_is_synced_is_caught() {
     caught_by(LogBreakage::LogDroppedBeforeStateSynced, "state-behind-log", 3, 100);
 }
 
+/// The driver may leave applied commands unwritten to the engine for a while (the server
+/// does while nobody watches; the simulator on seeds 2 mod 3): a checkpoint that syncs the
+/// engine without writing them first drops the only log that holds them.
+#[test]
+fn a_checkpoint_before_the_applied_commands_are_written_is_caught() {
+    caught_by(LogBreakage::CheckpointBeforeFlush, "state-behind-log", 3, 100);
+}
+
 #[test]
 fn an_applied_point_written_before_its_state_is_caught() {
     caught_by(LogBreakage::AppliedBeforeState, "no-convergence", 3, 100);

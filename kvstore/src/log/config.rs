@@ -179,11 +179,15 @@ pub enum LogBreakage {
     /// A snapshot installed into a staged engine is adopted although its stream was cut
     /// short and the install failed midway: the state adopted lacks what came after.
     StagedCutShort,
+    /// A checkpoint syncs the state engine without first writing to it the commands applied
+    /// since the last engine write, and drops the log through the applied slot: a crash
+    /// then restarts from a state that lacks them, with the log that held them gone.
+    CheckpointBeforeFlush,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 13] = [
+    pub const ALL: [LogBreakage; 14] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -197,6 +201,7 @@ impl LogBreakage {
         LogBreakage::CheckpointOvertaken,
         LogBreakage::StaleRecentWrite,
         LogBreakage::StagedCutShort,
+        LogBreakage::CheckpointBeforeFlush,
     ];
 
     /// The variant's command-line name.
@@ -216,6 +221,7 @@ impl LogBreakage {
             LogBreakage::CheckpointOvertaken => "checkpoint-overtaken",
             LogBreakage::StaleRecentWrite => "stale-recent-write",
             LogBreakage::StagedCutShort => "staged-cut-short",
+            LogBreakage::CheckpointBeforeFlush => "checkpoint-before-flush",
         }
     }
 

@@ -717,8 +717,13 @@ impl<S: Storage> Replica<S> {
         let skip_sync = self.config.broken(super::config::LogBreakage::LogDroppedBeforeStateSynced);
         #[cfg(not(feature = "negative-controls"))]
         let skip_sync = false;
-        // The checkpoint makes durable what the engine holds: everything applied.
-        if !self.flush_applied() {
+        #[cfg(feature = "negative-controls")]
+        let write_first = !self.config.broken(super::config::LogBreakage::CheckpointBeforeFlush);
+        #[cfg(not(feature = "negative-controls"))]
+        let write_first = true;
+        // The checkpoint makes durable what the engine holds, which must be everything
+        // applied: the driver may have left commands unwritten for a while.
+        if write_first && !self.flush_applied() {
             return None;
         }
         let slot = self.learner.applied();

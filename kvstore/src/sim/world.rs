@@ -339,6 +339,10 @@ struct World {
     /// the replica installs them through a staged engine, as the server installs what it
     /// pulls from a peer: the directory the files are written to, and how many were.
     snapshot_files: Option<(std::path::PathBuf, u64)>,
+    /// Seeds 2 mod 3 write what a replica applied to its engine only now and then (a step
+    /// writes with chance 1/4), as the server does while nobody follows its watch feed: the
+    /// commands answered and not yet written must survive crashes, checkpoints and views.
+    defer_engine_writes: bool,
 }
 
 impl Drop for World {
@@ -406,6 +410,7 @@ impl World {
             quiet: false,
             configurations: BTreeMap::new(),
             overlapping: false,
+            defer_engine_writes: seed % 3 == 2,
         };
         for node in 0..world.nodes.len() {
             world.start(node);
@@ -792,7 +797,8 @@ impl World {
             };
             self.reply(client, request_id, reply);
         }
-        if let Some(replica) = self.nodes[node].replica.as_mut() {
+        let write_now = !self.defer_engine_writes || self.rng.chance(0.25);
+        if let Some(replica) = self.nodes[node].replica.as_mut().filter(|_| write_now) {
             replica.flush_applied();
         }
         let n = &mut self.nodes[node];
