@@ -774,12 +774,12 @@ fn client_limits_and_a_peer_of_another_protocol_version_get_clear_errors() {
     });
 }
 
-/// While nobody watches, a node writes what it applied to its state engine at most every
-/// few milliseconds (one batch for many puts), so puts must be readable at once from the
-/// replica, and a watch created afterwards, from an old revision, must still get every
-/// event, on the master and on a follower, without another write to push them out.
+/// A node writes what it applied to its state engine at most every few milliseconds (one
+/// batch for many puts), so puts must be readable at once from the replica, and a watch
+/// created afterwards, from an old revision, must still get every event, on the master and
+/// on a follower, without another write to push them out.
 #[test]
-fn puts_made_while_nobody_watches_are_read_at_once_and_reach_a_later_watch() {
+fn puts_not_yet_in_the_engine_are_read_at_once_and_reach_a_later_watch() {
     use leasekv::client::proto::etcdserverpb as pb;
     use pb::watch_request::RequestUnion;
     let cluster = Cluster::start("paxoslease");

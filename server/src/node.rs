@@ -8,7 +8,7 @@
 use crate::election_link::ElectionLink;
 use crate::fault_injection::{FaultInjection, NodeFaults};
 use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
-use crate::history_feed::{self, FeedPublisher, FeedSource, HistoryFeed};
+use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{GrowingFile, GrowingWriter, Payload};
 use crate::peer::wire::Wire;
@@ -101,7 +101,7 @@ pub struct NodeHandle {
     /// The election backend.
     pub election: Arc<dyn ElectionBackend>,
     /// The node's history as the node loop last published it, for watch streams.
-    history: FeedSource,
+    history: HistoryFeed,
     /// The configuration in force on this node, as the node loop last published it.
     membership: watch::Receiver<Arc<Membership>>,
     /// Users, roles and permissions as this node last applied them.
@@ -246,7 +246,7 @@ impl NodeHandle {
 
     /// A feed of this node's applied history, for a watch stream (see [`HistoryFeed`]).
     pub fn history(&self) -> HistoryFeed {
-        self.history.follow()
+        self.history.clone()
     }
 
     /// This node's figures.
@@ -456,8 +456,8 @@ struct NodeLoop {
 /// How long the loop must have had nothing to do before a sync may run on the loop itself
 /// instead of the sync thread (see [`NodeLoop::flush`]).
 const IDLE_BEFORE_SYNC_ON_LOOP: Duration = Duration::from_micros(150);
-/// Longest time applied commands wait to be written to the state engine while nobody
-/// follows the watch feed (see [`NodeLoop::flush_engine_when_due`]).
+/// Longest time applied commands wait to be written to the state engine (see
+/// [`NodeLoop::flush_engine_when_due`]).
 const ENGINE_FLUSH_DELAY: Duration = Duration::from_millis(5);
 /// A sync runs on the loop only while the disk is this fast: one slow sync sends the next
 /// ones to the sync thread until a sync there is quick again.
@@ -791,8 +791,8 @@ impl NodeLoop {
         }
     }
 
-    /// Publishes the store revision to the handles and what reached the engine to the
-    /// watch feed.
+    /// Publishes the store revision to the handles, and to the watch feed the history as
+    /// the replica last published it (see [`NodeLoop::flush_engine_when_due`]).
     fn publish_revision(&self) {
         self.publish_revision_only();
         self.feed.publish(&self.replica.state().history_reader());
@@ -855,30 +855,30 @@ impl NodeLoop {
         });
     }
 
-    /// Writes what the replica applied to the state engine, now or by a deadline, and
-    /// publishes what reached the engine to the watch feed.
+    /// Publishes what the replica applied to the watch feed, and writes it to the state
+    /// engine now or by a deadline.
     ///
     /// Every engine write is a sled batch, and sled seals and writes out two of its I/O
     /// buffers for each (on its own thread pool, all seven of whose threads it wakes): with
     /// one client putting, that was a third of each put's time, although the put's answer
     /// goes out before it. Reads through the replica see what is applied and not written
-    /// yet, and a crash loses only the engine's copy, which the restart replays from the
-    /// log (see `Replica::take_output_before_flush`); so while nobody follows the watch
-    /// feed, the loop writes at most every [`ENGINE_FLUSH_DELAY`], covering every command
-    /// of that time in one batch. A watch stream, or a Lock or Campaign waiting for a key
-    /// to go, reads from the engine: while one exists, every turn writes, as the feed's
-    /// events must not wait. Checkpoints and views write whatever is pending first.
+    /// yet, watch streams read it from the history's published tail, and a crash loses only
+    /// the engine's copy, which the restart replays from the log (see
+    /// `Replica::take_output_before_flush`); so the loop writes at most every
+    /// [`ENGINE_FLUSH_DELAY`], one batch for every command of that time. Checkpoints and
+    /// views write whatever is pending first.
     fn flush_engine_when_due(&mut self) {
+        self.replica.publish_applied();
         if self.replica.unflushed() {
             let now = tokio::time::Instant::now();
             let due = *self.engine_flush_due.get_or_insert(now + ENGINE_FLUSH_DELAY);
-            if now < due && !self.feed.followed() {
-                return;
+            if now >= due {
+                self.replica.flush_applied();
+                self.engine_flush_due = None;
             }
-            self.replica.flush_applied();
+        } else {
+            self.engine_flush_due = None;
         }
-        self.engine_flush_due = None;
-        // After the flush: watch streams read what reached the engine.
         self.publish_revision();
     }
 

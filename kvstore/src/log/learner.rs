@@ -220,6 +220,11 @@ impl Learner {
         Ok(())
     }
 
+    /// See [`super::Replica::publish_applied`].
+    pub(super) fn publish_applied(&mut self) {
+        self.machine.publish_applied();
+    }
+
     /// Whether commands were applied since the last flush to the state engine.
     pub(super) fn unflushed(&self) -> bool {
         self.unflushed

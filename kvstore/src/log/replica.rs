@@ -702,7 +702,7 @@ impl<S: Storage> Replica<S> {
     /// engine's write. An answered command is chosen (in a majority's durable logs) and
     /// applied in memory, where every read through the replica sees it; a crash before the
     /// flush loses only the engine's copy, which the restart replays from the log. Watch
-    /// streams see the commands once they are flushed.
+    /// streams see the commands once they are published ([`Self::publish_applied`]).
     pub fn take_output_before_flush(&mut self) -> ReplicaOutput {
         self.announce_commit();
         self.outbox.take()
@@ -722,8 +722,15 @@ impl<S: Storage> Replica<S> {
         self.persist(flushed)
     }
 
+    /// Publishes the changes of the commands applied since the last call to the state
+    /// machine's history readers (watch streams), ahead of their engine write
+    /// ([`crate::state::HistoryReader`]). The driver calls it once a turn, after the answers.
+    pub fn publish_applied(&mut self) {
+        self.learner.publish_applied();
+    }
+
     /// Whether commands were applied since the last [`Self::flush_applied`]: reads through
-    /// the replica see them, the engine and the watch feed do not yet.
+    /// the replica and watch readers see them (once published), the engine does not yet.
     pub fn unflushed(&self) -> bool {
         self.learner.unflushed()
     }

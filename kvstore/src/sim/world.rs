@@ -340,8 +340,9 @@ struct World {
     /// pulls from a peer: the directory the files are written to, and how many were.
     snapshot_files: Option<(std::path::PathBuf, u64)>,
     /// Seeds 2 mod 3 write what a replica applied to its engine only now and then (a step
-    /// writes with chance 1/4), as the server does while nobody follows its watch feed: the
-    /// commands answered and not yet written must survive crashes, checkpoints and views.
+    /// writes with chance 1/4), as the server writes at most every few milliseconds: the
+    /// commands answered and not yet written must survive crashes, checkpoints and views,
+    /// and watch streams read them from the history's published tail.
     defer_engine_writes: bool,
 }
 
@@ -798,8 +799,13 @@ impl World {
             self.reply(client, request_id, reply);
         }
         let write_now = !self.defer_engine_writes || self.rng.chance(0.25);
-        if let Some(replica) = self.nodes[node].replica.as_mut().filter(|_| write_now) {
-            replica.flush_applied();
+        if let Some(replica) = self.nodes[node].replica.as_mut() {
+            // As the server: the watch streams see the step's changes at once, the engine
+            // write may wait.
+            replica.publish_applied();
+            if write_now {
+                replica.flush_applied();
+            }
         }
         let n = &mut self.nodes[node];
         let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.replica.as_mut()) {

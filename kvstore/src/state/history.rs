@@ -47,11 +47,16 @@ const DELETES_PER_FLUSH: usize = 256;
 
 /// What readers on other threads may read: the changes through `head`, from `compacted` on.
 /// The state machine publishes both when its writes reach the engine ([`History::flush_into`]
-/// and [`History::published`]), never before.
+/// and [`History::published`]), never before; and, for watch streams only, the changes
+/// applied since, a turn at a time ([`History::publish_tail`]).
 #[derive(Debug, Default)]
 pub(super) struct Published {
     head: AtomicI64,
     compacted: AtomicI64,
+    /// The changes applied and not yet in the engine, as last published.
+    tail: Mutex<Tail>,
+    /// The store revision the tail reaches (at least `head`): what watch readers can read.
+    tail_head: AtomicI64,
     /// Engine batches of this state begun and finished: a reader that saw some write in the
     /// engine waits until every batch begun before it looked is finished, and then finds
     /// that write's changes published (see [`Published::settle`]).
@@ -61,6 +66,18 @@ pub(super) struct Published {
     /// engine, because a view reads the changes after its revision to undo them.
     pins: Mutex<BTreeMap<u64, Revision>>,
     next_pin: AtomicU64,
+}
+
+/// Changes applied since the last engine write, published for watch readers a node-loop turn
+/// at a time, so that their events need not wait for the engine write (which the node loop
+/// makes at most every few milliseconds: `NodeLoop::flush_engine_when_due` in the server).
+#[derive(Debug, Default)]
+struct Tail {
+    /// The engine head these changes follow: every change through it is in the engine.
+    base: Revision,
+    /// The changes after `base`, oldest first, one chunk per publication; a chunk holds
+    /// whole revisions (it is published between two commands).
+    chunks: Vec<Arc<[Event]>>,
 }
 
 impl Published {
@@ -129,6 +146,8 @@ pub(super) struct History {
     published: Arc<Published>,
     /// Changes recorded since the last flush, in order, with their positions.
     pending: Vec<((Revision, u32), Event)>,
+    /// How many of `pending` are published in the tail ([`Self::publish_tail`]).
+    tail_from: usize,
     /// Engine keys of compacted changes to delete at the next flush with no view pinned.
     dropped: Vec<Vec<u8>>,
     /// The position of the last change recorded (the next one at the same revision follows
@@ -171,6 +190,7 @@ impl History {
             engine,
             published: Arc::new(Published::default()),
             pending: Vec::new(),
+            tail_from: 0,
             dropped: Vec::new(),
             last: (0, 0),
             compacted,
@@ -205,6 +225,7 @@ impl History {
             engine,
             published: Arc::new(Published::default()),
             pending: Vec::new(),
+            tail_from: 0,
             dropped: Vec::new(),
             last: recorded.last,
             compacted: recorded.compacted,
@@ -237,15 +258,19 @@ impl History {
 
     /// This history on `engine`, a copy of its engine ([`crate::StateMachine::copy_in_memory`]).
     pub(super) fn copy_onto(&self, engine: &Arc<dyn Engine>, failure: &Failure) -> Self {
+        let head = self.published.head.load(Ordering::Acquire);
         let published = Published {
-            head: AtomicI64::new(self.published.head.load(Ordering::Acquire)),
+            head: AtomicI64::new(head),
             compacted: AtomicI64::new(self.published.compacted.load(Ordering::Acquire)),
+            tail: Mutex::new(Tail { base: head, chunks: Vec::new() }),
+            tail_head: AtomicI64::new(head),
             ..Published::default()
         };
         History {
             engine: Arc::clone(engine),
             published: Arc::new(published),
             pending: self.pending.clone(),
+            tail_from: 0,
             dropped: self.dropped.clone(),
             last: self.last,
             compacted: self.compacted,
@@ -270,6 +295,31 @@ impl History {
         // point would read changes that the same flush deleted. Reads check it again after.
         self.published.compacted.store(self.compacted, Ordering::Release);
         self.published.head.store(self.head, Ordering::Release);
+        // After the head: a reader that finds the tail empty finds the engine through it.
+        let mut tail = self.published.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *tail = Tail { base: self.head, chunks: Vec::new() };
+        self.published.tail_head.store(self.head, Ordering::Release);
+    }
+
+    /// Publishes the changes recorded since the last call (or flush) to watch readers,
+    /// ahead of their engine write. Called between commands, so that every chunk holds
+    /// whole revisions.
+    pub(super) fn publish_tail(&mut self) {
+        // The compaction point too, before the head: a compaction drops pending changes
+        // that will never reach the engine, so a reader must refuse what is below it from
+        // the moment the tail moves past it.
+        self.published.compacted.store(self.compacted, Ordering::Release);
+        let fresh = &self.pending[self.tail_from.min(self.pending.len())..];
+        if fresh.is_empty() && self.published.tail_head.load(Ordering::Acquire) == self.head {
+            return;
+        }
+        let chunk: Arc<[Event]> = fresh.iter().map(|(_, e)| e.clone()).collect();
+        self.tail_from = self.pending.len();
+        let mut tail = self.published.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !chunk.is_empty() {
+            tail.chunks.push(chunk);
+        }
+        self.published.tail_head.store(self.head, Ordering::Release);
     }
 
     /// Adds the changes since the last flush, and the deletions of compacted ones, to
@@ -289,6 +339,8 @@ impl History {
         for (position, event) in self.pending.drain(..) {
             pages.push(batch, position, &event, event_bytes(&event));
         }
+        // The tail keeps what it published until `published` resets it with the new head.
+        self.tail_from = 0;
         pages.finish(batch);
         // Readers must not look for compacted changes while the batch deletes them.
         self.published.compacted.store(self.compacted, Ordering::Release);
@@ -496,6 +548,7 @@ impl History {
             }
         }
         let keep_from = self.pending.partition_point(|(_, e)| e.revision() < revision);
+        self.tail_from = self.tail_from.saturating_sub(keep_from);
         for (_, event) in self.pending.drain(..keep_from) {
             self.bytes -= event_bytes(&event);
             dropped += 1;
@@ -564,9 +617,10 @@ impl std::fmt::Debug for HistoryReader {
 }
 
 impl HistoryReader {
-    /// The store revision: every change up to it can be read.
+    /// The store revision: every change up to it can be read (from the engine, and after it
+    /// from the published tail).
     pub fn head(&self) -> Revision {
-        self.published.head.load(Ordering::Acquire)
+        self.published.tail_head.load(Ordering::Acquire)
     }
 
     /// The compaction point: reads from below it are refused.
@@ -578,7 +632,13 @@ impl HistoryReader {
     /// which at least `max_events` were collected (a revision is never cut: one revision's
     /// changes always come together, however many there are).
     pub fn read(&self, from: Revision, max_events: usize) -> HistoryRead {
+        // The head first, then the tail: a tail published after the head was read may
+        // reach further, and is read only through the head.
         let head = self.head();
+        let (base, chunks) = {
+            let tail = self.published.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            (tail.base, tail.chunks.clone())
+        };
         let compacted = self.compacted();
         if from < compacted {
             return HistoryRead::Compacted(compacted);
@@ -586,16 +646,46 @@ impl HistoryReader {
         let mut events: Vec<Event> = Vec::new();
         let mut through = head;
         if from <= head {
-            // Only what was published: the changes of commands applied since the last flush
-            // are not in the engine yet, and a stream that read part of a revision would send
-            // the rest again, whole, once the head moved past it.
-            for entry in changes(self.engine.as_ref(), from, head) {
-                let Some(event) = self.failure.check(entry) else { break };
+            // Only what was published, whole revisions: the engine through `base` (what the
+            // last flush wrote), then the tail, whose chunks hold whole revisions; a stream
+            // that read part of a revision would send the rest again, whole, once the head
+            // moved past it.
+            //
+            // Collects `event`; false once a revision is complete past `max_events` (the
+            // read stops there, through the last revision taken).
+            let mut take = |event: Event, events: &mut Vec<Event>| {
                 if events.len() >= max_events && events.last().is_some_and(|e| e.revision() != event.revision()) {
                     through = events.last().map_or(head, Event::revision);
-                    break;
+                    return false;
                 }
                 events.push(event);
+                true
+            };
+            let mut going = true;
+            // `base` may be past `head` when a flush came between the two loads: the
+            // engine then holds everything through `head`.
+            let stored_through = base.min(head);
+            if from <= stored_through {
+                for entry in changes(self.engine.as_ref(), from, stored_through) {
+                    // A failed read (recorded in `failure`, which the caller reports) ends
+                    // the read here: the tail must not follow a gap.
+                    let Some(event) = self.failure.check(entry) else {
+                        going = false;
+                        break;
+                    };
+                    going = take(event, &mut events);
+                    if !going {
+                        break;
+                    }
+                }
+            }
+            if going {
+                let applied = chunks.iter().flat_map(|chunk| chunk.iter());
+                for event in applied.filter(|e| e.revision() > base && e.revision() >= from && e.revision() <= head) {
+                    if !take(event.clone(), &mut events) {
+                        break;
+                    }
+                }
             }
         }
         // A compaction published meanwhile may have deleted some of what was asked for.
@@ -712,6 +802,71 @@ mod tests {
         h.flush();
         let HistoryRead::Events { events, through } = reader.read(6, 100) else { panic!("compacted") };
         assert_eq!((events.len(), through), (2, 6));
+    }
+
+    fn revisions(read: HistoryRead) -> (Vec<Revision>, Revision) {
+        match read {
+            HistoryRead::Events { events, through } => (events.iter().map(Event::revision).collect(), through),
+            HistoryRead::Compacted(c) => panic!("compacted at {c}"),
+        }
+    }
+
+    /// Changes applied and not yet written to the engine are read from the published tail,
+    /// whole revisions, after the engine's; what is recorded and not published stays
+    /// unseen; a flush moves them to the engine without a gap or a repeat.
+    #[test]
+    fn the_published_tail_is_read_after_the_engine_and_a_flush_moves_it() {
+        let mut h = sample();
+        let reader = h.reader();
+        h.put(kv("c", "1", 6, 6, 1), None);
+        h.put(kv("d", "1", 6, 6, 1), None);
+        h.set_head(6);
+        assert_eq!(revisions(reader.read(4, 100)), (vec![4, 5], 5), "recorded, not published");
+        h.publish_tail();
+        assert_eq!(reader.head(), 6);
+        assert_eq!(revisions(reader.read(4, 100)), (vec![4, 5, 6, 6], 6));
+        h.put(kv("c", "2", 6, 7, 2), Some(kv("c", "1", 6, 6, 1)));
+        h.set_head(7);
+        h.publish_tail();
+        assert_eq!(revisions(reader.read(6, 100)), (vec![6, 6, 7], 7));
+        // A batch never cuts a revision, across the engine and the tail.
+        assert_eq!(revisions(reader.read(5, 1)), (vec![5], 5));
+        assert_eq!(revisions(reader.read(5, 2)), (vec![5, 6, 6], 6));
+        assert_eq!(revisions(reader.read(6, 1)), (vec![6, 6], 6));
+        assert_eq!(revisions(reader.read(8, 100)), (vec![], 7));
+        let before = reader.read(2, 100);
+        h.flush();
+        assert_eq!(reader.read(2, 100), before, "the same changes from the engine");
+        assert_eq!(revisions(reader.read(7, 100)), (vec![7], 7));
+        h.put(kv("e", "1", 8, 8, 1), None);
+        h.set_head(8);
+        h.publish_tail();
+        assert_eq!(revisions(reader.read(6, 100)), (vec![6, 6, 7, 8], 8));
+    }
+
+    /// A compaction drops changes that are still pending: the next publication must hold
+    /// exactly those recorded after the last one.
+    #[test]
+    fn a_compaction_of_pending_changes_keeps_the_tail_exact() {
+        let mut h = sample();
+        let reader = h.reader();
+        for (i, key) in ["c", "d", "e"].iter().enumerate() {
+            let revision = 6 + i as Revision;
+            h.put(kv(key, "1", revision, revision, 1), None);
+            h.set_head(revision);
+            h.publish_tail();
+        }
+        h.compact(7);
+        h.put(kv("f", "1", 9, 9, 1), None);
+        h.set_head(9);
+        h.publish_tail();
+        // The compaction point is published with the tail: the changes it dropped were
+        // pending, and will never be in the engine.
+        assert_eq!(reader.read(6, 100), HistoryRead::Compacted(7));
+        assert_eq!(revisions(reader.read(7, 100)), (vec![7, 8, 9], 9));
+        h.flush();
+        assert_eq!(reader.read(6, 100), HistoryRead::Compacted(7));
+        assert_eq!(revisions(reader.read(7, 100)), (vec![7, 8, 9], 9));
     }
 
     /// The retained changes from `from` through `to`, straight from the window.

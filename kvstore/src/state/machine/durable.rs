@@ -100,6 +100,13 @@ impl StateMachine {
         Ok(())
     }
 
+    /// Publishes the changes applied since the last call, or the last flush, to the
+    /// history's readers (watch streams) ahead of their engine write. The driver calls it
+    /// between commands, once per turn.
+    pub fn publish_applied(&mut self) {
+        self.history.publish_tail();
+    }
+
     /// A consistent view of the state as of now, to read from another thread while this
     /// state moves on ([`crate::state::StateView`]). Flushes first, naming the slot the
     /// state was last flushed through.
