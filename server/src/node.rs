@@ -385,7 +385,7 @@ pub fn start(
         membership: membership_tx,
         auth: auth_tx,
         removed: Some(removed_tx),
-        engine_flush_due: None,
+        engine_writes: EngineWriteDeadline::default(),
     };
     tokio::spawn(node.run(rx, status, synced));
     (NodeHandle { tx, revision, term, election, history, membership, auth, scratch }, failed, removed)
@@ -450,7 +450,7 @@ struct NodeLoop {
     removed: Option<oneshot::Sender<u64>>,
     /// When the commands applied and not yet written to the state engine must be written
     /// (see [`NodeLoop::flush_engine_when_due`]).
-    engine_flush_due: Option<tokio::time::Instant>,
+    engine_writes: EngineWriteDeadline,
 }
 
 /// How long the loop must have had nothing to do before a sync may run on the loop itself
@@ -459,6 +459,35 @@ const IDLE_BEFORE_SYNC_ON_LOOP: Duration = Duration::from_micros(150);
 /// Longest time applied commands wait to be written to the state engine (see
 /// [`NodeLoop::flush_engine_when_due`]).
 const ENGINE_FLUSH_DELAY: Duration = Duration::from_millis(5);
+
+/// When the commands applied and not yet in the state engine must be written: at most
+/// [`ENGINE_FLUSH_DELAY`] after the first turn that left some unwritten.
+#[derive(Debug, Default)]
+struct EngineWriteDeadline {
+    due: Option<tokio::time::Instant>,
+}
+
+impl EngineWriteDeadline {
+    /// Whether a turn ending at `now` must write, given whether anything is `unwritten`;
+    /// the first turn that leaves something unwritten sets the deadline, a write clears it.
+    fn write_now(&mut self, now: tokio::time::Instant, unwritten: bool) -> bool {
+        if !unwritten {
+            self.due = None;
+            return false;
+        }
+        let due = *self.due.get_or_insert(now + ENGINE_FLUSH_DELAY);
+        if now < due {
+            return false;
+        }
+        self.due = None;
+        true
+    }
+
+    /// When the loop must wake to write, if anything is unwritten.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.due
+    }
+}
 /// A sync runs on the loop only while the disk is this fast: one slow sync sends the next
 /// ones to the sync thread until a sync there is quick again.
 const FAST_SYNC: Duration = Duration::from_millis(1);
@@ -573,7 +602,7 @@ impl NodeLoop {
                         crate::metrics::metrics().fsync_took(self.last_sync_took);
                     }
                 }
-                _ = sleep_until(self.engine_flush_due) => {
+                _ = sleep_until(self.engine_writes.due()) => {
                     turn_began = Instant::now();
                     // `flush` below writes what is due.
                 }
@@ -605,6 +634,9 @@ impl NodeLoop {
                 );
             }
         }
+        // The log holds what was applied and not written, and a restart replays it; the
+        // write spares the replay.
+        self.replica.flush_applied();
         tracing::info!("node loop stopped");
     }
 
@@ -869,15 +901,10 @@ impl NodeLoop {
     /// views write whatever is pending first.
     fn flush_engine_when_due(&mut self) {
         self.replica.publish_applied();
-        if self.replica.unflushed() {
-            let now = tokio::time::Instant::now();
-            let due = *self.engine_flush_due.get_or_insert(now + ENGINE_FLUSH_DELAY);
-            if now >= due {
-                self.replica.flush_applied();
-                self.engine_flush_due = None;
-            }
-        } else {
-            self.engine_flush_due = None;
+        // A stopped replica writes nothing more: no deadline to wake the loop for.
+        let unwritten = self.replica.unflushed() && self.replica.stopped().is_none();
+        if self.engine_writes.write_now(tokio::time::Instant::now(), unwritten) {
+            self.replica.flush_applied();
         }
         self.publish_revision();
     }
@@ -941,6 +968,8 @@ impl NodeLoop {
             }
             return;
         }
+        // Bound reached: what the last sync let the replica apply is published at least.
+        self.flush_engine_when_due();
     }
 }
 
@@ -955,4 +984,31 @@ pub fn peer_addresses(membership: &Membership) -> Vec<(NodeId, String)> {
 fn build_peer_snapshot(view: &leasekv_kvstore::state::StateView, mut writer: GrowingWriter) -> Result<u64, String> {
     leasekv_kvstore::state::stream::write(view, &mut writer).map_err(|e| e.to_string())?;
     writer.finish().map_err(|e| format!("cannot write the snapshot file: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loop writes applied commands at most `ENGINE_FLUSH_DELAY` after the first turn
+    /// that left some unwritten, and its wake-up (`due`) is set exactly while something is.
+    #[test]
+    fn unwritten_commands_are_written_by_the_deadline_of_the_first_turn_that_left_them() {
+        let start = tokio::time::Instant::now();
+        let mut writes = EngineWriteDeadline::default();
+        assert!(!writes.write_now(start, false));
+        assert_eq!(writes.due(), None, "nothing unwritten, nothing to wake for");
+        assert!(!writes.write_now(start, true), "the first turn only sets the deadline");
+        assert_eq!(writes.due(), Some(start + ENGINE_FLUSH_DELAY));
+        let almost = start + ENGINE_FLUSH_DELAY - Duration::from_micros(1);
+        assert!(!writes.write_now(almost, true), "later turns do not move it");
+        assert_eq!(writes.due(), Some(start + ENGINE_FLUSH_DELAY));
+        assert!(writes.write_now(start + ENGINE_FLUSH_DELAY, true), "the deadline's turn writes");
+        assert_eq!(writes.due(), None);
+        let next = start + ENGINE_FLUSH_DELAY * 2;
+        assert!(!writes.write_now(next, true));
+        assert_eq!(writes.due(), Some(next + ENGINE_FLUSH_DELAY), "a new deadline for what came after");
+        assert!(!writes.write_now(next, false), "written meanwhile (a checkpoint, a view)");
+        assert_eq!(writes.due(), None);
+    }
 }

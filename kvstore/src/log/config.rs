@@ -183,11 +183,15 @@ pub enum LogBreakage {
     /// since the last engine write, and drops the log through the applied slot: a crash
     /// then restarts from a state that lacks them, with the log that held them gone.
     CheckpointBeforeFlush,
+    /// The history's tail, which watch streams read before the engine write, is published
+    /// without the compaction point: a compaction that dropped changes still pending lets a
+    /// stream read on past them, a gap in what it sends.
+    TailWithoutCompaction,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 14] = [
+    pub const ALL: [LogBreakage; 15] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -202,6 +206,7 @@ impl LogBreakage {
         LogBreakage::StaleRecentWrite,
         LogBreakage::StagedCutShort,
         LogBreakage::CheckpointBeforeFlush,
+        LogBreakage::TailWithoutCompaction,
     ];
 
     /// The variant's command-line name.
@@ -222,6 +227,7 @@ impl LogBreakage {
             LogBreakage::StaleRecentWrite => "stale-recent-write",
             LogBreakage::StagedCutShort => "staged-cut-short",
             LogBreakage::CheckpointBeforeFlush => "checkpoint-before-flush",
+            LogBreakage::TailWithoutCompaction => "tail-without-compaction",
         }
     }
 

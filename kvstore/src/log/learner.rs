@@ -550,6 +550,8 @@ impl<S: Storage> Replica<S> {
                 machine.break_applied_before_state();
             } else if self.config.broken(super::config::LogBreakage::StaleRecentWrite) {
                 machine.break_recent_writes();
+            } else if self.config.broken(super::config::LogBreakage::TailWithoutCompaction) {
+                machine.break_tail_compaction();
             }
             machine
         };

@@ -230,6 +230,10 @@ impl<S: Storage> Replica<S> {
         if config.broken(super::config::LogBreakage::StaleRecentWrite) {
             machine.break_recent_writes();
         }
+        #[cfg(feature = "negative-controls")]
+        if config.broken(super::config::LogBreakage::TailWithoutCompaction) {
+            machine.break_tail_compaction();
+        }
         #[cfg(not(feature = "negative-controls"))]
         let _ = &mut machine;
         // The state reflects every slot through `applied`, so those slots are what a

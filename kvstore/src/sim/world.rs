@@ -340,7 +340,8 @@ struct World {
     /// pulls from a peer: the directory the files are written to, and how many were.
     snapshot_files: Option<(std::path::PathBuf, u64)>,
     /// Seeds 2 mod 3 write what a replica applied to its engine only now and then (a step
-    /// writes with chance 1/4), as the server writes at most every few milliseconds: the
+    /// writes with chance 1/50, so that a restart's replay and a compaction meet changes
+    /// still pending), as the server writes at most every few milliseconds: the
     /// commands answered and not yet written must survive crashes, checkpoints and views,
     /// and watch streams read them from the history's published tail.
     defer_engine_writes: bool,
@@ -798,7 +799,7 @@ impl World {
             };
             self.reply(client, request_id, reply);
         }
-        let write_now = !self.defer_engine_writes || self.rng.chance(0.25);
+        let write_now = !self.defer_engine_writes || self.rng.chance(0.02);
         if let Some(replica) = self.nodes[node].replica.as_mut() {
             // As the server: the watch streams see the step's changes at once, the engine
             // write may wait.

@@ -14,8 +14,10 @@
 //! change's engine key, so engine order is history order.
 //!
 //! Changes recorded since the last flush are held in memory; readers on other threads
-//! ([`HistoryReader`]) see only what was flushed and published with its head, so a watch
-//! never reads part of a revision.
+//! ([`HistoryReader`]) see what was flushed and published with its head, and after it the
+//! *tail*: the changes the driver published since, between two commands
+//! ([`History::publish_tail`]), so a watch never reads part of a revision and need not wait
+//! for the engine write.
 //!
 //! Compaction at `C` drops the changes below `C` and keeps every change *at* `C`: a read or
 //! a watch from exactly `C` is allowed (as in etcd), and needs them, tombstones included
@@ -46,9 +48,10 @@ fn event_bytes(event: &Event) -> u64 {
 const DELETES_PER_FLUSH: usize = 256;
 
 /// What readers on other threads may read: the changes through `head`, from `compacted` on.
-/// The state machine publishes both when its writes reach the engine ([`History::flush_into`]
-/// and [`History::published`]), never before; and, for watch streams only, the changes
-/// applied since, a turn at a time ([`History::publish_tail`]).
+/// The state machine publishes the head when its writes reach the engine
+/// ([`History::flush_into`] and [`History::published`]), never before; the compaction point
+/// then and with the tail; and, for watch streams only, the changes applied since the last
+/// write, a turn at a time ([`History::publish_tail`]).
 #[derive(Debug, Default)]
 pub(super) struct Published {
     head: AtomicI64,
@@ -148,6 +151,9 @@ pub(super) struct History {
     pending: Vec<((Revision, u32), Event)>,
     /// How many of `pending` are published in the tail ([`Self::publish_tail`]).
     tail_from: usize,
+    /// Negative control: the tail is published without the compaction point.
+    #[cfg(feature = "negative-controls")]
+    tail_without_compaction: bool,
     /// Engine keys of compacted changes to delete at the next flush with no view pinned.
     dropped: Vec<Vec<u8>>,
     /// The position of the last change recorded (the next one at the same revision follows
@@ -191,6 +197,8 @@ impl History {
             published: Arc::new(Published::default()),
             pending: Vec::new(),
             tail_from: 0,
+            #[cfg(feature = "negative-controls")]
+            tail_without_compaction: false,
             dropped: Vec::new(),
             last: (0, 0),
             compacted,
@@ -226,6 +234,8 @@ impl History {
             published: Arc::new(Published::default()),
             pending: Vec::new(),
             tail_from: 0,
+            #[cfg(feature = "negative-controls")]
+            tail_without_compaction: false,
             dropped: Vec::new(),
             last: recorded.last,
             compacted: recorded.compacted,
@@ -271,6 +281,8 @@ impl History {
             published: Arc::new(published),
             pending: self.pending.clone(),
             tail_from: 0,
+            #[cfg(feature = "negative-controls")]
+            tail_without_compaction: self.tail_without_compaction,
             dropped: self.dropped.clone(),
             last: self.last,
             compacted: self.compacted,
@@ -308,7 +320,13 @@ impl History {
         // The compaction point too, before the head: a compaction drops pending changes
         // that will never reach the engine, so a reader must refuse what is below it from
         // the moment the tail moves past it.
-        self.published.compacted.store(self.compacted, Ordering::Release);
+        #[cfg(feature = "negative-controls")]
+        let with_compaction = !self.tail_without_compaction;
+        #[cfg(not(feature = "negative-controls"))]
+        let with_compaction = true;
+        if with_compaction {
+            self.published.compacted.store(self.compacted, Ordering::Release);
+        }
         let fresh = &self.pending[self.tail_from.min(self.pending.len())..];
         if fresh.is_empty() && self.published.tail_head.load(Ordering::Acquire) == self.head {
             return;
@@ -349,6 +367,13 @@ impl History {
     /// The batch of [`Self::flush_into`] is in the engine: readers may read through the head.
     pub(super) fn published(&self) {
         self.publish();
+    }
+
+    /// Negative control: [`Self::publish_tail`] leaves the compaction point behind, so a
+    /// reader reads on past changes a compaction dropped before they reached the engine.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn break_tail_compaction(&mut self) {
+        self.tail_without_compaction = true;
     }
 
     /// Writes what is pending straight to the engine and publishes it (tests).
@@ -515,7 +540,7 @@ impl History {
         self.bytes
     }
 
-    /// The store revision after a command (published to readers at the next flush).
+    /// The store revision after a command (published to readers with the next tail or flush).
     pub(super) fn set_head(&mut self, revision: Revision) {
         self.head = revision;
     }
@@ -601,7 +626,7 @@ pub enum HistoryRead {
 /// A read-only handle on a state machine's history for watch streams, which may run on
 /// other threads than the one applying commands. It follows the history as it grows and is
 /// compacted, through what the state machine published (its writes that reached the
-/// engine); after a snapshot is installed the state machine has a new history, and its
+/// engine, then the tail of changes published since); after a snapshot is installed the state machine has a new history, and its
 /// driver takes a new reader ([`crate::StateMachine::history_reader`]).
 #[derive(Clone)]
 pub struct HistoryReader {
@@ -798,7 +823,7 @@ mod tests {
         assert_eq!(reader.read(2, 100), HistoryRead::Events { events: reader_events(&h, 2, 5), through: 5 });
         assert_eq!(reader.read(6, 100), HistoryRead::Events { events: Vec::new(), through: 5 });
         h.set_head(6);
-        assert_eq!(reader.read(6, 100), HistoryRead::Events { events: Vec::new(), through: 5 }, "not flushed yet");
+        assert_eq!(reader.read(6, 100), HistoryRead::Events { events: Vec::new(), through: 5 }, "not published yet");
         h.flush();
         let HistoryRead::Events { events, through } = reader.read(6, 100) else { panic!("compacted") };
         assert_eq!((events.len(), through), (2, 6));
@@ -842,6 +867,50 @@ mod tests {
         h.set_head(8);
         h.publish_tail();
         assert_eq!(revisions(reader.read(6, 100)), (vec![6, 6, 7, 8], 8));
+    }
+
+    /// A reader on another thread, while the writer records, publishes tails and flushes
+    /// at random: every read continues the last one, without a gap or a repeat, and never
+    /// cuts a revision (revisions divisible by 3 have two changes).
+    #[test]
+    fn a_reader_racing_tails_and_flushes_sees_every_change_once_and_whole() {
+        const LAST: Revision = 20_000;
+        let changes_at = |r: Revision| if r % 3 == 0 { 2 } else { 1 };
+        let mut h = History::in_memory();
+        let reader = h.reader();
+        let writer = std::thread::spawn(move || {
+            let mut rng = leasekv_lease::rng::SplitMix64::new(7);
+            for r in 2..=LAST {
+                for k in 0..changes_at(r) {
+                    h.put(kv(&format!("k{k}"), "v", r, r, 1), None);
+                }
+                h.set_head(r);
+                if rng.chance(0.7) {
+                    h.publish_tail();
+                }
+                if rng.chance(0.05) {
+                    h.flush();
+                }
+            }
+            h.flush();
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut from = 2;
+        while from <= LAST && std::time::Instant::now() < deadline {
+            let (events, through) = match reader.read(from, 3) {
+                HistoryRead::Events { events, through } => (events, through),
+                HistoryRead::Compacted(c) => panic!("compacted at {c}"),
+            };
+            let mut expected = Vec::new();
+            for r in from..=through {
+                expected.extend(std::iter::repeat_n(r, changes_at(r)));
+            }
+            let got: Vec<Revision> = events.iter().map(Event::revision).collect();
+            assert_eq!(got, expected, "a read from {from} through {through}");
+            from = through + 1;
+        }
+        writer.join().expect("the writer");
+        assert_eq!(from, LAST + 1, "the reader did not reach the end in time");
     }
 
     /// A compaction drops changes that are still pending: the next publication must hold

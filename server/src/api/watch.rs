@@ -178,7 +178,7 @@ impl StreamTask {
                         let head = match &request.request_union {
                             // A watch created now starts after every write this node already
                             // answered, as etcd's does: the node loop answers a turn's writes
-                            // before their engine write, which the feed publishes right after.
+                            // before it publishes their changes, which the feed follows right after.
                             Some(RequestUnion::CreateRequest(_)) => {
                                 head_reaching(&mut feed, &mut published, self.shared.node.revision()).await
                             }

@@ -92,12 +92,15 @@ impl StateMachine {
         let published = std::sync::Arc::clone(self.history.published_state());
         published.begin_write();
         let written = self.engine.write(batch);
+        if written.is_ok() {
+            self.auth_changed = false;
+            self.applied = applied;
+            self.history.published();
+        }
+        // After the head is published: a view that waits for this batch (`settle`) then
+        // reads its changes through the head, to undo those after its revision.
         published.end_write();
-        written?;
-        self.auth_changed = false;
-        self.applied = applied;
-        self.history.published();
-        Ok(())
+        written
     }
 
     /// Publishes the changes applied since the last call, or the last flush, to the
@@ -162,6 +165,12 @@ impl StateMachine {
     #[cfg(feature = "negative-controls")]
     pub fn break_recent_writes(&mut self) {
         self.keys.break_recent_writes();
+    }
+
+    /// Negative control: the history's published tail leaves the compaction point behind.
+    #[cfg(feature = "negative-controls")]
+    pub fn break_tail_compaction(&mut self) {
+        self.history.break_tail_compaction();
     }
 
     /// The state `engine` holds, with the log slot it reflects; `None` if the engine holds
