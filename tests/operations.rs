@@ -245,6 +245,19 @@ fn etcdctl(endpoints: &str, args: &[&str]) -> Option<String> {
     Some(succeeded(&run(etcdctl.to_str().unwrap(), &all), &format!("etcdctl {}", args.join(" "))))
 }
 
+/// Asks `/health` (with `query`) until it answers `status`, for up to 5 s: the status and body.
+async fn health_reaching(endpoint: &str, query: &str, status: u16) -> (u16, String) {
+    eventually(Duration::from_secs(5), || async {
+        let (got, body) = health(endpoint, query);
+        if got == status {
+            Ok((got, body))
+        } else {
+            Err(format!("{got}: {body}"))
+        }
+    })
+    .await
+}
+
 #[test]
 fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
     let cluster = Cluster::start_with("paxoslease", "[storage]\nquota_bytes = 200000\n");
@@ -276,28 +289,12 @@ fn over_its_quota_the_store_refuses_writes_until_space_is_freed_and_the_alarm_di
         }
         // Health probes see the alarm, as etcd's /health does, unless they exclude it.
         // The member probed may apply the alarm a moment after the one that listed it.
-        let (status, body) = eventually(Duration::from_secs(5), || async {
-            let (status, body) = health(&endpoint, "");
-            if status == 503 {
-                Ok((status, body))
-            } else {
-                Err(format!("{status}: {body}"))
-            }
-        })
-        .await;
+        let (status, body) = health_reaching(&endpoint, "", 503).await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("ALARM NOSPACE"), "{body}");
         // Healthy once the alarm is excluded; eventually, as above: on a loaded machine the
         // probe may meet a moment without a known master (`RAFT NO LEADER`), as CI saw once.
-        let (status, body) = eventually(Duration::from_secs(5), || async {
-            let (status, body) = health(&endpoint, "?exclude=NOSPACE");
-            if status == 200 {
-                Ok((status, body))
-            } else {
-                Err(format!("{status}: {body}"))
-            }
-        })
-        .await;
+        let (status, body) = health_reaching(&endpoint, "?exclude=NOSPACE", 200).await;
         assert_eq!(status, 200, "{body}");
         // Reads and deletes go on; a small write is refused while the alarm is raised.
         assert_eq!(c.get(acked[0].clone(), GetOptions::default()).await.expect("a read").kvs[0].value, value);

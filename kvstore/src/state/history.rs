@@ -797,12 +797,7 @@ mod tests {
         h.put(kv("c", "1", 5, 5, 1), None);
         h.set_head(5);
         h.flush();
-        let revs = |from, max| match h.reader().read(from, max) {
-            HistoryRead::Events { events, through } => {
-                (events.iter().map(|e| e.revision()).collect::<Vec<_>>(), through)
-            }
-            HistoryRead::Compacted(c) => panic!("compacted at {c}"),
-        };
+        let revs = |from, max| revisions(h.reader().read(from, max));
         assert_eq!(revs(3, 100), (vec![3, 4, 5, 5], 5));
         assert_eq!(revs(3, 1), (vec![3], 3));
         // Revision 5 has two changes: a batch that reaches it takes both.
@@ -897,15 +892,11 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let mut from = 2;
         while from <= LAST && std::time::Instant::now() < deadline {
-            let (events, through) = match reader.read(from, 3) {
-                HistoryRead::Events { events, through } => (events, through),
-                HistoryRead::Compacted(c) => panic!("compacted at {c}"),
-            };
+            let (got, through) = revisions(reader.read(from, 3));
             let mut expected = Vec::new();
             for r in from..=through {
                 expected.extend(std::iter::repeat_n(r, changes_at(r)));
             }
-            let got: Vec<Revision> = events.iter().map(Event::revision).collect();
             assert_eq!(got, expected, "a read from {from} through {through}");
             from = through + 1;
         }
