@@ -12,7 +12,7 @@
 use super::support;
 use crate::command::{Command, PutRequest, RangeRequest};
 use crate::limits::Limits;
-use crate::log::{LogMessage, ReadConsistency, Replica, ReplicaConfig};
+use crate::log::{LogBallot, LogMessage, ReadConsistency, Replica, ReplicaConfig};
 use crate::state::StateMachine;
 use crate::storage::MemoryStorage;
 use crate::types::KeyRange;
@@ -185,4 +185,25 @@ fn corpus_and_mutations() {
     seeds.extend(honest_messages().iter().map(|m| postcard::to_allocvec(m).expect("encodes")));
     let delivery = (0usize..3, 1u32..=3, support::mutated(seeds, &[]));
     proptest!(support::config(1000), |(deliveries in proptest::collection::vec(delivery, 1..6))| run(deliveries));
+}
+
+/// Found by `corpus_and_mutations` in CI: a peer's ballot of round `u64::MAX` made the next
+/// takeover's ballot overflow. Such ballots are now dropped on arrival, and the highest
+/// plausible round still leaves room above it.
+#[test]
+fn ballot_rounds_at_the_top_of_the_range() {
+    for round in [u64::MAX, LogBallot::MAX_ROUND + 1, LogBallot::MAX_ROUND] {
+        for node in [NodeId(1), NodeId(3), NodeId(u32::MAX)] {
+            let ballot = LogBallot { round, node };
+            let messages = [
+                LogMessage::Commit { ballot, commit: 1 },
+                LogMessage::Prepare { ballot, from: 1 },
+                LogMessage::Reject { ballot: LogBallot::ZERO, promised: ballot },
+            ];
+            for message in messages {
+                let bytes = postcard::to_allocvec(&message).expect("encodes");
+                run(vec![(0, 2, bytes.clone()), (1, 2, bytes)]);
+            }
+        }
+    }
 }

@@ -48,9 +48,12 @@ impl Acceptor {
         }
     }
 
-    /// A ballot of node `me` above every ballot this acceptor promised or heard of.
-    pub(super) fn next_ballot(&self, me: NodeId) -> LogBallot {
-        LogBallot { round: self.highest_seen.round.max(self.promised.round) + 1, node: me }
+    /// A ballot of node `me` above every ballot this acceptor promised or heard of; `None`
+    /// once the rounds are used up (only a corrupted store could get there: peers' ballots
+    /// above [`LogBallot::MAX_ROUND`] are dropped on arrival).
+    pub(super) fn next_ballot(&self, me: NodeId) -> Option<LogBallot> {
+        let round = self.highest_seen.round.max(self.promised.round).checked_add(1)?;
+        Some(LogBallot { round, node: me })
     }
 
     /// Raises the promise to `ballot` (writing it to `storage`) if it is at least the

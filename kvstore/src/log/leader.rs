@@ -207,7 +207,7 @@ impl Role {
 }
 
 impl<S: Storage> Replica<S> {
-    fn next_ballot(&self) -> LogBallot {
+    fn next_ballot(&self) -> Option<LogBallot> {
         self.acceptor.next_ballot(self.me)
     }
 
@@ -248,7 +248,10 @@ impl<S: Storage> Replica<S> {
             tracing::warn!(node = %self.me, "not a voter of the configuration in force; not taking over the log");
             return;
         }
-        let ballot = self.next_ballot();
+        let Some(ballot) = self.next_ballot() else {
+            tracing::error!(node = %self.me, "no log ballot left above the highest promised; not taking over the log");
+            return;
+        };
         // Promise our own ballot durably before anyone hears of it: a node that crashed
         // before this sync would otherwise compute the same ballot after restarting and
         // could propose two values in one ballot.

@@ -83,3 +83,19 @@ pub enum LogMessage {
         data: Vec<u8>,
     },
 }
+
+impl LogMessage {
+    /// Whether every ballot the message carries is one a peer could have sent
+    /// ([`LogBallot::is_plausible`]).
+    pub fn ballots_plausible(&self) -> bool {
+        match self {
+            LogMessage::Prepare { ballot, .. }
+            | LogMessage::Promise { ballot, .. }
+            | LogMessage::Accept { ballot, .. }
+            | LogMessage::Accepted { ballot, .. }
+            | LogMessage::Commit { ballot, .. } => ballot.is_plausible(),
+            LogMessage::Reject { ballot, promised } => ballot.is_plausible() && promised.is_plausible(),
+            LogMessage::Fetch { .. } | LogMessage::Entries { .. } | LogMessage::Snapshot { .. } => true,
+        }
+    }
+}

@@ -480,6 +480,10 @@ impl<S: Storage> Replica<S> {
         if self.stopped.is_some() || self.removed().is_some() {
             return;
         }
+        if !message.ballots_plausible() {
+            tracing::warn!(node = %self.me, peer = %from, "dropped a log message whose ballot round is beyond any real one");
+            return;
+        }
         self.check_mastership(now);
         self.dispatch(now, from, message);
         self.drain_local(now);

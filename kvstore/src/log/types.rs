@@ -21,6 +21,17 @@ pub struct LogBallot {
 impl LogBallot {
     /// The ballot below every real one (nothing promised yet).
     pub const ZERO: LogBallot = LogBallot { round: 0, node: NodeId(0) };
+
+    /// The highest round a replica takes from a peer. A cluster takes over its log once per
+    /// master change, so no honest round comes near it; a message above it is malformed and
+    /// dropped (as if lost, which Paxos tolerates) rather than promised, since a promise of
+    /// `u64::MAX` would leave no higher ballot for any later master.
+    pub const MAX_ROUND: u64 = u64::MAX / 2;
+
+    /// Whether a peer may have sent this ballot (its round is at most [`Self::MAX_ROUND`]).
+    pub fn is_plausible(self) -> bool {
+        self.round <= Self::MAX_ROUND
+    }
 }
 
 /// Names one client command wherever it travels, so that the node that took the request
