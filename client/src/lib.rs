@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod endpoint;
+pub mod errors;
 pub mod outcome;
 pub mod recipes;
 pub mod tls;
@@ -19,6 +20,7 @@ pub mod watch;
 
 pub use client::{prefix_range_end, Client, ClientError, Conn, Credentials, GetOptions, KeepAliveStream, RetryPolicy};
 pub use endpoint::{normalize_endpoint, parse_endpoint_list, EndpointError};
+pub use errors::EtcdError;
 pub use outcome::{indeterminate_write, is_indeterminate, INDETERMINATE_WRITE};
 pub use recipes::Session;
 pub use tls::{ClientTls, TlsOptionError};

@@ -9,6 +9,7 @@
 //! grant twice, so the client leaves the decision to its caller (a plain put can simply be
 //! repeated).
 
+use crate::errors::EtcdError;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
@@ -36,11 +37,18 @@ pub fn is_indeterminate(status: &Status) -> bool {
 }
 
 /// Whether another endpoint (or the same one later) may succeed where this one failed, and
-/// trying again cannot do anything twice: UNAVAILABLE, except a write that may have been
-/// applied (as etcd's clients, which retry a mutation only when it cannot have reached the
-/// leader).
+/// trying again cannot do anything twice: one of etcd's errors that say nothing was done
+/// ([`EtcdError::is_transient_unavailability`]), or an UNAVAILABLE that is not etcd's (the
+/// transport's: refused, reset); never a write that may have been applied (as etcd's
+/// clients, which retry a mutation only when it cannot have reached the leader).
 pub(crate) fn is_retryable(status: &Status) -> bool {
-    status.code() == Code::Unavailable && !is_indeterminate(status)
+    if is_indeterminate(status) {
+        return false;
+    }
+    match EtcdError::of(status) {
+        Some(error) => error.is_transient_unavailability(),
+        None => status.code() == Code::Unavailable,
+    }
 }
 
 #[cfg(test)]
@@ -54,6 +62,10 @@ mod tests {
         assert!(!is_retryable(&indeterminate_write()), "a write that may have been applied");
         assert!(!is_retryable(&Status::not_found("lease")));
         assert!(!is_retryable(&Status::deadline_exceeded("slow")));
+        assert!(!is_retryable(&Status::unavailable(INDETERMINATE_WRITE)), "etcd's own: may have been applied");
+        assert!(!is_retryable(&Status::unavailable("etcdserver: request timed out")));
+        assert!(!is_retryable(&Status::resource_exhausted("etcdserver: too many requests")));
+        assert!(is_retryable(&Status::unavailable("etcdserver: leader changed")));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod lessor;
 pub mod limits;
 pub mod log;
 pub mod membership;
+pub mod node;
 pub mod sim;
 pub mod state;
 pub mod storage;

@@ -6,7 +6,7 @@
 //! and the per-step checks that do not depend on timing.
 
 use crate::error::KvError;
-use leasekv_lease::NodeId;
+use leasekv_lease::{Configuration, Members, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -178,9 +178,16 @@ impl Membership {
         self.removed.contains(&id)
     }
 
-    /// How many voters make a majority.
+    /// This configuration as quorums count it: epoch, voters, learners. The election is
+    /// handed this, and the log counts its own majorities with the same rule.
+    pub fn configuration(&self) -> Configuration {
+        Configuration::new(self.epoch, &self.voters(), &self.learners())
+    }
+
+    /// How many voters make a majority ([`Members::majority_of`], the rule every quorum of
+    /// the log and the election uses).
     pub fn quorum(&self) -> usize {
-        self.members.values().filter(|m| !m.learner).count() / 2 + 1
+        Members::majority_of(self.members.values().filter(|m| !m.learner).count())
     }
 
     /// Whether the voters among `acks` make a majority (learners and strangers never count).

@@ -3,7 +3,7 @@
 //! oracle checks), and every negative control, each of which its oracle must catch.
 
 use leasekv_kvstore::log::LogBreakage;
-use leasekv_kvstore::sim::{run_seed, run_seeds, KvSimConfig};
+use leasekv_kvstore::sim::{run_seed, run_seeds, KvSimConfig, ViolationKind};
 use leasekv_kvstore::watch::WatchBreakage;
 use leasekv_lease::BackendKind;
 
@@ -82,21 +82,21 @@ fn membership_changes_keep_every_promise_with_the_lease_tracker() {
 
 #[test]
 fn a_learner_counted_in_the_log_is_caught_as_lost_acknowledged_writes() {
-    caught_by(LogBreakage::LearnerCounted, "acked-write-lost", 3, 100);
+    caught_by(LogBreakage::LearnerCounted, ViolationKind::AckedWriteLost, 3, 100);
 }
 
 #[test]
 fn an_election_switched_before_the_change_is_chosen_is_caught() {
-    caught_by(LogBreakage::EarlySwitch, "election-ahead-of-log", 3, 20);
+    caught_by(LogBreakage::EarlySwitch, ViolationKind::ElectionAheadOfLog, 3, 20);
 }
 
 #[test]
 fn two_voters_added_at_once_are_caught() {
-    caught_by(LogBreakage::TwoVotersAtOnce, "masters-overlap", 3, 400);
+    caught_by(LogBreakage::TwoVotersAtOnce, ViolationKind::MastersOverlap, 3, 400);
 }
 
 /// Runs seeds until the control is caught by `oracle`; fails if it never is.
-fn caught_by(breakage: LogBreakage, oracle: &str, nodes: usize, max_seeds: u64) {
+fn caught_by(breakage: LogBreakage, oracle: ViolationKind, nodes: usize, max_seeds: u64) {
     let config = KvSimConfig::new(nodes, 1000, 0.05, 0.01).with_breakage(breakage);
     for seed in 0..max_seeds {
         let report = run_seed(&config, seed);
@@ -109,7 +109,7 @@ fn caught_by(breakage: LogBreakage, oracle: &str, nodes: usize, max_seeds: u64) 
 
 #[test]
 fn a_log_dropped_before_the_state_is_synced_is_caught() {
-    caught_by(LogBreakage::LogDroppedBeforeStateSynced, "state-behind-log", 3, 100);
+    caught_by(LogBreakage::LogDroppedBeforeStateSynced, ViolationKind::StateBehindLog, 3, 100);
 }
 
 /// The driver may leave applied commands unwritten to the engine for a while (the server for
@@ -117,7 +117,7 @@ fn a_log_dropped_before_the_state_is_synced_is_caught() {
 /// that syncs the engine without writing them first drops the only log that holds them.
 #[test]
 fn a_checkpoint_before_the_applied_commands_are_written_is_caught() {
-    caught_by(LogBreakage::CheckpointBeforeFlush, "state-behind-log", 3, 100);
+    caught_by(LogBreakage::CheckpointBeforeFlush, ViolationKind::StateBehindLog, 3, 100);
 }
 
 /// Watch streams read changes not yet in the engine from the history's published tail; a
@@ -125,12 +125,12 @@ fn a_checkpoint_before_the_applied_commands_are_written_is_caught() {
 /// past them (caught first at seed 2003 with 5 nodes, before this control existed).
 #[test]
 fn a_tail_published_without_the_compaction_point_is_caught() {
-    caught_by(LogBreakage::TailWithoutCompaction, "watch-sequence", 3, 300);
+    caught_by(LogBreakage::TailWithoutCompaction, ViolationKind::WatchSequence, 3, 300);
 }
 
 #[test]
 fn an_applied_point_written_before_its_state_is_caught() {
-    caught_by(LogBreakage::AppliedBeforeState, "no-convergence", 3, 100);
+    caught_by(LogBreakage::AppliedBeforeState, ViolationKind::NoConvergence, 3, 100);
 }
 
 /// The cache of recent writes must hold only what the engine holds: one that keeps a key's
@@ -138,7 +138,7 @@ fn an_applied_point_written_before_its_state_is_caught() {
 /// restarts and installs) disagree.
 #[test]
 fn a_stale_recent_write_is_caught() {
-    caught_by(LogBreakage::StaleRecentWrite, "replicas-diverge", 3, 20);
+    caught_by(LogBreakage::StaleRecentWrite, ViolationKind::ReplicasDiverge, 3, 20);
 }
 
 /// A snapshot from a peer is installed into a staged engine and adopted only once its whole
@@ -146,27 +146,27 @@ fn a_stale_recent_write_is_caught() {
 /// with a state unlike the others'.
 #[test]
 fn a_staged_snapshot_adopted_after_a_failed_install_is_caught() {
-    caught_by(LogBreakage::StagedCutShort, "replicas-diverge", 3, 100);
+    caught_by(LogBreakage::StagedCutShort, ViolationKind::ReplicasDiverge, 3, 100);
 }
 
 #[test]
 fn follower_reads_are_caught_by_the_linearizability_checker() {
-    caught_by(LogBreakage::FollowerReads, "linearizability", 5, 50);
+    caught_by(LogBreakage::FollowerReads, ViolationKind::Linearizability, 5, 50);
 }
 
 #[test]
 fn early_ack_is_caught_as_lost_acknowledged_writes() {
-    caught_by(LogBreakage::EarlyAck, "acked-write-lost", 3, 50);
+    caught_by(LogBreakage::EarlyAck, ViolationKind::AckedWriteLost, 3, 50);
 }
 
 #[test]
 fn skipping_phase1_is_caught_as_diverging_replicas() {
-    caught_by(LogBreakage::SkipPhase1, "replicas-diverge", 3, 50);
+    caught_by(LogBreakage::SkipPhase1, ViolationKind::ReplicasDiverge, 3, 50);
 }
 
 #[test]
 fn deposed_expiry_is_caught_by_the_lease_oracle() {
-    caught_by(LogBreakage::DeposedExpiry, "lease-expired-early", 3, 100);
+    caught_by(LogBreakage::DeposedExpiry, ViolationKind::LeaseExpiredEarly, 3, 100);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn a_seed_replays_exactly() {
 }
 
 /// Runs seeds until the watch control is caught by `oracle`; fails if it never is.
-fn watch_control_caught_by(breakage: WatchBreakage, oracle: &str, max_seeds: u64) {
+fn watch_control_caught_by(breakage: WatchBreakage, oracle: ViolationKind, max_seeds: u64) {
     let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_watch_breakage(breakage);
     for seed in 0..max_seeds {
         let report = run_seed(&config, seed);
@@ -193,25 +193,25 @@ fn watch_control_caught_by(breakage: WatchBreakage, oracle: &str, max_seeds: u64
 
 #[test]
 fn a_revision_split_across_responses_is_caught() {
-    watch_control_caught_by(WatchBreakage::SplitRevision, "watch-sequence", 20);
+    watch_control_caught_by(WatchBreakage::SplitRevision, ViolationKind::WatchSequence, 20);
 }
 
 #[test]
 fn progress_while_a_watcher_is_behind_is_caught() {
-    watch_control_caught_by(WatchBreakage::ProgressWhileUnsynced, "watch-bookmark", 20);
+    watch_control_caught_by(WatchBreakage::ProgressWhileUnsynced, ViolationKind::WatchBookmark, 20);
 }
 
 #[test]
 fn resuming_at_the_last_revision_is_caught_as_a_duplicate() {
-    watch_control_caught_by(WatchBreakage::ResumeAtLast, "watch-sequence", 20);
+    watch_control_caught_by(WatchBreakage::ResumeAtLast, ViolationKind::WatchSequence, 20);
 }
 
 #[test]
 fn an_event_dropped_on_a_full_buffer_is_caught_as_a_gap() {
-    watch_control_caught_by(WatchBreakage::DropWhenFull, "watch-sequence", 20);
+    watch_control_caught_by(WatchBreakage::DropWhenFull, ViolationKind::WatchSequence, 20);
 }
 
 #[test]
 fn prev_kv_from_the_current_value_is_caught() {
-    watch_control_caught_by(WatchBreakage::PrevKvFromCurrent, "watch-prevkv", 20);
+    watch_control_caught_by(WatchBreakage::PrevKvFromCurrent, ViolationKind::WatchPrevKv, 20);
 }

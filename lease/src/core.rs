@@ -107,7 +107,7 @@ pub trait ElectionCore: Send + 'static {
     ///
     /// A core built from a plain peer list starts at configuration epoch 0 with every given
     /// node a voter, so a cluster whose membership never changes need not call this.
-    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]);
+    fn set_configuration(&mut self, now: Instant, configuration: &crate::members::Configuration);
     /// Rule 5 of docs/membership.md: `Some((epoch, at))` once this node, as master, completed
     /// a lease round at configuration `epoch` answered by a majority of that configuration's
     /// voters; `at` is the instant (this node's clock) after which the next configuration

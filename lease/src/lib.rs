@@ -38,6 +38,6 @@ pub use config::{Breakage, ConfigError, LeaseConfig};
 pub use core::{ElectionCore, Envelope, LeadershipChange, LossReason, Mastership, Output};
 pub use epoch::{EpochStore, MemoryEpochStore, RestartEpoch};
 pub use ids::{NodeId, ResourceId};
-pub use members::Members;
+pub use members::{Configuration, Members};
 pub use message::ElectionMessage;
 pub use time::Instant;

@@ -70,6 +70,47 @@ impl Members {
     }
 }
 
+/// One configuration of the cluster as every quorum counts it: its epoch, the voters whose
+/// majority decides, and the learners that follow without voting. The replicated log
+/// derives it from its membership (with member names and URLs) and hands it to the
+/// election, so both count majorities with one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configuration {
+    /// Raised by every configuration change the log chooses (0: the initial one).
+    pub epoch: u64,
+    /// The members whose majority every quorum needs.
+    pub voters: Members,
+    /// Members that receive everything and vote in nothing (never also voters).
+    pub learners: Members,
+}
+
+impl Configuration {
+    /// Configuration `epoch` of `voters` and `learners` (a node in both is a voter).
+    pub fn new(epoch: u64, voters: &[NodeId], learners: &[NodeId]) -> Self {
+        let voters = Members::from_ids(voters);
+        let learners: Vec<NodeId> = learners.iter().copied().filter(|l| !voters.contains(*l)).collect();
+        Configuration { epoch, voters, learners: Members::from_ids(&learners) }
+    }
+
+    /// How many voters make a majority.
+    pub fn majority(&self) -> usize {
+        self.voters.majority()
+    }
+
+    /// Whether `node` votes in this configuration.
+    pub fn is_voter(&self, node: NodeId) -> bool {
+        self.voters.contains(node)
+    }
+
+    /// Whether the voters among `acks` make a majority (learners and strangers never count).
+    pub fn is_quorum<'a>(&self, acks: impl IntoIterator<Item = &'a NodeId>) -> bool {
+        let mut counted: Vec<NodeId> = acks.into_iter().copied().filter(|id| self.is_voter(*id)).collect();
+        counted.sort();
+        counted.dedup();
+        counted.len() >= self.majority()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

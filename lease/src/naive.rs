@@ -265,7 +265,8 @@ impl ElectionCore for NaiveMajorityElection {
 
     /// The deliberately unsafe baseline just asks the new voters from then on: it has no
     /// epochs, so nothing stops an old majority granting meanwhile.
-    fn set_configuration(&mut self, _now: Instant, epoch: u64, voters: &[NodeId], _learners: &[NodeId]) {
+    fn set_configuration(&mut self, _now: Instant, configuration: &crate::members::Configuration) {
+        let (epoch, voters) = (configuration.epoch, configuration.voters.as_slice());
         if epoch < self.conf_epoch {
             return;
         }

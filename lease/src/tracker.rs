@@ -365,7 +365,9 @@ impl ElectionCore for LeaseTrackerElection {
 
     /// Candidates come and go with the configuration; the tracker node stays (a change that
     /// removes it is refused by the server: see the module of this type).
-    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
+    fn set_configuration(&mut self, now: Instant, configuration: &crate::members::Configuration) {
+        let (epoch, voters, learners) =
+            (configuration.epoch, configuration.voters.as_slice(), configuration.learners.as_slice());
         if epoch < self.conf_epoch {
             return;
         }
@@ -428,6 +430,7 @@ impl ElectionCore for LeaseTrackerElection {
 mod tests {
     use super::*;
     use crate::core::ElectionCore;
+    use crate::members::Configuration;
 
     /// Delivers every message between the cores at `now` until none is left (bounded).
     fn exchange(cores: &mut [LeaseTrackerElection], now: Instant) -> Vec<(NodeId, LeadershipChange)> {
@@ -499,11 +502,11 @@ mod tests {
         assert_eq!(n2.change_allowed_after(), Some((0, now)));
         // A learner does not ask.
         let later = now.saturating_add(Duration::from_millis(5));
-        n2.set_configuration(later, 1, &[NodeId(1), NodeId(3), NodeId(4)], &[NodeId(2)]);
+        n2.set_configuration(later, &Configuration::new(1, &[NodeId(1), NodeId(3), NodeId(4)], &[NodeId(2)]));
         assert_eq!(n2.poll_timeout(), None);
         assert_eq!(n2.change_allowed_after(), Some((1, later)), "the tracker's safety needs no wait");
         // Promoted: asks again.
-        n2.set_configuration(later, 2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]);
+        n2.set_configuration(later, &Configuration::new(2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]));
         let _ = n2.take_output();
         let ask = n2.poll_timeout().expect("a voter asks");
         n2.handle_timeout(ask);
@@ -513,10 +516,10 @@ mod tests {
         ));
         // The tracker node removed (the server refuses that, but the core is safe anyway):
         // nobody asks any more.
-        n2.set_configuration(later, 3, &[NodeId(2), NodeId(3), NodeId(4)], &[]);
+        n2.set_configuration(later, &Configuration::new(3, &[NodeId(2), NodeId(3), NodeId(4)], &[]));
         assert_eq!(n2.poll_timeout(), None);
         // A stale configuration is ignored.
-        n2.set_configuration(later, 2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]);
+        n2.set_configuration(later, &Configuration::new(2, &[NodeId(1), NodeId(2), NodeId(3), NodeId(4)], &[]));
         assert_eq!(n2.poll_timeout(), None);
     }
 }

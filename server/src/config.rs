@@ -30,6 +30,7 @@
 //! # max_client_connections = 10000  # on the client port; more are closed at once
 //! # max_concurrent_streams = 1000   # HTTP/2 streams per client connection
 //! # max_watchers_per_stream = 10000
+//! # max_queued_requests = 10000     # waiting for the node; more get "too many requests"
 //!
 //! [storage]
 //! # quota_bytes = 2147483648       # etcd's --quota-backend-bytes; writes past it are refused
@@ -255,17 +256,23 @@ pub struct ClientLimits {
     pub max_concurrent_streams: u32,
     /// Most watchers on one Watch stream; a create beyond it is cancelled with a reason.
     pub max_watchers_per_stream: usize,
+    /// Most client requests waiting for the node loop; one that finds the queue full is
+    /// refused at once with etcd's `etcdserver: too many requests` (RESOURCE_EXHAUSTED),
+    /// rather than waiting behind the others. Peer traffic has a queue of its own.
+    pub max_queued_requests: usize,
 }
 
 impl ClientLimits {
     /// The defaults: etcd's 1.5 MiB request limit, 10,000 connections, 1,000 streams per
     /// connection (etcd's `math.MaxUint32` lets one connection hold unbounded server
-    /// work), 10,000 watchers per stream.
+    /// work), 10,000 watchers per stream, 10,000 queued requests (etcd refuses proposals
+    /// once 5,000 are committed and not applied; a queue of 10,000 is about 50 ms of work).
     pub const DEFAULT: ClientLimits = ClientLimits {
         max_request_bytes: 1536 * 1024,
         max_client_connections: 10_000,
         max_concurrent_streams: 1000,
         max_watchers_per_stream: 10_000,
+        max_queued_requests: 10_000,
     };
 
     /// What a gRPC message may exceed `max_request_bytes` by before it is refused unread:

@@ -109,7 +109,10 @@ async fn ask(addr: &str, revision: Revision) -> Option<MemberHash> {
         match client.hash_kv(revision).await {
             // HashKV says -1 for "never compacted", as etcd's does; the store says 0.
             Ok(answer) => return Some((answer.hash, answer.compact_revision.max(0))),
-            Err(e) if e.to_string().contains("future revision") && tokio::time::Instant::now() < deadline => {
+            Err(e)
+                if e.etcd_error() == Some(leasekv_client::EtcdError::FutureRevision)
+                    && tokio::time::Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(_) => return None,

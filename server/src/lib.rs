@@ -7,7 +7,6 @@
 //! - [`compactor`]: auto-compaction of the MVCC history, proposed by the master.
 //! - [`corrupt_check`]: the master's periodic comparison of the members' hashes.
 //! - [`join`]: where a node starts from: a new cluster's seed, or joining an existing one.
-//! - [`election_link`]: configuration changes to the election, its change gate back.
 //! - [`node`]: the node loop that owns the replica (log, state machine, sled).
 //! - [`forward`]: what only the master answers, and how followers hand it over.
 //! - [`history_feed`]: how watch streams follow the applied history.
@@ -26,7 +25,6 @@ pub mod compactor;
 pub mod config;
 pub mod conn_limit;
 pub mod corrupt_check;
-pub mod election_link;
 pub mod fault_injection;
 pub mod forward;
 #[cfg(test)]

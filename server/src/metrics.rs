@@ -34,6 +34,10 @@ pub struct Metrics {
     pub proposals_pending: IntGauge,
     /// Proposals that failed.
     pub proposals_failed: IntCounter,
+    /// Client requests refused because this node's queue of them was full.
+    pub client_requests_refused: IntCounter,
+    /// Peer messages dropped because the node loop's peer queue was full (the loop stalled).
+    pub peer_messages_dropped: IntCounter,
     /// How long each sync of the log took.
     pub wal_fsync: Histogram,
     /// How long each turn of the node loop took (inputs handled, outputs sent, a checkpoint
@@ -136,6 +140,14 @@ impl Metrics {
             proposals_applied: gauge("etcd_server_proposals_applied_total", "The total number of consensus proposals applied."),
             proposals_pending: gauge("etcd_server_proposals_pending", "The current number of pending proposals to commit."),
             proposals_failed: counter("etcd_server_proposals_failed_total", "The total number of failed proposals seen."),
+            client_requests_refused: counter(
+                "leasekv_client_requests_refused_total",
+                "Client requests refused with 'too many requests' because the node's client queue was full.",
+            ),
+            peer_messages_dropped: counter(
+                "leasekv_peer_messages_dropped_total",
+                "Peer messages dropped because the node loop's peer queue was full.",
+            ),
             wal_fsync,
             loop_turn,
             keys: gauge("etcd_debugging_mvcc_keys_total", "Total number of keys."),

@@ -1,29 +1,28 @@
-//! The node loop: one tokio task owns the replica (log + state machine + sled) and feeds it
-//! peer messages, client requests, the election's status and timeouts; after every batch of
-//! inputs it syncs storage if asked, sends what the replica produced and answers clients.
-//! A request only the master can answer is served here on the master and forwarded to it
-//! from anywhere else ([`crate::forward`]). Everything else talks to the loop through a
-//! [`NodeHandle`].
+//! The node loop: one tokio task owns the node (`leasekv_kvstore::node::Node`: the replica
+//! and the decisions around it) and feeds it peer messages, client requests, the election's
+//! status and timeouts; after every batch of inputs it syncs storage if asked, sends what
+//! the node produced and answers clients. What is here is I/O: channels, timers, the sync
+//! thread, the blocking tasks of checkpoints and snapshots. Everything else talks to the
+//! loop through a [`NodeHandle`].
 
-use crate::election_link::ElectionLink;
 use crate::fault_injection::{FaultInjection, NodeFaults};
-use crate::forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, Reply};
+use crate::forward::{expect_answer, ForwardId, MasterAnswer, MasterRequest, MasterResult, Reply};
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{GrowingFile, GrowingWriter, Payload};
 use crate::peer::wire::Wire;
 use leasekv_kvstore::auth::AuthStore;
 use leasekv_kvstore::log::{
-    LeaseStatus, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, StorageFailure, SyncTicket,
+    LeaseStatus, LogMessage, ReadConsistency, Replica, RequestError, StorageFailure, SyncTicket,
 };
 use leasekv_kvstore::membership::{url_address, Membership};
+use leasekv_kvstore::node::{Asker, ElectionGauges, ElectionView, ForwardMessage, Node};
 use leasekv_kvstore::state::{KvHash, StateView};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
 use leasekv_lease::backend::ElectionStatus;
 use leasekv_lease::backend::MonotonicClock;
 use leasekv_lease::{ElectionBackend, NodeId};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +92,12 @@ pub struct NodeStatus {
 /// A cheap handle to the node loop.
 #[derive(Clone)]
 pub struct NodeHandle {
+    /// Client requests: bounded by `[limits] max_queued_requests`; one that finds it full
+    /// is refused with etcd's "too many requests".
     tx: mpsc::Sender<Request>,
+    /// Peer messages and the loop's own reports: served before client requests, so that a
+    /// node saturated by clients still answers its peers (see [`NodeHandle::deliver`]).
+    peer_tx: mpsc::Sender<Request>,
     /// The store revision, published by the node loop (see [`NodeHandle::revision`]).
     revision: Arc<AtomicI64>,
     /// The log round this node knows, published by the node loop (see [`NodeHandle::term`]).
@@ -127,8 +131,15 @@ impl NodeHandle {
     /// loop may have set it going before it stopped without answering.
     async fn ask<T>(&self, write: bool, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, RequestError> {
         let (reply, answer) = oneshot::channel();
-        // Not taken: the loop had stopped, nothing was done.
-        self.tx.send(make(reply)).await.map_err(|_| RequestError::ShuttingDown)?;
+        // Not taken, nothing was done: the loop had stopped, or is saturated (etcd's
+        // admission answer; waiting instead would only grow the queue and every latency).
+        self.tx.try_send(make(reply)).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => {
+                crate::metrics::metrics().client_requests_refused.inc();
+                RequestError::Overloaded { queued: self.tx.max_capacity() }
+            }
+            mpsc::error::TrySendError::Closed(_) => RequestError::ShuttingDown,
+        })?;
         answer.await.map_err(|_| dropped_by_stopping_loop(write))
     }
 
@@ -300,10 +311,14 @@ impl NodeHandle {
         })?
     }
 
-    /// Hands a peer's message to the loop (dropped when the loop is gone or full: the
-    /// protocols recover from loss, and a forward's sender gives up after its timeout).
+    /// Hands a peer's message to the loop, on the peer queue that the loop serves before
+    /// any client request. Dropped only when the loop is gone, or stalled so long that
+    /// [`PEER_QUEUE`] messages wait: the protocols recover from loss, and a forward's
+    /// sender gives up after its timeout.
     pub fn deliver(&self, request: Request) {
-        let _ = self.tx.try_send(request);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.peer_tx.try_send(request) {
+            crate::metrics::metrics().peer_messages_dropped.inc();
+        }
     }
 }
 
@@ -335,21 +350,22 @@ pub type StorageFailed = oneshot::Receiver<String>;
 /// epoch that removed it: the node then takes part in nothing and should stop.
 pub type Removed = oneshot::Receiver<u64>;
 
-/// Starts the node loop. `link` carries configuration changes to the election and its
-/// change gate back (see [`crate::election_link`]).
+/// Starts the node loop. The election is handed every configuration the log applies
+/// ([`ElectionBackend::configure`]), and its change gate is read before a change is proposed.
 pub fn start(
     replica: Replica<SledStorage>,
     election: Arc<dyn ElectionBackend>,
-    link: Arc<ElectionLink>,
     clock: MonotonicClock,
     peers: PeerNetwork,
     faults: &FaultInjection,
+    max_queued_requests: usize,
 ) -> (NodeHandle, StorageFailed, Removed) {
     let (failed_tx, failed) = oneshot::channel();
     let (removed_tx, removed) = oneshot::channel();
     let (membership_tx, membership) = watch::channel(Arc::new(replica.membership().clone()));
     let (auth_tx, auth) = watch::channel(Arc::new(replica.state().auth().clone()));
-    let (tx, rx) = mpsc::channel(65_536);
+    let (tx, rx) = mpsc::channel(max_queued_requests.max(1));
+    let (peer_tx, peer_rx) = mpsc::channel(PEER_QUEUE);
     let status = election.subscribe();
     let scratch = replica.storage().dir().to_path_buf();
     let (disk, synced) = match start_sync_thread(replica.storage().sync_handle()) {
@@ -369,48 +385,35 @@ pub fn start(
         term: term.clone(),
         feed,
         election: election.clone(),
-        replica,
+        node: Node::new(replica),
         clock,
         peers,
-        proposals: HashMap::new(),
-        forwards: Forwards::default(),
-        known_master: None,
         disk,
         sync_in_flight: None,
         last_sync_took: Duration::ZERO,
         storage_failed: Some(failed_tx),
-        to_self: tx.clone(),
-        link,
-        seen_epoch: None,
+        to_self: peer_tx.clone(),
         membership: membership_tx,
         auth: auth_tx,
         removed: Some(removed_tx),
         engine_writes: EngineWriteDeadline::default(),
     };
-    tokio::spawn(node.run(rx, status, synced));
-    (NodeHandle { tx, revision, term, election, history, membership, auth, scratch }, failed, removed)
+    tokio::spawn(node.run(Inbox { peers: peer_rx, clients: rx }, status, synced));
+    (NodeHandle { tx, peer_tx, revision, term, election, history, membership, auth, scratch }, failed, removed)
 }
 
-/// Who waits for the answer to a master request served on this node.
-enum Asker {
-    /// A client of this node.
-    Local(Reply),
-    /// A follower that forwarded it.
-    Remote(NodeId, ForwardId),
-}
-
-impl Asker {
-    /// Hands over the answer: to the client's task, or back over the peer stream.
-    fn answer(self, peers: &PeerNetwork, result: MasterResult) {
-        match self {
-            Asker::Local(reply) => drop(reply.send(result)),
-            Asker::Remote(node, id) => peers.send(node, &Wire::Answer(id, result)),
-        }
+/// Hands an answer to whoever waits for it: the client's task, or a follower that
+/// forwarded the request (over the peer stream).
+fn answer(peers: &PeerNetwork, asker: Asker<Reply>, result: MasterResult) {
+    match asker {
+        Asker::Local(reply) => drop(reply.send(result)),
+        Asker::Remote(node, id) => peers.send(node, &Wire::Answer(id, result)),
     }
 }
 
 struct NodeLoop {
-    replica: Replica<SledStorage>,
+    /// The replica and every decision around it (sans-IO; the simulator runs it too).
+    node: Node<SledStorage, Reply>,
     /// Test-only faults (nothing in a release build).
     faults: NodeFaults,
     /// The election, for a step-down.
@@ -423,11 +426,6 @@ struct NodeLoop {
     feed: FeedPublisher,
     clock: MonotonicClock,
     peers: PeerNetwork,
-    /// Who waits for each proposal this node made as master.
-    proposals: HashMap<ProposalId, Asker>,
-    forwards: Forwards,
-    /// The master as last seen, so forwards to a deposed one are given up at once.
-    known_master: Option<NodeId>,
     /// The sync thread's queue (`None`: sync on this task).
     disk: Option<std::sync::mpsc::Sender<SyncTicket>>,
     /// The sync the disk thread is working on, and when it was handed over.
@@ -436,12 +434,9 @@ struct NodeLoop {
     last_sync_took: Duration,
     /// Told once when the storage fails.
     storage_failed: Option<oneshot::Sender<String>>,
-    /// This loop's own queue, for work it hands to blocking threads to report back on.
+    /// This loop's own (peer) queue, for work it hands to blocking threads to report back
+    /// on: never refused for clients' load.
     to_self: mpsc::Sender<Request>,
-    /// The election's side of configuration changes.
-    link: Arc<ElectionLink>,
-    /// The configuration epoch last handed to the election and the peer network.
-    seen_epoch: Option<u64>,
     /// Publishes the configuration in force to the handles.
     membership: watch::Sender<Arc<Membership>>,
     /// Publishes the auth store to the handles.
@@ -517,6 +512,28 @@ fn start_sync_thread(
 /// Most requests handled before the replica's output is flushed (one sync covers them all).
 const BATCH: usize = 4096;
 
+/// Peer messages waiting for the loop before more are dropped: the loop serves them first,
+/// so only a loop stalled for seconds fills it.
+const PEER_QUEUE: usize = 65_536;
+
+/// The loop's two queues: peer messages (and its own reports) first, then clients.
+struct Inbox {
+    peers: mpsc::Receiver<Request>,
+    clients: mpsc::Receiver<Request>,
+}
+
+impl Inbox {
+    /// The next request already waiting, a peer's before a client's.
+    fn try_next(&mut self) -> Option<Request> {
+        self.peers.try_recv().ok().or_else(|| self.clients.try_recv().ok())
+    }
+
+    /// Whether nothing waits in either queue.
+    fn is_empty(&self) -> bool {
+        self.peers.is_empty() && self.clients.is_empty()
+    }
+}
+
 async fn next_sync(synced: &mut Option<mpsc::UnboundedReceiver<Synced>>) -> Option<Synced> {
     match synced {
         Some(synced) => synced.recv().await,
@@ -534,7 +551,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 impl NodeLoop {
     async fn run(
         mut self,
-        mut rx: mpsc::Receiver<Request>,
+        mut inbox: Inbox,
         mut status: watch::Receiver<ElectionStatus>,
         mut synced: Option<mpsc::UnboundedReceiver<Synced>>,
     ) {
@@ -543,7 +560,7 @@ impl NodeLoop {
         let mut busy_until = Instant::now();
         let mut last_slow_turn_logged: Option<Instant> = None;
         loop {
-            if let Some(failure) = self.replica.storage_failure() {
+            if let Some(failure) = self.node.replica().storage_failure() {
                 if let Some(tell) = self.storage_failed.take() {
                     let _ = tell.send(failure.to_string());
                 }
@@ -559,8 +576,7 @@ impl NodeLoop {
             // Whether this turn handles exactly one input, so the loop's only sends are the
             // replica's output, which `flush` sees.
             let mut one_input = true;
-            let replica_deadline = self.replica.poll_timeout().map(|t| self.clock.to_tokio(t));
-            let forward_deadline = self.forwards.next_deadline().map(tokio::time::Instant::from_std);
+            let node_deadline = self.node.poll_timeout().map(|t| self.clock.to_tokio(t));
             // When the turn's input arrived: each branch sets it first, so the turn measured is
             // the input's handling and everything after it, the wait for an input left out.
             let turn_began: Instant;
@@ -573,31 +589,38 @@ impl NodeLoop {
                     let s = *status.borrow_and_update();
                     self.apply_status(&s);
                 }
-                request = rx.recv() => {
+                // The loop holds a sender of the peer queue itself: it never closes.
+                Some(request) = inbox.peers.recv() => {
                     turn_began = Instant::now();
-                    let Some(request) = request else { break };
                     self.handle(request);
-                    for _ in 0..BATCH {
-                        match rx.try_recv() {
-                            Ok(request) => {
-                                one_input = false;
-                                self.handle(request);
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    one_input = self.handle_waiting(&mut inbox);
                 }
-                _ = sleep_until(replica_deadline) => {
+                request = inbox.clients.recv() => {
                     turn_began = Instant::now();
+                    // Every handle is gone: the node is shutting down.
+                    let Some(request) = request else { break };
+                    // Peers' messages that arrived meanwhile go first.
+                    for _ in 0..BATCH {
+                        let Ok(message) = inbox.peers.try_recv() else { break };
+                        self.handle(message);
+                    }
+                    self.handle(request);
+                    one_input = self.handle_waiting(&mut inbox);
+                }
+                _ = sleep_until(node_deadline) => {
+                    turn_began = Instant::now();
+                    // A renewal that arrived while this branch was chosen goes in with the
+                    // timeout, and the node applies it first (`Node::handle_timeout`).
+                    let renewal = status.has_changed().unwrap_or(false).then(|| view(&status.borrow_and_update()));
                     let now = self.clock.now();
-                    self.replica.handle_timeout(now);
+                    self.node.handle_timeout(now, renewal);
                 }
                 done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
                     turn_began = Instant::now();
                     if let Some((ticket, handed_over)) = self.sync_in_flight.take() {
                         let result = done.map_or_else(|| Err(StorageError::Io("the sync thread stopped".into())), |(_, r)| r);
                         let now = self.clock.now();
-                        self.replica.finish_sync(now, ticket, result);
+                        self.node.replica_mut().finish_sync(now, ticket, result);
                         self.last_sync_took = handed_over.elapsed();
                         crate::metrics::metrics().fsync_took(self.last_sync_took);
                     }
@@ -606,20 +629,14 @@ impl NodeLoop {
                     turn_began = Instant::now();
                     // `flush` below writes what is due.
                 }
-                _ = sleep_until(forward_deadline) => {
-                    turn_began = Instant::now();
-                    let hint = self.replica.master_hint();
-                    self.forwards.expire(Instant::now(), hint);
-                }
             }
             let handled = Instant::now();
-            let woke_from_idle = one_input && rx.is_empty() && busy_until.elapsed() >= IDLE_BEFORE_SYNC_ON_LOOP;
+            let woke_from_idle = one_input && inbox.is_empty() && busy_until.elapsed() >= IDLE_BEFORE_SYNC_ON_LOOP;
             self.flush(woke_from_idle);
             let flushed = Instant::now();
-            if self.replica.snapshot_due() {
+            if self.node.replica().snapshot_due() {
                 self.take_snapshot();
             }
-            self.notice_master_change();
             busy_until = Instant::now();
             let took = busy_until.duration_since(turn_began);
             crate::metrics::metrics().loop_turn_took(took);
@@ -636,7 +653,7 @@ impl NodeLoop {
         }
         // The log holds what was applied and not written, and a restart replays it; the
         // write spares the replay.
-        self.replica.flush_applied();
+        self.node.replica_mut().flush_applied();
         tracing::info!("node loop stopped");
     }
 
@@ -652,7 +669,7 @@ impl NodeLoop {
     /// blocking thread while the loop goes on; the peers pull it when it is parked.
     fn take_snapshot(&mut self) {
         let now = self.clock.now();
-        if let Some(ticket) = self.replica.begin_checkpoint() {
+        if let Some(ticket) = self.node.replica_mut().begin_checkpoint() {
             let to_self = self.to_self.clone();
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
@@ -661,9 +678,9 @@ impl NodeLoop {
                 let _ = to_self.blocking_send(Request::CheckpointSynced(ticket, synced, started.elapsed()));
             });
         }
-        if let Some(job) = self.replica.take_snapshot_job(now) {
+        if let Some(job) = self.node.replica_mut().take_snapshot_job(now) {
             // Parked before it is built: the peers pull it as it is written.
-            let dir = self.replica.storage().dir().to_path_buf();
+            let dir = self.node.replica().storage().dir().to_path_buf();
             let (growing, writer) = match GrowingFile::create(&dir) {
                 Ok(file) => file,
                 Err(error) => {
@@ -694,21 +711,19 @@ impl NodeLoop {
     fn apply_status(&mut self, status: &ElectionStatus) {
         let now = self.clock.now();
         self.faults.mastership(now, status.master.map(|m| m.valid_until));
-        self.replica.set_mastership(now, status.master, status.hint);
+        self.node.handle_election(now, view(status));
     }
 
-    /// Forwards to a master that is no longer the master will not be answered. Only a new
-    /// master counts: "no master known" (a lease between renewals, or a master that just
-    /// died) abandons nothing, so a healthy master's in-flight writes never fail for it; the
-    /// successor's election, or the forward's timeout, settles a dead master's forwards.
-    fn notice_master_change(&mut self) {
-        let Some(master) = self.replica.master_hint() else { return };
-        if Some(master) != self.known_master {
-            self.known_master = Some(master);
-            if !self.forwards.is_empty() {
-                self.forwards.master_changed(master);
-            }
+    /// Handles what waits in the inbox, peers' first, up to [`BATCH`]; whether there was
+    /// nothing (the turn handled one input).
+    fn handle_waiting(&mut self, inbox: &mut Inbox) -> bool {
+        let mut none = true;
+        for _ in 0..BATCH {
+            let Some(request) = inbox.try_next() else { break };
+            none = false;
+            self.handle(request);
         }
+        none
     }
 
     fn handle(&mut self, request: Request) {
@@ -716,102 +731,86 @@ impl NodeLoop {
         let now = self.clock.now();
         match request {
             Request::Master(request, reply) => {
-                let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
-                match master {
-                    // A lane known to be down would drop the request: it never leaves, so
-                    // "not master" is the truth, and the API layer waits for the next master
-                    // and tries again rather than the client getting "indeterminate" later.
-                    Some(master) if !self.replica.is_master_at(now) => {
-                        if self.peers.log_lane_down(master) {
-                            let _ = reply.send(Err(RequestError::NotMaster { hint: None }));
-                        } else {
-                            let id = self.forwards.start(&request, reply, master, Instant::now());
-                            self.peers.send(master, &Wire::Forward(id, request));
-                        }
-                    }
-                    _ => self.serve_here(request, Asker::Local(reply)),
-                }
+                let peers = &self.peers;
+                self.node.handle_client(now, request, reply, |master| peers.log_lane_down(master));
             }
-            // Served here whether or not this node is master: a request is forwarded at most
-            // once, so a stale hint costs one "not master" answer, never a loop.
-            Request::Forwarded(from, id, request) => self.serve_here(request, Asker::Remote(from, id)),
-            Request::Answered(from, id, result) => self.forwards.answer(from, id, result),
+            Request::Forwarded(from, id, request) => self.node.handle_forwarded(now, from, id, request),
+            Request::Answered(from, id, result) => self.node.handle_answer(from, id, result),
             Request::LocalRead(request, revision, reply) => {
-                let _ = reply.send(self.replica.read_at(now, &request, revision, ReadConsistency::Serializable));
+                let read = self.node.replica().read_at(now, &request, revision, ReadConsistency::Serializable);
+                let _ = reply.send(read);
             }
             Request::ResolveName(name, reply) => {
-                let _ = reply.send(self.replica.state().lease_id_by_name(&name));
+                let _ = reply.send(self.node.replica().state().lease_id_by_name(&name));
             }
             Request::Status(reply) => {
-                let state = self.replica.state();
+                let replica = self.node.replica();
+                let state = replica.state();
                 let _ = reply.send(NodeStatus {
                     revision: state.revision(),
                     compacted: state.compacted_revision(),
-                    applied: self.replica.applied_index(),
-                    commit: self.replica.commit_index(),
-                    ready_master: self.replica.is_ready_master(now),
-                    master_hint: self.replica.master_hint(),
+                    applied: replica.applied_index(),
+                    commit: replica.commit_index(),
+                    ready_master: replica.is_ready_master(now),
+                    master_hint: replica.master_hint(),
                     keys: state.key_count(),
-                    db_size: leasekv_kvstore::storage::Storage::size_on_disk(self.replica.storage()),
+                    db_size: leasekv_kvstore::storage::Storage::size_on_disk(replica.storage()),
                     bytes_in_use: state.bytes_in_use(),
-                    quota_bytes: self.replica.limits().quota_bytes,
+                    quota_bytes: replica.limits().quota_bytes,
                     alarms: state.alarms().copied().collect(),
-                    counts: self.replica.counts(),
-                    forwards: self.forwards.len(),
+                    counts: replica.counts(),
+                    forwards: self.node.forwards_pending(),
                 });
             }
             Request::View(reply) => {
-                let _ =
-                    reply.send(self.replica.view().map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
+                let view = self.node.replica_mut().view();
+                let _ = reply.send(view.map_err(|e| RequestError::StorageFailed(StorageFailure::new(e))));
             }
-            Request::Log(from, message) => self.replica.handle_message(now, from, message),
+            Request::Log(from, message) => self.node.handle_message(now, from, message),
             Request::CheckpointSynced(ticket, synced, took) => {
                 if took > Duration::from_millis(100) {
                     tracing::info!(took_ms = took.as_millis() as u64, slot = ticket.slot(), "checkpoint synced");
                 }
-                self.replica.finish_checkpoint(ticket, synced);
+                self.node.replica_mut().finish_checkpoint(ticket, synced);
             }
             Request::StagedSnapshot(from, snapshot) => {
                 let (started, index) = (Instant::now(), snapshot.index());
-                self.replica.handle_staged_snapshot(now, *snapshot);
-                tracing::info!(peer = %from, index, applied = self.replica.applied_index(),
+                self.node.replica_mut().handle_staged_snapshot(now, *snapshot);
+                tracing::info!(peer = %from, index, applied = self.node.replica().applied_index(),
                     took_ms = started.elapsed().as_millis() as u64, "staged snapshot adopted");
             }
         }
     }
 
-    /// After a replica step: when the configuration in force changed, hands it to the
-    /// election (`set_configuration`, through the link), to the peer network (members
-    /// added are dialled, removed ones dropped) and to the handles; and when it says this
-    /// node was removed, reports that once (the node then stops, as etcd's does).
-    fn follow_membership(&mut self) {
-        let epoch = self.replica.membership().epoch;
-        if self.seen_epoch == Some(epoch) {
-            return;
-        }
-        self.seen_epoch = Some(epoch);
-        let membership = self.replica.membership().clone();
-        self.link.configure(&self.replica.election_membership());
+    /// The configuration in force changed (the node says so after a step): hands it to the
+    /// election, to the peer network (members added are dialled, removed ones dropped) and
+    /// to the handles.
+    fn follow_membership(&mut self, for_election: Membership) {
+        let membership = self.node.replica().membership().clone();
+        self.election.configure(for_election.configuration());
         self.peers.set_members(&peer_addresses(&membership));
         tracing::info!(
-            epoch,
+            epoch = membership.epoch,
             voters = ?membership.voters(),
             learners = ?membership.learners(),
             "configuration in force"
         );
         self.membership.send_replace(Arc::new(membership));
-        if let Some(removed_at) = self.replica.removed() {
-            if let Some(tell) = self.removed.take() {
-                tracing::error!(node = %self.replica.id(), epoch = removed_at, "this node was removed from the cluster; shutting down");
-                let _ = tell.send(removed_at);
-            }
+    }
+
+    /// This node applied its own removal: reported once, and the node then stops, as
+    /// etcd's does.
+    fn follow_removal(&mut self, removed_at: u64) {
+        if let Some(tell) = self.removed.take() {
+            tracing::error!(node = %self.node.id(), epoch = removed_at, "this node was removed from the cluster; shutting down");
+            let _ = tell.send(removed_at);
         }
     }
 
     /// Publishes the auth store when an applied command (or a snapshot) changed it, before
     /// the answers go out: a client told its user was added can authenticate at once.
     fn follow_auth(&mut self) {
-        let current = self.replica.state().auth();
+        let current = self.node.replica().state().auth();
         let published = self.auth.borrow();
         let same = published.revision() == current.revision()
             && published.is_enabled() == current.is_enabled()
@@ -827,7 +826,7 @@ impl NodeLoop {
     /// the replica last published it (see [`NodeLoop::flush_engine_when_due`]).
     fn publish_revision(&self) {
         self.publish_revision_only();
-        self.feed.publish(&self.replica.state().history_reader());
+        self.feed.publish(&self.node.replica().state().history_reader());
     }
 
     /// Publishes the store revision and term to the handles. Called before any answer goes
@@ -836,54 +835,23 @@ impl NodeLoop {
     /// never sees an older revision, and a watch it then creates starts after its write
     /// (`crate::api::watch`).
     fn publish_revision_only(&self) {
-        self.revision.store(self.replica.state().revision(), Ordering::Release);
-        self.term.store(self.replica.known_round(), Ordering::Release);
-    }
-
-    /// Serves a master request on this node and answers `asker`: at once, when its
-    /// proposal completes, or when the election has stepped down. The replica refuses what
-    /// it cannot serve (not master, not ready yet) with an error the client side retries.
-    fn serve_here(&mut self, request: MasterRequest, asker: Asker) {
-        let now = self.clock.now();
-        let result = match request {
-            MasterRequest::Propose(command) => {
-                if matches!(command, Command::ChangeMembers(_)) {
-                    // The gate the election published after its latest step (see
-                    // crate::election_link): only a change checks it.
-                    self.replica.set_change_gate(self.link.change_gate());
-                }
-                match self.replica.propose(now, command) {
-                    Ok(id) => {
-                        self.proposals.insert(id, asker);
-                        return;
-                    }
-                    Err(error) => Err(error),
-                }
-            }
-            MasterRequest::Read(request, revision) => self
-                .replica
-                .read_at(now, &request, revision, ReadConsistency::Linearizable)
-                .map(|(response, revision)| MasterAnswer::Read(response, revision)),
-            MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
-            MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),
-            MasterRequest::LeaseList => self.replica.lease_list(now).map(MasterAnswer::LeaseList),
-            MasterRequest::StepDown => return self.step_down(asker),
-        };
-        asker.answer(&self.peers, result);
+        let replica = self.node.replica();
+        self.revision.store(replica.state().revision(), Ordering::Release);
+        self.term.store(replica.known_round(), Ordering::Release);
     }
 
     /// Has the election give up this node's mastership, off the loop: the election runs
     /// on its own task, and the loop must not wait for it.
-    fn step_down(&self, asker: Asker) {
+    fn step_down(&self, asker: Asker<Reply>) {
         let status = self.election.status();
         if !status.is_master_at(self.election.now()) {
-            return asker.answer(&self.peers, Err(RequestError::NotMaster { hint: status.hint }));
+            return answer(&self.peers, asker, Err(RequestError::NotMaster { hint: status.hint }));
         }
         let (election, peers) = (self.election.clone(), self.peers.clone());
         tokio::spawn(async move {
             let result = election.step_down().await;
             let result = result.map(|()| MasterAnswer::SteppedDown).map_err(|_stopped| RequestError::ShuttingDown);
-            asker.answer(&peers, result);
+            answer(&peers, asker, result);
         });
     }
 
@@ -900,11 +868,12 @@ impl NodeLoop {
     /// [`ENGINE_FLUSH_DELAY`], one batch for every command of that time. Checkpoints and
     /// views write whatever is pending first.
     fn flush_engine_when_due(&mut self) {
-        self.replica.publish_applied();
+        let replica = self.node.replica_mut();
+        replica.publish_applied();
         // A stopped replica writes nothing more: no deadline to wake the loop for.
-        let unwritten = self.replica.unflushed() && self.replica.stopped().is_none();
+        let unwritten = replica.unflushed() && replica.stopped().is_none();
         if self.engine_writes.write_now(tokio::time::Instant::now(), unwritten) {
-            self.replica.flush_applied();
+            replica.flush_applied();
         }
         self.publish_revision();
     }
@@ -920,26 +889,38 @@ impl NodeLoop {
     /// before syncs move back to the thread.
     fn flush(&mut self, woke_from_idle: bool) {
         for _ in 0..16 {
-            if self.link.configuration_seen() > self.replica.membership().epoch {
-                // A peer is at a configuration this node has not applied: fetch the log
-                // rather than wait for a master to bring it (rate-limited by the replica).
-                self.replica.catch_up(self.clock.now());
-            }
-            // Before sending: a member just added must be reachable for what goes to it.
-            self.follow_membership();
-            self.follow_auth();
+            self.node.set_election_gauges(ElectionGauges {
+                change_gate: self.election.change_allowed_after(),
+                configuration_seen: self.election.configuration_seen(),
+            });
             // Answers first: the engine write of what they applied follows them (see
             // `Replica::take_output_before_flush`).
-            let output = self.replica.take_output_before_flush();
-            let nothing_held_up = output.messages.is_empty() && output.completions.is_empty();
+            let mut output = self.node.take_output(self.clock.now());
+            // Before sending: a member just added must be reachable for what goes to it.
+            if let Some(for_election) = output.configuration.take() {
+                self.follow_membership(for_election);
+            }
+            if let Some(removed_at) = output.removed.take() {
+                self.follow_removal(removed_at);
+            }
+            self.follow_auth();
+            let nothing_held_up = output.holds_nothing();
             self.publish_revision_only();
-            for (to, message) in output.messages {
+            for (to, message) in output.log {
                 self.peers.send_log(to, message);
             }
-            for completion in output.completions {
-                if let Some(asker) = self.proposals.remove(&completion.id) {
-                    asker.answer(&self.peers, completion.result.map(|(_, applied)| MasterAnswer::Propose(applied)));
-                }
+            for (to, message) in output.forwards {
+                let wire = match message {
+                    ForwardMessage::Request(id, request) => Wire::Forward(id, request),
+                    ForwardMessage::Answer(id, result) => Wire::Answer(id, result),
+                };
+                self.peers.send(to, &wire);
+            }
+            for (reply, result) in output.answers {
+                let _ = reply.send(result);
+            }
+            for asker in output.step_downs {
+                self.step_down(asker);
             }
             self.flush_engine_when_due();
             if !output.needs_sync {
@@ -950,20 +931,22 @@ impl NodeLoop {
                 woke_from_idle && nothing_held_up && self.sync_in_flight.is_none() && self.last_sync_took < FAST_SYNC;
             let Some(disk) = self.disk.as_ref().filter(|_| !on_loop) else {
                 // Sync here; the messages it releases go out next turn.
-                if let Some(ticket) = self.replica.begin_sync() {
+                let replica = self.node.replica_mut();
+                if let Some(ticket) = replica.begin_sync() {
                     let started = Instant::now();
-                    let result = self.replica.sync_storage();
+                    let result = replica.sync_storage();
                     self.last_sync_took = started.elapsed();
                     crate::metrics::metrics().fsync_took(self.last_sync_took);
-                    self.replica.finish_sync(self.clock.now(), ticket, result);
+                    self.node.replica_mut().finish_sync(self.clock.now(), ticket, result);
                 }
                 continue;
             };
-            if let Some(ticket) = self.replica.begin_sync() {
+            if let Some(ticket) = self.node.replica_mut().begin_sync() {
                 if disk.send(ticket).is_ok() {
                     self.sync_in_flight = Some((ticket, Instant::now()));
                 } else {
-                    self.replica.finish_sync(now, ticket, Err(StorageError::Io("the sync thread stopped".into())));
+                    let failed = Err(StorageError::Io("the sync thread stopped".into()));
+                    self.node.replica_mut().finish_sync(now, ticket, failed);
                 }
             }
             return;
@@ -971,6 +954,11 @@ impl NodeLoop {
         // Bound reached: what the last sync let the replica apply is published at least.
         self.flush_engine_when_due();
     }
+}
+
+/// The election's status as the node acts on it.
+fn view(status: &ElectionStatus) -> ElectionView {
+    ElectionView { master: status.master, hint: status.hint }
 }
 
 /// Every member's peer address (`host:port` of its first peer URL), for the peer network.

@@ -7,7 +7,6 @@ use crate::api::{
 };
 use crate::config::NodeConfig;
 use crate::conn_limit::{limit_connections, ConnectionGate};
-use crate::election_link::{ElectionLink, LinkedCore};
 use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
@@ -175,10 +174,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let seed = u64::from(me.0) ^ (u64::from(epoch.value) << 32) ^ std::process::id() as u64;
     let tracker = config.election.tracker.or_else(|| members.first().copied()).unwrap_or(me);
     let mut core = backend.build_core(me, &members, Some(tracker), config.lease_config(), epoch, clock.now(), seed)?;
-    core.set_configuration(clock.now(), membership.epoch, &membership.voters(), &membership.learners());
+    core.set_configuration(clock.now(), &membership.configuration());
     let (election_tx, election_rx) = tokio::sync::mpsc::channel(4096);
-    let link = ElectionLink::new(election_tx.clone());
-    let core = LinkedCore::new(core, link.clone());
     let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
     let election_dyn: Arc<dyn ElectionBackend> = election.clone();
 
@@ -189,7 +186,8 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     let peers_for_service = peers.clone();
     let peers_for_removal = peers.clone();
-    let (node, storage_failed, removed) = node::start(replica, election_dyn.clone(), link, clock, peers, &faults);
+    let (node, storage_failed, removed) =
+        node::start(replica, election_dyn.clone(), clock, peers, &faults, config.client_limits.max_queued_requests);
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
     let shared = Shared::with_limits(node.clone(), me, start.cluster_id, tracker, config.client_limits.clone());

@@ -367,6 +367,12 @@ impl<S: Storage> Replica<S> {
         self.learner.machine_mut().corrupt_value(key)
     }
 
+    /// Whether applied slots are reported ([`ReplicaConfig::trace_applies`]: the
+    /// simulator's oracles).
+    pub fn traces_applies(&self) -> bool {
+        self.config.trace_applies
+    }
+
     /// The request limits and the space quota in force.
     pub fn limits(&self) -> &Limits {
         &self.limits

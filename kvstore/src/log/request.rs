@@ -37,6 +37,13 @@ pub enum RequestError {
         /// Commands waiting.
         pending: usize,
     },
+    /// This node's queue of client requests is full (`[limits] max_queued_requests`):
+    /// nothing was done. Retry after a short back-off.
+    #[error("this node has {queued} client requests queued, its limit; retry shortly")]
+    Overloaded {
+        /// The queue's capacity.
+        queued: usize,
+    },
     /// The request itself is wrong; retrying will not help.
     #[error(transparent)]
     Invalid(#[from] KvError),

@@ -22,5 +22,5 @@ pub mod watch_oracle;
 mod workload;
 mod world;
 
-pub use oracle::Violation;
+pub use oracle::{Violation, ViolationKind};
 pub use world::{run_seed, run_seeds, KvSimConfig, SeedReport, SimSummary};

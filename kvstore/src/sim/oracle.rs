@@ -5,6 +5,91 @@ use crate::types::LeaseId;
 use leasekv_lease::NodeId;
 use std::collections::{BTreeMap, HashMap};
 
+/// Which oracle found a violation: tests match on it, reports print its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViolationKind {
+    /// A client saw answers no sequential order of the operations explains.
+    Linearizability,
+    /// A write acknowledged to its client is missing from the log that was chosen.
+    AckedWriteLost,
+    /// Two replicas hold different states after applying the same slot.
+    ReplicasDiverge,
+    /// A TTL lease expired before its TTL had passed since the last acknowledged keepalive.
+    LeaseExpiredEarly,
+    /// A TTL lease outlived its TTL by more than the drift bound allows.
+    LeaseOutlived,
+    /// The replicas did not agree within the liveness bound once the faults stopped.
+    NoConvergence,
+    /// The seed's event budget ran out before its end (a livelock).
+    EventStorm,
+    /// A replica did not reopen its own storage after a crash.
+    RestartFailed,
+    /// A restarted replica's state is behind the log point it claims.
+    StateBehindLog,
+    /// A snapshot could not be written.
+    SnapshotUnwritten,
+    /// A snapshot could not be built from a view.
+    SnapshotUnbuilt,
+    /// A replica's history differs from the reference at a revision both hold.
+    WatchHistoryDiverge,
+    /// The election used a configuration the log had not chosen.
+    ElectionAheadOfLog,
+    /// Two replicas applied different configurations at one epoch.
+    ConfigurationDiverged,
+    /// Two nodes believed they were master at the same real instant.
+    MastersOverlap,
+    /// A watch response for a watch id the client never opened.
+    WatchUnknownId,
+    /// A watch event beyond the store's revision.
+    WatchFuture,
+    /// A progress notification for a revision the watcher had not fully received.
+    WatchBookmark,
+    /// A watch cancelled without cause, or its cancellation malformed.
+    WatchCancel,
+    /// A watcher's events skipped, repeated or reordered a revision.
+    WatchSequence,
+    /// An event's create flag wrong for the key's previous state.
+    WatchIsCreate,
+    /// A wrong previous key-value on an event (or one not asked for).
+    WatchPrevKv,
+}
+
+impl ViolationKind {
+    /// The oracle's name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::Linearizability => "linearizability",
+            ViolationKind::AckedWriteLost => "acked-write-lost",
+            ViolationKind::ReplicasDiverge => "replicas-diverge",
+            ViolationKind::LeaseExpiredEarly => "lease-expired-early",
+            ViolationKind::LeaseOutlived => "lease-outlived",
+            ViolationKind::NoConvergence => "no-convergence",
+            ViolationKind::EventStorm => "event-storm",
+            ViolationKind::RestartFailed => "restart-failed",
+            ViolationKind::StateBehindLog => "state-behind-log",
+            ViolationKind::SnapshotUnwritten => "snapshot-unwritten",
+            ViolationKind::SnapshotUnbuilt => "snapshot-unbuilt",
+            ViolationKind::WatchHistoryDiverge => "watch-history-diverge",
+            ViolationKind::ElectionAheadOfLog => "election-ahead-of-log",
+            ViolationKind::ConfigurationDiverged => "configuration-diverged",
+            ViolationKind::MastersOverlap => "masters-overlap",
+            ViolationKind::WatchUnknownId => "watch-unknown-id",
+            ViolationKind::WatchFuture => "watch-future",
+            ViolationKind::WatchBookmark => "watch-bookmark",
+            ViolationKind::WatchCancel => "watch-cancel",
+            ViolationKind::WatchSequence => "watch-sequence",
+            ViolationKind::WatchIsCreate => "watch-iscreate",
+            ViolationKind::WatchPrevKv => "watch-prevkv",
+        }
+    }
+}
+
+impl std::fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One broken promise, with enough context to replay it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Violation {
@@ -12,9 +97,8 @@ pub struct Violation {
     pub seed: u64,
     /// Real (simulated) time, ms.
     pub at_ms: f64,
-    /// Which oracle: "linearizability", "acked-write-lost", "replicas-diverge",
-    /// "lease-expired-early", "lease-outlived", "no-convergence".
-    pub kind: &'static str,
+    /// Which oracle.
+    pub kind: ViolationKind,
     /// What exactly.
     pub detail: String,
 }
@@ -58,7 +142,7 @@ impl Oracles {
     }
 
     /// Records a violation.
-    pub fn violation(&mut self, now: u64, kind: &'static str, detail: String) {
+    pub fn violation(&mut self, now: u64, kind: ViolationKind, detail: String) {
         if self.violations.len() < MAX_VIOLATIONS {
             self.violations.push(Violation { seed: self.seed, at_ms: now as f64 / 1e6, kind, detail });
         }
@@ -70,7 +154,7 @@ impl Oracles {
             Some(&digest) if digest != trace.digest => {
                 self.violation(
                     now,
-                    "replicas-diverge",
+                    ViolationKind::ReplicasDiverge,
                     format!(
                         "{node} has digest {:x} after slot {}, another replica had {digest:x}",
                         trace.digest, trace.slot
@@ -91,7 +175,7 @@ impl Oracles {
             if missing > 0 {
                 self.acked_lost += missing as u64;
                 let detail = format!("{node} applied slot {} without {missing} acknowledged write(s)", trace.slot);
-                self.violation(now, "acked-write-lost", detail);
+                self.violation(now, ViolationKind::AckedWriteLost, detail);
             }
         }
         for id in &trace.expired {
@@ -107,7 +191,7 @@ impl Oracles {
                 self.acked_lost += 1;
                 self.violation(
                     now,
-                    "acked-write-lost",
+                    ViolationKind::AckedWriteLost,
                     format!("{id:?} acknowledged in slot {slot}, which holds others"),
                 );
             }
@@ -138,7 +222,7 @@ impl Oracles {
                 track.ttl_secs,
                 (now - track.last_ack) as f64 / 1e6
             );
-            self.violation(now, "lease-expired-early", detail);
+            self.violation(now, ViolationKind::LeaseExpiredEarly, detail);
         }
     }
 }

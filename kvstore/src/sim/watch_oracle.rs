@@ -13,6 +13,7 @@
 //! are checked against the key's previous change in the reference, not against what the
 //! event carries.
 
+use super::oracle::ViolationKind;
 use crate::types::{Event, EventKind, KeyValue, Revision};
 use crate::watch::{WatchResponse, WatchSpec};
 use std::collections::BTreeMap;
@@ -118,7 +119,7 @@ pub(super) struct Tracked {
 }
 
 /// A broken watch guarantee: (kind, detail).
-pub(super) type Broken = (&'static str, String);
+pub(super) type Broken = (ViolationKind, String);
 
 /// Checks one response for watcher `w` (`None` for a stream-wide progress notification,
 /// then `all` are the stream's watchers). `compacted` is the node's compaction point.
@@ -132,7 +133,7 @@ pub(super) fn check(
     let r = response.header_revision;
     if r > reference.head {
         return Err((
-            "watch-future",
+            ViolationKind::WatchFuture,
             format!("a response at revision {r} beyond the applied history {}", reference.head),
         ));
     }
@@ -142,7 +143,7 @@ pub(super) fn check(
             let missing = reference.matching(&t.spec, t.expect_from, r);
             if let Some(first) = missing.first() {
                 return Err((
-                    "watch-bookmark",
+                    ViolationKind::WatchBookmark,
                     format!(
                         "progress notification at {r} while a watcher on {:?} had not been sent the change of {:?} at {}",
                         t.spec.range,
@@ -165,7 +166,7 @@ pub(super) fn check(
         w.done = true;
         if response.compact_revision > 0 && w.expect_from >= response.compact_revision {
             return Err((
-                "watch-cancel",
+                ViolationKind::WatchCancel,
                 format!(
                     "cancelled with compact revision {} although it was at {}, not below",
                     response.compact_revision, w.expect_from
@@ -174,7 +175,7 @@ pub(super) fn check(
         }
         if response.compact_revision > compacted {
             return Err((
-                "watch-cancel",
+                ViolationKind::WatchCancel,
                 format!("compact revision {} above the node's compaction point {compacted}", response.compact_revision),
             ));
         }
@@ -189,7 +190,7 @@ pub(super) fn check(
         let show = |v: &[(Revision, EventKind, &[u8], &KeyValue)]| {
             v.iter().map(|(r, k, key, _)| format!("{r}:{k:?}:{}", String::from_utf8_lossy(key))).collect::<Vec<_>>()
         };
-        let kind = if response.events.is_empty() { "watch-bookmark" } else { "watch-sequence" };
+        let kind = if response.events.is_empty() { ViolationKind::WatchBookmark } else { ViolationKind::WatchSequence };
         return Err((
             kind,
             format!(
@@ -207,7 +208,7 @@ pub(super) fn check(
         let before = reference.before(&e.kv.key, e.revision());
         if e.kind == EventKind::Put && e.is_create() != before.is_none() {
             return Err((
-                "watch-iscreate",
+                ViolationKind::WatchIsCreate,
                 format!(
                     "PUT of {:?} at {}: IsCreate is {}",
                     String::from_utf8_lossy(&e.kv.key),
@@ -218,7 +219,7 @@ pub(super) fn check(
         }
         if w.spec.prev_kv && e.prev_kv.as_ref() != before {
             return Err((
-                "watch-prevkv",
+                ViolationKind::WatchPrevKv,
                 format!(
                     "{:?} of {:?} at {}: prev_kv {:?}, the value at {} was {:?}",
                     e.kind,
@@ -231,7 +232,7 @@ pub(super) fn check(
             ));
         }
         if !w.spec.prev_kv && e.prev_kv.is_some() {
-            return Err(("watch-prevkv", "prev_kv sent to a watcher that did not ask for it".to_string()));
+            return Err((ViolationKind::WatchPrevKv, "prev_kv sent to a watcher that did not ask for it".to_string()));
         }
     }
     Ok(())

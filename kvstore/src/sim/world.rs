@@ -1,7 +1,7 @@
 //! One simulated cluster of whole replicas, its clients, its fault schedule and its oracles.
 
 use super::linearizability::{self, CheckBudget, CheckResult, History, KvOp, KvOutcome, Operation};
-use super::oracle::{Oracles, Violation};
+use super::oracle::{Oracles, Violation, ViolationKind};
 use super::workload::{Client, HeldLease, Reply, Request, CHECKED_KEYS};
 use crate::command::{
     Applied, Command, CommandResponse, Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest,
@@ -457,7 +457,11 @@ impl World {
         }
         if budget == 0 {
             // Something loops without letting time pass: a liveness bug, not a pass.
-            self.oracles.violation(self.now, "event-storm", "the event budget ran out before the end".into());
+            self.oracles.violation(
+                self.now,
+                ViolationKind::EventStorm,
+                "the event budget ran out before the end".into(),
+            );
         }
         self.now = end;
     }
@@ -606,7 +610,7 @@ impl World {
         let epoch = match self.nodes[node].epochs.begin_epoch() {
             Ok(epoch) => epoch,
             Err(e) => {
-                self.oracles.violation(self.now, "restart-failed", e.to_string());
+                self.oracles.violation(self.now, ViolationKind::RestartFailed, e.to_string());
                 return;
             }
         };
@@ -630,7 +634,7 @@ impl World {
         let replica = match opened {
             Ok(replica) => replica,
             Err(e) => {
-                self.oracles.violation(self.now, "restart-failed", format!("{id}: {e}"));
+                self.oracles.violation(self.now, ViolationKind::RestartFailed, format!("{id}: {e}"));
                 return;
             }
         };
@@ -639,7 +643,7 @@ impl World {
                 "{id} restarted with its state at slot {} and its log dropped through slot {removed_through}",
                 replica.state_slot_at_open()
             );
-            self.oracles.violation(self.now, "state-behind-log", detail);
+            self.oracles.violation(self.now, ViolationKind::StateBehindLog, detail);
         }
         self.nodes[node].election = Some(core);
         self.nodes[node].replica = Some(replica);
@@ -734,7 +738,7 @@ impl World {
         match std::fs::create_dir_all(&*dir).and_then(|()| std::fs::write(&path, data)) {
             Ok(()) => Some(path),
             Err(e) => {
-                self.oracles.violation(self.now, "snapshot-unwritten", e.to_string());
+                self.oracles.violation(self.now, ViolationKind::SnapshotUnwritten, e.to_string());
                 None
             }
         }
@@ -756,7 +760,7 @@ impl World {
                 let mut data = Vec::new();
                 match crate::state::stream::write(&job.view, &mut data) {
                     Ok(_) => built.extend(job.peers.into_iter().map(|peer| (peer, job.index, data.clone()))),
-                    Err(e) => self.oracles.violation(self.now, "snapshot-unbuilt", e.to_string()),
+                    Err(e) => self.oracles.violation(self.now, ViolationKind::SnapshotUnbuilt, e.to_string()),
                 }
             }
         }
@@ -1144,7 +1148,7 @@ impl World {
         let same = |s: &(NodeId, Slot, u64, usize, u32)| first.is_some_and(|f| (s.1, s.2, s.4) == (f.1, f.2, f.4));
         if states.len() != members.len() || !states.iter().all(same) {
             let detail = format!("replicas at the end (node, applied, digest, leases): {states:?}");
-            self.oracles.violation(self.now, "no-convergence", detail);
+            self.oracles.violation(self.now, ViolationKind::NoConvergence, detail);
         }
         if let Some(leftover) = states.iter().find(|s| s.3 > 0) {
             let detail = format!(
@@ -1153,14 +1157,14 @@ impl World {
                 leftover.3,
                 self.config.quiet_length().as_secs_f64()
             );
-            self.oracles.violation(self.now, "lease-outlived", detail);
+            self.oracles.violation(self.now, ViolationKind::LeaseOutlived, detail);
         }
         self.report.ops_checked = self.history.len();
         match linearizability::check(&self.history, CheckBudget { max_steps: 2_000_000 }) {
             CheckResult::Linearizable { .. } => {}
             CheckResult::Violation(v) => {
                 let detail = v.explanation.clone();
-                self.oracles.violation(self.now, "linearizability", detail);
+                self.oracles.violation(self.now, ViolationKind::Linearizability, detail);
             }
             CheckResult::Inconclusive { .. } => self.report.inconclusive += 1,
         }

@@ -8,12 +8,14 @@ use super::transport::{Inbox, Transport};
 use super::{ElectionBackend, ElectionCounts, ElectionError, ElectionStatus};
 use crate::core::{ElectionCore, LeadershipChange, Mastership};
 use crate::ids::NodeId;
+use crate::members::Configuration;
 use crate::message::ElectionMessage;
 #[cfg(not(feature = "clock-rate"))]
 use crate::time::duration_nanos;
 use crate::time::Instant;
 use async_trait::async_trait;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -74,7 +76,6 @@ enum Command {
     StepDown(oneshot::Sender<()>),
     HandOver(NodeId, oneshot::Sender<()>),
     Stop(oneshot::Sender<()>),
-    SetConfiguration { epoch: u64, voters: Vec<NodeId>, learners: Vec<NodeId>, reply: oneshot::Sender<()> },
 }
 
 /// The core's rule-5 answer, copied out by the driver task after every step so that
@@ -94,6 +95,10 @@ pub struct DrivenBackend {
     /// Counted by the driver task as it logs each change.
     counts: Arc<std::sync::Mutex<ElectionCounts>>,
     change_allowed: ChangeAllowed,
+    /// The configuration the core takes before its next step (latest wins).
+    configuration: watch::Sender<Option<Configuration>>,
+    /// The core's `configuration_seen` after its latest step.
+    configuration_seen: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for DrivenBackend {
@@ -132,6 +137,8 @@ impl DrivenBackend {
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
         let counts = Arc::new(std::sync::Mutex::new(ElectionCounts::default()));
         let change_allowed = Arc::new(std::sync::Mutex::new(core.change_allowed_after()));
+        let configuration_seen = Arc::new(AtomicU64::new(core.configuration_seen()));
+        let (configuration, configurations) = watch::channel(None);
         let driver = Driver {
             name,
             id,
@@ -141,9 +148,20 @@ impl DrivenBackend {
             status: StatusPublisher(status_tx),
             counts: counts.clone(),
             change_allowed: change_allowed.clone(),
+            configuration_seen: configuration_seen.clone(),
         };
-        tokio::spawn(driver.run(inbox, commands_rx));
-        Arc::new(DrivenBackend { name, id, clock, commands: commands_tx, status: status_rx, counts, change_allowed })
+        tokio::spawn(driver.run(inbox, commands_rx, configurations));
+        Arc::new(DrivenBackend {
+            name,
+            id,
+            clock,
+            commands: commands_tx,
+            status: status_rx,
+            counts,
+            change_allowed,
+            configuration,
+            configuration_seen,
+        })
     }
 
     /// Whether the driver task has exited (after [`ElectionBackend::stop`], or if it died).
@@ -202,16 +220,12 @@ impl ElectionBackend for DrivenBackend {
         reply_rx.await.map_err(|_| ElectionError::Stopped)
     }
 
-    async fn set_configuration(
-        &self,
-        epoch: u64,
-        voters: Vec<NodeId>,
-        learners: Vec<NodeId>,
-    ) -> Result<(), ElectionError> {
-        let (reply, reply_rx) = oneshot::channel();
-        let command = Command::SetConfiguration { epoch, voters, learners, reply };
-        self.commands.send(command).await.map_err(|_| ElectionError::Stopped)?;
-        reply_rx.await.map_err(|_| ElectionError::Stopped)
+    fn configure(&self, configuration: Configuration) {
+        self.configuration.send_replace(Some(configuration));
+    }
+
+    fn configuration_seen(&self) -> u64 {
+        self.configuration_seen.load(Ordering::Acquire)
     }
 
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
@@ -271,10 +285,16 @@ struct Driver<C> {
     status: StatusPublisher,
     counts: Arc<std::sync::Mutex<ElectionCounts>>,
     change_allowed: ChangeAllowed,
+    configuration_seen: Arc<AtomicU64>,
 }
 
 impl<C: ElectionCore> Driver<C> {
-    async fn run(mut self, inbox: Inbox, mut commands: mpsc::Receiver<Command>) {
+    async fn run(
+        mut self,
+        inbox: Inbox,
+        mut commands: mpsc::Receiver<Command>,
+        mut configurations: watch::Receiver<Option<Configuration>>,
+    ) {
         let mut inbox = Some(inbox);
         // The core may have produced output when it was built (PaxosLease starts its first
         // round in `new`).
@@ -301,11 +321,6 @@ impl<C: ElectionCore> Driver<C> {
                         self.flush().await;
                         let _ = reply.send(());
                     }
-                    Some(Command::SetConfiguration { epoch, voters, learners, reply }) => {
-                        self.core.set_configuration(self.clock.now(), epoch, &voters, &learners);
-                        self.flush().await;
-                        let _ = reply.send(());
-                    }
                     Some(Command::Stop(reply)) => {
                         self.shut_down().await;
                         let _ = reply.send(());
@@ -319,6 +334,18 @@ impl<C: ElectionCore> Driver<C> {
                         return;
                     }
                 },
+                // Before any message: a configuration the log applied is the core's before
+                // it counts another vote.
+                Ok(()) = configurations.changed() => {
+                    let configuration = configurations.borrow_and_update().clone();
+                    if let Some(configuration) = configuration {
+                        tracing::info!(backend = self.name, node = %self.id, epoch = configuration.epoch,
+                            voters = ?configuration.voters.as_slice(), learners = ?configuration.learners.as_slice(),
+                            "election: configuration applied");
+                        self.core.set_configuration(self.clock.now(), &configuration);
+                        self.flush().await;
+                    }
+                }
                 () = sleep => {
                     let now = self.clock.now();
                     // The wake may be for the published mastership's expiry rather than a
@@ -379,6 +406,7 @@ impl<C: ElectionCore> Driver<C> {
         }
         self.counts.lock().unwrap_or_else(|e| e.into_inner()).failed_rounds = self.core.failed_rounds();
         *self.change_allowed.lock().unwrap_or_else(|e| e.into_inner()) = self.core.change_allowed_after();
+        self.configuration_seen.store(self.core.configuration_seen(), Ordering::Release);
         for envelope in output.messages {
             self.transport.send(envelope.to, envelope.msg).await;
         }

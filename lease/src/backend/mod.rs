@@ -120,14 +120,13 @@ pub trait ElectionBackend: Send + Sync {
     /// Gives up mastership and stops: the graceful shutdown. Idempotent.
     async fn stop(&self) -> Result<(), ElectionError>;
     /// Hands the core the configuration this node applied from the log (see
-    /// [`crate::core::ElectionCore::set_configuration`]); returns once the core has it and
-    /// whatever it sent in answer (a release, a new round) went out.
-    async fn set_configuration(
-        &self,
-        epoch: u64,
-        voters: Vec<NodeId>,
-        learners: Vec<NodeId>,
-    ) -> Result<(), ElectionError>;
+    /// [`crate::core::ElectionCore::set_configuration`]) without waiting: the core takes it
+    /// before its next step (a later call replaces one it has not taken yet). The caller
+    /// (the node loop) must not wait for the election's task.
+    fn configure(&self, configuration: crate::members::Configuration);
+    /// The highest configuration epoch the core saw in a peer's message, as of its latest
+    /// step (see [`crate::core::ElectionCore::configuration_seen`]).
+    fn configuration_seen(&self) -> u64;
     /// Rule 5 of docs/membership.md, as the core last reported it (see
     /// [`crate::core::ElectionCore::change_allowed_after`]); the instant is on
     /// [`ElectionBackend::now`]'s clock.
@@ -255,8 +254,8 @@ impl ElectionCore for Box<dyn ElectionCore> {
     fn failed_rounds(&self) -> u64 {
         (**self).failed_rounds()
     }
-    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
-        (**self).set_configuration(now, epoch, voters, learners)
+    fn set_configuration(&mut self, now: Instant, configuration: &crate::members::Configuration) {
+        (**self).set_configuration(now, configuration)
     }
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
         (**self).change_allowed_after()

@@ -80,8 +80,9 @@ impl ElectionCore for PaxosLeaseElection {
         self.node.release(now, ResourceId::MASTER, false);
     }
 
-    fn set_configuration(&mut self, now: Instant, epoch: u64, voters: &[NodeId], learners: &[NodeId]) {
-        self.node.set_configuration(now, epoch, voters, learners);
+    fn set_configuration(&mut self, now: Instant, configuration: &crate::members::Configuration) {
+        let c = configuration;
+        self.node.set_configuration(now, c.epoch, c.voters.as_slice(), c.learners.as_slice());
     }
 
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {

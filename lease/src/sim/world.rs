@@ -382,7 +382,7 @@ impl World {
                     // whatever the constructor queued for the initial peer list (epoch 0)
                     // is dropped.
                     let _ = core.take_output();
-                    core.set_configuration(now, c.epoch, &c.voters, &c.learners);
+                    core.set_configuration(now, &crate::members::Configuration::new(c.epoch, &c.voters, &c.learners));
                     self.slots[node].applied = c.epoch;
                     self.trace(|| format!("{id} starts at configuration {c:?}"));
                 }
@@ -500,7 +500,7 @@ impl World {
         let Some(c) = self.history.get(epoch).cloned() else { return };
         let now = self.local(node);
         let Some(core) = self.slots[node].core.as_mut() else { return };
-        core.set_configuration(now, c.epoch, &c.voters, &c.learners);
+        core.set_configuration(now, &crate::members::Configuration::new(c.epoch, &c.voters, &c.learners));
         self.slots[node].applied = epoch;
         self.report.membership.applied += 1;
         let id = self.slots[node].id;

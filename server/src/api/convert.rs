@@ -322,10 +322,11 @@ pub fn request_error(error: RequestError) -> Status {
     match error {
         RequestError::Invalid(e) => kv_error(&e),
         RequestError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
-        RequestError::NotReady => Status::unavailable("etcdserver: leader changed (the new master is catching up)"),
+        RequestError::NotReady => Status::unavailable("etcdserver: leader changed"),
         RequestError::Indeterminate { .. } => leasekv_client::indeterminate_write(),
-        RequestError::Busy { pending } => {
-            Status::resource_exhausted(format!("etcdserver: too many requests ({pending} waiting on the master)"))
+        // etcd's ErrGRPCTooManyRequests, word for word: its clients match the message.
+        RequestError::Busy { .. } | RequestError::Overloaded { .. } => {
+            Status::resource_exhausted("etcdserver: too many requests")
         }
         // etcd's answer from a stopping member (ErrGRPCStopped), which its clients retry
         // on another endpoint.

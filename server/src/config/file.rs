@@ -112,6 +112,7 @@ struct FileLimits {
     max_client_connections: Option<usize>,
     max_concurrent_streams: Option<u32>,
     max_watchers_per_stream: Option<usize>,
+    max_queued_requests: Option<usize>,
     max_leases: Option<usize>,
 }
 
@@ -266,6 +267,7 @@ pub(super) fn resolve(
             .limits
             .max_watchers_per_stream
             .unwrap_or(ClientLimits::DEFAULT.max_watchers_per_stream),
+        max_queued_requests: file.limits.max_queued_requests.unwrap_or(ClientLimits::DEFAULT.max_queued_requests),
     };
 
     let default_log = ReplicaConfig::for_lease_time(lease_time);

@@ -30,7 +30,8 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 /// would fail.
 pub const MIN_REQUEST_BYTES: usize = 1024;
 /// Largest `[limits] max_client_connections`, `max_concurrent_streams`,
-/// `max_watchers_per_stream`: beyond what any host serves, low enough to catch a typo.
+/// `max_watchers_per_stream`, `max_queued_requests`: beyond what any host serves, low
+/// enough to catch a typo.
 pub const MAX_CLIENT_COUNT_LIMIT: usize = 10_000_000;
 /// Largest `[limits] max_leases`.
 pub const MAX_LEASES: usize = 100_000_000;
@@ -87,6 +88,7 @@ impl NodeConfig {
             ("max_client_connections", client.max_client_connections, 1, MAX_CLIENT_COUNT_LIMIT),
             ("max_concurrent_streams", client.max_concurrent_streams as usize, 1, MAX_CLIENT_COUNT_LIMIT),
             ("max_watchers_per_stream", client.max_watchers_per_stream, 1, MAX_CLIENT_COUNT_LIMIT),
+            ("max_queued_requests", client.max_queued_requests, 1, MAX_CLIENT_COUNT_LIMIT),
         ];
         for (field, value, min, max) in limits {
             if !(min..=max).contains(&value) {

@@ -389,7 +389,8 @@ impl LaneSender {
             if backlog.lock().unwrap_or_else(PoisonError::into_inner).queue.is_closed() {
                 return;
             }
-            if let Some(epoch) = super::removed_epoch(error.message()) {
+            let refusal = super::refusal::PeerRefusal::of(&error);
+            if let Some(super::refusal::PeerRefusal::Removed { epoch }) = refusal {
                 self.removed.send_replace(Some(epoch));
             }
             if opened.elapsed() >= HEALTHY {
@@ -397,8 +398,8 @@ impl LaneSender {
             }
             if last_warning.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
                 last_warning = Some(Instant::now());
-                if error.message().starts_with(super::wire::VERSION_MISMATCH) {
-                    tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
+                if let Some(super::refusal::PeerRefusal::ProtocolVersion { theirs }) = refusal {
+                    tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), theirs, error = %error.message(),
                         "peer refused this node's protocol version; messages to it are dropped");
                 } else {
                     tracing::warn!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),

@@ -14,6 +14,7 @@
 
 pub mod lanes;
 pub mod parked;
+pub mod refusal;
 pub mod service;
 pub mod wire;
 
@@ -21,28 +22,4 @@ pub mod wire;
 pub mod proto {
     #![allow(missing_docs, clippy::all)]
     tonic::include_proto!("leasekv.peer.v1");
-}
-
-/// What the peer service answers a node the log removed from the cluster, so that it stops
-/// (see [`removed_epoch`]).
-pub(crate) fn removed_notice(id: u32, epoch: u64) -> String {
-    format!("{REMOVED_PREFIX}{id} was removed from the cluster (membership epoch {epoch})")
-}
-
-const REMOVED_PREFIX: &str = "leasekv: member ";
-
-/// The membership epoch of a [`removed_notice`], if `message` is one.
-pub(crate) fn removed_epoch(message: &str) -> Option<u64> {
-    let rest = message.strip_prefix(REMOVED_PREFIX)?;
-    let epoch = rest.split("(membership epoch ").nth(1)?;
-    epoch.strip_suffix(')')?.parse().ok()
-}
-
-#[cfg(test)]
-mod removed_tests {
-    #[test]
-    fn the_removed_notice_round_trips() {
-        assert_eq!(super::removed_epoch(&super::removed_notice(3, 7)), Some(7));
-        assert_eq!(super::removed_epoch("node 3 is not a member of this cluster"), None);
-    }
 }

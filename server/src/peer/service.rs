@@ -13,6 +13,7 @@ use crate::peer::parked::{
     MAX_SNAPSHOT_FILE_BYTES, MAX_TRANSFER_BYTES, SIZE_UNKNOWN,
 };
 use crate::peer::proto as pb;
+use crate::peer::refusal::PeerRefusal;
 use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
 use crate::tls::identity::CertNames;
 use leasekv_kvstore::log::{LogMessage, StagedSnapshot};
@@ -100,7 +101,11 @@ impl Inner {
         if membership.was_removed(from) {
             // etcd answers a removed member the same way, and it stops for good: its own log
             // may never tell it (the others no longer send it anything).
-            return Err(Status::permission_denied(super::removed_notice(id, membership.epoch)));
+            let epoch = membership.epoch;
+            return Err(PeerRefusal::Removed { epoch }.status(
+                tonic::Code::PermissionDenied,
+                format!("leasekv: member {id} was removed from the cluster (membership epoch {epoch})"),
+            ));
         }
         if !self.network.is_member(from) {
             return Err(Status::permission_denied(format!("node {id} is not a member of this cluster")));

@@ -22,9 +22,6 @@ use serde::{Deserialize, Serialize};
 /// sent while it is built), which version 1 refuses as too large.
 pub const PEER_PROTOCOL_VERSION: u32 = 2;
 
-/// The start of the refusal [`check_version`] returns; the sending side recognises it.
-pub const VERSION_MISMATCH: &str = "peer protocol version mismatch";
-
 /// Checks a peer's protocol version: the FAILED_PRECONDITION status that refuses its stream,
 /// naming both versions, unless it is [`PEER_PROTOCOL_VERSION`].
 pub fn check_version(theirs: u32) -> Result<(), tonic::Status> {
@@ -35,10 +32,13 @@ pub fn check_version(theirs: u32) -> Result<(), tonic::Status> {
         0 => "none (a build from before protocol versions)".to_string(),
         v => v.to_string(),
     };
-    Err(tonic::Status::failed_precondition(format!(
-        "{VERSION_MISMATCH}: the peer speaks version {theirs}, this node speaks version {PEER_PROTOCOL_VERSION}; \
-         every member must run a build of the same peer protocol version"
-    )))
+    Err(super::refusal::PeerRefusal::ProtocolVersion { theirs: PEER_PROTOCOL_VERSION }.status(
+        tonic::Code::FailedPrecondition,
+        format!(
+            "peer protocol version mismatch: the peer speaks version {theirs}, this node speaks version \
+             {PEER_PROTOCOL_VERSION}; every member must run a build of the same peer protocol version"
+        ),
+    ))
 }
 
 /// One node-to-node message.
@@ -81,7 +81,10 @@ mod tests {
         {
             let status = check_version(theirs).expect_err("another version is refused");
             assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-            assert!(status.message().starts_with(VERSION_MISMATCH), "{}", status.message());
+            assert_eq!(
+                super::super::refusal::PeerRefusal::of(&status),
+                Some(super::super::refusal::PeerRefusal::ProtocolVersion { theirs: PEER_PROTOCOL_VERSION })
+            );
             assert!(
                 status.message().contains(&format!("speaks version {named}, this node speaks version 2")),
                 "{}",

@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use leasekv::client::proto::authpb::{permission::Type, Permission};
-use leasekv::client::{prefix_range_end, Client};
+use leasekv::client::{prefix_range_end, Client, EtcdError};
 
 /// `kvcli auth ...`.
 #[derive(Debug, Subcommand)]
@@ -149,11 +149,11 @@ pub async fn auth(client: &Client, command: AuthCommand) -> Result<()> {
         AuthCommand::Enable => {
             // etcdctl's way: create the root role and grant it when they are missing.
             if let Err(error) = client.auth_enable().await {
-                if !error.to_string().contains("root user does not have root role") {
+                if error.etcd_error() != Some(EtcdError::RootRoleNotExist) {
                     return Err(error.into());
                 }
                 if let Err(error) = client.role_add("root").await {
-                    if !error.to_string().contains("role name already exists") {
+                    if error.etcd_error() != Some(EtcdError::RoleAlreadyExists) {
                         return Err(error.into());
                     }
                 }

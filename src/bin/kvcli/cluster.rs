@@ -3,7 +3,7 @@
 use super::access::Access;
 use super::output::{self, OutputFormat, StatusReport};
 use anyhow::Result;
-use leasekv::client::Client;
+use leasekv::client::{Client, EtcdError};
 use tonic::Code;
 
 /// Runs `status`: etcd's MemberList and Status, plus the election view when the server has
@@ -85,7 +85,7 @@ pub async fn move_master(client: &Client, access: &Access, member: &str) -> Resu
     if let Err(error) = on_master.move_leader(target.id).await {
         // etcd's answer when the target has not taken over within the server's wait; the
         // hand-over may still complete (a loaded member), so look before calling it failed.
-        if !error.to_string().contains("leader transfer took too long") || !became_master(client, target.id).await {
+        if error.etcd_error() != Some(EtcdError::LeaderTransferTimeout) || !became_master(client, target.id).await {
             return Err(error.into());
         }
     }

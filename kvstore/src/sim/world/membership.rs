@@ -11,6 +11,7 @@ use crate::command::Command;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
 use crate::membership::{MemberChange, Membership};
+use crate::sim::oracle::ViolationKind;
 use leasekv_lease::NodeId;
 
 /// Fewest and most voters the schedule keeps.
@@ -44,7 +45,7 @@ impl World {
                     for_election.epoch,
                     for_election.voters()
                 );
-                self.oracles.violation(self.now, "election-ahead-of-log", detail);
+                self.oracles.violation(self.now, ViolationKind::ElectionAheadOfLog, detail);
             }
         }
         let now = self.local(node);
@@ -53,7 +54,7 @@ impl World {
             format!("{id} election configuration {} voters {voters:?} learners {learners:?}", for_election.epoch)
         });
         if let Some(core) = self.nodes[node].election.as_mut() {
-            core.set_configuration(now, for_election.epoch, &voters, &learners);
+            core.set_configuration(now, &for_election.configuration());
         }
         self.nodes[node].election_epoch = for_election.epoch;
         true
@@ -74,7 +75,7 @@ impl World {
                     membership.voters(),
                     known.voters()
                 );
-                self.oracles.violation(self.now, "configuration-diverged", detail);
+                self.oracles.violation(self.now, ViolationKind::ConfigurationDiverged, detail);
                 return;
             }
             None => {}
@@ -96,7 +97,11 @@ impl World {
         let masters = self.masters();
         if masters.len() > 1 && !self.overlapping {
             let ids: Vec<NodeId> = masters.iter().map(|&m| self.nodes[m].id).collect();
-            self.oracles.violation(self.now, "masters-overlap", format!("{ids:?} believe they are master at once"));
+            self.oracles.violation(
+                self.now,
+                ViolationKind::MastersOverlap,
+                format!("{ids:?} believe they are master at once"),
+            );
         }
         self.overlapping = masters.len() > 1;
     }

@@ -15,6 +15,7 @@
 
 use super::{World, MS};
 use crate::command::{Command, DeleteRangeRequest, PutRequest, TxnOp, TxnRequest};
+use crate::sim::oracle::ViolationKind;
 use crate::sim::watch_oracle::{self, Reference, Tracked};
 use crate::types::{KeyRange, Revision, NO_LEASE};
 use crate::watch::{resume_revision, StreamConfig, WatchId, WatchResponse, WatchSpec, WatchStream, STREAM_PROGRESS_ID};
@@ -91,7 +92,7 @@ impl World {
         if let Ok(events) = state.events_since(from) {
             if let Some(detail) = self.watch.reference.observe(&events) {
                 let detail = format!("{}: {detail}", self.nodes[node].id);
-                self.oracles.violation(self.now, "watch-history-diverge", detail);
+                self.oracles.violation(self.now, ViolationKind::WatchHistoryDiverge, detail);
             }
         }
         self.watch.checked[node] = head;
@@ -287,7 +288,10 @@ impl World {
         } else if let Some(w) = logical {
             watch_oracle::check(&self.watch.reference, &response, Some(&mut client.watchers[w]), &mut [], compacted)
         } else {
-            Err(("watch-unknown-id", format!("a response for watch id {} the client never opened", response.watch_id)))
+            Err((
+                ViolationKind::WatchUnknownId,
+                format!("a response for watch id {} the client never opened", response.watch_id),
+            ))
         };
         if let Err((kind, detail)) = result {
             let detail = format!("watch client {c} on node {}: {detail}", node + 1);

@@ -1,0 +1,412 @@
+//! The node: the replica and every decision between it and the network, without I/O.
+//!
+//! A [`Node`] takes what reaches a member (client requests only the master can answer,
+//! forwards from followers and the master's answers, log messages, the election's status,
+//! timeouts) and says what must happen (log messages and forwards to send, answers for the
+//! node's own callers, a sync, a step-down, a configuration for the election). It decides:
+//! - where a master-only request is served: here as master, or forwarded once to the
+//!   master the election names, never while the link to it is known to be down;
+//! - what a forward whose answer will not come tells its caller ([`forward::Forwards`]):
+//!   a write may have been applied, so it is "indeterminate", never retried;
+//! - that a renewal of mastership that arrived with a timeout is applied before it
+//!   ([`Node::handle_timeout`]), so that a master renewed all along does not give up its
+//!   log round;
+//! - when the configuration in force changed, whether this node was removed, and when the
+//!   log must catch up with a configuration a peer has seen.
+//!
+//! The tokio loop in `server` drives it with sockets, timers and the sync thread; the store
+//! simulator drives the same type with a simulated network and clock (TigerBeetle's way:
+//! the simulator runs the production replica, not a model of it).
+
+pub mod forward;
+
+pub use forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, FORWARD_TIMEOUT};
+
+use crate::command::Command;
+use crate::log::{AppliedTrace, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, Slot};
+use crate::membership::Membership;
+use crate::storage::Storage;
+use leasekv_lease::{Instant, Mastership, NodeId};
+use std::collections::HashMap;
+
+/// Who waits for the answer to a master request served on this node.
+#[derive(Debug)]
+pub enum Asker<W> {
+    /// A caller on this node, with the driver's waiter.
+    Local(W),
+    /// A follower that forwarded it, under its id.
+    Remote(NodeId, ForwardId),
+}
+
+/// The election's view as the node acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ElectionView {
+    /// `Some` while this node is master: its term and until when.
+    pub master: Option<Mastership>,
+    /// The node believed to be master.
+    pub hint: Option<NodeId>,
+}
+
+/// What the election reports that the node reads before it proposes or catches up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ElectionGauges {
+    /// Rule 5 of docs/membership.md: when the next configuration change may go out.
+    pub change_gate: Option<(u64, Instant)>,
+    /// The highest configuration epoch seen in a peer's election message.
+    pub configuration_seen: u64,
+}
+
+/// A message between nodes about master requests (the log's own go as [`LogMessage`]).
+#[derive(Debug, Clone)]
+pub enum ForwardMessage {
+    /// A follower hands a request to the master.
+    Request(ForwardId, MasterRequest),
+    /// The master's answer to a forwarded request.
+    Answer(ForwardId, MasterResult),
+}
+
+/// A node deliberately broken, for the simulator's negative controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeBreakage {
+    /// The real thing.
+    #[default]
+    None,
+    /// A renewal that arrived with a timeout is applied after it: the master finds its
+    /// previous lease run out and gives up its log round (found by scalebench once).
+    RenewalAfterTimeout,
+    /// A forwarded write whose proposal was made is answered "not master" when the
+    /// mastership ends before it completes, although it may still be chosen.
+    NotMasterAfterProposal,
+}
+
+impl NodeBreakage {
+    /// Every broken variant with its name, as `--break` takes it.
+    pub const ALL: [(&'static str, NodeBreakage); 2] = [
+        ("renewal-after-timeout", NodeBreakage::RenewalAfterTimeout),
+        ("not-master-after-proposal", NodeBreakage::NotMasterAfterProposal),
+    ];
+
+    /// The name `--break` takes.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, b)| *b == self).map_or("none", |(name, _)| name)
+    }
+}
+
+/// Everything the node produced since the driver last asked.
+#[derive(Debug)]
+pub struct NodeOutput<W> {
+    /// Log messages to send.
+    pub log: Vec<(NodeId, LogMessage)>,
+    /// Forwards and answers to send.
+    pub forwards: Vec<(NodeId, ForwardMessage)>,
+    /// Answers for this node's own callers.
+    pub answers: Vec<(W, MasterResult)>,
+    /// Step-downs asked of this node: the driver has the election give up mastership and
+    /// then answers through [`Node::step_down_finished`].
+    pub step_downs: Vec<Asker<W>>,
+    /// The configuration in force changed: hand it to the election and the peer network.
+    pub configuration: Option<Membership>,
+    /// This node applied its own removal, at this configuration epoch (reported once).
+    pub removed: Option<u64>,
+    /// Storage holds writes that outputs wait for: sync, then [`Replica::finish_sync`].
+    pub needs_sync: bool,
+    /// Applied slots (only with the replica's `trace_applies`).
+    pub applied: Vec<AppliedTrace>,
+    /// Proposals of this node chosen and applied successfully, with their slot (only with
+    /// the replica's `trace_applies`: the simulator's acknowledged-write oracle).
+    pub chosen: Vec<(ProposalId, Slot)>,
+}
+
+impl<W> Default for NodeOutput<W> {
+    fn default() -> Self {
+        NodeOutput {
+            log: Vec::new(),
+            forwards: Vec::new(),
+            answers: Vec::new(),
+            step_downs: Vec::new(),
+            configuration: None,
+            removed: None,
+            needs_sync: false,
+            applied: Vec::new(),
+            chosen: Vec::new(),
+        }
+    }
+}
+
+impl<W> NodeOutput<W> {
+    /// Whether nothing is to be sent or answered (a sync would hold nothing up).
+    pub fn holds_nothing(&self) -> bool {
+        self.log.is_empty() && self.forwards.is_empty() && self.answers.is_empty()
+    }
+}
+
+/// One member: its replica, the forwards it made and the requests it serves as master.
+/// `W` is the driver's waiter for a local caller's answer.
+pub struct Node<S: Storage, W> {
+    replica: Replica<S>,
+    forwards: Forwards<W>,
+    /// Who waits for each proposal this node made as master.
+    proposals: HashMap<ProposalId, Asker<W>>,
+    /// The master as last seen, so forwards to a deposed one are given up at once.
+    known_master: Option<NodeId>,
+    /// The configuration epoch last reported in [`NodeOutput::configuration`].
+    seen_epoch: Option<u64>,
+    removal_reported: bool,
+    gauges: ElectionGauges,
+    /// Produced by the handlers, handed over by [`Node::take_output`].
+    pending: NodeOutput<W>,
+    breakage: NodeBreakage,
+}
+
+impl<S: Storage, W> Node<S, W> {
+    /// A node around `replica`.
+    pub fn new(replica: Replica<S>) -> Self {
+        Node {
+            replica,
+            forwards: Forwards::default(),
+            proposals: HashMap::new(),
+            known_master: None,
+            seen_epoch: None,
+            removal_reported: false,
+            gauges: ElectionGauges::default(),
+            pending: NodeOutput::default(),
+            breakage: NodeBreakage::None,
+        }
+    }
+
+    /// Breaks the node on purpose (the simulator's negative controls).
+    pub fn set_breakage(&mut self, breakage: NodeBreakage) {
+        self.breakage = breakage;
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.replica.id()
+    }
+
+    /// The replica, for what the driver reads locally (serializable reads, status, views).
+    pub fn replica(&self) -> &Replica<S> {
+        &self.replica
+    }
+
+    /// The replica, for what the driver does to it directly (syncs, checkpoints, snapshots
+    /// from peers).
+    pub fn replica_mut(&mut self) -> &mut Replica<S> {
+        &mut self.replica
+    }
+
+    /// Forwards waiting for the master's answer.
+    pub fn forwards_pending(&self) -> usize {
+        self.forwards.len()
+    }
+
+    /// The election's latest status: who is master, and until when this node is.
+    pub fn handle_election(&mut self, now: Instant, view: ElectionView) {
+        self.replica.set_mastership(now, view.master, view.hint);
+    }
+
+    /// What the election reported after its latest step (read before proposing a change
+    /// and before deciding whether to catch up).
+    pub fn set_election_gauges(&mut self, gauges: ElectionGauges) {
+        self.gauges = gauges;
+    }
+
+    /// A request only the master can answer, from this node's caller `waiter`: served here,
+    /// or forwarded once to the master the election names. `link_down` says whether the
+    /// link to a node is known to be broken: a request never leaves then, so "not master"
+    /// is the truth, and the caller waits for the next master instead of an
+    /// "indeterminate" answer later.
+    pub fn handle_client(
+        &mut self,
+        now: Instant,
+        request: MasterRequest,
+        waiter: W,
+        link_down: impl Fn(NodeId) -> bool,
+    ) {
+        let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
+        match master {
+            Some(master) if !self.replica.is_master_at(now) => {
+                if link_down(master) {
+                    self.pending.answers.push((waiter, Err(RequestError::NotMaster { hint: None })));
+                } else {
+                    let id = self.forwards.start(&request, waiter, master, now);
+                    self.pending.forwards.push((master, ForwardMessage::Request(id, request)));
+                }
+            }
+            _ => self.serve_here(now, request, Asker::Local(waiter)),
+        }
+    }
+
+    /// A request a follower forwarded to this node as master. Served here whether or not
+    /// this node is master: a request is forwarded at most once, so a stale hint costs one
+    /// "not master" answer, never a loop.
+    pub fn handle_forwarded(&mut self, now: Instant, from: NodeId, id: ForwardId, request: MasterRequest) {
+        self.serve_here(now, request, Asker::Remote(from, id));
+    }
+
+    /// The master's answer to one of this node's forwards.
+    pub fn handle_answer(&mut self, from: NodeId, id: ForwardId, result: MasterResult) {
+        if let Some(answer) = self.forwards.answer(from, id, result) {
+            self.pending.answers.push(answer);
+        }
+    }
+
+    /// A log message from a peer.
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, message: LogMessage) {
+        self.replica.handle_message(now, from, message);
+    }
+
+    /// The deadline of [`Node::poll_timeout`] passed (early or late calls are fine).
+    /// `renewal` is an election status that arrived meanwhile and was not handed over yet:
+    /// it is applied first, so that a master whose lease was renewed all along is not found
+    /// expired by its own timeout and does not give up its log round.
+    pub fn handle_timeout(&mut self, now: Instant, renewal: Option<ElectionView>) {
+        let renewal_after = self.breakage == NodeBreakage::RenewalAfterTimeout;
+        if let Some(view) = renewal.filter(|_| !renewal_after) {
+            self.handle_election(now, view);
+        }
+        if self.replica.poll_timeout().is_some_and(|at| at <= now) {
+            self.replica.handle_timeout(now);
+        }
+        if let Some(view) = renewal.filter(|_| renewal_after) {
+            self.handle_election(now, view);
+        }
+        if self.forwards.next_deadline().is_some_and(|at| at <= now) {
+            let hint = self.replica.master_hint();
+            let expired = self.forwards.expire(now, hint);
+            self.pending.answers.extend(expired);
+        }
+    }
+
+    /// When the node next needs [`Node::handle_timeout`]: the replica's timer or a
+    /// forward's deadline.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        match (self.replica.poll_timeout(), self.forwards.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
+    pub fn step_down_finished(&mut self, asker: Asker<W>, result: MasterResult) {
+        self.answer(asker, result);
+    }
+
+    /// Everything to send, answer and sync since the last call. The engine write of what
+    /// was applied follows the answers (the driver calls [`Replica::flush_applied`] or
+    /// lets a deadline do it; see `Replica::take_output_before_flush`).
+    pub fn take_output(&mut self, now: Instant) -> NodeOutput<W> {
+        if self.gauges.configuration_seen > self.replica.membership().epoch {
+            // A peer is at a configuration this node has not applied: fetch the log rather
+            // than wait for a master to bring it (rate-limited by the replica).
+            self.replica.catch_up(now);
+        }
+        self.follow_membership();
+        let output = self.replica.take_output_before_flush();
+        self.pending.log.extend(output.messages);
+        self.pending.needs_sync |= output.needs_sync;
+        let tracing_applies = self.replica.traces_applies();
+        self.pending.applied.extend(output.applied);
+        for completion in output.completions {
+            if let Some(asker) = self.proposals.remove(&completion.id) {
+                if let Ok((slot, applied)) = &completion.result {
+                    if tracing_applies && applied.result.is_ok() {
+                        self.pending.chosen.push((completion.id, *slot));
+                    }
+                }
+                let result = completion.result.map(|(_, applied)| MasterAnswer::Propose(applied));
+                let result = match result {
+                    Err(RequestError::Indeterminate { hint })
+                        if self.breakage == NodeBreakage::NotMasterAfterProposal =>
+                    {
+                        Err(RequestError::NotMaster { hint })
+                    }
+                    other => other,
+                };
+                self.answer(asker, result);
+            }
+        }
+        self.notice_master_change();
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Hands the configuration in force to the output when it changed, and this node's
+    /// removal once.
+    fn follow_membership(&mut self) {
+        let epoch = self.replica.membership().epoch;
+        if self.seen_epoch != Some(epoch) {
+            self.seen_epoch = Some(epoch);
+            self.pending.configuration = Some(self.replica.election_membership());
+        }
+        if let Some(removed_at) = self.replica.removed() {
+            if !self.removal_reported {
+                self.removal_reported = true;
+                self.pending.removed = Some(removed_at);
+            }
+        }
+    }
+
+    /// Forwards to a master that is no longer the master will not be answered. Only a new
+    /// master counts: "no master known" (a lease between renewals, or a master that just
+    /// died) abandons nothing, so a healthy master's in-flight writes never fail for it; the
+    /// successor's election, or the forward's timeout, settles a dead master's forwards.
+    fn notice_master_change(&mut self) {
+        let Some(master) = self.replica.master_hint() else { return };
+        if Some(master) != self.known_master {
+            self.known_master = Some(master);
+            if !self.forwards.is_empty() {
+                let abandoned = self.forwards.master_changed(master);
+                self.pending.answers.extend(abandoned);
+            }
+        }
+    }
+
+    /// Serves a master request on this node and answers `asker`: at once, when its proposal
+    /// completes, or (a step-down) once the driver had the election give up. The replica
+    /// refuses what it cannot serve (not master, not ready yet) with an error the caller's
+    /// side retries.
+    fn serve_here(&mut self, now: Instant, request: MasterRequest, asker: Asker<W>) {
+        let result = match request {
+            MasterRequest::Propose(command) => {
+                if matches!(command, Command::ChangeMembers(_)) {
+                    // The gate the election published after its latest step (rule 5 of
+                    // docs/membership.md; a stale gate only refuses): only a change checks it.
+                    self.replica.set_change_gate(self.gauges.change_gate);
+                }
+                match self.replica.propose(now, command) {
+                    Ok(id) => {
+                        self.proposals.insert(id, asker);
+                        return;
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            MasterRequest::Read(request, revision) => self
+                .replica
+                .read_at(now, &request, revision, ReadConsistency::Linearizable)
+                .map(|(response, revision)| MasterAnswer::Read(response, revision)),
+            MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
+            MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),
+            MasterRequest::LeaseList => self.replica.lease_list(now).map(MasterAnswer::LeaseList),
+            MasterRequest::StepDown => {
+                if !self.replica.is_master_at(now) {
+                    Err(RequestError::NotMaster { hint: self.replica.master_hint() })
+                } else {
+                    self.pending.step_downs.push(asker);
+                    return;
+                }
+            }
+        };
+        self.answer(asker, result);
+    }
+
+    fn answer(&mut self, asker: Asker<W>, result: MasterResult) {
+        match asker {
+            Asker::Local(waiter) => self.pending.answers.push((waiter, result)),
+            Asker::Remote(node, id) => self.pending.forwards.push((node, ForwardMessage::Answer(id, result))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

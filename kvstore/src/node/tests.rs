@@ -1,0 +1,223 @@
+//! The node's decisions on three in-memory nodes, messages delivered by hand.
+
+use super::*;
+use crate::command::PutRequest;
+use crate::limits::Limits;
+use crate::log::ReplicaConfig;
+use crate::storage::MemoryStorage;
+use leasekv_lease::Ballot;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// A caller's waiter in these tests: a number.
+type Waiter = u32;
+
+enum Wire {
+    Log(LogMessage),
+    Forward(ForwardMessage),
+}
+
+struct Cluster {
+    nodes: Vec<Node<MemoryStorage, Waiter>>,
+    queue: VecDeque<(NodeId, NodeId, Wire)>,
+    now: Instant,
+    answers: Vec<(NodeId, Waiter, MasterResult)>,
+    step_downs: Vec<(NodeId, Asker<Waiter>)>,
+    /// Messages to these nodes are lost.
+    cut: Vec<NodeId>,
+}
+
+fn put(key: &str) -> MasterRequest {
+    MasterRequest::Propose(Command::Put(PutRequest { key: key.into(), value: b"v".to_vec(), lease: 0, prev_kv: false }))
+}
+
+impl Cluster {
+    /// Three nodes, node 1 master for a long time.
+    fn new() -> Self {
+        let ids: Vec<NodeId> = (1..=3).map(NodeId).collect();
+        let config = ReplicaConfig::for_lease_time(Duration::from_secs(1));
+        let nodes = ids
+            .iter()
+            .map(|&id| {
+                let replica = Replica::open(id, &ids, config.clone(), Limits::default(), MemoryStorage::new(), 1)
+                    .expect("a fresh replica opens");
+                Node::new(replica)
+            })
+            .collect();
+        let now = Instant::from_nanos(10_000_000_000);
+        let mut cluster = Cluster {
+            nodes,
+            queue: VecDeque::new(),
+            now,
+            answers: Vec::new(),
+            step_downs: Vec::new(),
+            cut: Vec::new(),
+        };
+        cluster.elect(NodeId(1), 1);
+        cluster.settle();
+        cluster
+    }
+
+    /// Makes `master` the master in term `counter`, as the election would tell each node.
+    fn elect(&mut self, master: NodeId, counter: u64) {
+        let term = Ballot { counter, epoch: 1, node: master };
+        let valid_until = Instant::from_nanos(self.now.as_nanos() + 1_000_000_000_000);
+        let now = self.now;
+        for node in &mut self.nodes {
+            let mine = node.id() == master;
+            let view = ElectionView { master: mine.then_some(Mastership { term, valid_until }), hint: Some(master) };
+            node.handle_election(now, view);
+        }
+    }
+
+    fn node(&mut self, id: NodeId) -> &mut Node<MemoryStorage, Waiter> {
+        self.nodes.iter_mut().find(|n| n.id() == id).expect("a node of the cluster")
+    }
+
+    /// Outputs taken and messages delivered until nothing moves (bounded).
+    fn settle(&mut self) {
+        for _ in 0..2_000 {
+            let now = self.now;
+            for node in &mut self.nodes {
+                let out = node.take_output(now);
+                let from = node.id();
+                if out.needs_sync {
+                    node.replica_mut().sync(now);
+                }
+                node.replica_mut().flush_applied();
+                self.queue.extend(out.log.into_iter().map(|(to, m)| (from, to, Wire::Log(m))));
+                self.queue.extend(out.forwards.into_iter().map(|(to, m)| (from, to, Wire::Forward(m))));
+                self.answers.extend(out.answers.into_iter().map(|(w, r)| (from, w, r)));
+                self.step_downs.extend(out.step_downs.into_iter().map(|a| (from, a)));
+            }
+            let Some((from, to, wire)) = self.queue.pop_front() else { return };
+            if self.cut.contains(&to) {
+                continue;
+            }
+            let node = self.node(to);
+            match wire {
+                Wire::Log(message) => node.handle_message(now, from, message),
+                Wire::Forward(ForwardMessage::Request(id, request)) => node.handle_forwarded(now, from, id, request),
+                Wire::Forward(ForwardMessage::Answer(id, result)) => node.handle_answer(from, id, result),
+            }
+        }
+        panic!("the cluster did not settle");
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now = self.now.saturating_add(by);
+        let now = self.now;
+        for node in &mut self.nodes {
+            if node.poll_timeout().is_some_and(|at| at <= now) {
+                node.handle_timeout(now, None);
+            }
+        }
+        self.settle();
+    }
+
+    fn answer(&self, node: NodeId, waiter: Waiter) -> Option<&MasterResult> {
+        self.answers.iter().find(|(n, w, _)| *n == node && *w == waiter).map(|(_, _, r)| r)
+    }
+}
+
+#[test]
+fn a_write_at_a_follower_is_forwarded_once_and_its_answer_comes_back() {
+    let mut cluster = Cluster::new();
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, put("/a"), 7, |_| false);
+    cluster.settle();
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::Propose(_)))), "the write succeeded");
+    assert_eq!(cluster.node(NodeId(2)).forwards_pending(), 0);
+    // Applied everywhere.
+    for id in [1, 2, 3] {
+        assert_eq!(cluster.node(NodeId(id)).replica().state().key_count(), 1, "node {id}");
+    }
+}
+
+#[test]
+fn a_request_is_not_forwarded_over_a_link_known_to_be_down() {
+    let mut cluster = Cluster::new();
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, put("/a"), 7, |to| to == NodeId(1));
+    cluster.settle();
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Err(RequestError::NotMaster { hint: None }))));
+    assert_eq!(cluster.node(NodeId(1)).replica().state().key_count(), 0, "nothing left the follower");
+}
+
+#[test]
+fn a_forwarded_write_whose_answer_is_lost_is_indeterminate_and_a_read_retryable() {
+    let mut cluster = Cluster::new();
+    cluster.cut.push(NodeId(1));
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, put("/a"), 7, |_| false);
+    let read = MasterRequest::Read(Default::default(), 0);
+    cluster.node(NodeId(2)).handle_client(now, read, 8, |_| false);
+    cluster.settle();
+    assert!(cluster.answer(NodeId(2), 7).is_none(), "still waiting");
+    cluster.advance(FORWARD_TIMEOUT);
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Err(RequestError::Indeterminate { .. }))));
+    assert!(matches!(cluster.answer(NodeId(2), 8), Some(Err(RequestError::NotMaster { .. }))));
+}
+
+#[test]
+fn a_new_master_settles_the_forwards_to_the_old_one() {
+    let mut cluster = Cluster::new();
+    cluster.cut.push(NodeId(1));
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, put("/a"), 7, |_| false);
+    cluster.settle();
+    cluster.cut.clear();
+    cluster.elect(NodeId(3), 2);
+    cluster.settle();
+    assert!(
+        matches!(cluster.answer(NodeId(2), 7), Some(Err(RequestError::Indeterminate { hint: Some(NodeId(3)) }))),
+        "a write to a deposed master is indeterminate, never retried"
+    );
+}
+
+#[test]
+fn a_step_down_goes_to_the_driver_and_its_answer_back_to_the_follower() {
+    let mut cluster = Cluster::new();
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, MasterRequest::StepDown, 7, |_| false);
+    cluster.settle();
+    let (at, asker) = cluster.step_downs.pop().expect("the master's driver is asked to step down");
+    assert_eq!(at, NodeId(1));
+    assert!(matches!(asker, Asker::Remote(NodeId(2), _)));
+    cluster.node(NodeId(1)).step_down_finished(asker, Ok(MasterAnswer::SteppedDown));
+    cluster.settle();
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::SteppedDown))));
+}
+
+#[test]
+fn a_renewal_that_arrives_with_a_timeout_is_applied_first() {
+    // The master's lease runs out at `end`, with a write in flight (its followers cut off);
+    // a renewal arrived in the same turn as the replica's timeout at `end`. Applied first,
+    // the master keeps its log round and the write keeps waiting; applied after, the
+    // master gives the round up and the write fails.
+    for broken in [false, true] {
+        let mut cluster = Cluster::new();
+        let now = cluster.now;
+        let end = now.saturating_add(Duration::from_millis(500));
+        let term = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
+        let lease =
+            |until| ElectionView { master: Some(Mastership { term, valid_until: until }), hint: Some(NodeId(1)) };
+        cluster.node(NodeId(1)).handle_election(now, lease(end));
+        if broken {
+            cluster.node(NodeId(1)).set_breakage(NodeBreakage::RenewalAfterTimeout);
+        }
+        cluster.cut = vec![NodeId(2), NodeId(3)];
+        cluster.node(NodeId(1)).handle_client(now, put("/a"), 7, |_| false);
+        cluster.settle();
+        assert!(cluster.answer(NodeId(1), 7).is_none());
+        cluster.now = end;
+        cluster.node(NodeId(1)).handle_timeout(end, Some(lease(end.saturating_add(Duration::from_secs(10)))));
+        cluster.settle();
+        let answered = cluster.answer(NodeId(1), 7).cloned();
+        if broken {
+            assert!(matches!(answered, Some(Err(_))), "the write fails with the round given up: {answered:?}");
+        } else {
+            assert!(answered.is_none(), "the renewed master still leads: {answered:?}");
+        }
+    }
+}

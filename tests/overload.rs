@@ -1,0 +1,114 @@
+//! A node flooded by clients keeps serving its peers: client requests beyond
+//! `[limits] max_queued_requests` are refused with etcd's "too many requests", while the
+//! log's messages, forwards and their answers, on a queue of their own that the node serves
+//! first, keep flowing (no takeover, no write of unknown outcome).
+
+mod common;
+
+use common::cluster::{client, eventually, master_index, runtime, Cluster};
+use leasekv::client::proto::etcdserverpb as pb;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the flood lasts.
+const FLOOD: Duration = Duration::from_secs(4);
+/// Concurrent flooding callers, over a few connections.
+const CALLERS: usize = 256;
+const CONNECTIONS: usize = 4;
+
+/// The master's term and id, as a linearizable read's header states them.
+async fn term_and_member(kv: &mut pb::kv_client::KvClient<tonic::transport::Channel>) -> (u64, u64) {
+    let header = kv
+        .range(pb::RangeRequest { key: b"/probe".to_vec(), ..Default::default() })
+        .await
+        .expect("a read outside the flood")
+        .into_inner()
+        .header
+        .expect("a header");
+    (header.raft_term, header.member_id)
+}
+
+/// One of a node's metrics, from its `/metrics` page.
+fn metric(endpoint: &str, name: &str) -> f64 {
+    let mut response = ureq::get(&format!("http://{endpoint}/metrics")).call().expect("a scrape");
+    let page = response.body_mut().read_to_string().expect("the exposition");
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not on the metrics page"))
+}
+
+#[test]
+fn a_node_flooded_by_clients_refuses_them_and_keeps_serving_its_peers() {
+    let cluster = Cluster::start_with("paxoslease", "[limits]\nmax_queued_requests = 16\n");
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let follower = (master + 1) % 3;
+        let master_url = format!("http://{}", cluster.endpoint(master));
+        let mut probe = pb::kv_client::KvClient::connect(master_url.clone()).await.expect("connects");
+        let (term_before, master_before) = term_and_member(&mut probe).await;
+
+        // The writer: puts through a follower, each forwarded to the flooded master.
+        let writer = client(&cluster.endpoint(follower)).await;
+        eventually(Duration::from_secs(10), || writer.put("/overload/warm-up", "x", 0, false)).await;
+
+        let refused = Arc::new(AtomicUsize::new(0));
+        let served = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + FLOOD;
+        let mut flood = Vec::new();
+        for connection in 0..CONNECTIONS {
+            let channel = tonic::transport::Endpoint::from_shared(master_url.clone())
+                .expect("url")
+                .connect()
+                .await
+                .expect("connects");
+            for caller in 0..CALLERS / CONNECTIONS {
+                let mut kv = pb::kv_client::KvClient::new(channel.clone());
+                let (refused, served) = (refused.clone(), served.clone());
+                let key = format!("/overload/{connection}/{caller}").into_bytes();
+                flood.push(tokio::spawn(async move {
+                    while Instant::now() < deadline {
+                        match kv.range(pb::RangeRequest { key: key.clone(), ..Default::default() }).await {
+                            Ok(_) => served.fetch_add(1, Ordering::Relaxed),
+                            Err(status) => {
+                                assert_eq!(
+                                    (status.code(), status.message()),
+                                    (tonic::Code::ResourceExhausted, "etcdserver: too many requests"),
+                                    "a flooding read failed otherwise"
+                                );
+                                refused.fetch_add(1, Ordering::Relaxed)
+                            }
+                        };
+                    }
+                }));
+            }
+        }
+
+        let mut writes = 0;
+        while Instant::now() < deadline {
+            let key = format!("/overload/write/{writes}");
+            if let Err(error) = writer.put(key.as_str(), "v", 0, false).await {
+                panic!("a put forwarded to the flooded master failed after {writes}: {error}");
+            }
+            writes += 1;
+        }
+        for caller in flood {
+            caller.await.expect("a flooding caller");
+        }
+
+        let (refused, served) = (refused.load(Ordering::Relaxed), served.load(Ordering::Relaxed));
+        eprintln!("flood: {served} reads served, {refused} refused; {writes} forwarded puts");
+        assert!(refused > 0, "the flood never filled the queue of 16: the test proves nothing ({served} served)");
+        assert!(writes >= 20, "only {writes} forwarded puts in {FLOOD:?}");
+        let (term_after, master_after) = term_and_member(&mut probe).await;
+        assert_eq!((term_after, master_after), (term_before, master_before), "a takeover during the flood");
+        let endpoint = cluster.endpoint(master);
+        assert_eq!(metric(&endpoint, "leasekv_peer_messages_dropped_total"), 0.0);
+        assert!(metric(&endpoint, "leasekv_client_requests_refused_total") >= refused as f64);
+        // Every forwarded put is there.
+        let last = format!("/overload/write/{}", writes - 1);
+        let got = writer.get(last.as_str(), Default::default()).await.expect("a read after the flood");
+        assert_eq!(got.kvs.len(), 1, "the last forwarded put is missing");
+    });
+}
