@@ -75,9 +75,20 @@ async fn a_write_marked_indeterminate_is_not_retried() {
 }
 
 #[tokio::test]
-async fn an_unmarked_unavailable_is_retried() {
-    // Negative control: the same message without the marker is an ordinary UNAVAILABLE.
-    let (error, puts) = put_against(|| Status::unavailable(INDETERMINATE_WRITE)).await;
+async fn an_unavailable_that_says_nothing_was_done_is_retried() {
+    // Negative control: etcd's "no leader" says the write never reached a leader.
+    let (error, puts) = put_against(|| Status::unavailable("etcdserver: no leader")).await;
     assert_eq!(puts, 3, "every attempt is used");
     assert!(!error.is_indeterminate(), "{error}");
+}
+
+#[tokio::test]
+async fn etcds_own_timeout_after_a_leader_failure_is_not_retried_either() {
+    // An etcd server sends the message without leasekv's marker: as etcd's clients, the
+    // client does not send again a write that may have been applied. The marker alone
+    // decides `is_indeterminate`; the enum of etcd's errors decides the retry.
+    let (error, puts) = put_against(|| Status::unavailable(INDETERMINATE_WRITE)).await;
+    assert_eq!(puts, 1, "sent once");
+    assert!(!error.is_indeterminate(), "no marker: {error}");
+    assert_eq!(error.etcd_error(), Some(leasekv_client::EtcdError::TimeoutDueToLeaderFail));
 }

@@ -11,7 +11,8 @@
 use anyhow::{bail, Result};
 use clap::Parser;
 use leasekv_kvstore::log::LogBreakage;
-use leasekv_kvstore::sim::{run_seeds, KvSimConfig};
+use leasekv_kvstore::node::NodeBreakage;
+use leasekv_kvstore::sim::{run_seeds, ClientBreakage, KvSimConfig};
 use leasekv_kvstore::watch::WatchBreakage;
 use leasekv_lease::BackendKind;
 use std::time::Instant;
@@ -43,9 +44,10 @@ struct Args {
     /// Election backend: paxoslease or lease-tracker.
     #[arg(long, default_value = "paxoslease")]
     backend: String,
-    /// A negative control: follower-reads, early-ack, skip-phase1, deposed-expiry (the log);
-    /// split-revision, progress-unsynced, resume-at-last, drop-when-full, prev-kv-current
-    /// (watch).
+    /// A negative control: follower-reads, early-ack, skip-phase1, deposed-expiry, … (the
+    /// log); split-revision, progress-unsynced, resume-at-last, drop-when-full,
+    /// prev-kv-current (watch); renewal-after-timeout, not-master-after-proposal (the node);
+    /// retry-indeterminate (the client).
     #[arg(long = "break", default_value = "none")]
     breakage: String,
     /// Print the event trace of each seed (use with --seeds 1).
@@ -53,17 +55,27 @@ struct Args {
     trace: bool,
 }
 
+/// The client's negative control, as `--break` names it.
+const RETRY_INDETERMINATE: &str = "retry-indeterminate";
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let watch_breakage = WatchBreakage::from_name(&args.breakage).unwrap_or_default();
-    let Some(breakage) = LogBreakage::from_name(&args.breakage)
-        .or_else(|| (watch_breakage != WatchBreakage::None).then_some(LogBreakage::None))
+    let node_breakage =
+        NodeBreakage::ALL.iter().find(|(name, _)| *name == args.breakage).map_or(NodeBreakage::None, |(_, b)| *b);
+    let client_breakage =
+        if args.breakage == RETRY_INDETERMINATE { ClientBreakage::RetryIndeterminate } else { ClientBreakage::None };
+    let other_control = watch_breakage != WatchBreakage::None
+        || node_breakage != NodeBreakage::None
+        || client_breakage != ClientBreakage::None;
+    let Some(breakage) = LogBreakage::from_name(&args.breakage).or_else(|| other_control.then_some(LogBreakage::None))
     else {
         bail!(
-            "unknown --break {:?}; expected one of: none, {}, {}",
+            "unknown --break {:?}; expected one of: none, {}, {}, {}, {RETRY_INDETERMINATE}",
             args.breakage,
             LogBreakage::ALL.map(|b| b.name()).join(", "),
-            WatchBreakage::ALL.map(|b| b.name()).join(", ")
+            WatchBreakage::ALL.map(|b| b.name()).join(", "),
+            NodeBreakage::ALL.map(|(name, _)| name).join(", "),
         );
     };
     let backend: BackendKind = args.backend.parse()?;
@@ -75,7 +87,9 @@ fn main() -> Result<()> {
     }
     let mut config = KvSimConfig::new(args.nodes, args.ops, args.loss, args.drift)
         .with_breakage(breakage)
-        .with_watch_breakage(watch_breakage);
+        .with_watch_breakage(watch_breakage)
+        .with_node_breakage(node_breakage)
+        .with_client_breakage(client_breakage);
     config.backend = backend;
     config.clients = args.clients.max(1);
     config.trace = args.trace;
@@ -95,7 +109,7 @@ fn main() -> Result<()> {
         "backend={} nodes={} break={} acked_writes={} slots_snapshots_installed={} leases_expired={} inconclusive_keys={} elapsed_s={:.1}",
         backend,
         args.nodes,
-        if watch_breakage == WatchBreakage::None { breakage.name() } else { watch_breakage.name() },
+        if other_control { args.breakage.as_str() } else { breakage.name() },
         summary.acked_writes,
         summary.snapshots_installed,
         summary.leases_expired,

@@ -367,6 +367,11 @@ impl<S: Storage> Replica<S> {
         self.learner.machine_mut().corrupt_value(key)
     }
 
+    /// This run's incarnation (it changes with every restart; proposal ids carry it).
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
     /// Whether applied slots are reported ([`ReplicaConfig::trace_applies`]: the
     /// simulator's oracles).
     pub fn traces_applies(&self) -> bool {

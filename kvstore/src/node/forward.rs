@@ -128,6 +128,37 @@ impl<W> Pending<W> {
     }
 }
 
+/// A master's memory of the forwards it served, so that a forward delivered twice (a
+/// network that duplicates) is served once. Entries older than [`SERVED_MEMORY`] are
+/// forgotten: by then the follower has given up on the forward.
+#[derive(Debug, Default)]
+pub struct ServedForwards {
+    seen: std::collections::HashSet<(NodeId, ForwardId)>,
+    order: VecDeque<(Instant, NodeId, ForwardId)>,
+}
+
+/// How long a master remembers a forward it served: twice a follower's wait for it.
+pub const SERVED_MEMORY: Duration = Duration::from_secs(2 * FORWARD_TIMEOUT.as_secs());
+
+impl ServedForwards {
+    /// Whether the forward `id` from `from` is new (and remembers it): `false` for one
+    /// already served.
+    pub fn first_time(&mut self, now: Instant, from: NodeId, id: ForwardId) -> bool {
+        while let Some(&(at, node, old)) = self.order.front() {
+            if now.saturating_since(at) < SERVED_MEMORY {
+                break;
+            }
+            self.order.pop_front();
+            self.seen.remove(&(node, old));
+        }
+        if !self.seen.insert((from, id)) {
+            return false;
+        }
+        self.order.push_back((now, from, id));
+        true
+    }
+}
+
 /// A follower's forwards waiting for the master's answer, each with its caller's waiter
 /// `W`. Every method that settles forwards returns `(waiter, answer)` pairs for the driver
 /// to deliver.
@@ -145,6 +176,13 @@ impl<W> Default for Forwards<W> {
 }
 
 impl<W> Forwards<W> {
+    /// Forwards whose ids start above `incarnation << 32`: the ids of a node's forwards
+    /// never repeat across its restarts (the replica's incarnation changes with each), so
+    /// a master can recognise a forward it already served.
+    pub fn for_incarnation(incarnation: u32) -> Self {
+        Forwards { next_id: u64::from(incarnation) << 32, ..Forwards::default() }
+    }
+
     /// Records a forward of `request` to `master`; returns the id its answer will carry.
     pub fn start(&mut self, request: &MasterRequest, waiter: W, master: NodeId, now: Instant) -> ForwardId {
         self.next_id += 1;

@@ -20,7 +20,9 @@
 
 pub mod forward;
 
-pub use forward::{expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, FORWARD_TIMEOUT};
+pub use forward::{
+    expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, ServedForwards, FORWARD_TIMEOUT,
+};
 
 use crate::command::Command;
 use crate::log::{AppliedTrace, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, Slot};
@@ -145,6 +147,8 @@ impl<W> NodeOutput<W> {
 pub struct Node<S: Storage, W> {
     replica: Replica<S>,
     forwards: Forwards<W>,
+    /// Forwards served as master, so that one delivered twice is served once.
+    served: ServedForwards,
     /// Who waits for each proposal this node made as master.
     proposals: HashMap<ProposalId, Asker<W>>,
     /// The master as last seen, so forwards to a deposed one are given up at once.
@@ -161,9 +165,11 @@ pub struct Node<S: Storage, W> {
 impl<S: Storage, W> Node<S, W> {
     /// A node around `replica`.
     pub fn new(replica: Replica<S>) -> Self {
+        let incarnation = replica.incarnation();
         Node {
             replica,
-            forwards: Forwards::default(),
+            forwards: Forwards::for_incarnation(incarnation),
+            served: ServedForwards::default(),
             proposals: HashMap::new(),
             known_master: None,
             seen_epoch: None,
@@ -193,6 +199,11 @@ impl<S: Storage, W> Node<S, W> {
     /// from peers).
     pub fn replica_mut(&mut self) -> &mut Replica<S> {
         &mut self.replica
+    }
+
+    /// The replica, when the node is done (a simulated crash takes its storage).
+    pub fn into_replica(self) -> Replica<S> {
+        self.replica
     }
 
     /// Forwards waiting for the master's answer.
@@ -241,6 +252,11 @@ impl<S: Storage, W> Node<S, W> {
     /// this node is master: a request is forwarded at most once, so a stale hint costs one
     /// "not master" answer, never a loop.
     pub fn handle_forwarded(&mut self, now: Instant, from: NodeId, id: ForwardId, request: MasterRequest) {
+        // A forward is sent once, but a network may deliver it twice: serving it again
+        // would apply a write twice. The follower takes the first answer.
+        if !self.served.first_time(now, from, id) {
+            return;
+        }
         self.serve_here(now, request, Asker::Remote(from, id));
     }
 

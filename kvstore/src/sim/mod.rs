@@ -23,4 +23,4 @@ mod workload;
 mod world;
 
 pub use oracle::{Violation, ViolationKind};
-pub use world::{run_seed, run_seeds, KvSimConfig, SeedReport, SimSummary};
+pub use world::{run_seed, run_seeds, ClientBreakage, KvSimConfig, SeedReport, SimSummary};

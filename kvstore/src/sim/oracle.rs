@@ -52,6 +52,8 @@ pub enum ViolationKind {
     WatchIsCreate,
     /// A wrong previous key-value on an event (or one not asked for).
     WatchPrevKv,
+    /// A client sent again a write whose answer said its outcome was unknown.
+    IndeterminateRetried,
 }
 
 impl ViolationKind {
@@ -80,6 +82,7 @@ impl ViolationKind {
             ViolationKind::WatchSequence => "watch-sequence",
             ViolationKind::WatchIsCreate => "watch-iscreate",
             ViolationKind::WatchPrevKv => "watch-prevkv",
+            ViolationKind::IndeterminateRetried => "indeterminate-retried",
         }
     }
 }

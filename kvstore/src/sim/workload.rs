@@ -87,6 +87,9 @@ pub struct Client {
     pub grants: u32,
     /// The last value it saw per checked key (to make CAS succeed sometimes).
     pub seen: Vec<Option<u64>>,
+    /// A request to send again next, with its id (only the broken client of a negative
+    /// control).
+    pub resend: Option<(u64, Request)>,
 }
 
 impl Client {
@@ -101,6 +104,7 @@ impl Client {
             lease: None,
             grants: 0,
             seen: vec![None; CHECKED_KEYS],
+            resend: None,
         }
     }
 

@@ -11,16 +11,19 @@ use crate::limits::Limits;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
 use crate::log::{
-    CheckpointTicket, LogMessage, ProposalId, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket,
+    CheckpointTicket, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket,
 };
 use crate::membership::Membership;
+use crate::node::{
+    ElectionGauges, ElectionView, ForwardMessage, MasterAnswer, MasterRequest, MasterResult, NodeBreakage,
+};
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use crate::watch::StreamConfig;
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::sim::{EventQueue, Network, NetworkFaults, SimClock};
 use leasekv_lease::{BackendKind, ElectionCore, ElectionMessage, EpochStore, LeaseConfig, MemoryEpochStore, NodeId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 mod membership;
@@ -59,6 +62,20 @@ pub struct KvSimConfig {
     pub membership_changes: bool,
     /// Nodes beyond `nodes` that the log may add as members (each starts when added).
     pub spare_nodes: usize,
+    /// A negative control of the node (forwarding, the order of a turn's inputs).
+    pub node_breakage: NodeBreakage,
+    /// A negative control of the simulated client.
+    pub client_breakage: ClientBreakage,
+}
+
+/// A deliberately broken client, for the simulator's negative controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientBreakage {
+    /// The real thing: a write answered "indeterminate" is never sent again.
+    #[default]
+    None,
+    /// A write answered "indeterminate" is sent again, as if it had failed.
+    RetryIndeterminate,
 }
 
 impl KvSimConfig {
@@ -96,6 +113,8 @@ impl KvSimConfig {
             watch: StreamConfig { batch_events: 8, ..StreamConfig::default() },
             membership_changes: true,
             spare_nodes: 3,
+            node_breakage: NodeBreakage::None,
+            client_breakage: ClientBreakage::None,
         }
     }
 
@@ -103,6 +122,20 @@ impl KvSimConfig {
     #[cfg(feature = "negative-controls")]
     pub fn with_breakage(mut self, breakage: LogBreakage) -> Self {
         self.replica.breakage = breakage;
+        self
+    }
+
+    /// Selects a negative control of the node.
+    #[cfg(feature = "negative-controls")]
+    pub fn with_node_breakage(mut self, breakage: NodeBreakage) -> Self {
+        self.node_breakage = breakage;
+        self
+    }
+
+    /// Selects a negative control of the client.
+    #[cfg(feature = "negative-controls")]
+    pub fn with_client_breakage(mut self, breakage: ClientBreakage) -> Self {
+        self.client_breakage = breakage;
         self
     }
 
@@ -267,7 +300,14 @@ pub fn run_seeds(config: &KvSimConfig, base: u64, count: u64, mut progress: impl
 enum Wire {
     Election(ElectionMessage),
     Log(LogMessage),
+    /// A master request forwarded by a follower, or the master's answer to one.
+    Forward(ForwardMessage),
 }
+
+/// A simulated client's waiter at a node: the client, its request id, the request.
+type Waiter = (usize, u64, Request);
+/// The production node, driven by the simulator.
+type KvNode = crate::node::Node<MemoryStorage, Waiter>;
 
 #[derive(Debug)]
 enum Event {
@@ -277,7 +317,7 @@ enum Event {
     SyncDone { node: usize, incarnation: u64 },
     CheckpointDone { node: usize, incarnation: u64 },
     ClientArrive { node: usize, incarnation: u64, client: usize, request_id: u64, request: Request },
-    ClientReply { client: usize, request_id: u64, reply: Reply, sent_at: u64 },
+    ClientReply { client: usize, request_id: u64, reply: Reply },
     ClientTimeout { client: usize, request_id: u64 },
     ClientNext { client: usize },
     Restart { node: usize },
@@ -295,7 +335,8 @@ struct Node {
     /// Bumped on every crash: events addressed to an older incarnation are dropped.
     incarnation: u64,
     election: Option<Box<dyn ElectionCore>>,
-    replica: Option<Replica<MemoryStorage>>,
+    /// The node (replica and forwarding) while it runs.
+    kv: Option<KvNode>,
     disk: Option<MemoryStorage>,
     epochs: MemoryEpochStore,
     /// The sync the replica began and the simulated disk is working on.
@@ -308,7 +349,8 @@ struct Node {
     election_generation: u64,
     replica_generation: u64,
     paused_until: u64,
-    pending: HashMap<ProposalId, (usize, u64, Request)>,
+    /// What the election reported after its latest step, for the node.
+    gauges: ElectionGauges,
     /// For a spare node the log added: the configuration it joins with (its seed).
     join_seed: Option<Membership>,
     /// The configuration epoch its election was last given.
@@ -334,6 +376,8 @@ struct World {
     configurations: BTreeMap<u64, Membership>,
     /// Whether the last check saw more than one master (each episode counts once).
     overlapping: bool,
+    /// Writes answered "indeterminate", by client: never to be sent again.
+    indeterminate_writes: std::collections::HashSet<(usize, u64)>,
     /// Seeds 1 mod 4 hand the driver's snapshots to replicas as files (the way
     /// `kvserver restore` and a restart install one); seeds 3 mod 4 hand them whole, and
     /// the replica installs them through a staged engine, as the server installs what it
@@ -372,7 +416,7 @@ impl World {
                     clock: SimClock::new(offset, rate),
                     incarnation: 0,
                     election: None,
-                    replica: None,
+                    kv: None,
                     disk: Some(MemoryStorage::new()),
                     epochs: MemoryEpochStore::default(),
                     sync_in_flight: None,
@@ -380,7 +424,7 @@ impl World {
                     election_generation: 0,
                     replica_generation: 0,
                     paused_until: 0,
-                    pending: HashMap::new(),
+                    gauges: ElectionGauges::default(),
                     join_seed: None,
                     election_epoch: 0,
                 }
@@ -412,6 +456,7 @@ impl World {
             quiet: false,
             configurations: BTreeMap::new(),
             overlapping: false,
+            indeterminate_writes: std::collections::HashSet::new(),
             defer_engine_writes: seed % 3 == 2,
         };
         for node in 0..world.nodes.len() {
@@ -511,14 +556,23 @@ impl World {
                     }
                     Wire::Log(LogMessage::Snapshot { index, data }) if self.snapshot_files.is_some() => {
                         let Some(path) = self.snapshot_file(to, &data) else { return };
-                        if let Some(replica) = self.nodes[to].replica.as_mut() {
+                        if let Some(replica) = self.nodes[to].kv.as_mut().map(KvNode::replica_mut) {
                             replica.handle_snapshot_file(now, index, path);
                             self.after_replica(to);
                         }
                     }
                     Wire::Log(msg) => {
-                        if let Some(replica) = self.nodes[to].replica.as_mut() {
-                            replica.handle_message(now, from, msg);
+                        if let Some(kv) = self.nodes[to].kv.as_mut() {
+                            kv.handle_message(now, from, msg);
+                            self.after_replica(to);
+                        }
+                    }
+                    Wire::Forward(message) => {
+                        if let Some(kv) = self.nodes[to].kv.as_mut() {
+                            match message {
+                                ForwardMessage::Request(id, request) => kv.handle_forwarded(now, from, id, request),
+                                ForwardMessage::Answer(id, result) => kv.handle_answer(from, id, result),
+                            }
                             self.after_replica(to);
                         }
                     }
@@ -539,8 +593,8 @@ impl World {
                     return;
                 }
                 let now = self.local(node);
-                if let Some(replica) = self.nodes[node].replica.as_mut() {
-                    replica.handle_timeout(now);
+                if let Some(kv) = self.nodes[node].kv.as_mut() {
+                    kv.handle_timeout(now, None);
                     self.after_replica(node);
                 }
             }
@@ -550,7 +604,7 @@ impl World {
                 }
                 let Some(ticket) = self.nodes[node].sync_in_flight.take() else { return };
                 let now = self.local(node);
-                if let Some(replica) = self.nodes[node].replica.as_mut() {
+                if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
                     // The disk finishes now, covering every write up to now: more than the
                     // ticket covers, as with a real fsync; only the ticket's messages go out.
                     let result = replica.sync_storage();
@@ -563,7 +617,7 @@ impl World {
                     return;
                 }
                 let Some((ticket, early)) = self.nodes[node].checkpoint_in_flight.take() else { return };
-                if let Some(replica) = self.nodes[node].replica.as_mut() {
+                if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
                     let synced = early.unwrap_or_else(|| ticket.sync());
                     replica.finish_checkpoint(ticket, synced);
                     self.after_replica(node);
@@ -574,13 +628,11 @@ impl World {
                     self.serve(node, client, request_id, request);
                 }
             }
-            Event::ClientReply { client, request_id, reply, sent_at } => {
-                self.on_reply(client, request_id, reply, sent_at)
-            }
+            Event::ClientReply { client, request_id, reply } => self.on_reply(client, request_id, reply),
             Event::ClientTimeout { client, request_id } => {
                 let matches = self.clients[client].in_flight.as_ref().is_some_and(|(id, _, _)| *id == request_id);
                 if matches {
-                    self.on_reply(client, request_id, Reply::Indeterminate, self.now);
+                    self.on_reply(client, request_id, Reply::Indeterminate);
                     let n = self.nodes.len() as u64;
                     self.clients[client].target = self.rng.range_u64(0, n - 1) as usize;
                 }
@@ -602,7 +654,7 @@ impl World {
     // ---- nodes ----
 
     fn start(&mut self, node: usize) {
-        if self.nodes[node].replica.is_some() || !self.has_joined(node) {
+        if self.nodes[node].kv.is_some() || !self.has_joined(node) {
             return;
         }
         let Some(disk) = self.nodes[node].disk.take() else { return };
@@ -646,7 +698,9 @@ impl World {
             self.oracles.violation(self.now, ViolationKind::StateBehindLog, detail);
         }
         self.nodes[node].election = Some(core);
-        self.nodes[node].replica = Some(replica);
+        let mut kv = KvNode::new(replica);
+        kv.set_breakage(self.config.node_breakage);
+        self.nodes[node].kv = Some(kv);
         self.nodes[node].paused_until = 0;
         self.nodes[node].election_epoch = 0;
         self.sync_configuration(node);
@@ -655,7 +709,8 @@ impl World {
     }
 
     fn crash(&mut self, node: usize) {
-        let Some(replica) = self.nodes[node].replica.take() else { return };
+        let Some(kv) = self.nodes[node].kv.take() else { return };
+        let replica = kv.into_replica();
         let id = self.nodes[node].id;
         self.trace(|| format!("crash {id}"));
         let mut disk = replica.into_storage();
@@ -677,11 +732,10 @@ impl World {
         n.sync_in_flight = None;
         n.checkpoint_in_flight = None;
         n.paused_until = 0;
-        n.pending.clear();
     }
 
     fn is_up(&self, node: usize) -> bool {
-        self.nodes[node].replica.is_some()
+        self.nodes[node].kv.is_some()
     }
 
     fn send_wire(&mut self, from_node: usize, to: NodeId, wire: Wire) {
@@ -720,12 +774,12 @@ impl World {
             self.queue.push(at, Event::ElectionTimer { node, generation });
         }
         self.check_single_master();
-        if let Some(replica) = self.nodes[node].replica.as_mut() {
-            replica.set_change_gate(gate);
-            if seen > replica.membership().epoch {
-                replica.catch_up(now);
-            }
-            replica.set_mastership(now, mastership, hint);
+        self.nodes[node].gauges = ElectionGauges { change_gate: gate, configuration_seen: seen };
+        if let Some(kv) = self.nodes[node].kv.as_mut() {
+            // The simulator's own proposals of configuration changes go straight to the
+            // replica (membership.rs): they check this gate.
+            kv.replica_mut().set_change_gate(gate);
+            kv.handle_election(now, ElectionView { master: mastership, hint });
             self.after_replica(node);
         }
     }
@@ -747,7 +801,7 @@ impl World {
     fn after_replica(&mut self, node: usize) {
         let now = self.local(node);
         let checkpoint_idle = self.nodes[node].checkpoint_in_flight.is_none();
-        let Some(replica) = self.nodes[node].replica.as_mut() else { return };
+        let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) else { return };
         // Snapshots for peers the way the server builds them: a view serialized by the
         // driver (format 8, dead keys left out), sent beside the replica's output.
         let mut built = Vec::new();
@@ -771,10 +825,12 @@ impl World {
             let incarnation = self.nodes[node].incarnation;
             self.queue.push(self.now + latency, Event::CheckpointDone { node, incarnation });
         }
-        let Some(replica) = self.nodes[node].replica.as_mut() else { return };
+        let gauges = self.nodes[node].gauges;
+        let Some(kv) = self.nodes[node].kv.as_mut() else { return };
         // As the server: the answers first, then the engine write of what they applied.
-        let output = replica.take_output_before_flush();
-        let deadline = replica.poll_timeout();
+        kv.set_election_gauges(gauges);
+        let output = kv.take_output(now);
+        let deadline = kv.poll_timeout();
         let id = self.nodes[node].id;
         for trace in &output.applied {
             if trace.from_snapshot {
@@ -784,27 +840,29 @@ impl World {
             self.report.slots = self.report.slots.max(trace.slot);
             self.oracles.on_applied(self.now, id, trace);
         }
-        for (to, message) in output.messages {
+        for (to, message) in output.log {
             self.send_wire(node, to, Wire::Log(message));
+        }
+        for (to, message) in output.forwards {
+            self.send_wire(node, to, Wire::Forward(message));
         }
         for (to, index, data) in built {
             self.send_wire(node, to, Wire::Log(crate::log::LogMessage::Snapshot { index, data }));
         }
-        for completion in output.completions {
-            let Some((client, request_id, request)) = self.nodes[node].pending.remove(&completion.id) else { continue };
-            let reply = match completion.result {
-                Ok((slot, applied)) => {
-                    if applied.result.is_ok() {
-                        self.oracles.on_acked_write(self.now, slot, completion.id);
-                    }
-                    reply_for(&request, applied)
-                }
-                Err(error) => reply_for_error(error),
-            };
-            self.reply(client, request_id, reply);
+        for (id, slot) in output.chosen {
+            self.oracles.on_acked_write(self.now, slot, id);
+        }
+        for ((client, request_id, request), result) in output.answers {
+            self.reply(client, request_id, reply_for_result(&request, result));
+        }
+        for asker in output.step_downs {
+            // The simulated clients never ask for a step-down.
+            if let Some(kv) = self.nodes[node].kv.as_mut() {
+                kv.step_down_finished(asker, Err(RequestError::ShuttingDown));
+            }
         }
         let write_now = !self.defer_engine_writes || self.rng.chance(0.02);
-        if let Some(replica) = self.nodes[node].replica.as_mut() {
+        if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
             // As the server: the watch streams see the step's changes at once, the engine
             // write may wait.
             replica.publish_applied();
@@ -813,7 +871,7 @@ impl World {
             }
         }
         let n = &mut self.nodes[node];
-        let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.replica.as_mut()) {
+        let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.kv.as_mut().map(KvNode::replica_mut)) {
             (true, Some(replica)) => replica.begin_sync(),
             _ => None,
         };
@@ -844,10 +902,19 @@ impl World {
             return;
         }
         self.ops_issued += 1;
-        let request = self.clients[client].next(&mut self.rng);
+        let (request_id, request) = match self.clients[client].resend.take() {
+            Some(again) => again,
+            None => {
+                let request = self.clients[client].next(&mut self.rng);
+                self.clients[client].next_request += 1;
+                (self.clients[client].next_request, request)
+            }
+        };
+        if self.indeterminate_writes.contains(&(client, request_id)) {
+            let detail = format!("client {} sent again a write answered indeterminate: {request:?}", client + 1);
+            self.oracles.violation(self.now, ViolationKind::IndeterminateRetried, detail);
+        }
         let c = &mut self.clients[client];
-        c.next_request += 1;
-        let request_id = c.next_request;
         c.in_flight = Some((request_id, request.clone(), self.now));
         let node = c.target;
         let incarnation = self.nodes[node].incarnation;
@@ -862,43 +929,41 @@ impl World {
             self.trace(|| line);
         }
         let delay = self.rng.range_u64(50, 500) * 1000;
-        self.queue.push(self.now + delay, Event::ClientReply { client, request_id, reply, sent_at: self.now });
+        self.queue.push(self.now + delay, Event::ClientReply { client, request_id, reply });
     }
 
-    /// A request reaches a node: reads and keepalives are answered at once, writes are
-    /// proposed and answered on completion.
+    /// A request reaches a node: a serializable read is answered from its state; anything
+    /// else goes to the node as a master request, served there as master or forwarded once
+    /// to the master (the server's path).
     fn serve(&mut self, node: usize, client: usize, request_id: u64, request: Request) {
         let now = self.local(node);
         if self.config.trace {
             let line = format!("client {} request {request_id} at {}: {request:?}", client + 1, self.nodes[node].id);
             self.trace(|| line);
         }
-        let Some(replica) = self.nodes[node].replica.as_mut() else { return };
-        let command = match &request {
+        let Some(kv) = self.nodes[node].kv.as_mut() else { return };
+        let master_request = match &request {
             Request::Get { key, linearizable } => {
-                let consistency =
-                    if *linearizable { ReadConsistency::Linearizable } else { ReadConsistency::Serializable };
                 let range = RangeRequest { range: KeyRange::single(key_name(*key)), ..Default::default() };
-                let reply = match replica.read(now, &range, consistency) {
-                    Ok((response, _)) => Reply::Value(response.kvs.first().and_then(|kv| decode_value(&kv.value))),
-                    Err(error) => reply_for_error(error),
-                };
-                self.reply(client, request_id, reply);
-                return;
+                if *linearizable {
+                    MasterRequest::Read(range, 0)
+                } else {
+                    let reply = match kv.replica().read(now, &range, ReadConsistency::Serializable) {
+                        Ok((response, _)) => Reply::Value(response.kvs.first().and_then(|kv| decode_value(&kv.value))),
+                        Err(error) => reply_for_error(error),
+                    };
+                    self.reply(client, request_id, reply);
+                    return;
+                }
             }
-            Request::KeepAlive { lease } => {
-                let reply = match replica.keep_alive(now, *lease) {
-                    Ok(ttl) => Reply::Ttl(ttl),
-                    Err(error) => reply_for_error(error),
-                };
-                self.after_replica(node);
-                self.reply(client, request_id, reply);
-                return;
+            Request::KeepAlive { lease } => MasterRequest::KeepAlive(*lease),
+            Request::Put { key, value } => {
+                MasterRequest::Propose(put(key_name(*key), value.to_le_bytes().to_vec(), NO_LEASE))
             }
-            Request::Put { key, value } => put(key_name(*key), value.to_le_bytes().to_vec(), NO_LEASE),
-            Request::Delete { key } => {
-                Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key_name(*key)), prev_kv: false })
-            }
+            Request::Delete { key } => MasterRequest::Propose(Command::DeleteRange(DeleteRangeRequest {
+                range: KeyRange::single(key_name(*key)),
+                prev_kv: false,
+            })),
             Request::Cas { key, expected, new } => {
                 let range = KeyRange::single(key_name(*key));
                 let compare = match expected {
@@ -912,25 +977,25 @@ impl World {
                 let Command::Put(put) = put(key_name(*key), new.to_le_bytes().to_vec(), NO_LEASE) else {
                     unreachable!("put() builds a Put")
                 };
-                Command::Txn(TxnRequest { compare: vec![compare], success: vec![TxnOp::Put(put)], failure: Vec::new() })
+                MasterRequest::Propose(Command::Txn(TxnRequest {
+                    compare: vec![compare],
+                    success: vec![TxnOp::Put(put)],
+                    failure: Vec::new(),
+                }))
             }
-            Request::Grant { name, ttl } => Command::LeaseGrant { id: 0, name: Some(name.clone()), ttl: *ttl },
-            Request::PutOnLease { client, lease } => put(format!("/lease/c{client}"), b"up".to_vec(), *lease),
-            Request::Revoke { lease } => Command::LeaseRevoke { id: *lease },
+            Request::Grant { name, ttl } => {
+                MasterRequest::Propose(Command::LeaseGrant { id: 0, name: Some(name.clone()), ttl: *ttl })
+            }
+            Request::PutOnLease { client, lease } => {
+                MasterRequest::Propose(put(format!("/lease/c{client}"), b"up".to_vec(), *lease))
+            }
+            Request::Revoke { lease } => MasterRequest::Propose(Command::LeaseRevoke { id: *lease }),
         };
-        match replica.propose(now, command) {
-            Ok(id) => {
-                self.nodes[node].pending.insert(id, (client, request_id, request));
-                self.after_replica(node);
-            }
-            Err(error) => {
-                self.after_replica(node);
-                self.reply(client, request_id, reply_for_error(error));
-            }
-        }
+        kv.handle_client(now, master_request, (client, request_id, request), |_| false);
+        self.after_replica(node);
     }
 
-    fn on_reply(&mut self, client: usize, request_id: u64, reply: Reply, sent_at: u64) {
+    fn on_reply(&mut self, client: usize, request_id: u64, reply: Reply) {
         let c = &mut self.clients[client];
         let Some((id, request, call)) = c.in_flight.clone() else { return };
         if id != request_id {
@@ -945,16 +1010,24 @@ impl World {
             let n = self.nodes.len() as u64;
             c.target = self.rng.range_u64(0, n - 1) as usize;
         }
+        if matches!(reply, Reply::Indeterminate) && request.is_write() {
+            // Its outcome is unknown: our client hands it back to the caller and never sends
+            // it again (a retry could apply it twice).
+            if self.config.client_breakage == ClientBreakage::RetryIndeterminate {
+                c.resend = Some((request_id, request.clone()));
+            }
+            self.indeterminate_writes.insert((client, request_id));
+        }
         if !matches!(reply, Reply::NotMaster(_) | Reply::Refused(_) | Reply::Indeterminate) {
             self.report.ops_ok += 1;
         }
-        self.record(client, &request, &reply, call, ret, sent_at);
+        self.record(client, &request, &reply, call, ret);
         let think = self.rng.range_u64(0, 40) * MS;
         self.queue.push(self.now + think, Event::ClientNext { client });
     }
 
     /// Adds an operation on a checked key to the history, and lease answers to the oracle.
-    fn record(&mut self, client: usize, request: &Request, reply: &Reply, call: u64, ret: u64, sent_at: u64) {
+    fn record(&mut self, client: usize, request: &Request, reply: &Reply, call: u64, ret: u64) {
         let cid = self.clients[client].id;
         let unknown = matches!(reply, Reply::Indeterminate);
         let (op, outcome) = match (request, reply) {
@@ -1000,7 +1073,10 @@ impl World {
                 return;
             }
             (Request::KeepAlive { lease }, Reply::Ttl(ttl)) => {
-                self.oracles.on_lease_ack(sent_at, *lease, *ttl);
+                // The master renewed it at some instant between the call and the answer
+                // (a follower forwards it, and the answer travels back): the call is the
+                // instant the oracle can hold the store to, as for a grant.
+                self.oracles.on_lease_ack(call, *lease, *ttl);
                 return;
             }
             (Request::KeepAlive { .. }, Reply::Refused(_)) | (Request::Revoke { .. }, Reply::Done) => {
@@ -1139,8 +1215,8 @@ impl World {
             .iter()
             .filter(|n| members.contains(&n.id))
             .filter_map(|n| {
-                n.replica
-                    .as_ref()
+                n.kv.as_ref()
+                    .map(KvNode::replica)
                     .map(|r| (n.id, r.applied_index(), r.state().digest(), r.state().lease_count(), r.state().hash()))
             })
             .collect();
@@ -1200,6 +1276,18 @@ fn reply_for(request: &Request, applied: Applied) -> Reply {
             debug_assert!(request.is_write());
             Reply::Done
         }
+    }
+}
+
+fn reply_for_result(request: &Request, result: MasterResult) -> Reply {
+    match result {
+        Ok(MasterAnswer::Propose(applied)) => reply_for(request, applied),
+        Ok(MasterAnswer::Read(response, _)) => {
+            Reply::Value(response.kvs.first().and_then(|kv| decode_value(&kv.value)))
+        }
+        Ok(MasterAnswer::KeepAlive(ttl)) => Reply::Ttl(ttl),
+        Ok(other) => Reply::Refused(format!("an answer of another kind: {other:?}")),
+        Err(error) => reply_for_error(error),
     }
 }
 

@@ -6,7 +6,7 @@
 //! configuration that no node has applied yet (the election follows the log, never runs
 //! ahead of it); and no two nodes believe they are master at the same real instant.
 
-use super::{Event, World, MS};
+use super::{Event, KvNode, World, MS};
 use crate::command::Command;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
@@ -28,7 +28,7 @@ impl World {
     /// Brings a node's election in line with what its replica applied, checking the oracles
     /// on configurations on the way. Returns whether the election was told something.
     pub(super) fn sync_configuration(&mut self, node: usize) -> bool {
-        let Some(replica) = self.nodes[node].replica.as_ref() else { return false };
+        let Some(replica) = self.nodes[node].kv.as_ref().map(KvNode::replica) else { return false };
         let applied = replica.membership().clone();
         let for_election = replica.election_membership();
         let id = self.nodes[node].id;
@@ -116,11 +116,11 @@ impl World {
         self.queue.push(self.now + next, Event::MemberChange);
         let Some(master) = (0..self.nodes.len()).find(|&n| {
             let now = self.local(n);
-            self.nodes[n].replica.as_ref().is_some_and(|r| r.is_ready_master(now))
+            self.nodes[n].kv.as_ref().map(KvNode::replica).is_some_and(|r| r.is_ready_master(now))
         }) else {
             return;
         };
-        let Some(replica) = self.nodes[master].replica.as_ref() else { return };
+        let Some(replica) = self.nodes[master].kv.as_ref().map(KvNode::replica) else { return };
         let current = replica.membership().clone();
         if !current.is_recorded() {
             return;
@@ -129,7 +129,7 @@ impl World {
         let now = self.local(master);
         let line = format!("{} proposes {change:?}", self.nodes[master].id);
         self.trace(|| line);
-        if let Some(replica) = self.nodes[master].replica.as_mut() {
+        if let Some(replica) = self.nodes[master].kv.as_mut().map(KvNode::replica_mut) {
             // Refusals (a change still settling, rule 5's wait) are expected: try again later.
             if replica.propose(now, Command::ChangeMembers(change)).is_ok() {
                 self.report.changes_proposed += 1;

@@ -13,7 +13,7 @@
 //! To exercise what only these produce, a writer proposes three-key transactions (several
 //! events in one revision) and periodic compactions through the master.
 
-use super::{World, MS};
+use super::{KvNode, World, MS};
 use crate::command::{Command, DeleteRangeRequest, PutRequest, TxnOp, TxnRequest};
 use crate::sim::oracle::ViolationKind;
 use crate::sim::watch_oracle::{self, Reference, Tracked};
@@ -81,7 +81,7 @@ impl WatchSide {
 impl World {
     /// Compares `node`'s history since last time with the reference, and extends it.
     pub(super) fn observe_history(&mut self, node: usize) {
-        let Some(replica) = self.nodes[node].replica.as_ref() else { return };
+        let Some(replica) = self.nodes[node].kv.as_ref().map(KvNode::replica) else { return };
         let state = replica.state();
         let head = state.revision();
         let from = self.watch.checked[node].min(self.watch.reference.head) + 1;
@@ -181,7 +181,7 @@ impl World {
 
     fn head_of_conn(&self, c: usize) -> Option<Revision> {
         let conn = self.watch.clients[c].conn.as_ref()?;
-        Some(self.nodes[conn.node].replica.as_ref()?.state().revision())
+        Some(self.nodes[conn.node].kv.as_ref().map(KvNode::replica)?.state().revision())
     }
 
     /// Random client requests: a new watcher, a cancel, a progress request.
@@ -254,7 +254,7 @@ impl World {
         let Some(conn) = self.watch.clients[c].conn.as_ref() else { return };
         let node = conn.node;
         self.observe_history(node);
-        let Some(replica) = self.nodes[node].replica.as_ref() else { return };
+        let Some(replica) = self.nodes[node].kv.as_ref().map(KvNode::replica) else { return };
         let reader = replica.state().history_reader();
         let Some(conn) = self.watch.clients[c].conn.as_mut() else { return };
         let room = conn.capacity.saturating_sub(conn.buffer.len());
@@ -267,7 +267,7 @@ impl World {
         let Some(conn) = self.watch.clients[c].conn.as_mut() else { return false };
         let Some(response) = conn.buffer.pop_front() else { return false };
         let node = conn.node;
-        let compacted = self.nodes[node].replica.as_ref().map_or(0, |r| r.state().compacted_revision());
+        let compacted = self.nodes[node].kv.as_ref().map(KvNode::replica).map_or(0, |r| r.state().compacted_revision());
         let logical = conn.ids.get(&response.watch_id).copied();
         if response.created {
             conn.created.insert(response.watch_id);
@@ -314,7 +314,7 @@ impl World {
         self.watch.writes += 1;
         let n = self.watch.writes;
         let command = if n.is_multiple_of(10) {
-            let Some(replica) = self.nodes[node].replica.as_ref() else { return };
+            let Some(replica) = self.nodes[node].kv.as_ref().map(KvNode::replica) else { return };
             let state = replica.state();
             let target = state.revision() - 30;
             if target <= state.compacted_revision() {
@@ -344,7 +344,7 @@ impl World {
             }
             Command::Txn(TxnRequest { compare: Vec::new(), success, failure: Vec::new() })
         };
-        if let Some(replica) = self.nodes[node].replica.as_mut() {
+        if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
             let _ = replica.propose(now, command);
             self.after_replica(node);
         }
