@@ -39,7 +39,7 @@ pub enum RequestError {
     },
     /// This node's queue of client requests is full (`[limits] max_queued_requests`):
     /// nothing was done. Retry after a short back-off.
-    #[error("this node has {queued} client requests queued, its limit; retry shortly")]
+    #[error("this node's queue of client requests is full ({queued}, [limits] max_queued_requests); retry shortly")]
     Overloaded {
         /// The queue's capacity.
         queued: usize,
