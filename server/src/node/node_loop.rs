@@ -271,9 +271,12 @@ impl NodeLoop {
                     turn_began = Instant::now();
                     // A renewal that arrived while this branch was chosen goes in with the
                     // timeout, and the node applies it first (`Node::handle_timeout`).
-                    let renewal = status.has_changed().unwrap_or(false).then(|| view(&status.borrow_and_update()));
                     let now = self.clock.now();
-                    self.node.handle_timeout(now, renewal);
+                    let renewal = status.has_changed().unwrap_or(false).then(|| *status.borrow_and_update());
+                    if let Some(renewed) = &renewal {
+                        self.faults.mastership(now, renewed.master.map(|m| m.valid_until));
+                    }
+                    self.node.handle_timeout(now, renewal.as_ref().map(view));
                 }
                 done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
                     turn_began = Instant::now();
