@@ -11,6 +11,8 @@
 //! batch of accepts.
 
 mod admission;
+mod durability;
+mod reports;
 
 use super::acceptor::Acceptor;
 use super::config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
@@ -40,74 +42,7 @@ const LEARNER_SLACK_SLOTS: u64 = 16;
 /// How soon a node proposes raising an alarm again while the first proposal is on its way.
 const ALARM_RETRY: Duration = Duration::from_secs(1);
 
-/// One applied slot, reported when [`ReplicaConfig::trace_applies`] is on (simulator oracles).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppliedTrace {
-    /// The slot.
-    pub slot: Slot,
-    /// The proposals it carried, in order.
-    pub proposals: Vec<ProposalId>,
-    /// The state machine's digest after it.
-    pub digest: u64,
-    /// Leases the slot deleted by expiry.
-    pub expired: Vec<LeaseId>,
-    /// True when the slot arrived inside a snapshot (not applied one command at a time).
-    pub from_snapshot: bool,
-}
-
-/// Everything the replica produced since the driver last asked.
-#[derive(Debug, Default)]
-pub struct ReplicaOutput {
-    /// Messages to send.
-    pub messages: Vec<(NodeId, LogMessage)>,
-    /// Finished client proposals of this node.
-    pub completions: Vec<Completion>,
-    /// Storage holds writes that other outputs wait for: call [`Replica::sync`] soon.
-    pub needs_sync: bool,
-    /// Applied slots (only with `trace_applies`).
-    pub applied: Vec<AppliedTrace>,
-}
-
-/// Names one sync begun with [`Replica::begin_sync`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncTicket(pub(super) u64);
-
-/// The remaining life of a lease, as the master sees it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LeaseStatus {
-    /// The lease.
-    pub id: LeaseId,
-    /// Its name, if any.
-    pub name: Option<String>,
-    /// Granted TTL, seconds.
-    pub granted_ttl: i64,
-    /// Time left on the master's clock.
-    pub remaining: Duration,
-    /// Attached keys.
-    pub keys: Vec<Vec<u8>>,
-}
-
-/// Why a replica could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// The configuration cannot work.
-    #[error(transparent)]
-    Config(#[from] ReplicaConfigError),
-    /// The stored state could not be read.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-}
-
-/// Events of a replica's life, counted since it opened, for the node's metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReplicaCounts {
-    /// Snapshots sent to followers whose next entries were compacted away.
-    pub snapshots_sent: u64,
-    /// Snapshots received and installed.
-    pub snapshots_installed: u64,
-    /// Lease expiry batches proposed (as master).
-    pub expiry_commands: u64,
-}
+pub use reports::{AppliedTrace, LeaseStatus, OpenError, ReplicaCounts, ReplicaOutput, SyncTicket};
 
 /// One node's share of the replicated store. See the module documentation.
 ///
@@ -665,95 +600,6 @@ impl<S: Storage> Replica<S> {
                 keys: Vec::new(),
             })
             .collect())
-    }
-
-    /// Makes pending storage writes durable and releases what waited for them: the
-    /// driver's sync in one step, for drivers that may block (the simulator).
-    pub fn sync(&mut self, now: Instant) {
-        let Some(ticket) = self.begin_sync() else { return };
-        let result = self.storage.sync();
-        self.finish_sync(now, ticket, result);
-    }
-
-    /// Starts a sync that the driver runs off the replica's thread (group commit: the
-    /// replica goes on accepting while the disk works, and the next sync covers everything
-    /// that arrived meanwhile). Every write made before this call must be durable before
-    /// the driver calls [`Replica::finish_sync`] with the ticket; the messages held for
-    /// those writes are released then. Returns `None` when nothing waits for a sync, a sync
-    /// is already in flight (one at a time), or the replica stopped.
-    pub fn begin_sync(&mut self) -> Option<SyncTicket> {
-        if self.stopped.is_some() {
-            return None;
-        }
-        self.outbox.begin_sync()
-    }
-
-    /// Syncs the storage in place, for a driver that begins a sync and later finishes it on
-    /// the replica's own thread (the simulator's disk, which takes time but not a thread).
-    pub fn sync_storage(&mut self) -> Result<(), StorageError> {
-        self.storage.sync()
-    }
-
-    /// Ends the sync `ticket` with its outcome: releases what it covered, or stops the
-    /// replica if the storage failed. A ticket that is not the one in flight is ignored.
-    pub fn finish_sync(&mut self, now: Instant, ticket: SyncTicket, result: Result<(), StorageError>) {
-        let Some(released) = self.outbox.end_sync(ticket) else { return };
-        if self.stopped.is_some() {
-            return;
-        }
-        if let Err(e) = result {
-            self.fail(e);
-            return;
-        }
-        for (to, message) in released {
-            self.send(to, message);
-        }
-        self.drain_local(now);
-    }
-
-    /// Takes everything produced since the last call.
-    pub fn take_output(&mut self) -> ReplicaOutput {
-        self.flush_applied();
-        self.take_output_before_flush()
-    }
-
-    /// What [`Self::take_output`] returns, without writing the commands applied since the
-    /// last flush to the state engine first: the driver answers the completions and then
-    /// calls [`Self::flush_applied`], so that a client's answer does not wait for the
-    /// engine's write. An answered command is chosen (in a majority's durable logs) and
-    /// applied in memory, where every read through the replica sees it; a crash before the
-    /// flush loses only the engine's copy, which the restart replays from the log. Watch
-    /// streams see the commands once they are published ([`Self::publish_applied`]).
-    pub fn take_output_before_flush(&mut self) -> ReplicaOutput {
-        self.announce_commit();
-        self.outbox.take()
-    }
-
-    /// Writes the commands applied since the last flush to the state engine, as one batch
-    /// naming the last slot applied (etcd's consistent index in the transaction of its
-    /// data); `false` if the engine failed, which stops the replica.
-    pub fn flush_applied(&mut self) -> bool {
-        if self.stopped.is_some() {
-            return false;
-        }
-        let flushed = self
-            .learner
-            .flush_if_applied()
-            .map_err(|e| StorageError::backend("writing applied commands to the state engine", e));
-        self.persist(flushed)
-    }
-
-    /// Publishes the changes of the commands applied since the last call to the state
-    /// machine's history readers (watch streams), ahead of their engine write
-    /// ([`crate::state::HistoryReader`]). The driver calls it once a turn, after the answers.
-    pub fn publish_applied(&mut self) {
-        self.learner.publish_applied();
-    }
-
-    /// Whether commands were applied since the last [`Self::flush_applied`]: reads through
-    /// the replica and watch readers see them (once published), the engine does not yet.
-    pub fn unflushed(&self) -> bool {
-        self.learner.unflushed()
     }
 
     /// Why the replica stopped, if it did (a storage failure).
