@@ -253,3 +253,11 @@ fn a_proposed_write_answered_not_master_is_caught() {
     let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_node_breakage(NodeBreakage::NotMasterAfterProposal);
     config_caught_by(config, "not-master-after-proposal", ViolationKind::Linearizability, 200);
 }
+
+/// On seeds 4 mod 5 the node takes some renewals late (a stalled loop), so a timeout can
+/// come with one: applied after the timeout, a master renewed all along gives up the log.
+#[test]
+fn a_renewal_applied_after_the_timeouts_of_its_turn_is_caught() {
+    let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_node_breakage(NodeBreakage::RenewalAfterTimeout);
+    config_caught_by(config, "renewal-after-timeout", ViolationKind::RoundGivenUpWhileRenewed, 150);
+}

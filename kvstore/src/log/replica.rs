@@ -381,6 +381,12 @@ impl<S: Storage> Replica<S> {
         self.is_master(Some(now)) && self.role.is_ready()
     }
 
+    /// Whether this node leads the log (it took over and has not given it up), whatever its
+    /// lease says right now.
+    pub fn leads_the_log(&self) -> bool {
+        self.role.is_ready()
+    }
+
     /// Whether the election says this node is master at `now` (its lease is valid), whether
     /// or not it has taken over the log yet: requests for the master are served here, not
     /// forwarded.

@@ -54,6 +54,8 @@ pub enum ViolationKind {
     WatchPrevKv,
     /// A client sent again a write whose answer said its outcome was unknown.
     IndeterminateRetried,
+    /// A master gave up leading the log at a timeout that came with a renewal of its lease.
+    RoundGivenUpWhileRenewed,
 }
 
 impl ViolationKind {
@@ -83,6 +85,7 @@ impl ViolationKind {
             ViolationKind::WatchIsCreate => "watch-iscreate",
             ViolationKind::WatchPrevKv => "watch-prevkv",
             ViolationKind::IndeterminateRetried => "indeterminate-retried",
+            ViolationKind::RoundGivenUpWhileRenewed => "round-given-up-while-renewed",
         }
     }
 }

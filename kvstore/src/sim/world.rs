@@ -314,17 +314,58 @@ type KvNode = crate::node::Node<MemoryStorage, Waiter>;
 
 #[derive(Debug)]
 enum Event {
-    Deliver { to: usize, from: NodeId, incarnation: u64, wire: Wire },
-    ElectionTimer { node: usize, generation: u64 },
-    ReplicaTimer { node: usize, generation: u64 },
-    SyncDone { node: usize, incarnation: u64 },
-    CheckpointDone { node: usize, incarnation: u64 },
-    ClientArrive { node: usize, incarnation: u64, client: usize, request_id: u64, request: Request },
-    ClientReply { client: usize, request_id: u64, reply: Reply },
-    ClientTimeout { client: usize, request_id: u64 },
-    ClientNext { client: usize },
-    Restart { node: usize },
-    WatchTick { client: usize },
+    Deliver {
+        to: usize,
+        from: NodeId,
+        incarnation: u64,
+        wire: Wire,
+    },
+    ElectionTimer {
+        node: usize,
+        generation: u64,
+    },
+    ReplicaTimer {
+        node: usize,
+        generation: u64,
+    },
+    /// A renewal held back (seeds 4 mod 5) reaches the node.
+    StatusDelivered {
+        node: usize,
+        incarnation: u64,
+    },
+    SyncDone {
+        node: usize,
+        incarnation: u64,
+    },
+    CheckpointDone {
+        node: usize,
+        incarnation: u64,
+    },
+    ClientArrive {
+        node: usize,
+        incarnation: u64,
+        client: usize,
+        request_id: u64,
+        request: Request,
+    },
+    ClientReply {
+        client: usize,
+        request_id: u64,
+        reply: Reply,
+    },
+    ClientTimeout {
+        client: usize,
+        request_id: u64,
+    },
+    ClientNext {
+        client: usize,
+    },
+    Restart {
+        node: usize,
+    },
+    WatchTick {
+        client: usize,
+    },
     WatchWrite,
     Heal,
     Chaos,
@@ -354,6 +395,12 @@ struct Node {
     paused_until: u64,
     /// What the election reported after its latest step, for the node.
     gauges: ElectionGauges,
+    /// The election status the node was last handed.
+    delivered: ElectionView,
+    /// A renewal held back from the node (as a busy node loop takes a status late).
+    pending_view: Option<ElectionView>,
+    /// Whether the held-back renewal has reached the node's queue: its next input takes it.
+    pending_visible: bool,
     /// For a spare node the log added: the configuration it joins with (its seed).
     join_seed: Option<Membership>,
     /// The configuration epoch its election was last given.
@@ -379,6 +426,9 @@ struct World {
     configurations: BTreeMap<u64, Membership>,
     /// Whether the last check saw more than one master (each episode counts once).
     overlapping: bool,
+    /// Seeds 4 mod 5 hand a renewal of mastership to the node up to 800 ms late, as a busy
+    /// node loop takes the election's status late: a timeout then meets the renewal.
+    delay_renewals: bool,
     /// Writes answered "indeterminate", by client: never to be sent again.
     indeterminate_writes: std::collections::HashSet<(usize, u64)>,
     /// Seeds 1 mod 4 hand the driver's snapshots to replicas as files (the way
@@ -428,6 +478,9 @@ impl World {
                     replica_generation: 0,
                     paused_until: 0,
                     gauges: ElectionGauges::default(),
+                    delivered: ElectionView::default(),
+                    pending_view: None,
+                    pending_visible: false,
                     join_seed: None,
                     election_epoch: 0,
                 }
@@ -459,6 +512,7 @@ impl World {
             quiet: false,
             configurations: BTreeMap::new(),
             overlapping: false,
+            delay_renewals: seed % 5 == 4,
             indeterminate_writes: std::collections::HashSet::new(),
             defer_engine_writes: seed % 3 == 2,
         };
@@ -525,6 +579,7 @@ impl World {
             | Event::ReplicaTimer { node, .. }
             | Event::SyncDone { node, .. }
             | Event::CheckpointDone { node, .. }
+            | Event::StatusDelivered { node, .. }
             | Event::ClientArrive { node, .. } => Some(*node),
             _ => None,
         }
@@ -538,6 +593,15 @@ impl World {
                 let resume = self.nodes[node].paused_until;
                 self.queue.push(resume, event);
                 return;
+            }
+            // As the server's loop: a status that arrived is taken before any other input of
+            // the node, except a timeout, which the node takes together with it (the
+            // election's own inputs are its task's, not the node loop's).
+            let election_input =
+                matches!(&event, Event::ElectionTimer { .. } | Event::Deliver { wire: Wire::Election(_), .. });
+            let with_timeout = matches!(event, Event::ReplicaTimer { .. } | Event::StatusDelivered { .. });
+            if !with_timeout && !election_input && self.nodes[node].pending_visible {
+                self.apply_pending_view(node);
             }
         }
         match event {
@@ -596,9 +660,31 @@ impl World {
                     return;
                 }
                 let now = self.local(node);
+                let renewal =
+                    if self.nodes[node].pending_visible { self.nodes[node].pending_view.take() } else { None };
+                self.nodes[node].pending_visible = false;
+                if let Some(view) = renewal {
+                    self.nodes[node].delivered = view;
+                    let id = self.nodes[node].id;
+                    self.trace(|| format!("{id} takes a held-back renewal with a timeout"));
+                }
                 if let Some(kv) = self.nodes[node].kv.as_mut() {
-                    kv.handle_timeout(now, None);
+                    let led = kv.replica().leads_the_log();
+                    kv.handle_timeout(now, renewal);
+                    let gave_up = led && !kv.replica().leads_the_log();
+                    if gave_up && renewal.is_some_and(|v| v.master.is_some_and(|m| now < m.valid_until)) {
+                        let id = self.nodes[node].id;
+                        let detail =
+                            format!("{id} gave up leading the log at a timeout that came with a renewal of its lease");
+                        self.oracles.violation(self.now, ViolationKind::RoundGivenUpWhileRenewed, detail);
+                    }
                     self.after_replica(node);
+                }
+            }
+            Event::StatusDelivered { node, incarnation } => {
+                // In the node's queue from now on: the next input of the node takes it.
+                if incarnation == self.nodes[node].incarnation && self.nodes[node].pending_view.is_some() {
+                    self.nodes[node].pending_visible = true;
                 }
             }
             Event::SyncDone { node, incarnation } => {

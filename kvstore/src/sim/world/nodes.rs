@@ -84,6 +84,9 @@ impl World {
         n.sync_in_flight = None;
         n.checkpoint_in_flight = None;
         n.paused_until = 0;
+        n.pending_view = None;
+        n.pending_visible = false;
+        n.delivered = ElectionView::default();
     }
 
     pub(super) fn is_up(&self, node: usize) -> bool {
@@ -131,8 +134,53 @@ impl World {
             // The simulator's own proposals of configuration changes go straight to the
             // replica (membership.rs): they check this gate.
             kv.replica_mut().set_change_gate(gate);
-            kv.handle_election(now, ElectionView { master: mastership, hint });
+            self.hand_view(node, now, ElectionView { master: mastership, hint });
             self.after_replica(node);
+        }
+    }
+
+    /// Hands the election's status to the node: at once, or (renewals during a stall that
+    /// begins at one renewal in ten, on seeds that delay them) into its queue up to 800 ms
+    /// later, where its next input takes it.
+    fn hand_view(&mut self, node: usize, now: leasekv_lease::Instant, view: ElectionView) {
+        let delivered = self.nodes[node].delivered;
+        let extends = match (delivered.master, view.master) {
+            (Some(old), Some(new)) => old.term == new.term && new.valid_until > old.valid_until,
+            _ => false,
+        };
+        // A stall begins at one renewal in ten, in the chaos phase, and holds every renewal
+        // until it ends: a loop that is late every time would lose its round at every
+        // renewal, which no real node does for long.
+        let holding = self.nodes[node].pending_view.is_some();
+        if self.delay_renewals
+            && !self.quiet
+            && extends
+            && delivered.hint == view.hint
+            && (holding || self.rng.chance(0.1))
+        {
+            if self.nodes[node].pending_view.replace(view).is_none() {
+                let delay = self.rng.range_u64(1, 800) * MS;
+                let incarnation = self.nodes[node].incarnation;
+                self.queue.push(self.now + delay, Event::StatusDelivered { node, incarnation });
+            }
+            return;
+        }
+        self.nodes[node].pending_view = None;
+        self.nodes[node].pending_visible = false;
+        self.nodes[node].delivered = view;
+        if let Some(kv) = self.nodes[node].kv.as_mut() {
+            kv.handle_election(now, view);
+        }
+    }
+
+    /// Hands the node the renewal held back for it.
+    pub(super) fn apply_pending_view(&mut self, node: usize) {
+        let Some(view) = self.nodes[node].pending_view.take() else { return };
+        self.nodes[node].pending_visible = false;
+        self.nodes[node].delivered = view;
+        let now = self.local(node);
+        if let Some(kv) = self.nodes[node].kv.as_mut() {
+            kv.handle_election(now, view);
         }
     }
 
