@@ -179,7 +179,8 @@ impl Membership {
     }
 
     /// This configuration as quorums count it: epoch, voters, learners. The election is
-    /// handed this, and the log counts its own majorities with the same rule.
+    /// handed this; the log's majority ([`Self::quorum`]) is the same rule
+    /// ([`Members::majority_of`]).
     pub fn configuration(&self) -> Configuration {
         Configuration::new(self.epoch, &self.voters(), &self.learners())
     }

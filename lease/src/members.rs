@@ -2,7 +2,8 @@
 
 use crate::ids::NodeId;
 
-/// The voting members of a cluster (of one configuration), sorted and without duplicates.
+/// A set of members of a cluster, sorted and without duplicates: the voters of a
+/// configuration, or its learners ([`Configuration`]).
 ///
 /// Quorums are counted against this list: the PaxosLease acceptors, the naive election's
 /// voters and the replicated log's acceptors all take their majority from here, so a

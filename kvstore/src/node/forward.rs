@@ -130,7 +130,8 @@ impl<W> Pending<W> {
 
 /// A master's memory of the forwards it served, so that a forward delivered twice (a
 /// network that duplicates) is served once. Entries older than [`SERVED_MEMORY`] are
-/// forgotten: by then the follower has given up on the forward.
+/// forgotten: this assumes no duplicate arrives that late (the simulator's network delays
+/// a message by at most about a second; the peer streams never duplicate).
 #[derive(Debug, Default)]
 pub struct ServedForwards {
     seen: std::collections::HashSet<(NodeId, ForwardId)>,

@@ -44,7 +44,31 @@ impl NodeHandle {
     /// Hands a request to the node loop and waits for its answer. `write` says whether the
     /// loop may have set it going before it stopped without answering.
     async fn ask<T>(&self, write: bool, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, RequestError> {
+        self.ask_as(Admission::Refuse, write, make).await
+    }
+
+    /// [`Self::ask`], waiting for room in the queue instead of being refused when it is
+    /// full: for what must not fail under a client flood (lease keepalives, which keep
+    /// registrations alive, and the node's own tasks: compaction, the corruption check).
+    async fn ask_waiting<T>(
+        &self,
+        write: bool,
+        make: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Result<T, RequestError> {
+        self.ask_as(Admission::Wait, write, make).await
+    }
+
+    async fn ask_as<T>(
+        &self,
+        admission: Admission,
+        write: bool,
+        make: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Result<T, RequestError> {
         let (reply, answer) = oneshot::channel();
+        if admission == Admission::Wait {
+            self.tx.send(make(reply)).await.map_err(|_| RequestError::ShuttingDown)?;
+            return answer.await.map_err(|_| dropped_by_stopping_loop(write));
+        }
         // Not taken, nothing was done: the loop had stopped, or is saturated (etcd's
         // admission answer; waiting instead would only grow the queue and every latency).
         self.tx.try_send(make(reply)).map_err(|error| match error {
@@ -101,13 +125,15 @@ impl NodeHandle {
         }
     }
 
-    /// Keeps a lease alive.
+    /// Keeps a lease alive. Waits for room in a full queue rather than being refused: a
+    /// refused keepalive would end the client's stream and let its registrations expire.
     pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, RequestError> {
-        self.ask_master(MasterRequest::KeepAlive(id), |answer| match answer {
+        let request = MasterRequest::KeepAlive(id);
+        let answer = self.ask_waiting(false, |reply| Request::Master(request, reply)).await?;
+        expect_answer(answer, |answer| match answer {
             MasterAnswer::KeepAlive(ttl) => Some(ttl),
             _ => None,
         })
-        .await
     }
 
     /// One lease's status.
@@ -174,9 +200,10 @@ impl NodeHandle {
         self.history.clone()
     }
 
-    /// This node's figures.
+    /// This node's figures. Waits for room in a full queue: the compactor, the corruption
+    /// check and the health check read them, and must not stop for a moment of overload.
     pub async fn status(&self) -> Result<NodeStatus, RequestError> {
-        self.ask(false, Request::Status).await
+        self.ask_waiting(false, Request::Status).await
     }
 
     /// A backup file of this node's applied state (an unlinked file in the data directory,
@@ -227,7 +254,7 @@ impl NodeHandle {
 
     /// Hands a peer's message to the loop, on the peer queue that the loop serves before
     /// any client request. Dropped only when the loop is gone, or stalled so long that
-    /// [`PEER_QUEUE`] messages wait: the protocols recover from loss, and a forward's
+    /// `PEER_QUEUE` (65,536) messages wait: the protocols recover from loss, and a forward's
     /// sender gives up after its timeout.
     pub fn deliver(&self, request: Request) {
         if let Err(mpsc::error::TrySendError::Full(_)) = self.peer_tx.try_send(request) {
@@ -249,4 +276,11 @@ impl std::io::Write for HashingWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Whether a request that finds the client queue full is refused or waits for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    Refuse,
+    Wait,
 }
