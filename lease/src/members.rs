@@ -97,19 +97,6 @@ impl Configuration {
     pub fn majority(&self) -> usize {
         self.voters.majority()
     }
-
-    /// Whether `node` votes in this configuration.
-    pub fn is_voter(&self, node: NodeId) -> bool {
-        self.voters.contains(node)
-    }
-
-    /// Whether the voters among `acks` make a majority (learners and strangers never count).
-    pub fn is_quorum<'a>(&self, acks: impl IntoIterator<Item = &'a NodeId>) -> bool {
-        let mut counted: Vec<NodeId> = acks.into_iter().copied().filter(|id| self.is_voter(*id)).collect();
-        counted.sort();
-        counted.dedup();
-        counted.len() >= self.majority()
-    }
 }
 
 #[cfg(test)]

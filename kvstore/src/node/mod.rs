@@ -87,11 +87,6 @@ impl NodeBreakage {
         ("renewal-after-timeout", NodeBreakage::RenewalAfterTimeout),
         ("not-master-after-proposal", NodeBreakage::NotMasterAfterProposal),
     ];
-
-    /// The name `--break` takes.
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(_, b)| *b == self).map_or("none", |(name, _)| name)
-    }
 }
 
 /// Everything the node produced since the driver last asked.
