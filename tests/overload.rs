@@ -1,12 +1,15 @@
 //! A node flooded by clients keeps serving its peers: client requests beyond
 //! `[limits] max_queued_requests` are refused with etcd's "too many requests", while the
-//! log's messages, forwards and their answers, on a queue of their own that the node serves
-//! first, keep flowing (no takeover, no write of unknown outcome).
+//! log's messages and the answers to forwards, on a queue of their own that the node serves
+//! first, keep flowing (no takeover, no write of unknown outcome). A request a follower
+//! forwards takes a place in the master's client queue like a client's own (peer protocol
+//! version 3): refused the same way when it is full, and then never applied.
 
 mod common;
 
 use common::cluster::{client, eventually, master_index, runtime, Cluster};
 use leasekv::client::proto::etcdserverpb as pb;
+use leasekv::client::GetOptions;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,20 +88,30 @@ fn a_node_flooded_by_clients_refuses_them_and_keeps_serving_its_peers() {
             }
         }
 
-        let mut writes = 0;
+        // Each attempt has a key of its own, so that a refused one can be checked absent.
+        let (mut writes, mut attempts, mut refused_writes) = (0, 0, Vec::new());
         while Instant::now() < deadline {
-            let key = format!("/overload/write/{writes}");
-            if let Err(error) = writer.put(key.as_str(), "v", 0, false).await {
-                panic!("a put forwarded to the flooded master failed after {writes}: {error}");
+            let key = format!("/overload/write/{attempts}");
+            attempts += 1;
+            match writer.put(key.as_str(), "v", 0, false).await {
+                Ok(_) => writes += 1,
+                Err(error) if error.to_string().contains("etcdserver: too many requests") => {
+                    refused_writes.push(key);
+                    // What a client does with "too many requests": back off a little.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(error) => panic!("a put forwarded to the flooded master failed after {writes}: {error}"),
             }
-            writes += 1;
         }
         for caller in flood {
             caller.await.expect("a flooding caller");
         }
 
         let (refused, served) = (refused.load(Ordering::Relaxed), served.load(Ordering::Relaxed));
-        eprintln!("flood: {served} reads served, {refused} refused; {writes} forwarded puts");
+        eprintln!(
+            "flood: {served} reads served, {refused} refused; {writes} forwarded puts, {} refused",
+            refused_writes.len()
+        );
         assert!(refused > 0, "the flood never filled the queue of 16: the test proves nothing ({served} served)");
         assert!(writes >= 20, "only {writes} forwarded puts in {FLOOD:?}");
         let (term_after, master_after) = term_and_member(&mut probe).await;
@@ -106,9 +119,16 @@ fn a_node_flooded_by_clients_refuses_them_and_keeps_serving_its_peers() {
         let endpoint = cluster.endpoint(master);
         assert_eq!(metric(&endpoint, "leasekv_peer_messages_dropped_total"), 0.0);
         assert!(metric(&endpoint, "leasekv_client_requests_refused_total") >= refused as f64);
-        // Every forwarded put is there.
-        let last = format!("/overload/write/{}", writes - 1);
-        let got = writer.get(last.as_str(), Default::default()).await.expect("a read after the flood");
-        assert_eq!(got.kvs.len(), 1, "the last forwarded put is missing");
+        assert!(metric(&endpoint, "leasekv_forwards_refused_total") >= refused_writes.len() as f64);
+        // Every forwarded put that succeeded is there, and none that was refused.
+        let written = writer
+            .get("/overload/write/", GetOptions { prefix: true, keys_only: true, ..Default::default() })
+            .await
+            .expect("a read after the flood");
+        let written: std::collections::HashSet<Vec<u8>> = written.kvs.into_iter().map(|kv| kv.key).collect();
+        assert_eq!(written.len(), writes, "forwarded puts acknowledged and found");
+        for key in &refused_writes {
+            assert!(!written.contains(key.as_bytes()), "{key} was refused as 'too many requests' but applied");
+        }
     });
 }

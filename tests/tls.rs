@@ -102,7 +102,7 @@ async fn claim(peer_port: u16, certs: &Path, name: &str, claimed: u32) -> Result
         from: claimed,
         payload: vec![0xff; 16],
         more: vec![],
-        version: leasekv::server::peer::wire::PEER_PROTOCOL_VERSION,
+        version: leasekv::server::peer::version::PEER_PROTOCOL_VERSION,
     };
     let stream = tokio_stream::iter(vec![envelope]);
     tokio::time::timeout(Duration::from_secs(5), PeerClient::new(channel).send(stream))

@@ -21,6 +21,8 @@ pub mod error;
 pub mod etcd_snapshot;
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod golden;
 pub mod lessor;
 pub mod limits;
 pub mod log;

@@ -166,6 +166,11 @@ pub struct NodeConfig {
     /// `[tls.client]` and `[tls.peer]`: TLS on the client and peer ports (plain TCP where
     /// absent). The files are read at start (see [`crate::tls`]).
     pub tls: crate::tls::TlsSettings,
+    /// `peer_protocol_version`: the newest peer protocol version this node speaks (default:
+    /// the newest this build speaks). Held lower, the node talks to its peers exactly as a
+    /// node of the release of that version, so an upgrade can be rehearsed or a feature
+    /// held back until every member is upgraded (see docs/operations.md, "Upgrading").
+    pub peer_protocol: crate::peer::version::Speaks,
     /// Where the configuration came from, so later errors (e.g. from
     /// [`NodeConfig::check_environment`]) can name the file.
     pub origin: Origin,

@@ -38,6 +38,11 @@ pub struct Metrics {
     pub client_requests_refused: IntCounter,
     /// Peer messages dropped because the node loop's peer queue was full (the loop stalled).
     pub peer_messages_dropped: IntCounter,
+    /// Forwarded requests a master refused because its client queue was full.
+    pub forwards_refused: IntCounter,
+    /// The cluster's peer protocol version as this node sees it (the lowest any member
+    /// speaks; see `peer::version`).
+    pub cluster_protocol_version: IntGauge,
     /// How long each sync of the log took.
     pub wal_fsync: Histogram,
     /// How long each turn of the node loop took (inputs handled, outputs sent, a checkpoint
@@ -147,6 +152,14 @@ impl Metrics {
             peer_messages_dropped: counter(
                 "leasekv_peer_messages_dropped_total",
                 "Peer messages dropped because the node loop's peer queue was full.",
+            ),
+            forwards_refused: counter(
+                "leasekv_forwards_refused_total",
+                "Requests forwarded by a follower that this master refused with 'too many requests' because its client queue was full.",
+            ),
+            cluster_protocol_version: gauge(
+                "leasekv_cluster_protocol_version",
+                "The cluster's peer protocol version as this node sees it: the lowest version any member speaks.",
             ),
             wal_fsync,
             loop_turn,

@@ -156,7 +156,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             .map_err(|kind| crate::config::ConfigError::new(config.origin.clone(), kind))?,
     );
     tls.watch();
-    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone());
+    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol);
     peers.set_members(&node::peer_addresses(replica.membership()));
 
     let client_listener = TcpListener::bind(config.client_addr).await.map_err(|source| ServerError::Bind {

@@ -4,6 +4,8 @@
 mod change_pages;
 mod compare;
 mod digest;
+#[cfg(test)]
+pub(crate) mod golden_access;
 mod graveyard;
 mod history;
 pub mod import;

@@ -46,10 +46,9 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T,
     if body[0] != FORMAT_VERSION {
         return Err(corrupt(format!("unknown format version {} (expected {FORMAT_VERSION})", body[0])));
     }
-    let (value, rest) = postcard::take_from_bytes::<T>(&body[1..]).map_err(|e| corrupt(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(corrupt(format!("{} trailing bytes after the value", rest.len())));
-    }
+    // Bytes after the value, inside a frame whose checksum holds, are fields a newer release
+    // appended to it: skipped, so that such a release can be rolled back.
+    let (value, _appended) = postcard::take_from_bytes::<T>(&body[1..]).map_err(|e| corrupt(e.to_string()))?;
     Ok(value)
 }
 

@@ -7,10 +7,11 @@
 //! whose promise depends on durable state (a Promise, an Accepted) only after the sync that
 //! covers it, so that one sync makes a whole batch of accepts durable.
 
-mod codec;
+// `pub(crate)` so that the golden-file tests (`crate::golden`) reach their encoders and decoders.
+pub(crate) mod codec;
 mod memory;
-mod pieces;
-mod segments;
+pub(crate) mod pieces;
+pub(crate) mod segments;
 mod sled_store;
 mod staging;
 #[cfg(feature = "sync-faults")]

@@ -167,6 +167,19 @@ pub enum ConfigErrorKind {
     /// `[storage]` has a setting out of range.
     #[error("[storage] {0}")]
     Storage(String),
+    /// `peer_protocol_version` names a version this build does not speak.
+    #[error(
+        "peer_protocol_version = {value} is not a version this build speaks; allowed is {oldest} to {newest} \
+         (leave it out to speak the newest)"
+    )]
+    PeerProtocolVersion {
+        /// The configured value.
+        value: u32,
+        /// The oldest version this build speaks.
+        oldest: u32,
+        /// The newest.
+        newest: u32,
+    },
     /// A size limit out of range.
     #[error("[limits] {field} = {value} is out of range; allowed is {min} to {max}")]
     Limit {

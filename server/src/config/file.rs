@@ -10,6 +10,7 @@ use super::{
     ClientLimits, ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig,
     RuntimeConfig, WatchConfig,
 };
+use crate::peer::version::{Speaks, OLDEST_PEER_PROTOCOL_VERSION, PEER_PROTOCOL_VERSION};
 use crate::tls::{ClientPortTls, PeerPortTls, TlsSettings};
 use leasekv_kvstore::log::ReplicaConfig;
 use leasekv_kvstore::Limits;
@@ -30,6 +31,7 @@ pub(super) struct FileConfig {
     peer_addr: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     cluster_id: Option<u64>,
+    peer_protocol_version: Option<Spanned<u32>>,
     initial_cluster_state: Option<Spanned<String>>,
     #[serde(default)]
     peers: Vec<FilePeer>,
@@ -305,6 +307,18 @@ pub(super) fn resolve(
 
     let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers));
 
+    let peer_protocol = match &file.peer_protocol_version {
+        None => Speaks::default(),
+        Some(version) => Speaks::up_to(*version.get_ref()).ok_or_else(|| {
+            err(ConfigErrorKind::PeerProtocolVersion {
+                value: *version.get_ref(),
+                oldest: OLDEST_PEER_PROTOCOL_VERSION,
+                newest: PEER_PROTOCOL_VERSION,
+            })
+            .at(Position::of_offset(text, version.span().start))
+        })?,
+    };
+
     let tls = TlsSettings {
         client: file.tls.client.map(|c| ClientPortTls {
             cert: c.cert,
@@ -321,6 +335,7 @@ pub(super) fn resolve(
         peer_addr,
         data_dir,
         cluster_id,
+        peer_protocol,
         peers,
         election,
         limits,

@@ -261,6 +261,31 @@ impl NodeHandle {
             crate::metrics::metrics().peer_messages_dropped.inc();
         }
     }
+
+    /// Hands a request a follower forwarded to the loop. With `refusable` (the follower
+    /// reads the refusal: peer protocol version 3 on) it takes a place in the client queue,
+    /// as the client's request would have here, and a full queue refuses it: the error is
+    /// the master's answer. Otherwise, and for lease keepalives (which wait for room here
+    /// too), it goes on the peer queue.
+    pub fn deliver_forward(
+        &self,
+        from: NodeId,
+        id: ForwardId,
+        request: MasterRequest,
+        refusable: bool,
+    ) -> Result<(), RequestError> {
+        if !refusable || matches!(request, MasterRequest::KeepAlive(_)) {
+            self.deliver(Request::Forwarded(from, id, request));
+            return Ok(());
+        }
+        self.tx.try_send(Request::Forwarded(from, id, request)).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => {
+                crate::metrics::metrics().forwards_refused.inc();
+                RequestError::Overloaded { queued: self.tx.max_capacity() }
+            }
+            mpsc::error::TrySendError::Closed(_) => RequestError::ShuttingDown,
+        })
+    }
 }
 
 /// A `Write` that feeds a CRC-32: etcd's Hash of the whole state, computed over the state

@@ -15,7 +15,8 @@
 
 use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
-use crate::peer::proto::PeerEnvelope;
+use crate::peer::proto::{HelloRequest, PeerEnvelope};
+use crate::peer::version::{LinkVersions, Speaks, OLDEST_PEER_PROTOCOL_VERSION, VERSION_WITHOUT_HELLO};
 use crate::peer::wire::Wire;
 use crate::tls::connector::PeerTlsConnector;
 use crate::tls::reload::Current;
@@ -81,6 +82,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const HEALTHY: Duration = Duration::from_secs(1);
 /// At most one "peer unreachable" line per peer and lane per this interval.
 const LOG_EVERY: Duration = Duration::from_secs(5);
+/// How long a peer may take to answer `Hello` (one round trip on a connection that may
+/// first have to be made: its timeout, 500 ms, is part of it).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an idle connection is probed, and how long a probe may go unanswered before
 /// the connection counts as dead (a peer behind a partition sends no reset).
 const KEEPALIVE: Duration = Duration::from_secs(1);
@@ -117,6 +121,8 @@ pub struct PeerNetwork {
     inbox: Arc<Inbox>,
     /// Mutual TLS to the peers (`[tls.peer]`); plain TCP when `None`.
     tls: Option<Arc<Current<ClientConfig>>>,
+    /// The protocol version agreed with each peer, and the cluster's.
+    versions: LinkVersions,
 }
 
 /// Every member's links, and who counts as a member (this node included).
@@ -150,6 +156,7 @@ impl PeerLinks {
         addr: &str,
         removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
         tls: Option<&Arc<Current<ClientConfig>>>,
+        versions: &LinkVersions,
     ) -> Option<PeerLinks> {
         let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
             e.connect_timeout(Duration::from_millis(500))
@@ -173,7 +180,16 @@ impl PeerLinks {
         let lane = |lane: Lane, down: Arc<AtomicBool>| {
             let (tx, rx) = mpsc::channel(QUEUE);
             let client = PeerClient::new(channel.clone());
-            let sender = LaneSender { me, peer, addr: addr.to_string(), lane, client, down, removed: removed.clone() };
+            let sender = LaneSender {
+                me,
+                peer,
+                addr: addr.to_string(),
+                lane,
+                client,
+                down,
+                removed: removed.clone(),
+                versions: versions.clone(),
+            };
             tokio::spawn(sender.run(rx));
             tx
         };
@@ -209,8 +225,14 @@ impl PeerNetwork {
 
     /// Starts the sender tasks for every peer (no connection is made before the first
     /// message) and the timer that frees expired parked messages.
-    /// `tls` is the client configuration for mutual TLS to the peers (`None`: plain TCP).
-    pub fn start(me: NodeId, peers: &[(NodeId, SocketAddr)], tls: Option<Arc<Current<ClientConfig>>>) -> Self {
+    /// `tls` is the client configuration for mutual TLS to the peers (`None`: plain TCP);
+    /// `speaks`, the peer protocol versions this node speaks.
+    pub fn start(
+        me: NodeId,
+        peers: &[(NodeId, SocketAddr)],
+        tls: Option<Arc<Current<ClientConfig>>>,
+        speaks: Speaks,
+    ) -> Self {
         let outbox = Outbox::new();
         tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
         let network = PeerNetwork {
@@ -220,6 +242,7 @@ impl PeerNetwork {
             outbox,
             inbox: Arc::new(Inbox::default()),
             tls,
+            versions: LinkVersions::new(me, speaks),
         };
         let peers: Vec<(NodeId, String)> = peers.iter().map(|(id, addr)| (*id, addr.to_string())).collect();
         network.set_members(&peers);
@@ -233,6 +256,7 @@ impl PeerNetwork {
     pub fn set_members(&self, members: &[(NodeId, String)]) {
         let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
         links.members = members.iter().map(|(id, _)| *id).chain(std::iter::once(self.me)).collect();
+        self.versions.set_members(links.members.iter().copied());
         links.peers.retain(|id, link| {
             let keep = members.iter().any(|(m, addr)| m == id && *addr == link.addr);
             if !keep {
@@ -244,7 +268,9 @@ impl PeerNetwork {
             if *id == self.me || links.peers.contains_key(id) {
                 continue;
             }
-            if let Some(link) = PeerLinks::start(self.me, *id, addr, self.removed.clone(), self.tls.as_ref()) {
+            if let Some(link) =
+                PeerLinks::start(self.me, *id, addr, self.removed.clone(), self.tls.as_ref(), &self.versions)
+            {
                 tracing::debug!(peer = %id, %addr, "lanes to member started");
                 links.peers.insert(*id, link);
             }
@@ -259,6 +285,12 @@ impl PeerNetwork {
     /// This node.
     pub fn me(&self) -> NodeId {
         self.me
+    }
+
+    /// The peer protocol versions: what this node speaks, what each link agreed, the
+    /// cluster's.
+    pub fn versions(&self) -> &LinkVersions {
+        &self.versions
     }
 
     /// Messages parked here for peers (served by `Peer.FetchParked`).
@@ -370,19 +402,48 @@ struct LaneSender {
     down: Arc<AtomicBool>,
     /// Told when the peer answers that this node was removed.
     removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
+    /// Where the version agreed with the peer is recorded.
+    versions: LinkVersions,
 }
 
 impl LaneSender {
+    /// Asks the peer which protocol versions it speaks, before a stream: the version of
+    /// the stream. A peer from before `Hello` speaks [`VERSION_WITHOUT_HELLO`]; one whose
+    /// versions do not meet this node's is refused here, with the refusal a peer of such
+    /// a version would give, so it is logged and backed off like one.
+    async fn hello(&mut self) -> Result<u32, tonic::Status> {
+        let speaks = self.versions.speaks();
+        let request = HelloRequest { from: self.me.0, oldest: OLDEST_PEER_PROTOCOL_VERSION, newest: speaks.newest() };
+        let answer = tokio::time::timeout(HELLO_TIMEOUT, self.client.hello(request))
+            .await
+            .map_err(|_| tonic::Status::deadline_exceeded("the peer did not answer Hello"))?;
+        let (oldest, newest) = match answer {
+            Ok(answer) => (answer.get_ref().oldest, answer.get_ref().newest),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                (VERSION_WITHOUT_HELLO, VERSION_WITHOUT_HELLO)
+            }
+            Err(status) => return Err(status),
+        };
+        let version = speaks.agree(oldest, newest).ok_or_else(|| speaks.refusal(newest))?;
+        self.versions.agreed(self.peer, version);
+        Ok(version)
+    }
+
     async fn run(mut self, queue: mpsc::Receiver<Vec<u8>>) {
         let backlog = Arc::new(Mutex::new(Backlog { queue, carry: None }));
         let mut backoff = MIN_BACKOFF;
         let mut last_warning: Option<Instant> = None;
         loop {
             let opened = Instant::now();
-            let stream = LentQueue { me: self.me, backlog: backlog.clone(), down: self.down.clone() };
-            let error = match self.client.send(stream).await {
-                // The stream ends only when the queue closes: the node is shutting down.
-                Ok(_) => return,
+            let error = match self.hello().await {
+                Ok(version) => {
+                    let stream = LentQueue { me: self.me, backlog: backlog.clone(), down: self.down.clone(), version };
+                    match self.client.send(stream).await {
+                        // The stream ends only when the queue closes: the node is shutting down.
+                        Ok(_) => return,
+                        Err(status) => status,
+                    }
+                }
                 Err(status) => status,
             };
             self.down.store(true, Ordering::Relaxed);
@@ -431,6 +492,8 @@ struct LentQueue {
     /// The lane's "down" flag. The HTTP/2 client polls a request body only once the
     /// connection is up and the stream open, so the first poll is the proof the lane works.
     down: Arc<AtomicBool>,
+    /// The stream's protocol version, agreed with the peer.
+    version: u32,
 }
 
 impl Stream for LentQueue {
@@ -464,7 +527,7 @@ impl Stream for LentQueue {
             bytes += next.len();
             more.push(next);
         }
-        Poll::Ready(Some(PeerEnvelope { from, payload, more, version: super::wire::PEER_PROTOCOL_VERSION }))
+        Poll::Ready(Some(PeerEnvelope { from, payload, more, version: self.version }))
     }
 }
 
@@ -474,7 +537,7 @@ mod tests {
     use crate::forward::MasterRequest;
     use crate::peer::parked::ParkedNotice;
     use crate::peer::proto::peer_server::{Peer, PeerServer};
-    use crate::peer::proto::{Empty, FetchParkedRequest, ParkedChunk};
+    use crate::peer::proto::{Empty, FetchParkedRequest, HelloResponse, ParkedChunk};
     use leasekv_kvstore::log::{Entry, LogBallot, Proposal, ProposalId};
     use leasekv_kvstore::{Command, Limits, PutRequest, TxnOp, TxnRequest};
     use tokio_stream::StreamExt;
@@ -500,6 +563,7 @@ mod tests {
             inbox: Arc::new(Inbox::default()),
             removed: Arc::new(tokio::sync::watch::channel(None).0),
             tls: None,
+            versions: LinkVersions::new(me, Speaks::default()),
         };
         (network, log_rx)
     }
@@ -602,6 +666,7 @@ mod tests {
 
     fn lent(queue: mpsc::Receiver<Vec<u8>>) -> LentQueue {
         LentQueue {
+            version: crate::peer::version::PEER_PROTOCOL_VERSION,
             me: NodeId(1),
             backlog: Arc::new(Mutex::new(Backlog { queue, carry: None })),
             down: Arc::new(AtomicBool::new(false)),
@@ -652,6 +717,11 @@ mod tests {
             Ok(Response::new(Empty {}))
         }
 
+        /// As a build from before `Hello` answers.
+        async fn hello(&self, _: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
+            Err(Status::unimplemented("not in this build"))
+        }
+
         type FetchParkedStream = tokio_stream::Empty<Result<ParkedChunk, Status>>;
 
         async fn fetch_parked(
@@ -681,7 +751,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         let addr = listener.local_addr().expect("its address");
         drop(listener);
-        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)], None);
+        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)], None, Speaks::default());
         assert!(!network.log_lane_down(NodeId(3)), "an unknown peer counts as up");
         assert!(!network.log_lane_down(me), "so does this node");
         assert!(

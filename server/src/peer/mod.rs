@@ -10,13 +10,18 @@
 //! - [`service`]: the receiving side, the `Peer` gRPC service that hands each message on.
 //! - [`parked`]: messages parked for a chunked pull, both ends.
 //! - [`wire`]: the node-to-node message and its encoding.
+//! - [`version`]: the protocol versions a node speaks, and how peers agree on one.
 //! - [`proto`]: the gRPC service generated from `server/proto/leasekv/peer/v1/peer.proto`.
 
 pub mod lanes;
 pub mod parked;
 pub mod refusal;
 pub mod service;
+pub mod version;
 pub mod wire;
+
+#[cfg(test)]
+mod golden;
 
 /// Generated from `leasekv.peer.v1`: envelopes of opaque payloads, and parked-message chunks.
 pub mod proto {

@@ -14,7 +14,8 @@ use crate::peer::parked::{
 };
 use crate::peer::proto as pb;
 use crate::peer::refusal::PeerRefusal;
-use crate::peer::wire::{check_version, Wire, PEER_PROTOCOL_VERSION};
+use crate::peer::version::{Feature, OLDEST_PEER_PROTOCOL_VERSION};
+use crate::peer::wire::Wire;
 use crate::tls::identity::CertNames;
 use leasekv_kvstore::log::{LogMessage, StagedSnapshot};
 use leasekv_kvstore::storage::Stager;
@@ -113,18 +114,21 @@ impl Inner {
         Ok(from)
     }
 
-    /// Refuses a member speaking another peer protocol version (see
-    /// [`crate::peer::wire::PEER_PROTOCOL_VERSION`]), with one log line per interval.
+    /// Refuses a member speaking a peer protocol version this node does not speak (see
+    /// [`crate::peer::version`]), with one log line per interval.
     fn check_version(&self, from: NodeId, version: u32) -> Result<(), Status> {
-        let Err(status) = check_version(version) else { return Ok(()) };
+        let speaks = self.network.versions().speaks();
+        if speaks.understands(version) {
+            return Ok(());
+        }
         let now = Instant::now();
         let mut logged = self.version_logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if logged.is_none_or(|at| now.duration_since(at) >= VERSION_LOG_EVERY) {
             *logged = Some(now);
-            tracing::error!(peer = %from, theirs = version, ours = PEER_PROTOCOL_VERSION,
-                "disconnected a peer speaking another protocol version; every member must run the same peer protocol version");
+            tracing::error!(peer = %from, theirs = version, oldest = OLDEST_PEER_PROTOCOL_VERSION, newest = speaks.newest(),
+                "disconnected a peer speaking a protocol version this node does not; upgrade members one release at a time");
         }
-        Err(status)
+        Err(speaks.refusal(version))
     }
 
     /// Hands every message of an envelope on, in order. Messages that do not decode are
@@ -134,21 +138,21 @@ impl Inner {
         self.check_version(from, envelope.version)?;
         let mut outcome = Ok(());
         for payload in std::iter::once(&envelope.payload).chain(&envelope.more) {
-            if let Err(status) = self.accept_one(from, payload) {
+            if let Err(status) = self.accept_one(from, envelope.version, payload) {
                 outcome = outcome.and(Err(status));
             }
         }
         outcome
     }
 
-    fn accept_one(self: &Arc<Self>, from: NodeId, payload: &[u8]) -> Result<(), Status> {
+    fn accept_one(self: &Arc<Self>, from: NodeId, version: u32, payload: &[u8]) -> Result<(), Status> {
         match Wire::decode(payload) {
             Ok(Wire::Parked(notice)) => {
                 self.on_notice(from, notice);
                 Ok(())
             }
             Ok(wire) => {
-                self.dispatch(from, wire);
+                self.dispatch(from, version, wire);
                 Ok(())
             }
             Err(error) => {
@@ -160,15 +164,23 @@ impl Inner {
         }
     }
 
-    /// Hands a message to the election or the node loop. Transfer notices are not handled
-    /// here: one inside a transferred message is ignored rather than followed.
-    fn dispatch(&self, from: NodeId, wire: Wire) {
+    /// Hands a message that came in a payload of protocol `version` to the election or the
+    /// node loop. Transfer notices are not handled here: one inside a transferred message is
+    /// ignored rather than followed.
+    fn dispatch(&self, from: NodeId, version: u32, wire: Wire) {
         match wire {
             Wire::Election(message) => {
                 let _ = self.election.try_send((from, message));
             }
             Wire::Log(message) => self.node.deliver(NodeRequest::Log(from, message)),
-            Wire::Forward(id, request) => self.node.deliver(NodeRequest::Forwarded(from, id, request)),
+            Wire::Forward(id, request) => {
+                // A forward is a client's request: it takes a place in the client queue like
+                // one, unless the follower is of a version that cannot read the refusal.
+                let refusable = Feature::RefuseForwardsWhenOverloaded.in_version(version);
+                if let Err(refusal) = self.node.deliver_forward(from, id, request, refusable) {
+                    self.network.send(from, &Wire::Answer(id, Err(refusal)));
+                }
+            }
             Wire::Answer(id, answer) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
             Wire::Parked(_) => tracing::warn!(%from, "ignoring a transfer notice inside a transferred message"),
         }
@@ -230,7 +242,9 @@ impl Inner {
             (ParkedKind::Message, Fetched::Memory(data)) => match Wire::decode(&data) {
                 Ok(wire) => {
                     tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
-                    self.dispatch(from, wire);
+                    // Pulled with this node's newest version, which the sender's notice came
+                    // in no newer than: the message is of the link's version.
+                    self.dispatch(from, self.network.versions().of(from).unwrap_or(OLDEST_PEER_PROTOCOL_VERSION), wire);
                     true
                 }
                 Err(error) => {
@@ -253,7 +267,7 @@ impl Inner {
         let request = pb::FetchParkedRequest {
             from: self.network.me().0,
             transfer: notice.transfer,
-            version: crate::peer::wire::PEER_PROTOCOL_VERSION,
+            version: self.network.versions().of(from).unwrap_or(OLDEST_PEER_PROTOCOL_VERSION),
         };
         let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await
@@ -317,6 +331,16 @@ impl pb::peer_server::Peer for PeerService {
             }
         }
         Ok(Response::new(pb::Empty {}))
+    }
+
+    /// Which versions this node speaks; the caller streams in the newest both speak.
+    async fn hello(&self, request: Request<pb::HelloRequest>) -> Result<Response<pb::HelloResponse>, Status> {
+        let names = peer_names(&request);
+        let request = request.into_inner();
+        let from = self.inner.member(request.from, names.as_ref())?;
+        let speaks = self.inner.network.versions().speaks();
+        tracing::debug!(peer = %from, oldest = request.oldest, newest = request.newest, "peer said hello");
+        Ok(Response::new(pb::HelloResponse { oldest: OLDEST_PEER_PROTOCOL_VERSION, newest: speaks.newest() }))
     }
 
     type FetchParkedStream =

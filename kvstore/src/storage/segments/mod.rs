@@ -32,7 +32,8 @@
 //! covering snapshot durable there, before the removal record is even written. Deleting
 //! earlier would let a crash lose both the slots and the snapshot that replaced them.
 mod files;
-mod record;
+// `pub(crate)` for the golden-file tests (`crate::golden`).
+pub(crate) mod record;
 mod scan;
 #[cfg(test)]
 mod tests;

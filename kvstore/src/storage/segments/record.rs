@@ -166,11 +166,10 @@ pub(crate) fn read(bytes: &[u8]) -> Result<(Record, usize), FrameError> {
     if stored != computed {
         return Err(FrameError::Torn(format!("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")));
     }
-    let (record, rest) =
+    // Bytes after the record, inside a frame whose length and checksum hold, are fields a
+    // newer release appended to it: skipped, so that such a release can be rolled back.
+    let (record, _appended) =
         postcard::take_from_bytes::<Record>(payload).map_err(|e| FrameError::Undecodable(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(FrameError::Undecodable(format!("{} trailing bytes after the record", rest.len())));
-    }
     Ok((record, FRAME_LEN + len))
 }
 
