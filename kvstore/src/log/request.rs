@@ -13,7 +13,8 @@ use thiserror::Error;
 
 /// Why a client request was not served. All but `Invalid` are retryable elsewhere or later.
 /// Serializable: a master answers requests a follower forwarded with it. New variants go
-/// at the end, with a peer protocol version that allows them (`server/src/peer/version.rs`).
+/// at the end (postcard numbers variants by position), with a peer protocol version that
+/// allows them (`server/src/peer/version.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum RequestError {
     /// This node is not the master; nothing was proposed. Retry at the hinted master.
@@ -38,6 +39,17 @@ pub enum RequestError {
         /// Commands waiting.
         pending: usize,
     },
+    /// This node's queue of client requests is full (`[limits] max_queued_requests`), or
+    /// the master's, for a request forwarded to it: nothing was done. Retry after a short
+    /// back-off. A master answers a forward with it from peer protocol version 3 on. Its
+    /// place is fixed: it came in the middle (after `Busy`) in 6baa79d, without a new
+    /// protocol version, so builds before that number the variants after it one lower;
+    /// every build since numbers them as here, and the golden files hold it so.
+    #[error("this node's queue of client requests is full ({queued}, [limits] max_queued_requests); retry shortly")]
+    Overloaded {
+        /// The queue's capacity.
+        queued: usize,
+    },
     /// The request itself is wrong; retrying will not help.
     #[error(transparent)]
     Invalid(#[from] KvError),
@@ -53,16 +65,6 @@ pub enum RequestError {
     /// with an answer of another kind).
     #[error("peer protocol error: {0}")]
     PeerProtocol(String),
-    /// This node's queue of client requests is full (`[limits] max_queued_requests`), or
-    /// the master's, for a request forwarded to it: nothing was done. Retry after a short
-    /// back-off. Last, and sent to followers only from peer protocol version 3 on: postcard
-    /// numbers variants by position, so one inserted before another changes what the
-    /// other's bytes mean to a node of the previous release.
-    #[error("this node's queue of client requests is full ({queued}, [limits] max_queued_requests); retry shortly")]
-    Overloaded {
-        /// The queue's capacity.
-        queued: usize,
-    },
 }
 
 /// The storage failure that stopped a replica. On the node where it happened it keeps the

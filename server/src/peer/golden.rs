@@ -261,7 +261,7 @@ fn kinds() -> Vec<Golden> {
         golden("answer-invalid", 2, answer(Err(RequestError::Invalid(KvError::EmptyKey)))),
         golden("answer-shutting-down", 2, answer(Err(RequestError::ShuttingDown))),
         golden("answer-peer-protocol", 2, answer(Err(RequestError::PeerProtocol("another kind".into())))),
-        golden("answer-overloaded", 3, answer(Err(RequestError::Overloaded { queued: 10_000 }))),
+        golden("answer-overloaded", 2, answer(Err(RequestError::Overloaded { queued: 10_000 }))),
         // Transfer notices.
         golden(
             "parked-snapshot",

@@ -19,8 +19,11 @@
 //! Version 2: a snapshot's transfer notice may give no size (`parked::SIZE_UNKNOWN`: it is
 //! sent while it is built), which version 1 refuses as too large.
 //! Version 3: `Peer.Hello`; a master may answer a forwarded request with
-//! `RequestError::Overloaded` (its client queue is full: etcd's "too many requests"), which
-//! version 2 cannot decode, so a version 2 follower's forwards are queued as before.
+//! `RequestError::Overloaded` (its client queue is full: etcd's "too many requests"). A
+//! master of version 2 never did, and the version 2 builds before 6baa79d cannot decode it
+//! (they also number the store errors after `Busy` one lower than every build since: a
+//! cluster mixing those builds with later ones misreports some errors of forwarded
+//! requests, never their outcome), so a version 2 follower's forwards are queued as before.
 
 use super::refusal::PeerRefusal;
 use leasekv_lease::NodeId;
