@@ -171,7 +171,7 @@ const TABLE: &[(&str, Code, EtcdError)] = &[
     ("etcdserver: no leader", Code::Unavailable, EtcdError::NoLeader),
     ("etcdserver: not leader", Code::FailedPrecondition, EtcdError::NotLeader),
     ("etcdserver: leader changed", Code::Unavailable, EtcdError::LeaderChanged),
-    ("etcdserver: not capable", Code::Unavailable, EtcdError::NotCapable),
+    ("etcdserver: not capable", Code::FailedPrecondition, EtcdError::NotCapable),
     ("etcdserver: server stopped", Code::Unavailable, EtcdError::Stopped),
     ("etcdserver: request timed out", Code::Unavailable, EtcdError::Timeout),
     (
@@ -186,7 +186,7 @@ const TABLE: &[(&str, Code, EtcdError)] = &[
     ),
     ("etcdserver: unhealthy cluster", Code::Unavailable, EtcdError::Unhealthy),
     ("etcdserver: corrupt cluster", Code::DataLoss, EtcdError::Corrupt),
-    ("etcdserver: rpc not supported for learner", Code::Unavailable, EtcdError::NotSupportedForLearner),
+    ("etcdserver: rpc not supported for learner", Code::FailedPrecondition, EtcdError::NotSupportedForLearner),
     ("etcdserver: bad leader transferee", Code::FailedPrecondition, EtcdError::BadLeaderTransferee),
     ("etcdserver: request timed out, leader transfer took too long", Code::Unknown, EtcdError::LeaderTransferTimeout),
 ];

@@ -356,6 +356,12 @@ impl<S: Storage> Replica<S> {
         self.acceptor.highest_seen().round
     }
 
+    /// The highest log ballot this node promised or heard of (its round is
+    /// [`Self::known_round`]): whose takeover it was, too.
+    pub fn known_ballot(&self) -> super::LogBallot {
+        self.acceptor.highest_seen()
+    }
+
     /// Events counted since the replica opened.
     pub fn counts(&self) -> ReplicaCounts {
         self.counts

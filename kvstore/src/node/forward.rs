@@ -17,7 +17,7 @@
 //! all: it fails as "not master" at once and the API layer waits for the next master.
 
 use crate::command::{Applied, Command, RangeRequest, RangeResponse};
-use crate::log::{LeaseStatus, RequestError};
+use crate::log::{LeaseStatus, LogBallot, RequestError};
 use crate::types::{LeaseId, Revision};
 use leasekv_lease::{Instant, NodeId};
 use serde::{Deserialize, Serialize};
@@ -89,6 +89,10 @@ pub type ForwardId = u64;
 struct Pending<W> {
     waiter: W,
     master: NodeId,
+    /// The master's log ballot when the forward went out, if this node had heard it from
+    /// the master itself: a later ballot of the same node means it took the log over again
+    /// (restarted, or lost and won mastership back), and what it held before is settled.
+    ballot: Option<LogBallot>,
     /// What the caller is told if the answer does not come.
     if_lost: IfLost,
 }
@@ -184,11 +188,20 @@ impl<W> Forwards<W> {
         Forwards { next_id: u64::from(incarnation) << 32, ..Forwards::default() }
     }
 
-    /// Records a forward of `request` to `master`; returns the id its answer will carry.
-    pub fn start(&mut self, request: &MasterRequest, waiter: W, master: NodeId, now: Instant) -> ForwardId {
+    /// Records a forward of `request` to `master`, whose log ballot as this node last heard
+    /// it is `seen`; returns the id its answer will carry.
+    pub fn start(
+        &mut self,
+        request: &MasterRequest,
+        waiter: W,
+        master: NodeId,
+        seen: LogBallot,
+        now: Instant,
+    ) -> ForwardId {
         self.next_id += 1;
         let id = self.next_id;
-        self.pending.insert(id, Pending { waiter, master, if_lost: IfLost::of(request) });
+        let ballot = (seen.node == master).then_some(seen);
+        self.pending.insert(id, Pending { waiter, master, ballot, if_lost: IfLost::of(request) });
         self.deadlines.push_back((now.saturating_add(FORWARD_TIMEOUT), id));
         id
     }
@@ -217,16 +230,25 @@ impl<W> Forwards<W> {
         settled
     }
 
-    /// Gives up on forwards to any node but `master`: the election moved on, and the old
-    /// master will not answer (or its answer no longer counts as this hop's).
-    pub fn master_changed(&mut self, master: NodeId) -> Vec<(W, MasterResult)> {
+    /// Gives up on forwards to any node but `master`, and on forwards to a master that has
+    /// since taken the log over again (`seen`, the highest log ballot this node heard, is a
+    /// later one of the same node): the election moved on, and the old master (or the old
+    /// incarnation of this one, killed and restarted) will not answer, or its answer no
+    /// longer counts as this hop's. Without the second rule a master restarted and elected
+    /// again would leave the forwards it lost waiting out their timeout.
+    pub fn master_changed(&mut self, master: NodeId, seen: LogBallot) -> Vec<(W, MasterResult)> {
+        let retaken = |p: &Pending<W>| p.ballot.is_some_and(|b| seen.node == b.node && seen.round > b.round);
         let mut gone: Vec<ForwardId> =
-            self.pending.iter().filter(|(_, p)| p.master != master).map(|(id, _)| *id).collect();
+            self.pending.iter().filter(|(_, p)| p.master != master || retaken(p)).map(|(id, _)| *id).collect();
         // In the order they were sent, so that a replayed seed answers in the same order.
         gone.sort_unstable();
         gone.into_iter()
             .filter_map(|id| self.pending.remove(&id))
-            .map(|pending| pending.abandon(Some(master), Some(master)))
+            .map(|pending| {
+                // A step-down has happened only if another node is master now.
+                let replaced_by = (pending.master != master).then_some(master);
+                pending.abandon(Some(master), replaced_by)
+            })
             .collect()
     }
 
@@ -280,7 +302,7 @@ mod tests {
     #[test]
     fn an_answer_reaches_its_waiter_only_from_the_master_it_went_to() {
         let mut forwards = Forwards::default();
-        let id = forwards.start(&read(), 1u32, NodeId(2), at(0));
+        let id = forwards.start(&read(), 1u32, NodeId(2), ballot(2, 4), at(0));
         let answer = || Ok(MasterAnswer::Read(RangeResponse::default(), 7));
         assert!(forwards.answer(NodeId(3), id, answer()).is_none(), "an answer from elsewhere is dropped");
         let (waiter, result) = forwards.answer(NodeId(2), id, answer()).expect("answered");
@@ -303,9 +325,9 @@ mod tests {
     fn a_lost_write_or_step_down_is_indeterminate_and_a_lost_read_is_retryable() {
         let mut forwards = Forwards::default();
         let grant = MasterRequest::Propose(Command::LeaseGrant { id: 0, name: None, ttl: 5 });
-        forwards.start(&grant, 1u32, NodeId(2), at(0));
-        forwards.start(&read(), 2, NodeId(2), at(0));
-        forwards.start(&MasterRequest::StepDown, 3, NodeId(2), at(0));
+        forwards.start(&grant, 1u32, NodeId(2), ballot(2, 4), at(0));
+        forwards.start(&read(), 2, NodeId(2), ballot(2, 4), at(0));
+        forwards.start(&MasterRequest::StepDown, 3, NodeId(2), ballot(2, 4), at(0));
         let half = at(FORWARD_TIMEOUT.as_millis() as u64 / 2);
         assert!(forwards.expire(half, Some(NodeId(2))).is_empty(), "nothing expires before its deadline");
         assert_eq!(forwards.next_deadline(), Some(at(0).saturating_add(FORWARD_TIMEOUT)));
@@ -322,10 +344,10 @@ mod tests {
         // travels behind the log lane's backlog); failing the step-down as retryable would
         // have the client depose the new master too.
         let mut forwards = Forwards::default();
-        forwards.start(&MasterRequest::StepDown, 1u32, NodeId(2), at(0));
-        forwards.start(&MasterRequest::Propose(Command::LeaseRevoke { id: 7 }), 2, NodeId(2), at(0));
-        forwards.start(&read(), 3, NodeId(2), at(0));
-        let settled = forwards.master_changed(NodeId(3));
+        forwards.start(&MasterRequest::StepDown, 1u32, NodeId(2), ballot(2, 4), at(0));
+        forwards.start(&MasterRequest::Propose(Command::LeaseRevoke { id: 7 }), 2, NodeId(2), ballot(2, 4), at(0));
+        forwards.start(&read(), 3, NodeId(2), ballot(2, 4), at(0));
+        let settled = forwards.master_changed(NodeId(3), ballot(3, 5));
         assert!(matches!(of(&settled, 1), Ok(MasterAnswer::SteppedDown)));
         assert!(matches!(of(&settled, 2), Err(RequestError::Indeterminate { hint: Some(NodeId(3)) })));
         assert!(matches!(of(&settled, 3), Err(RequestError::NotMaster { hint: Some(NodeId(3)) })));
@@ -333,14 +355,38 @@ mod tests {
         assert!(forwards.is_empty());
     }
 
+    fn ballot(node: u32, round: u64) -> LogBallot {
+        LogBallot { round, node: NodeId(node) }
+    }
+
     #[test]
     fn a_new_master_abandons_forwards_to_the_old_one() {
         let mut forwards = Forwards::default();
-        forwards.start(&read(), 1u32, NodeId(2), at(0));
-        forwards.start(&read(), 2, NodeId(3), at(0));
-        let settled = forwards.master_changed(NodeId(3));
+        forwards.start(&read(), 1u32, NodeId(2), ballot(2, 4), at(0));
+        forwards.start(&read(), 2, NodeId(3), ballot(2, 4), at(0));
+        let settled = forwards.master_changed(NodeId(3), ballot(3, 5));
         assert_eq!(settled.len(), 1);
         assert!(matches!(of(&settled, 1), Err(RequestError::NotMaster { hint: Some(NodeId(3)) })));
         assert_eq!(forwards.len(), 1, "the forward to the current master still waits");
+    }
+
+    #[test]
+    fn a_master_that_took_the_log_over_again_abandons_what_it_held_before() {
+        let mut forwards = Forwards::default();
+        let write = MasterRequest::Propose(Command::LeaseRevoke { id: 7 });
+        forwards.start(&write, 1u32, NodeId(2), ballot(2, 4), at(0));
+        // Sent while this node had only heard another node's ballot: not abandoned on a
+        // ballot it cannot relate to the one the master held.
+        forwards.start(&write, 2, NodeId(2), ballot(3, 3), at(0));
+        assert!(forwards.master_changed(NodeId(2), ballot(2, 4)).is_empty(), "the same master, the same ballot");
+        assert!(forwards.master_changed(NodeId(2), ballot(3, 6)).is_empty(), "another node's ballot");
+        let settled = forwards.master_changed(NodeId(2), ballot(2, 7));
+        assert_eq!(settled.len(), 1, "node 2 restarted and took the log over again");
+        assert!(matches!(of(&settled, 1), Err(RequestError::Indeterminate { hint: Some(NodeId(2)) })));
+        assert_eq!(forwards.len(), 1);
+        // A step-down to a master that took the log over again did not hand mastership on.
+        forwards.start(&MasterRequest::StepDown, 3, NodeId(2), ballot(2, 7), at(0));
+        let settled = forwards.master_changed(NodeId(2), ballot(2, 9));
+        assert!(matches!(of(&settled, 3), Err(RequestError::Indeterminate { .. })));
     }
 }

@@ -25,7 +25,7 @@ pub use forward::{
 };
 
 use crate::command::Command;
-use crate::log::{AppliedTrace, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, Slot};
+use crate::log::{AppliedTrace, LogBallot, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, Slot};
 use crate::membership::Membership;
 use crate::storage::Storage;
 use leasekv_lease::{Instant, Mastership, NodeId};
@@ -147,7 +147,7 @@ pub struct Node<S: Storage, W> {
     /// Who waits for each proposal this node made as master.
     proposals: HashMap<ProposalId, Asker<W>>,
     /// The master as last seen, so forwards to a deposed one are given up at once.
-    known_master: Option<NodeId>,
+    known_master: Option<(NodeId, LogBallot)>,
     /// The configuration epoch last reported in [`NodeOutput::configuration`].
     seen_epoch: Option<u64>,
     removal_reported: bool,
@@ -235,7 +235,8 @@ impl<S: Storage, W> Node<S, W> {
                 if link_down(master) {
                     self.pending.answers.push((waiter, Err(RequestError::NotMaster { hint: None })));
                 } else {
-                    let id = self.forwards.start(&request, waiter, master, now);
+                    let seen = self.replica.known_ballot();
+                    let id = self.forwards.start(&request, waiter, master, seen, now);
                     self.pending.forwards.push((master, ForwardMessage::Request(id, request)));
                 }
             }
@@ -360,13 +361,16 @@ impl<S: Storage, W> Node<S, W> {
     /// Forwards to a master that is no longer the master will not be answered. Only a new
     /// master counts: "no master known" (a lease between renewals, or a master that just
     /// died) abandons nothing, so a healthy master's in-flight writes never fail for it; the
-    /// successor's election, or the forward's timeout, settles a dead master's forwards.
+    /// successor's election, or the forward's timeout, settles a dead master's forwards. A
+    /// new master may be the same node again (killed, restarted and elected again): its
+    /// new log ballot tells.
     fn notice_master_change(&mut self) {
         let Some(master) = self.replica.master_hint() else { return };
-        if Some(master) != self.known_master {
-            self.known_master = Some(master);
+        let seen = self.replica.known_ballot();
+        if Some((master, seen)) != self.known_master {
+            self.known_master = Some((master, seen));
             if !self.forwards.is_empty() {
-                let abandoned = self.forwards.master_changed(master);
+                let abandoned = self.forwards.master_changed(master, seen);
                 self.pending.answers.extend(abandoned);
             }
         }
