@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod node_config;
 pub mod process;
 
 pub use leasekv_client as client;

@@ -13,6 +13,7 @@
 
 mod common;
 
+use leasekv::node_config::NodeFile;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -87,17 +88,8 @@ fn start_kvserver(config: &Path, log: PathBuf) -> Process {
 fn start_single(dir: &Path) -> (Process, u16) {
     let ports = common::free_ports(2);
     let config = dir.join("single.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "id = 1\nclient_addr = \"127.0.0.1:{0}\"\npeer_addr = \"127.0.0.1:{1}\"\ndata_dir = \"{2}\"\n\
-             [[peers]]\nid = 1\nclient_addr = \"127.0.0.1:{0}\"\npeer_addr = \"127.0.0.1:{1}\"\n",
-            ports[0],
-            ports[1],
-            dir.join("single-data").display()
-        ),
-    )
-    .expect("config written");
+    let peers = NodeFile::local_peers(&ports[..1], &ports[1..2]);
+    NodeFile::member(1, &peers, &dir.join("single-data"), "paxoslease").write(&config).expect("config written");
     (start_kvserver(&config, dir.join("single.log")), ports[0])
 }
 

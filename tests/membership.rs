@@ -6,6 +6,7 @@ mod common;
 
 use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
 use leasekv::client::{Client, ClientError, GetOptions};
+use leasekv::node_config::NodeFile;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,23 +36,14 @@ impl Joiner {
         let ports = common::free_ports(2);
         let dir = cluster.dir.path();
         let data = dir.join(format!("data-{name}"));
-        let mut text = format!(
-            "client_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\ninitial_cluster_state = \"existing\"\n",
-            ports[0],
-            ports[1],
-            data.display()
-        );
-        for i in 0..3 {
-            text.push_str(&format!(
-                "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                i + 1,
-                cluster.client_ports[i],
-                cluster.peer_ports[i]
-            ));
-        }
-        text.push_str("[election]\nbackend = \"paxoslease\"\nlease_time_ms = 800\n");
+        let peers = NodeFile::local_peers(&cluster.client_ports, &cluster.peer_ports);
+        let mut file = NodeFile::member(1, &peers, &data, "paxoslease");
+        file.id = None;
+        file.client_addr = std::net::SocketAddr::from(([127, 0, 0, 1], ports[0]));
+        file.peer_addr = std::net::SocketAddr::from(([127, 0, 0, 1], ports[1]));
+        file.initial_cluster_state = Some("existing".into());
         let config = dir.join(format!("{name}.toml"));
-        std::fs::write(&config, text).expect("joiner config written");
+        file.write(&config).expect("joiner config written");
         Joiner { config, log: dir.join(format!("log-{name}")), client_port: ports[0], peer_port: ports[1], child: None }
     }
 

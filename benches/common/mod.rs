@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each bench uses part of it
 
 use leasekv::client::Client;
+use leasekv::node_config::NodeFile;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -84,27 +85,16 @@ impl Cluster {
         let log = std::fs::File::create(self.dir.path().join(format!("log{i}"))).expect("log");
         let mut command = match self.target {
             Target::LeaseKv(backend) => {
-                let mut peers = String::new();
-                for j in 0..3 {
-                    peers.push_str(&format!(
-                        "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                        j + 1,
-                        self.client_ports[j],
-                        self.peer_ports[j]
-                    ));
-                }
-                // BENCH_LEASEKV_CONFIG: extra TOML for every node (tables after [election]),
-                // e.g. "[log]\nmax_inflight_slots = 4", to compare settings in one command.
+                // BENCH_LEASEKV_CONFIG: extra TOML for every node, merged in, e.g.
+                // "[log]\nmax_inflight_slots = 4", to compare settings in one command.
                 let extra = std::env::var("BENCH_LEASEKV_CONFIG").unwrap_or_default().replace("\\n", "\n");
-                let config = format!(
-                    "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}\n",
-                    i + 1,
-                    self.client_ports[i],
-                    self.peer_ports[i],
-                    self.dir.path().join(format!("data{i}")).display()
-                );
+                let peers = NodeFile::local_peers(&self.client_ports, &self.peer_ports);
+                let data = self.dir.path().join(format!("data{i}"));
                 let path = self.dir.path().join(format!("n{i}.toml"));
-                std::fs::write(&path, config).expect("config");
+                NodeFile::member(i as u32 + 1, &peers, &data, backend)
+                    .with_extra(&extra)
+                    .and_then(|file| file.write(&path))
+                    .unwrap_or_else(|e| panic!("BENCH_LEASEKV_CONFIG or the node config: {e}"));
                 let mut c = Command::new(binary("kvserver", "KVSERVER_BIN"));
                 c.arg("--config").arg(path).env("RUST_LOG", "warn");
                 c

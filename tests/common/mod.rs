@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod process;
 
+use leasekv::node_config::NodeFile;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
@@ -17,32 +18,19 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// Writes `n1.toml` … `n3.toml` into `dir` for a cluster on these ports, with data in
-/// `dir/data1` …, 800 ms election leases, `backend`, and `extra` appended to every file (e.g.
-/// a `[log]` section; `{id}` in it becomes the node's id, for per-node files such as
-/// certificates). Returns the three paths.
+/// `dir/data1` …, 800 ms election leases, `backend`, and the TOML `extra` merged into every
+/// file (e.g. a `[log]` section; `{id}` in it becomes the node's id, for per-node files such
+/// as certificates). Built with [`leasekv::node_config`]. Returns the three paths.
 #[allow(dead_code)] // not every test file starts its own cluster
 pub fn write_configs(dir: &Path, client_ports: &[u16], peer_ports: &[u16], backend: &str, extra: &str) -> Vec<PathBuf> {
-    let mut peers = String::new();
-    for i in 0..3 {
-        peers.push_str(&format!(
-            "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-            i + 1,
-            client_ports[i],
-            peer_ports[i]
-        ));
-    }
-    (0..3)
-        .map(|i| {
-            let config = format!(
-                "id = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n{peers}[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n{extra}",
-                i + 1,
-                client_ports[i],
-                peer_ports[i],
-                dir.join(format!("data{}", i + 1)).display()
-            )
-            .replace("{id}", &(i + 1).to_string());
-            let path = dir.join(format!("n{}.toml", i + 1));
-            std::fs::write(&path, config).expect("node config written");
+    let peers = NodeFile::local_peers(&client_ports[..3], &peer_ports[..3]);
+    (1..=3)
+        .map(|id| {
+            let path = dir.join(format!("n{id}.toml"));
+            NodeFile::member(id, &peers, &dir.join(format!("data{id}")), backend)
+                .with_extra(&extra.replace("{id}", &id.to_string()))
+                .and_then(|file| file.write(&path))
+                .unwrap_or_else(|e| panic!("node config {}: {e}", path.display()));
             path
         })
         .collect()

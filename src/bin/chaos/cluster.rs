@@ -6,7 +6,9 @@ use crate::net::{node_ip, proxy_in, Net};
 use anyhow::{Context, Result};
 use leasekv::client::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use leasekv::client::proto::etcdserverpb::StatusRequest;
+use leasekv::node_config::{NodeFile, PeerEntry};
 use std::fs::OpenOptions;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -128,25 +130,20 @@ impl Cluster {
                 // Every node reaches node j through the peer-link proxy at j's proxy
                 // address (see proxy.rs), the address j advertises too: j listens on every
                 // address of its namespace, where only the proxy reaches it.
-                let mut peers = String::new();
-                for j in 0..nodes {
-                    let peer_addr = format!("{}:{PEER_PORT}", proxy_in(j));
-                    peers.push_str(&format!(
-                        "[[peers]]\nid = {}\nclient_addr = \"{}:{CLIENT_PORT}\"\npeer_addr = \"{peer_addr}\"\n",
-                        j + 1,
-                        node_ip(j)
-                    ));
-                }
-                let config = format!(
-                    "id = {}\ncluster_id = 7777\nclient_addr = \"{ip}:{CLIENT_PORT}\"\npeer_addr = \"0.0.0.0:{PEER_PORT}\"\ndata_dir = \"{}\"\n{peers}\
-                     [election]\nbackend = \"{backend}\"\nlease_time_ms = {}\ndrift_bound = {DRIFT_BOUND}\n\
-                     [compaction]\nmode = \"off\"\n",
-                    i + 1,
-                    cluster.data_dir(i).display(),
-                    LEASE_TIME.as_millis(),
-                    ip = node_ip(i),
-                );
-                std::fs::write(dir.join(format!("n{i}.toml")), config)?;
+                let peers: Vec<PeerEntry> = (0..nodes)
+                    .map(|j| PeerEntry {
+                        id: j as u32 + 1,
+                        client_addr: SocketAddr::from((node_ip(j), CLIENT_PORT)),
+                        peer_addr: SocketAddr::from((proxy_in(j), PEER_PORT)),
+                    })
+                    .collect();
+                let mut file = NodeFile::member(i as u32 + 1, &peers, &cluster.data_dir(i), backend)
+                    .with_extra("[compaction]\nmode = \"off\"\n")?;
+                file.cluster_id = Some(7777);
+                file.peer_addr = SocketAddr::from(([0, 0, 0, 0], PEER_PORT));
+                file.election.lease_time_ms = Some(u64::try_from(LEASE_TIME.as_millis())?);
+                file.election.drift_bound = Some(DRIFT_BOUND);
+                file.write(&dir.join(format!("n{i}.toml")))?;
                 cluster.set_clock_rate(i, 1.0)?;
                 cluster.set_sync_fault(i, Duration::ZERO, false)?;
             }

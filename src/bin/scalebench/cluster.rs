@@ -4,8 +4,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use leasekv::client::Client;
+use leasekv::node_config::{NodeFile, PeerEntry};
 use leasekv::process::{cpu_seconds, rss_bytes, stop_child};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -208,43 +209,34 @@ impl Cluster {
             System::LeaseKv(backend) => {
                 // The first three members are named by id; a joiner learns its id from the
                 // cluster by its peer URL, and finds the cluster through the first three.
-                let mut text = String::new();
-                if !joining {
-                    text.push_str(&format!("id = {}\n", i + 1));
-                }
-                text.push_str(&format!(
-                    "client_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n",
-                    member.client_port,
-                    member.peer_port,
-                    member.data_dir.display()
-                ));
+                let peers: Vec<PeerEntry> = self
+                    .members
+                    .iter()
+                    .take(3)
+                    .enumerate()
+                    .map(|(j, peer)| PeerEntry {
+                        id: j as u32 + 1,
+                        client_addr: SocketAddr::from(([127, 0, 0, 1], peer.client_port)),
+                        peer_addr: SocketAddr::from(([127, 0, 0, 1], peer.peer_port)),
+                    })
+                    .collect();
+                let mut file = NodeFile::member(i as u32 + 1, &peers, &member.data_dir, backend);
+                file.client_addr = SocketAddr::from(([127, 0, 0, 1], member.client_port));
+                file.peer_addr = SocketAddr::from(([127, 0, 0, 1], member.peer_port));
                 if joining {
-                    text.push_str("initial_cluster_state = \"existing\"\n");
+                    file.id = None;
+                    file.initial_cluster_state = Some("existing".into());
                 }
-                for (j, peer) in self.members.iter().enumerate().take(3) {
-                    text.push_str(&format!(
-                        "[[peers]]\nid = {}\nclient_addr = \"127.0.0.1:{}\"\npeer_addr = \"127.0.0.1:{}\"\n",
-                        j + 1,
-                        peer.client_port,
-                        peer.peer_port
-                    ));
-                }
-                text.push_str(&format!("[election]\nbackend = \"{backend}\"\nlease_time_ms = 800\n"));
+                // The quota etcd is given below; the settings of the run and then
+                // SCALEBENCH_LEASEKV_CONFIG are merged over it, table by table.
+                let mut settings = format!("[storage]\nquota_bytes = {QUOTA_BYTES}\n");
                 if let Some(retention) = self.settings.compaction_retention {
-                    text.push_str(&format!("[compaction]\nmode = \"revision\"\nretention = {retention}\n"));
+                    settings.push_str(&format!("[compaction]\nmode = \"revision\"\nretention = {retention}\n"));
                 }
-                text.push_str(&self.settings.leasekv_toml);
-                text.push('\n');
                 let extra = std::env::var("SCALEBENCH_LEASEKV_CONFIG").unwrap_or_default().replace("\\n", "\n");
-                // The quota etcd is given below, unless the extra settings have a [storage]
-                // table of their own (TOML allows one).
-                if !extra.contains("[storage]") {
-                    text.push_str(&format!("[storage]\nquota_bytes = {QUOTA_BYTES}\n"));
-                }
-                text.push_str(&extra);
-                text.push('\n');
+                let file = file.with_extra(&settings)?.with_extra(&self.settings.leasekv_toml)?.with_extra(&extra)?;
                 let config = self.dir.path().join(format!("{}.toml", member.name));
-                std::fs::write(&config, text)?;
+                file.write(&config)?;
                 let mut c = Command::new(&self.kvserver);
                 c.arg("--config")
                     .arg(config)
