@@ -16,8 +16,9 @@
 //! To profile one path, narrow the run with substrings (separated by `;`, since the workload
 //! names contain commas):
 //! `BENCH_TARGETS="paxoslease;etcd" BENCH_WORKLOADS="put, 1 client;put, 64" cargo bench --bench cluster`;
-//! `BENCH_SECONDS` sets the length of each run (default 3); `BENCH_LEASEKV_CONFIG` adds TOML
-//! to every leasekv node's config (`\n` for a line break), e.g. `[log]\nmax_inflight_slots = 4`.
+//! `BENCH_SECONDS` sets the length of each run (default 3); `BENCH_LEASEKV_CONFIG` merges TOML
+//! into every leasekv node's config, table by table (`\n` for a line break), e.g.
+//! `[log]\nmax_inflight_slots = 4`.
 
 mod common;
 

@@ -12,8 +12,8 @@
 //!   with "cluster protocol version changed" in its log, once the last one is upgraded.
 //!
 //! How "the previous release" is emulated: the nodes run this build with the top-level config
-//! key `peer_protocol_version = 2`, with which a node talks to its peers exactly as a node of
-//! the previous release does. Version 2 is what the previous release speaks: it has no
+//! key `peer_protocol_version = 2`, with which a node sends and accepts only version 2
+//! messages, as a node of the previous release does (it still answers `Hello`). Version 2 is what the previous release speaks: it has no
 //! `Peer.Hello`, and a node answering `Hello` UNIMPLEMENTED is taken to speak version 2
 //! (`server/src/peer/version.rs`). Upgrading a node is restarting it without that line (this
 //! release's default, version 3) on the same data dir; the data-dir format did not change in
@@ -21,7 +21,9 @@
 //! releases).
 //!
 //! With `LEASEKV_PREVIOUS_KVSERVER=/path/to/kvserver` (a build of the previous release, e.g.
-//! from a worktree of the commit before), the nodes start on that binary instead, with no
+//! `cargo build --bin kvserver` in a worktree of the commit before; not a test or
+//! fault-injection build, whose `negative-controls` feature numbered one membership change
+//! differently before this release), the nodes start on that binary instead, with no
 //! such line, and an upgrade restarts a node on this build's binary: the same test against
 //! the real previous release. Such a node publishes no cluster version; it counts as 2.
 

@@ -167,9 +167,10 @@ pub struct NodeConfig {
     /// absent). The files are read at start (see [`crate::tls`]).
     pub tls: crate::tls::TlsSettings,
     /// `peer_protocol_version`: the newest peer protocol version this node speaks (default:
-    /// the newest this build speaks). Held lower, the node talks to its peers exactly as a
-    /// node of the release of that version, so an upgrade can be rehearsed or a feature
-    /// held back until every member is upgraded (see docs/operations.md, "Upgrading").
+    /// the newest this build speaks). Held lower, the node sends and accepts only the
+    /// messages of that version, as a node of that release does, so an upgrade can be
+    /// rehearsed or a feature held back (see docs/operations.md, "Upgrade a cluster, one
+    /// member at a time").
     pub peer_protocol: crate::peer::version::Speaks,
     /// Where the configuration came from, so later errors (e.g. from
     /// [`NodeConfig::check_environment`]) can name the file.

@@ -235,7 +235,10 @@ impl<W> Forwards<W> {
     /// later one of the same node): the election moved on, and the old master (or the old
     /// incarnation of this one, killed and restarted) will not answer, or its answer no
     /// longer counts as this hop's. Without the second rule a master restarted and elected
-    /// again would leave the forwards it lost waiting out their timeout.
+    /// again would leave the forwards it lost waiting out their timeout. The ballot a
+    /// forward records is the one this node had heard; if the master had already taken the
+    /// log over again when it went, the forward is given up when this node hears of it,
+    /// although the master may serve it: an "indeterminate" more, never a wrong answer.
     pub fn master_changed(&mut self, master: NodeId, seen: LogBallot) -> Vec<(W, MasterResult)> {
         let retaken = |p: &Pending<W>| p.ballot.is_some_and(|b| seen.node == b.node && seen.round > b.round);
         let mut gone: Vec<ForwardId> =

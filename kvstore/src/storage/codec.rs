@@ -8,7 +8,9 @@
 //! or by a bug) is reported as [`StorageError::Corrupt`] instead of being decoded into a
 //! plausible but wrong value. postcard alone would accept many garbage byte strings (a varint
 //! decodes from almost anything), and a replica that recovers a wrong promise or slot breaks
-//! Paxos silently.
+//! Paxos silently. Bytes after the value inside a frame whose checksum holds are skipped:
+//! the checksum, not a length check, is what tells damage, and those bytes are a field a
+//! newer release appended (see `crate::golden`'s module docs for which records allow it).
 use super::StorageError;
 use serde::{de::DeserializeOwned, Serialize};
 

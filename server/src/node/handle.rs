@@ -265,8 +265,9 @@ impl NodeHandle {
     /// Hands a request a follower forwarded to the loop. With `refusable` (the follower
     /// reads the refusal: peer protocol version 3 on) it takes a place in the client queue,
     /// as the client's request would have here, and a full queue refuses it: the error is
-    /// the master's answer. Otherwise, and for lease keepalives (which wait for room here
-    /// too), it goes on the peer queue.
+    /// the master's answer. Otherwise it goes on the peer queue, which the loop serves first
+    /// (and which drops only when the loop has stalled for long): so do lease keepalives,
+    /// which are never refused, as a local keepalive waits for room rather than fail.
     pub fn deliver_forward(
         &self,
         from: NodeId,

@@ -16,6 +16,7 @@
 use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::{HelloRequest, PeerEnvelope};
+use crate::peer::refusal::PeerRefusal;
 use crate::peer::version::{LinkVersions, Speaks, OLDEST_PEER_PROTOCOL_VERSION, VERSION_WITHOUT_HELLO};
 use crate::peer::wire::Wire;
 use crate::tls::connector::PeerTlsConnector;
@@ -148,8 +149,8 @@ struct PeerLinks {
 type LaneQueue = mpsc::Sender<Vec<u8>>;
 
 impl PeerLinks {
-    /// Starts the sender tasks of both lanes to `peer` at `addr` (no connection is made
-    /// before the first message); `None` when the address is not usable.
+    /// Starts the sender tasks of both lanes to `peer` at `addr`, which connect at once to
+    /// agree on a protocol version (`Peer.Hello`); `None` when the address is not usable.
     fn start(
         me: NodeId,
         peer: NodeId,
@@ -223,8 +224,8 @@ impl PeerNetwork {
         }
     }
 
-    /// Starts the sender tasks for every peer (no connection is made before the first
-    /// message) and the timer that frees expired parked messages.
+    /// Starts the sender tasks for every peer (each connects at once to agree on a protocol
+    /// version) and the timer that frees expired parked messages.
     /// `tls` is the client configuration for mutual TLS to the peers (`None`: plain TCP);
     /// `speaks`, the peer protocol versions this node speaks.
     pub fn start(
@@ -424,7 +425,18 @@ impl LaneSender {
             }
             Err(status) => return Err(status),
         };
-        let version = speaks.agree(oldest, newest).ok_or_else(|| speaks.refusal(newest))?;
+        let version = speaks.agree(oldest, newest).ok_or_else(|| {
+            // No version in common: the peer would refuse this node's streams, so they are
+            // not opened; logged and backed off as that refusal would be.
+            PeerRefusal::ProtocolVersion { theirs: newest }.status(
+                tonic::Code::FailedPrecondition,
+                format!(
+                    "no peer protocol version in common: the peer speaks versions {oldest} to {newest}, this node \
+                     {OLDEST_PEER_PROTOCOL_VERSION} to {}",
+                    speaks.newest()
+                ),
+            )
+        })?;
         self.versions.agreed(self.peer, version);
         Ok(version)
     }
@@ -450,8 +462,8 @@ impl LaneSender {
             if backlog.lock().unwrap_or_else(PoisonError::into_inner).queue.is_closed() {
                 return;
             }
-            let refusal = super::refusal::PeerRefusal::of(&error);
-            if let Some(super::refusal::PeerRefusal::Removed { epoch }) = refusal {
+            let refusal = PeerRefusal::of(&error);
+            if let Some(PeerRefusal::Removed { epoch }) = refusal {
                 self.removed.send_replace(Some(epoch));
             }
             if opened.elapsed() >= HEALTHY {
@@ -459,7 +471,7 @@ impl LaneSender {
             }
             if last_warning.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
                 last_warning = Some(Instant::now());
-                if let Some(super::refusal::PeerRefusal::ProtocolVersion { theirs }) = refusal {
+                if let Some(PeerRefusal::ProtocolVersion { theirs }) = refusal {
                     tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), theirs, error = %error.message(),
                         "peer refused this node's protocol version; messages to it are dropped");
                 } else {

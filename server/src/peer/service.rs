@@ -242,9 +242,10 @@ impl Inner {
             (ParkedKind::Message, Fetched::Memory(data)) => match Wire::decode(&data) {
                 Ok(wire) => {
                     tracing::debug!(peer = %from, bytes = data.len(), chunks, "large message received in chunks");
-                    // Pulled with this node's newest version, which the sender's notice came
-                    // in no newer than: the message is of the link's version.
-                    self.dispatch(from, self.network.versions().of(from).unwrap_or(OLDEST_PEER_PROTOCOL_VERSION), wire);
+                    // Taken as of the oldest version: which version the notice came in is
+                    // not kept, and the oldest never sends what a peer may misread (a
+                    // forward pulled this way is queued, never refused).
+                    self.dispatch(from, OLDEST_PEER_PROTOCOL_VERSION, wire);
                     true
                 }
                 Err(error) => {
@@ -267,7 +268,9 @@ impl Inner {
         let request = pb::FetchParkedRequest {
             from: self.network.me().0,
             transfer: notice.transfer,
-            version: self.network.versions().of(from).unwrap_or(OLDEST_PEER_PROTOCOL_VERSION),
+            // Every build that speaks versions serves a pull of the oldest one, and what a
+            // pull returns does not depend on it.
+            version: OLDEST_PEER_PROTOCOL_VERSION,
         };
         let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
             .await

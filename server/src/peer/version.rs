@@ -165,9 +165,13 @@ impl LinkVersions {
         });
     }
 
-    /// Records the version agreed with `peer` (logged when it changes).
+    /// Records the version agreed with `peer` (logged when it changes); ignored for a node
+    /// that is no longer a member (a `Hello` answered after its removal).
     pub fn agreed(&self, peer: NodeId, version: u32) {
         self.update(|links| {
+            if !links.members.contains(&peer) {
+                return;
+            }
             if links.agreed.insert(peer, version) != Some(version) {
                 tracing::info!(%peer, version, "peer protocol version agreed");
             }
@@ -254,6 +258,8 @@ mod tests {
         assert_eq!(versions.cluster_version(), 2, "a member joined");
         versions.set_members([NodeId(1), NodeId(2), NodeId(3)]);
         assert_eq!(versions.cluster_version(), 3, "and left");
+        versions.agreed(NodeId(4), 3);
+        assert_eq!(versions.of(NodeId(4)), None, "a Hello answered after the removal is not kept");
         let held_back = LinkVersions::new(NodeId(1), Speaks::up_to(2).expect("2"));
         held_back.set_members([NodeId(1), NodeId(2)]);
         held_back.agreed(NodeId(2), 2);
