@@ -56,17 +56,22 @@ fn sample_txn() -> TxnRequest {
     }
 }
 
-/// One of every [`MemberChange`] production builds know (not the negative control's
-/// `AddVotersAtOnce`, which only test builds have, last so that it moves no other
-/// variant's number: [`a_test_build_numbers_member_changes_as_production_does`]).
-fn sample_member_changes() -> Vec<MemberChange> {
-    let member = Member {
+/// The member the samples seed a cluster with.
+pub(super) fn sample_member() -> Member {
+    Member {
         id: NodeId(1),
         name: "n1".into(),
         peer_urls: vec!["http://10.0.0.1:2380".into()],
         client_urls: vec!["http://10.0.0.1:2379".into()],
         learner: false,
-    };
+    }
+}
+
+/// One of every [`MemberChange`] production builds know (not the negative control's
+/// `AddVotersAtOnce`, which only test builds have, last so that it moves no other
+/// variant's number: [`a_test_build_numbers_member_changes_as_production_does`]).
+fn sample_member_changes() -> Vec<MemberChange> {
+    let member = sample_member();
     vec![
         MemberChange::Seed { members: vec![member] },
         MemberChange::Add { peer_urls: vec!["http://10.0.0.4:2380".into()], learner: true },

@@ -17,11 +17,10 @@ use crate::command::{
     RangeRequest, TxnOp, TxnRequest,
 };
 use crate::engine::{Engine, MemoryEngine, WriteBatch};
-use crate::membership::{Member, MemberChange, Membership};
+use crate::membership::{MemberChange, Membership};
 use crate::state::golden_access::{self as access, RecordKind};
 use crate::state::{Lease, StateMachine};
 use crate::types::{Event, EventKind, KeyRange, KeyValue};
-use leasekv_lease::NodeId;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -42,13 +41,7 @@ fn put(key: &str, value: &str, lease: i64) -> Command {
 /// sweeps up to `StateMachine::CLEANUP_PER_APPLY` (1000) dead keys, so a death outlives
 /// its revoke only with more keys than that, too many for a small golden file.
 fn sample_machine(engine: Arc<dyn Engine>) -> StateMachine {
-    let member = Member {
-        id: NodeId(1),
-        name: "n1".into(),
-        peer_urls: vec!["http://10.0.0.1:2380".into()],
-        client_urls: vec!["http://10.0.0.1:2379".into()],
-        learner: false,
-    };
+    let member = super::log::sample_member();
     let reader = || "reader".to_string();
     let commands = [
         Command::ChangeMembers(MemberChange::Seed { members: vec![member] }),
