@@ -137,6 +137,14 @@ impl<W> NodeOutput<W> {
     }
 }
 
+/// What a node can send before its turn ends ([`Node::drain_ready`]).
+pub struct Ready<'a, W> {
+    /// Answers for this node's own callers.
+    pub answers: std::vec::Drain<'a, (W, MasterResult)>,
+    /// Forwards and answers to forwards, to send.
+    pub forwards: std::vec::Drain<'a, (NodeId, ForwardMessage)>,
+}
+
 /// One member: its replica, the forwards it made and the requests it serves as master.
 /// `W` is the driver's waiter for a local caller's answer.
 pub struct Node<S: Storage, W> {
@@ -249,8 +257,12 @@ impl<S: Storage, W> Node<S, W> {
     /// "not master" answer, never a loop.
     pub fn handle_forwarded(&mut self, now: Instant, from: NodeId, id: ForwardId, request: MasterRequest) {
         // A forward is sent once, but a network may deliver it twice: serving it again
-        // would apply a write twice. The follower takes the first answer.
-        if !self.served.first_time(now, from, id) {
+        // would apply a write twice, or renew a lease later than its caller asked. The
+        // follower takes the first answer, so a read served twice costs only the work; reads
+        // are most forwards, and remembering each for seconds cost the master's loop its
+        // time and cache.
+        let changes_something = request.is_write() || matches!(request, MasterRequest::KeepAlive(_));
+        if changes_something && !self.served.first_time(now, from, id) {
             return;
         }
         self.serve_here(now, request, Asker::Remote(from, id));
@@ -302,6 +314,15 @@ impl<S: Storage, W> Node<S, W> {
     /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
     pub fn step_down_finished(&mut self, asker: Asker<W>, result: MasterResult) {
         self.answer(asker, result);
+    }
+
+    /// The answers and forwards the handlers produced so far, for a driver that sends them
+    /// as each input is handled rather than at the end of its turn (the server loop: a read
+    /// answered at once lets the client's task reply on another core while the loop goes on
+    /// through its batch). Nothing here waits for a sync: proposals are answered only by
+    /// [`Node::take_output`], after the replica's output.
+    pub fn drain_ready(&mut self) -> Ready<'_, W> {
+        Ready { answers: self.pending.answers.drain(..), forwards: self.pending.forwards.drain(..) }
     }
 
     /// Everything to send, answer and sync since the last call. The engine write of what

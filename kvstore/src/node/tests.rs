@@ -221,3 +221,35 @@ fn a_renewal_that_arrives_with_a_timeout_is_applied_first() {
         }
     }
 }
+
+#[test]
+fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
+    let mut cluster = Cluster::new();
+    let now = cluster.now;
+    let master = cluster.node(NodeId(1));
+    master.handle_client(now, MasterRequest::Read(Default::default(), 0), 7, |_| false);
+    master.handle_client(now, put("/a"), 8, |_| false);
+    let Ready { answers, forwards } = master.drain_ready();
+    assert_eq!(forwards.count(), 0);
+    let ready: Vec<Waiter> = answers.map(|(waiter, _)| waiter).collect();
+    assert_eq!(ready, vec![7], "the read is answered before the turn ends; the write waits for its slot");
+    let follower = cluster.node(NodeId(2));
+    follower.handle_client(now, put("/b"), 9, |_| false);
+    let ready = follower.drain_ready();
+    assert_eq!((ready.answers.count(), ready.forwards.count()), (0, 1), "a forward leaves at once");
+}
+
+#[test]
+fn a_forwarded_write_delivered_twice_is_served_once_and_a_read_twice() {
+    let mut cluster = Cluster::new();
+    let now = cluster.now;
+    let master = cluster.node(NodeId(1));
+    for _ in 0..2 {
+        master.handle_forwarded(now, NodeId(2), 5, put("/a"));
+        master.handle_forwarded(now, NodeId(2), 6, MasterRequest::Read(Default::default(), 0));
+    }
+    let read_answers = master.drain_ready().forwards.filter(|(_, m)| matches!(m, ForwardMessage::Answer(6, _))).count();
+    assert_eq!(read_answers, 2, "a read served twice costs only the work (the follower takes the first)");
+    cluster.settle();
+    assert_eq!(cluster.node(NodeId(1)).replica().state().revision(), 2, "the write applied once");
+}

@@ -36,6 +36,8 @@ mod watchers;
 pub use report::{SeedReport, SimSummary};
 
 const MS: u64 = 1_000_000;
+/// A microsecond, in the simulator's nanoseconds.
+const US: u64 = 1_000;
 
 /// What to simulate.
 #[derive(Debug, Clone)]

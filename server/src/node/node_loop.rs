@@ -443,6 +443,21 @@ impl NodeLoop {
                     took_ms = started.elapsed().as_millis() as u64, "staged snapshot adopted");
             }
         }
+        self.send_ready();
+    }
+
+    /// Sends the answers and forwards the input just handled produced, before the next
+    /// input of the batch: held to the end of a turn of thousands of inputs, a read's answer
+    /// waited for all of them, and the client tasks that encode and send answers sat idle
+    /// on the other cores meanwhile (the cluster benchmark lost 5-10 % of its throughput).
+    fn send_ready(&mut self) {
+        let ready = self.node.drain_ready();
+        for (reply, result) in ready.answers {
+            let _ = reply.send(result);
+        }
+        for (to, message) in ready.forwards {
+            self.peers.send(to, &wire(message));
+        }
     }
 
     /// The configuration in force changed (the node says so after a step): hands it to the
@@ -573,11 +588,7 @@ impl NodeLoop {
                 self.peers.send_log(to, message);
             }
             for (to, message) in output.forwards {
-                let wire = match message {
-                    ForwardMessage::Request(id, request) => Wire::Forward(id, request),
-                    ForwardMessage::Answer(id, result) => Wire::Answer(id, result),
-                };
-                self.peers.send(to, &wire);
+                self.peers.send(to, &wire(message));
             }
             for (reply, result) in output.answers {
                 let _ = reply.send(result);
@@ -616,6 +627,14 @@ impl NodeLoop {
         }
         // Bound reached: what the last sync let the replica apply is published at least.
         self.flush_engine_when_due();
+    }
+}
+
+/// A forward or its answer as the peer stream carries it.
+fn wire(message: ForwardMessage) -> Wire {
+    match message {
+        ForwardMessage::Request(id, request) => Wire::Forward(id, request),
+        ForwardMessage::Answer(id, result) => Wire::Answer(id, result),
     }
 }
 

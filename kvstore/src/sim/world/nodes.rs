@@ -159,7 +159,19 @@ impl World {
             && (holding || self.rng.chance(0.1))
         {
             if self.nodes[node].pending_view.replace(view).is_none() {
-                let delay = self.rng.range_u64(1, 800) * MS;
+                // Half the stalls end a microsecond before the lease the node holds runs
+                // out: the loop wakes with the renewal and the lease's timer both due, the
+                // turn that the renewal-after-timeout control gets wrong (otherwise another
+                // input nearly always takes the renewal first, and the control was caught on
+                // one seed in hundreds).
+                let lease_end = delivered.master.map(|m| self.nodes[node].clock.real_at(m.valid_until));
+                let stall_to_lease_end = lease_end
+                    .filter(|&end| end > self.now + 2 * US && end <= self.now + 800 * MS)
+                    .map(|end| end - US - self.now);
+                let delay = match stall_to_lease_end {
+                    Some(delay) if self.rng.chance(0.5) => delay,
+                    _ => self.rng.range_u64(1, 800) * MS,
+                };
                 let incarnation = self.nodes[node].incarnation;
                 self.queue.push(self.now + delay, Event::StatusDelivered { node, incarnation });
             }
