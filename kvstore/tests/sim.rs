@@ -183,10 +183,14 @@ fn deposed_expiry_is_caught_by_the_lease_oracle() {
 fn a_seed_replays_exactly() {
     let mut config = KvSimConfig::new(3, 300, 0.05, 0.01);
     config.trace = true;
-    let a = run_seed(&config, 77);
-    let b = run_seed(&config, 77);
-    assert!(a.trace.len() > 1000);
-    assert_eq!(a.trace, b.trace);
+    // 79 is 4 mod 5: the seed also holds back renewals (stalls), which draw from the seed's
+    // random stream too.
+    for seed in [77, 79] {
+        let a = run_seed(&config, seed);
+        let b = run_seed(&config, seed);
+        assert!(a.trace.len() > 1000);
+        assert_eq!(a.trace, b.trace, "seed {seed}");
+    }
 }
 
 /// Runs seeds until the watch control is caught by `oracle`; fails if it never is.

@@ -54,6 +54,13 @@ impl MasterRequest {
     pub fn is_write(&self) -> bool {
         matches!(self, MasterRequest::Propose(_) | MasterRequest::StepDown)
     }
+
+    /// Whether serving it twice would differ from serving it once: a write, or a keepalive
+    /// (a second one renews the lease later than its caller asked). A master remembers
+    /// these forwards to serve one delivered twice once ([`ServedForwards`]).
+    pub fn changes_state(&self) -> bool {
+        self.is_write() || matches!(self, MasterRequest::KeepAlive(_))
+    }
 }
 
 /// The master's answer to a [`MasterRequest`] of the same kind.

@@ -19,6 +19,7 @@
 //! the simulator runs the production replica, not a model of it).
 
 pub mod forward;
+pub mod held;
 
 pub use forward::{
     expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, ServedForwards, FORWARD_TIMEOUT,
@@ -131,13 +132,17 @@ impl<W> Default for NodeOutput<W> {
 }
 
 impl<W> NodeOutput<W> {
-    /// Whether nothing is to be sent or answered (a sync would hold nothing up).
+    /// Whether nothing is to be sent or answered (a sync would hold nothing up). What a
+    /// driver already took with [`Node::drain_ready`] is gone and not counted.
     pub fn holds_nothing(&self) -> bool {
         self.log.is_empty() && self.forwards.is_empty() && self.answers.is_empty()
     }
 }
 
-/// What a node can send before its turn ends ([`Node::drain_ready`]).
+/// What a node can send before its turn ends ([`Node::drain_ready`]). Dropping it drops
+/// what it holds: answers never delivered (their callers see the node stop) and forwards
+/// never sent.
+#[must_use = "the answers and forwards are lost unless sent"]
 pub struct Ready<'a, W> {
     /// Answers for this node's own callers.
     pub answers: std::vec::Drain<'a, (W, MasterResult)>,
@@ -150,8 +155,12 @@ pub struct Ready<'a, W> {
 pub struct Node<S: Storage, W> {
     replica: Replica<S>,
     forwards: Forwards<W>,
-    /// Forwards served as master, so that one delivered twice is served once.
+    /// Forwarded writes and keepalives served as master, so that one delivered twice is
+    /// served once.
     served: ServedForwards,
+    /// The master's answers to this node's forwards, waiting for this node to apply the
+    /// revision they reflect.
+    held: held::HeldAnswers<W>,
     /// Who waits for each proposal this node made as master.
     proposals: HashMap<ProposalId, Asker<W>>,
     /// The master as last seen, so forwards to a deposed one are given up at once.
@@ -160,7 +169,8 @@ pub struct Node<S: Storage, W> {
     seen_epoch: Option<u64>,
     removal_reported: bool,
     gauges: ElectionGauges,
-    /// Produced by the handlers, handed over by [`Node::take_output`].
+    /// Produced by the handlers, handed over by [`Node::take_output`] (the answers and
+    /// forwards also by [`Node::drain_ready`]).
     pending: NodeOutput<W>,
     breakage: NodeBreakage,
 }
@@ -173,6 +183,7 @@ impl<S: Storage, W> Node<S, W> {
             replica,
             forwards: Forwards::for_incarnation(incarnation),
             served: ServedForwards::default(),
+            held: held::HeldAnswers::default(),
             proposals: HashMap::new(),
             known_master: None,
             seen_epoch: None,
@@ -261,18 +272,26 @@ impl<S: Storage, W> Node<S, W> {
         // follower takes the first answer, so a read served twice costs only the work; reads
         // are most forwards, and remembering each for seconds cost the master's loop its
         // time and cache.
-        let changes_something = request.is_write() || matches!(request, MasterRequest::KeepAlive(_));
-        if changes_something && !self.served.first_time(now, from, id) {
+        if request.changes_state() && !self.served.first_time(now, from, id) {
             return;
         }
         self.serve_here(now, request, Asker::Remote(from, id));
     }
 
-    /// The master's answer to one of this node's forwards.
-    pub fn handle_answer(&mut self, from: NodeId, id: ForwardId, result: MasterResult) {
-        if let Some(answer) = self.forwards.answer(from, id, result) {
+    /// The master's answer to one of this node's forwards: passed on once this node has
+    /// applied the revision it reflects ([`held`]).
+    pub fn handle_answer(&mut self, now: Instant, from: NodeId, id: ForwardId, result: MasterResult) {
+        let Some((waiter, result)) = self.forwards.answer(from, id, result) else { return };
+        let applied = self.replica.state().revision();
+        if let Some(answer) = self.held.hold_unless_applied(now, applied, waiter, result) {
             self.pending.answers.push(answer);
         }
+    }
+
+    /// Answers held for a revision this node has now applied, or held too long (`now`).
+    fn release_held(&mut self, now: Option<Instant>) {
+        let applied = self.replica.state().revision();
+        self.held.release(applied, now, &mut self.pending.answers);
     }
 
     /// A log message from a peer.
@@ -300,15 +319,16 @@ impl<S: Storage, W> Node<S, W> {
             let expired = self.forwards.expire(now, hint);
             self.pending.answers.extend(expired);
         }
+        self.release_held(Some(now));
     }
 
-    /// When the node next needs [`Node::handle_timeout`]: the replica's timer or a
-    /// forward's deadline.
+    /// When the node next needs [`Node::handle_timeout`]: the replica's timer, a forward's
+    /// deadline or a held answer's.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        match (self.replica.poll_timeout(), self.forwards.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.replica.poll_timeout(), self.forwards.next_deadline(), self.held.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
@@ -322,6 +342,7 @@ impl<S: Storage, W> Node<S, W> {
     /// through its batch). Nothing here waits for a sync: proposals are answered only by
     /// [`Node::take_output`], after the replica's output.
     pub fn drain_ready(&mut self) -> Ready<'_, W> {
+        self.release_held(None);
         Ready { answers: self.pending.answers.drain(..), forwards: self.pending.forwards.drain(..) }
     }
 
@@ -360,6 +381,7 @@ impl<S: Storage, W> Node<S, W> {
             }
         }
         self.notice_master_change();
+        self.release_held(Some(now));
         std::mem::take(&mut self.pending)
     }
 

@@ -27,6 +27,13 @@ struct Cluster {
     cut: Vec<NodeId>,
 }
 
+fn get(key: &str) -> MasterRequest {
+    MasterRequest::Read(
+        crate::command::RangeRequest { range: crate::types::KeyRange::single(key), ..Default::default() },
+        0,
+    )
+}
+
 fn put(key: &str) -> MasterRequest {
     MasterRequest::Propose(Command::Put(PutRequest { key: key.into(), value: b"v".to_vec(), lease: 0, prev_kv: false }))
 }
@@ -70,6 +77,14 @@ impl Cluster {
         }
     }
 
+    /// [`Cluster::new`] with the master's take-over of the log done (its timer ran), so it
+    /// serves reads.
+    fn ready() -> Self {
+        let mut cluster = Cluster::new();
+        cluster.advance(Duration::from_millis(10));
+        cluster
+    }
+
     fn node(&mut self, id: NodeId) -> &mut Node<MemoryStorage, Waiter> {
         self.nodes.iter_mut().find(|n| n.id() == id).expect("a node of the cluster")
     }
@@ -98,7 +113,7 @@ impl Cluster {
             match wire {
                 Wire::Log(message) => node.handle_message(now, from, message),
                 Wire::Forward(ForwardMessage::Request(id, request)) => node.handle_forwarded(now, from, id, request),
-                Wire::Forward(ForwardMessage::Answer(id, result)) => node.handle_answer(from, id, result),
+                Wire::Forward(ForwardMessage::Answer(id, result)) => node.handle_answer(now, from, id, result),
             }
         }
         panic!("the cluster did not settle");
@@ -224,15 +239,20 @@ fn a_renewal_that_arrives_with_a_timeout_is_applied_first() {
 
 #[test]
 fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::ready();
     let now = cluster.now;
     let master = cluster.node(NodeId(1));
-    master.handle_client(now, MasterRequest::Read(Default::default(), 0), 7, |_| false);
+    master.handle_client(now, get("/a"), 7, |_| false);
     master.handle_client(now, put("/a"), 8, |_| false);
     let Ready { answers, forwards } = master.drain_ready();
     assert_eq!(forwards.count(), 0);
-    let ready: Vec<Waiter> = answers.map(|(waiter, _)| waiter).collect();
-    assert_eq!(ready, vec![7], "the read is answered before the turn ends; the write waits for its slot");
+    let ready: Vec<(Waiter, MasterResult)> = answers.collect();
+    assert!(
+        matches!(ready.as_slice(), [(7, Ok(MasterAnswer::Read(..)))]),
+        "the read is answered before the turn ends; the write waits for its slot: {ready:?}"
+    );
+    cluster.settle();
+    assert!(matches!(cluster.answer(NodeId(1), 8), Some(Ok(MasterAnswer::Propose(_)))), "then the write is");
     let follower = cluster.node(NodeId(2));
     follower.handle_client(now, put("/b"), 9, |_| false);
     let ready = follower.drain_ready();
@@ -241,15 +261,73 @@ fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
 
 #[test]
 fn a_forwarded_write_delivered_twice_is_served_once_and_a_read_twice() {
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::ready();
     let now = cluster.now;
     let master = cluster.node(NodeId(1));
     for _ in 0..2 {
         master.handle_forwarded(now, NodeId(2), 5, put("/a"));
-        master.handle_forwarded(now, NodeId(2), 6, MasterRequest::Read(Default::default(), 0));
+        master.handle_forwarded(now, NodeId(2), 6, get("/a"));
     }
-    let read_answers = master.drain_ready().forwards.filter(|(_, m)| matches!(m, ForwardMessage::Answer(6, _))).count();
+    let read_answers =
+        master.drain_ready().forwards.filter(|(_, m)| matches!(m, ForwardMessage::Answer(6, Ok(_)))).count();
     assert_eq!(read_answers, 2, "a read served twice costs only the work (the follower takes the first)");
     cluster.settle();
     assert_eq!(cluster.node(NodeId(1)).replica().state().revision(), 2, "the write applied once");
+}
+
+/// A follower behind the master: node 2 missed a write (revision 2), then forwards a read.
+/// Returns the cluster with the master's answer (at revision 2) handed to node 2 as waiter 7.
+fn read_answered_ahead_of_the_follower() -> Cluster {
+    let mut cluster = Cluster::ready();
+    cluster.cut.push(NodeId(2));
+    let now = cluster.now;
+    cluster.node(NodeId(1)).handle_client(now, put("/a"), 1, |_| false);
+    // Chosen by nodes 1 and 3 once the master stops waiting for node 2 (bounded).
+    for _ in 0..100 {
+        if cluster.answer(NodeId(1), 1).is_some() {
+            break;
+        }
+        cluster.advance(Duration::from_millis(20));
+    }
+    assert!(matches!(cluster.answer(NodeId(1), 1), Some(Ok(MasterAnswer::Propose(_)))), "the write is chosen");
+    assert_eq!(cluster.node(NodeId(2)).replica().state().revision(), 1, "node 2 missed the write");
+    let now = cluster.now;
+    let follower = cluster.node(NodeId(2));
+    follower.handle_client(now, get("/a"), 7, |_| false);
+    let Some((_, ForwardMessage::Request(id, request))) = follower.drain_ready().forwards.next() else {
+        panic!("the read is forwarded");
+    };
+    cluster.node(NodeId(1)).handle_forwarded(now, NodeId(2), id, request);
+    let Some((_, ForwardMessage::Answer(_, result))) = cluster.node(NodeId(1)).drain_ready().forwards.next() else {
+        panic!("the master answers at once");
+    };
+    assert!(matches!(result, Ok(MasterAnswer::Read(_, 2))), "{result:?}");
+    cluster.node(NodeId(2)).handle_answer(now, NodeId(1), id, result);
+    cluster
+}
+
+#[test]
+fn an_answer_ahead_of_the_follower_waits_until_it_applied_that_revision() {
+    let mut cluster = read_answered_ahead_of_the_follower();
+    let held = cluster.node(NodeId(2)).drain_ready().answers.count();
+    assert_eq!(held, 0, "held: passed on now, a serializable read at node 2 would go back to revision 1");
+    cluster.cut.clear();
+    for _ in 0..20 {
+        if cluster.answer(NodeId(2), 7).is_some() {
+            break;
+        }
+        cluster.advance(Duration::from_millis(20));
+    }
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::Read(_, 2)))));
+    assert!(cluster.node(NodeId(2)).replica().state().revision() >= 2, "passed on once node 2 applied it");
+}
+
+#[test]
+fn an_answer_held_for_a_follower_that_cannot_catch_up_goes_after_the_wait() {
+    let mut cluster = read_answered_ahead_of_the_follower();
+    cluster.advance(held::APPLY_WAIT - Duration::from_millis(1));
+    assert!(cluster.answer(NodeId(2), 7).is_none(), "still waiting for the log");
+    cluster.advance(Duration::from_millis(1));
+    assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::Read(_, 2)))), "late, never lost");
+    assert_eq!(cluster.node(NodeId(2)).replica().state().revision(), 1);
 }

@@ -540,7 +540,7 @@ impl World {
                         if let Some(kv) = self.nodes[to].kv.as_mut() {
                             match message {
                                 ForwardMessage::Request(id, request) => kv.handle_forwarded(now, from, id, request),
-                                ForwardMessage::Answer(id, result) => kv.handle_answer(from, id, result),
+                                ForwardMessage::Answer(id, result) => kv.handle_answer(now, from, id, result),
                             }
                             self.after_replica(to);
                         }

@@ -231,8 +231,8 @@ impl NodeLoop {
                 let s = *status.borrow_and_update();
                 self.apply_status(&s);
             }
-            // Whether this turn handles exactly one input, so the loop's only sends are the
-            // replica's output, which `flush` sees.
+            // Whether this turn handles exactly one input: then what `flush` finds is all the
+            // turn holds up (the input's answers and forwards left as it was handled).
             let mut one_input = true;
             let node_deadline = self.node.poll_timeout().map(|t| self.clock.to_tokio(t));
             // When the turn's input arrived: each branch sets it first, so the turn measured is
@@ -398,7 +398,7 @@ impl NodeLoop {
                 self.node.handle_client(now, request, reply, |master| peers.log_lane_down(master));
             }
             Request::Forwarded(from, id, request) => self.node.handle_forwarded(now, from, id, request),
-            Request::Answered(from, id, result) => self.node.handle_answer(from, id, result),
+            Request::Answered(from, id, result) => self.node.handle_answer(now, from, id, result),
             Request::LocalRead(request, revision, reply) => {
                 let read = self.node.replica().read_at(now, &request, revision, ReadConsistency::Serializable);
                 let _ = reply.send(read);
@@ -451,6 +451,9 @@ impl NodeLoop {
     /// waited for all of them, and the client tasks that encode and send answers sat idle
     /// on the other cores meanwhile (the cluster benchmark lost 5-10 % of its throughput).
     fn send_ready(&mut self) {
+        // The input may have applied commands (a follower's commit), and an answer released
+        // by them must not go out before the revision it reflects is published.
+        self.publish_revision_only();
         let ready = self.node.drain_ready();
         for (reply, result) in ready.answers {
             let _ = reply.send(result);
