@@ -81,14 +81,4 @@ impl<W> HeldAnswers<W> {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.held.iter().map(|h| h.until).min()
     }
-
-    /// How many answers are held.
-    pub fn len(&self) -> usize {
-        self.held.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
 }
