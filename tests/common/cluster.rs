@@ -102,8 +102,23 @@ impl Drop for Cluster {
         for i in 0..self.nodes.len() {
             self.kill(i);
         }
+        // A failed test's only trace in CI is its output: the nodes' logs go with it, before
+        // the temporary directory that holds them is removed.
+        if std::thread::panicking() {
+            for i in 0..self.nodes.len() {
+                eprintln!("---- node {} log (the last {LOG_TAIL_LINES} lines) ----", i + 1);
+                let log = self.log(i);
+                let lines: Vec<&str> = log.lines().collect();
+                for line in &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
     }
 }
+
+/// How much of each node's log a failed test prints.
+const LOG_TAIL_LINES: usize = 60;
 
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")

@@ -8,14 +8,38 @@ pub mod process;
 use leasekv::node_config::NodeFile;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `n` distinct free ports on 127.0.0.1 (all held open until every one is chosen).
+///
+/// They come from below Linux's ephemeral range (32768–60999 by default), never from a bind
+/// to port 0: a port the kernel hands out and the test releases can be handed to the next
+/// test running beside it, or taken by a client's outgoing connection, before the node binds
+/// it. Two test clusters sharing a peer port talk to each other and mix their logs (seen as
+/// flaky failures in CI). Within one test binary a counter never hands out a port twice; a
+/// start that depends on the process id keeps concurrent binaries apart.
 #[allow(dead_code)] // not every test file starts its own cluster
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..TEST_PORTS.len() {
+        if held.len() == n {
+            break;
+        }
+        let offset = NEXT_PORT.fetch_add(1, Ordering::Relaxed).wrapping_add(std::process::id().wrapping_mul(997));
+        let port = TEST_PORTS.start + (offset % u32::from(TEST_PORTS.end - TEST_PORTS.start)) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    assert_eq!(held.len(), n, "{n} free ports in {TEST_PORTS:?} on 127.0.0.1");
+    held.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
 }
+
+/// Where [`free_ports`] looks: below the kernel's ephemeral range.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// How many ports this test binary has tried.
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
 
 /// Writes `n1.toml` … `n3.toml` into `dir` for a cluster on these ports, with data in
 /// `dir/data1` …, 800 ms election leases, `backend`, and the TOML `extra` merged into every
