@@ -497,6 +497,18 @@ fn a_restarted_member_follows_its_data_dir_not_its_config_file() {
         .await;
     });
     cluster.kill(restarted);
+    // The operator edits its file to list the two members left, as after any removal. The
+    // cluster id derived from that list differs from the one the cluster started with; the
+    // one the data dir recorded stays, or the master would refuse the restarted member's
+    // requests as another cluster's and the two voters could not make progress.
+    let left: Vec<_> = NodeFile::local_peers(&cluster.client_ports, &cluster.peer_ports)
+        .into_iter()
+        .filter(|p| p.id != gone as u32 + 1)
+        .collect();
+    let data_dir = cluster.dir.path().join(format!("data{}", restarted + 1));
+    NodeFile::member(restarted as u32 + 1, &left, &data_dir, "paxoslease")
+        .write(&cluster.config(restarted))
+        .expect("the edited config");
     cluster.start_node(restarted);
     rt.block_on(async {
         let m = client(&cluster.endpoint(restarted)).await;
@@ -506,5 +518,53 @@ fn a_restarted_member_follows_its_data_dir_not_its_config_file() {
         // And the two voters make progress together.
         let c = client(&cluster.endpoint(master)).await;
         eventually(Duration::from_secs(10), || c.put("after", "restart", 0, false)).await;
+    });
+}
+
+/// A node of another cluster whose configuration lists a member's peer address (a copied
+/// file, a reused address) is refused by that member, which says so in its log, and the two
+/// clusters' data never mix: each keeps its own keys and goes on writing.
+#[test]
+fn a_node_of_another_cluster_is_refused_on_the_peer_port_and_the_clusters_never_mix() {
+    let rt = runtime();
+    let ours = Cluster::start("paxoslease");
+    rt.block_on(async {
+        let c = client(&ours.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("/ours", "1", 0, false)).await;
+    });
+    // The other cluster's third member is, by mistake, our third member's addresses; only
+    // its first two nodes run.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = common::free_ports(4);
+    let client_ports = vec![ports[0], ports[1], ours.client_ports[2]];
+    let peer_ports = vec![ports[2], ports[3], ours.peer_ports[2]];
+    common::write_configs(dir.path(), &client_ports, &peer_ports, "paxoslease", "");
+    let mut theirs = Cluster { dir, nodes: vec![None, None, None], client_ports, peer_ports };
+    theirs.start_node(0);
+    theirs.start_node(1);
+    rt.block_on(async {
+        let c = client(&theirs.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || c.put("/theirs", "1", 0, false)).await;
+    });
+    let refused = |log: String| log.contains("request cluster ID mismatch");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(refused(ours.log(2)) && theirs.log(0).contains("belongs to another cluster")) {
+        assert!(Instant::now() < deadline, "no refusal logged:\n{}\n---\n{}", ours.log(2), theirs.log(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    rt.block_on(async {
+        // Our member the strangers wrote to has our data only, and ours goes on writing.
+        let third = client(&ours.endpoint(2)).await;
+        eventually(Duration::from_secs(10), || third.put("/ours/after", "2", 0, false)).await;
+        let own = GetOptions { serializable: true, ..Default::default() };
+        let mine = third.get("/", GetOptions { prefix: true, ..own }).await.expect("a read");
+        let keys: Vec<&[u8]> = mine.kvs.iter().map(|kv| kv.key.as_slice()).collect();
+        assert_eq!(keys, vec![&b"/ours"[..], b"/ours/after"], "our third member's keys");
+        // The other cluster keeps its own data, and keeps writing with its two nodes.
+        let other = client(&theirs.endpoint(0)).await;
+        eventually(Duration::from_secs(10), || other.put("/theirs/after", "2", 0, false)).await;
+        let kvs = other.get("/", GetOptions { prefix: true, ..Default::default() }).await.expect("a read").kvs;
+        let keys: Vec<&[u8]> = kvs.iter().map(|kv| kv.key.as_slice()).collect();
+        assert_eq!(keys, vec![&b"/theirs"[..], b"/theirs/after"], "the other cluster's keys");
     });
 }

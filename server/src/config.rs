@@ -72,6 +72,7 @@
 
 mod compaction;
 mod error;
+pub mod etcd;
 mod file;
 #[cfg(test)]
 mod tests;
@@ -122,9 +123,17 @@ pub const DEFAULT_LEASE_TIME: Duration = Duration::from_millis(1000);
 pub struct NodeConfig {
     /// This node's id (≥ 1), unique in the cluster and stable across restarts.
     pub id: NodeId,
+    /// This member's name in the member list (etcd's `--name`); `None`: `n<id>`.
+    pub name: Option<String>,
     /// Where this node serves clients (etcd v3 API). May be `0.0.0.0:PORT` or `[::]:PORT` when
     /// this node's [`PeerConfig`] gives a specific IP with the same port.
     pub client_addr: SocketAddr,
+    /// More addresses the client port listens on (etcd's `--listen-client-urls` after the
+    /// first), e.g. loopback beside the address other hosts use.
+    pub extra_client_addrs: Vec<SocketAddr>,
+    /// The client URLs this member publishes in the member list (etcd's
+    /// `--advertise-client-urls`); empty: `client_addr` as a URL.
+    pub advertise_client_urls: Vec<String>,
     /// Where this node accepts connections from other members (election, log replication).
     /// Same rule for unspecified IPs as `client_addr`.
     pub peer_addr: SocketAddr,
@@ -175,6 +184,9 @@ pub struct NodeConfig {
     /// Where the configuration came from, so later errors (e.g. from
     /// [`NodeConfig::check_environment`]) can name the file.
     pub origin: Origin,
+    /// Settings accepted with a caveat or ignored (etcd flags that mean nothing here), one
+    /// line each, for the node to log at start.
+    pub warnings: Vec<String>,
 }
 
 /// etcd's `initial-cluster-state`.
@@ -205,10 +217,21 @@ impl ClusterState {
 pub struct PeerConfig {
     /// The member's id.
     pub id: NodeId,
-    /// Where clients reach it (used to redirect clients to the master).
-    pub client_addr: SocketAddr,
+    /// Its name in the member list; `None`: `n<id>`.
+    pub name: Option<String>,
+    /// Where clients reach it; `None` when only its peer address is known (etcd's
+    /// `--initial-cluster`): the member then publishes its client URLs once running.
+    pub client_addr: Option<SocketAddr>,
     /// Where members reach it.
     pub peer_addr: SocketAddr,
+}
+
+impl PeerConfig {
+    /// Its known addresses, each with the name of its field.
+    pub fn addresses(&self) -> impl Iterator<Item = (&'static str, SocketAddr)> {
+        let client = self.client_addr.map(|addr| ("client_addr", addr));
+        client.into_iter().chain(std::iter::once(("peer_addr", self.peer_addr)))
+    }
 }
 
 /// `[election]`: which backend elects the master, and its lease timing.
@@ -357,6 +380,8 @@ pub struct Overrides {
     pub lease_time_ms: Option<u64>,
     /// `--worker-threads`: the runtime's worker threads.
     pub worker_threads: Option<usize>,
+    /// etcd's flags and `ETCD_*` variables (see [`etcd`]).
+    pub etcd: etcd::EtcdSettings,
 }
 
 impl NodeConfig {
@@ -444,6 +469,25 @@ impl NodeConfig {
     /// The member with id `id`, if there is one.
     pub fn member(&self, id: NodeId) -> Option<&PeerConfig> {
         self.peers.iter().find(|p| p.id == id)
+    }
+
+    /// This member's name: the configured one, or `n<id>`.
+    pub fn member_name(&self, id: NodeId) -> String {
+        self.name.clone().unwrap_or_else(|| format!("n{}", id.0))
+    }
+
+    /// The client URLs this member publishes: the advertised ones, or its client address.
+    pub fn client_urls(&self) -> Vec<String> {
+        if self.advertise_client_urls.is_empty() {
+            vec![format!("{}://{}", self.tls.client_scheme(), self.client_addr)]
+        } else {
+            self.advertise_client_urls.clone()
+        }
+    }
+
+    /// Every address the client port listens on.
+    pub fn client_listen_addrs(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.client_addr).chain(self.extra_client_addrs.iter().copied()).collect()
     }
 
     /// The members other than this node: the ones it connects to.

@@ -6,16 +6,35 @@
 //! records a configuration, the seed is unused.
 
 use crate::config::{ClusterState, NodeConfig};
+use crate::peer::proto::peer_client::PeerClient;
+use crate::peer::proto::MembersRequest;
+use crate::tls::connector::PeerTlsConnector;
+use crate::tls::reload::Current;
 use leasekv_client::{Client, ClientTls, RetryPolicy};
 use leasekv_kvstore::membership::{url_address, Member, Membership};
 use leasekv_lease::NodeId;
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
+use tonic::transport::Endpoint;
 
 /// The file in the data dir recording a join.
 pub const JOIN_FILE: &str = "leasekv-join.json";
+
+/// The file in the data dir recording the cluster's id, written at this node's first start
+/// (from the configuration, or from the members it joined).
+pub const CLUSTER_FILE: &str = "leasekv-cluster.json";
+
+/// What [`CLUSTER_FILE`] holds. Readers ignore fields they do not know, so it may grow.
+#[derive(Debug, Serialize, Deserialize)]
+struct ClusterRecord {
+    /// The cluster id: in response headers, and on every peer request (see
+    /// `crate::peer::cluster`).
+    cluster_id: u64,
+}
 
 /// How long each existing member is given to answer MemberList.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -72,7 +91,9 @@ pub enum JoinError {
     },
 }
 
-/// The seed of a new cluster: every `[[peers]]` entry a voter named `n<id>`.
+/// The seed of a new cluster: every `[[peers]]` entry a voter, named as listed (`n<id>`
+/// when not). A member listed without a client address has no client URL until it
+/// publishes its own.
 pub fn seed_from_config(config: &NodeConfig) -> Membership {
     Membership::seed(
         config
@@ -80,9 +101,13 @@ pub fn seed_from_config(config: &NodeConfig) -> Membership {
             .iter()
             .map(|p| Member {
                 id: p.id,
-                name: format!("n{}", p.id.0),
+                name: p.name.clone().unwrap_or_else(|| format!("n{}", p.id.0)),
                 peer_urls: vec![format!("{}://{}", config.tls.peer_scheme(), p.peer_addr)],
-                client_urls: vec![format!("{}://{}", config.tls.client_scheme(), p.client_addr)],
+                client_urls: p
+                    .client_addr
+                    .map(|addr| format!("{}://{}", config.tls.client_scheme(), addr))
+                    .into_iter()
+                    .collect(),
                 learner: false,
             })
             .collect(),
@@ -97,7 +122,43 @@ pub fn is_empty_dir(dir: &Path) -> bool {
 /// Where this node starts from. `fresh` says whether the data dir was empty before this
 /// start. A recorded join wins; a fresh node with `existing` joins now; anything else starts
 /// from the configuration (a restarted node then follows what its data dir records).
+///
+/// The cluster id is the one the data dir recorded at the first start, once there is one:
+/// the configuration's peer list, from which the default id is derived, may since have been
+/// edited to follow membership changes, and a member whose id changed would be refused by
+/// the others. A data dir of a build from before the record takes the configuration's, as
+/// that build did, and records it.
 pub async fn start_point(config: &NodeConfig, fresh: bool) -> Result<Start, JoinError> {
+    let mut start = configured_start_point(config, fresh).await?;
+    start.cluster_id = recorded_cluster_id(&config.data_dir, start.cluster_id)?;
+    Ok(start)
+}
+
+/// The cluster id recorded in `data_dir`, or `otherwise`, then recorded there.
+fn recorded_cluster_id(data_dir: &Path, otherwise: u64) -> Result<u64, JoinError> {
+    let path = data_dir.join(CLUSTER_FILE);
+    let file_error = |detail: String| JoinError::File { path: path.clone(), detail };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let record: ClusterRecord = serde_json::from_str(&text).map_err(|e| file_error(e.to_string()))?;
+            if record.cluster_id != otherwise {
+                tracing::info!(recorded = %format!("{:x}", record.cluster_id), configured = %format!("{otherwise:x}"),
+                    "the cluster id recorded in the data dir differs from the configuration's; the recorded one stays");
+            }
+            Ok(record.cluster_id)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let text = serde_json::to_string_pretty(&ClusterRecord { cluster_id: otherwise })
+                .map_err(|e| file_error(e.to_string()))?;
+            std::fs::write(&path, text).map_err(|e| file_error(e.to_string()))?;
+            Ok(otherwise)
+        }
+        Err(error) => Err(file_error(error.to_string())),
+    }
+}
+
+/// [`start_point`] before the data dir's cluster record is consulted.
+async fn configured_start_point(config: &NodeConfig, fresh: bool) -> Result<Start, JoinError> {
     let path = config.data_dir.join(JOIN_FILE);
     if !fresh && path.exists() {
         let text = std::fs::read_to_string(&path)
@@ -131,41 +192,37 @@ fn join_tls(config: &NodeConfig) -> Result<Option<ClientTls>, JoinError> {
 }
 
 /// Asks the listed members for the member list and finds this node in it by its peer URL.
+/// A member listed with a client address is asked there (MemberList); one known by its peer
+/// URL only (etcd's `--initial-cluster`) on its peer port (`Peer.Members`).
 async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
-    let url = format!("{}://{}", config.tls.peer_scheme(), config.peer_addr);
-    let tls = join_tls(config)?;
+    // This node's peer URL as the cluster added it: its own entry in the list (by name, as
+    // etcd's `member add` output lists it), else the address it listens on.
+    let own_entry = config.name.as_ref().and_then(|name| config.peers.iter().find(|p| p.name.as_ref() == Some(name)));
+    let url = format!("{}://{}", config.tls.peer_scheme(), own_entry.map_or(config.peer_addr, |p| p.peer_addr));
+    let client_tls = join_tls(config)?;
+    let peer_tls = crate::tls::TlsState::load(&config.tls)
+        .map_err(|e| JoinError::File { path: config.data_dir.clone(), detail: e.to_string() })?
+        .peer_client;
     let mut last_error = String::from("none listed");
-    for peer in &config.peers {
-        let endpoint = vec![peer.client_addr.to_string()];
-        let answer = tokio::time::timeout(ASK_TIMEOUT, async {
-            let client = Client::connect_with_tls(&endpoint, RetryPolicy::default(), tls.as_ref()).await?;
-            client.member_list().await
-        })
-        .await;
-        let list = match answer {
+    for peer in config.peers.iter().filter(|p| Some(*p) != own_entry) {
+        let (asked, answer) = match peer.client_addr {
+            Some(addr) => (addr, tokio::time::timeout(ASK_TIMEOUT, ask_client_port(addr, client_tls.as_ref())).await),
+            None => {
+                let addr = peer.peer_addr;
+                (addr, tokio::time::timeout(ASK_TIMEOUT, ask_peer_port(addr, peer_tls.clone())).await)
+            }
+        };
+        let (members, cluster_id) = match answer {
             Ok(Ok(list)) => list,
             Ok(Err(error)) => {
-                last_error = format!("{}: {error}", peer.client_addr);
+                last_error = format!("{asked}: {error}");
                 continue;
             }
             Err(_) => {
-                last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", peer.client_addr);
+                last_error = format!("{asked}: no answer within {ASK_TIMEOUT:?}");
                 continue;
             }
         };
-        let members: Vec<Member> = list
-            .members
-            .iter()
-            .filter_map(|m| {
-                Some(Member {
-                    id: NodeId(u32::try_from(m.id).ok()?),
-                    name: m.name.clone(),
-                    peer_urls: m.peer_urls.clone(),
-                    client_urls: m.client_urls.clone(),
-                    learner: m.is_learner,
-                })
-            })
-            .collect();
         let seed = Membership::seed(members);
         // By address: an operator may have added it as http:// or https://.
         let me = seed
@@ -176,9 +233,58 @@ async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
         if config.id.0 != 0 && config.id != me {
             return Err(JoinError::IdMismatch { configured: config.id.0, assigned: me.0, url });
         }
-        let cluster_id = list.header.map_or(config.cluster_id, |h| h.cluster_id);
-        tracing::info!(node = %me, from = %peer.client_addr, members = ?seed.ids(), "joining the existing cluster");
+        let cluster_id = cluster_id.unwrap_or(config.cluster_id);
+        tracing::info!(node = %me, from = %asked, members = ?seed.ids(), "joining the existing cluster");
         return Ok(Start { id: me, cluster_id, seed, joined: true });
     }
     Err(JoinError::NoAnswer(last_error))
+}
+
+/// The members and the cluster id, from a member's client port (etcd's MemberList).
+async fn ask_client_port(addr: SocketAddr, tls: Option<&ClientTls>) -> Result<(Vec<Member>, Option<u64>), String> {
+    let endpoint = vec![addr.to_string()];
+    let client = Client::connect_with_tls(&endpoint, RetryPolicy::default(), tls).await.map_err(|e| e.to_string())?;
+    let list = client.member_list().await.map_err(|e| e.to_string())?;
+    let members = list
+        .members
+        .iter()
+        .filter_map(|m| {
+            Some(Member {
+                id: NodeId(u32::try_from(m.id).ok()?),
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.clone(),
+                client_urls: m.client_urls.clone(),
+                learner: m.is_learner,
+            })
+        })
+        .collect();
+    Ok((members, list.header.map(|h| h.cluster_id)))
+}
+
+/// The members and the cluster id, from a member's peer port (`Peer.Members`).
+async fn ask_peer_port(
+    addr: SocketAddr,
+    tls: Option<Arc<Current<rustls::ClientConfig>>>,
+) -> Result<(Vec<Member>, Option<u64>), String> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string())?;
+    let channel = match tls {
+        // The URI stays http://: the connector runs the TLS handshake itself.
+        Some(tls) => endpoint.connect_with_connector(PeerTlsConnector::new(tls)).await,
+        None => endpoint.connect().await,
+    }
+    .map_err(|e| e.to_string())?;
+    let answer = PeerClient::new(channel).members(MembersRequest {}).await.map_err(|e| e.message().to_string())?;
+    let answer = answer.into_inner();
+    let members = answer
+        .members
+        .into_iter()
+        .map(|m| Member {
+            id: NodeId(m.id),
+            name: m.name,
+            peer_urls: m.peer_urls,
+            client_urls: m.client_urls,
+            learner: m.learner,
+        })
+        .collect();
+    Ok((members, Some(answer.cluster_id)))
 }

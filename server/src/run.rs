@@ -9,6 +9,7 @@ use crate::config::NodeConfig;
 use crate::conn_limit::{limit_connections, ConnectionGate};
 use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
+use crate::peer::cluster::ClusterId;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
 use crate::peer::proto::peer_server::PeerServer;
 use crate::peer::service::PeerService;
@@ -156,14 +157,15 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             .map_err(|kind| crate::config::ConfigError::new(config.origin.clone(), kind))?,
     );
     tls.watch();
-    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol);
+    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol, ClusterId(start.cluster_id));
     peers.set_members(&node::peer_addresses(replica.membership()));
 
-    let client_listener = TcpListener::bind(config.client_addr).await.map_err(|source| ServerError::Bind {
-        what: "client",
-        addr: config.client_addr,
-        source,
-    })?;
+    let mut client_listeners = Vec::new();
+    for addr in config.client_listen_addrs() {
+        let listener =
+            TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { what: "client", addr, source })?;
+        client_listeners.push(listener);
+    }
     let peer_listener = TcpListener::bind(config.peer_addr).await.map_err(|source| ServerError::Bind {
         what: "peer",
         addr: config.peer_addr,
@@ -191,6 +193,9 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
     let shared = Shared::with_limits(node.clone(), me, start.cluster_id, tracker, config.client_limits.clone());
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
     // Snapshots and other large messages are pulled in chunks, so every message on the peer
@@ -219,8 +224,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     if let Some(every) = config.corrupt_check_interval {
         tokio::spawn(crate::corrupt_check::run(node.clone(), me, every, watches_stopping.clone()));
     }
-    let client_url = format!("{}://{}", config.tls.client_scheme(), config.client_addr);
-    tokio::spawn(publish_self(shared.clone(), format!("n{}", me.0), client_url));
+    tokio::spawn(publish_self(shared.clone(), config.member_name(me), config.client_urls()));
     let gateway = crate::gateway::Gateway::new(
         shared.clone(),
         WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),
@@ -267,15 +271,18 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let stopping = async {
         let _ = stop_rx.await;
     };
+    // Every client listen address feeds one server: one set of services, one connection
+    // limit for the port.
     let client_task = match &tls.client_port {
-        Some(current) => tokio::spawn(client_server.serve_with_incoming_shutdown(
-            limit_connections(tls_incoming(client_listener, current.clone(), "client"), connections),
-            stopping,
-        )),
-        None => tokio::spawn(
-            client_server
-                .serve_with_incoming_shutdown(limit_connections(no_delay(client_listener), connections), stopping),
-        ),
+        Some(current) => {
+            let incoming = client_listeners.into_iter().map(|l| tls_incoming(l, current.clone(), "client"));
+            let incoming = futures_util::stream::select_all(incoming);
+            tokio::spawn(client_server.serve_with_incoming_shutdown(limit_connections(incoming, connections), stopping))
+        }
+        None => {
+            let incoming = futures_util::stream::select_all(client_listeners.into_iter().map(no_delay));
+            tokio::spawn(client_server.serve_with_incoming_shutdown(limit_connections(incoming, connections), stopping))
+        }
     };
 
     // A node whose storage failed must not hold on to mastership (its lease would keep the
@@ -333,10 +340,11 @@ fn removed_marker(data_dir: &std::path::Path) -> Option<u64> {
 /// try waits for a master for a few seconds, and a busy answer a little).
 const PUBLISH_ATTEMPTS: u32 = 40;
 
-/// Records this node's name and client URL in the member list once the log has recorded a
-/// configuration that lists it with other ones (a member added by MemberAdd has neither),
-/// as etcd's members publish themselves on start. Bounded: it gives up with a warning.
-async fn publish_self(shared: Arc<Shared>, name: String, client_url: String) {
+/// Records this node's name and client URLs in the member list once the log has recorded a
+/// configuration that lists it with other ones (a member added by MemberAdd has neither,
+/// one from etcd's `--initial-cluster` no client URL), as etcd's members publish
+/// themselves on start. Bounded: it gives up with a warning.
+async fn publish_self(shared: Arc<Shared>, name: String, client_urls: Vec<String>) {
     use leasekv_kvstore::membership::MemberChange;
     use leasekv_kvstore::Command;
     let me = shared.me;
@@ -344,13 +352,13 @@ async fn publish_self(shared: Arc<Shared>, name: String, client_url: String) {
         tokio::time::sleep(std::time::Duration::from_millis(if attempt == 0 { 200 } else { 500 })).await;
         let membership = shared.node.membership();
         let Some(member) = membership.get(me).filter(|_| membership.is_recorded()) else { continue };
-        if member.name == name && member.client_urls == [client_url.clone()] {
+        if member.name == name && member.client_urls == client_urls {
             return;
         }
-        let change = MemberChange::Publish { id: me, name: name.clone(), client_urls: vec![client_url.clone()] };
+        let change = MemberChange::Publish { id: me, name: name.clone(), client_urls: client_urls.clone() };
         match shared.serve_command(Command::ChangeMembers(change), |_, _| Some(())).await {
             Ok(()) => {
-                tracing::info!(node = %me, %name, %client_url, "published this member's name and client URL");
+                tracing::info!(node = %me, %name, ?client_urls, "published this member's name and client URLs");
                 return;
             }
             Err(status) => {

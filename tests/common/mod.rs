@@ -20,6 +20,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// start that depends on the process id keeps concurrent binaries apart.
 #[allow(dead_code)] // not every test file starts its own cluster
 pub fn free_ports(n: usize) -> Vec<u16> {
+    free_ports_on("127.0.0.1", n)
+}
+
+/// [`free_ports`] on another loopback address (127.0.0.x, which Linux routes to `lo`).
+#[allow(dead_code)] // not every test file needs one
+pub fn free_ports_on(ip: &str, n: usize) -> Vec<u16> {
     let mut held = Vec::with_capacity(n);
     for _ in 0..TEST_PORTS.len() {
         if held.len() == n {
@@ -27,11 +33,11 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         }
         let offset = NEXT_PORT.fetch_add(1, Ordering::Relaxed).wrapping_add(std::process::id().wrapping_mul(997));
         let port = TEST_PORTS.start + (offset % u32::from(TEST_PORTS.end - TEST_PORTS.start)) as u16;
-        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+        if let Ok(listener) = TcpListener::bind((ip, port)) {
             held.push(listener);
         }
     }
-    assert_eq!(held.len(), n, "{n} free ports in {TEST_PORTS:?} on 127.0.0.1");
+    assert_eq!(held.len(), n, "{n} free ports in {TEST_PORTS:?} on {ip}");
     held.iter().map(|l| l.local_addr().expect("a bound port").port()).collect()
 }
 

@@ -32,6 +32,8 @@ pub enum Origin {
     File(PathBuf),
     /// A command-line flag, e.g. `--backend`.
     Flag(&'static str),
+    /// etcd's flags and `ETCD_*` variables (the message names the one).
+    Etcd,
 }
 
 /// A line and column in a configuration file, both counted from 1.
@@ -66,6 +68,29 @@ pub enum ConfigErrorKind {
     /// The configuration file could not be read.
     #[error("cannot read the configuration file: {0}")]
     Read(#[source] io::Error),
+    /// An etcd flag or variable that cannot be used.
+    #[error("{0}")]
+    Etcd(#[from] super::etcd::EtcdError),
+    /// `--initial-cluster` does not list this member's `--name`.
+    #[error(
+        "--initial-cluster does not list this member's name {name:?}; list it (NAME=PEER_URL), or give the --name it has there"
+    )]
+    NameNotInInitialCluster {
+        /// The name.
+        name: String,
+    },
+    /// `--initial-advertise-peer-urls` is not this member's URL in `--initial-cluster`.
+    #[error(
+        "--initial-advertise-peer-urls names {advertised}, but --initial-cluster lists {name}={listed}; they must be the same"
+    )]
+    AdvertisedPeerMismatch {
+        /// This member's name.
+        name: String,
+        /// What `--initial-advertise-peer-urls` says.
+        advertised: SocketAddr,
+        /// What `--initial-cluster` says.
+        listed: String,
+    },
     /// The file is not valid TOML, or a value has the wrong type, or a field is unknown.
     #[error("{0}")]
     Syntax(String),
@@ -301,7 +326,8 @@ impl fmt::Display for ConfigError {
             (Origin::File(path), None) => write!(f, "{}: ", path.display())?,
             (Origin::Flag(flag), _) => write!(f, "{flag}: ")?,
             (Origin::Builtin, Some(p)) => write!(f, "line {}, column {}: ", p.line, p.column)?,
-            (Origin::Builtin, None) => {}
+            (Origin::Builtin | Origin::Etcd, None) => {}
+            (Origin::Etcd, Some(_)) => {}
         }
         // The promise is one line: collapse any newline a wrapped message (a TOML error, an OS
         // error) might carry, so log lines and terminal output stay greppable.

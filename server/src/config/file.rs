@@ -6,6 +6,7 @@
 //! lease time, the log tuning on the lease time) are derived from the final values.
 
 use super::error::{ConfigError, ConfigErrorKind, Origin, Position};
+use super::etcd::EtcdLayer;
 use super::{
     ClientLimits, ClusterState, CompactionPolicy, ElectionConfig, LogConfig, NodeConfig, Overrides, PeerConfig,
     RuntimeConfig, WatchConfig,
@@ -27,10 +28,16 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub(super) struct FileConfig {
     id: Option<u32>,
+    name: Option<String>,
     client_addr: Option<SocketAddr>,
+    #[serde(default)]
+    extra_client_addrs: Vec<SocketAddr>,
+    #[serde(default)]
+    advertise_client_urls: Vec<String>,
     peer_addr: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     cluster_id: Option<u64>,
+    initial_cluster_token: Option<String>,
     peer_protocol_version: Option<Spanned<u32>>,
     initial_cluster_state: Option<Spanned<String>>,
     #[serde(default)]
@@ -86,7 +93,8 @@ struct FilePeerTls {
 #[serde(deny_unknown_fields)]
 struct FilePeer {
     id: u32,
-    client_addr: SocketAddr,
+    name: Option<String>,
+    client_addr: Option<SocketAddr>,
     peer_addr: SocketAddr,
 }
 
@@ -181,14 +189,25 @@ pub(super) fn parse(text: &str, origin: &Origin) -> Result<FileConfig, ConfigErr
 /// Applies `overrides` to `file`, fills in defaults, and returns the configuration (not yet
 /// validated). `text` is the file's text, for positions in errors.
 pub(super) fn resolve(
-    file: FileConfig,
+    mut file: FileConfig,
     text: &str,
     origin: &Origin,
     overrides: &Overrides,
 ) -> Result<NodeConfig, ConfigError> {
     let err = |kind| ConfigError::new(origin.clone(), kind);
+    let etcd_err = |kind| ConfigError::new(Origin::Etcd, kind);
+    let etcd = EtcdLayer::of(&overrides.etcd).map_err(|e| etcd_err(ConfigErrorKind::Etcd(e)))?;
+    // Started with etcd's settings and no file, the embedded single node's identity (id 1,
+    // its addresses and data dir) is no setting of the operator's: etcd's defaults and what
+    // the etcd settings say of this member take its place.
+    if *origin == Origin::Builtin && !overrides.etcd.is_empty() {
+        file.id = None;
+        file.client_addr = None;
+        file.peer_addr = None;
+        file.data_dir = None;
+    }
 
-    let initial_cluster_state = match &file.initial_cluster_state {
+    let file_cluster_state = match &file.initial_cluster_state {
         None => ClusterState::New,
         Some(state) => match state.get_ref().as_str() {
             "new" => ClusterState::New,
@@ -199,8 +218,32 @@ pub(super) fn resolve(
             }
         },
     };
+    let initial_cluster_state = etcd.cluster_state.unwrap_or(file_cluster_state);
+    let name = etcd.name.clone().or(file.name);
+    // A new cluster's member finds itself in --initial-cluster by name (etcd's rule); a
+    // joining one is given its id by the cluster.
+    let etcd_me = match (etcd.initial_cluster.is_empty(), initial_cluster_state) {
+        (true, _) | (false, ClusterState::Existing) => None,
+        (false, ClusterState::New) => Some(etcd.me_in_initial_cluster().ok_or_else(|| {
+            etcd_err(ConfigErrorKind::NameNotInInitialCluster {
+                name: etcd.name.clone().unwrap_or_else(|| "default".into()),
+            })
+        })?),
+    };
+    if let (Some((_, me)), Some(advertised)) = (etcd_me, etcd.advertise_peer_addr) {
+        if me.peer_addr != advertised {
+            return Err(etcd_err(ConfigErrorKind::AdvertisedPeerMismatch {
+                name: me.name.clone(),
+                advertised,
+                listed: me.peer_url.clone(),
+            }));
+        }
+    }
     // A joining node learns its id from the cluster; 0 stands for "not given".
-    let id = match (overrides.id.or(file.id), initial_cluster_state) {
+    // Without --initial-cluster, etcd's default is a cluster of this member alone.
+    let lone_etcd_member = (!overrides.etcd.is_empty() && etcd.initial_cluster.is_empty()).then_some(1);
+    let id = match (overrides.id.or(etcd_me.map(|(id, _)| id)).or(file.id).or(lone_etcd_member), initial_cluster_state)
+    {
         (Some(id), _) => id,
         (None, ClusterState::Existing) => 0,
         (None, ClusterState::New) => {
@@ -210,18 +253,53 @@ pub(super) fn resolve(
             }))
         }
     };
-    let client_addr = overrides.client_addr.or(file.client_addr).unwrap_or(super::DEFAULT_CLIENT_ADDR);
-    let peer_addr = overrides.peer_addr.or(file.peer_addr).unwrap_or(super::DEFAULT_PEER_ADDR);
-    let data_dir =
-        overrides.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(super::DEFAULT_DATA_DIR));
+    let client_addr = overrides
+        .client_addr
+        .or(etcd.client_addrs.first().copied())
+        .or(file.client_addr)
+        .unwrap_or(super::DEFAULT_CLIENT_ADDR);
+    let extra_client_addrs =
+        if etcd.client_addrs.is_empty() { file.extra_client_addrs } else { etcd.client_addrs[1..].to_vec() };
+    let advertise_client_urls = if etcd.advertise_client_urls.is_empty() {
+        file.advertise_client_urls
+    } else {
+        etcd.advertise_client_urls.clone()
+    };
+    // Without --listen-peer-urls, a member listens where it advertises itself, or where
+    // --initial-cluster lists it (etcd would listen on localhost:2380, where the others
+    // cannot reach it); what etcd's flags say of this member wins over the file.
+    let peer_addr = overrides
+        .peer_addr
+        .or(etcd.peer_addr)
+        .or(etcd.advertise_peer_addr)
+        .or_else(|| etcd.me_in_initial_cluster().map(|(_, me)| me.peer_addr))
+        .or(file.peer_addr)
+        .unwrap_or(super::DEFAULT_PEER_ADDR);
+    let data_dir = overrides
+        .data_dir
+        .clone()
+        .or(etcd.data_dir.clone())
+        .or(file.data_dir)
+        .unwrap_or_else(|| PathBuf::from(super::DEFAULT_DATA_DIR));
 
-    // Without [[peers]] the node is a cluster of one: itself, at the addresses it listens on.
-    let peers = if file.peers.is_empty() && initial_cluster_state == ClusterState::New {
-        vec![PeerConfig { id: NodeId(id), client_addr, peer_addr }]
+    let peers = if !etcd.initial_cluster.is_empty() {
+        etcd.initial_cluster_ids()
+            .into_iter()
+            .map(|(id, m)| PeerConfig {
+                id: NodeId(id),
+                name: Some(m.name.clone()),
+                client_addr: None,
+                peer_addr: m.peer_addr,
+            })
+            .collect()
+    } else if file.peers.is_empty() && initial_cluster_state == ClusterState::New {
+        // Without [[peers]] the node is a cluster of one: itself, at the addresses it
+        // listens on.
+        vec![PeerConfig { id: NodeId(id), name: name.clone(), client_addr: Some(client_addr), peer_addr }]
     } else {
         file.peers
             .into_iter()
-            .map(|p| PeerConfig { id: NodeId(p.id), client_addr: p.client_addr, peer_addr: p.peer_addr })
+            .map(|p| PeerConfig { id: NodeId(p.id), name: p.name, client_addr: p.client_addr, peer_addr: p.peer_addr })
             .collect()
     };
 
@@ -250,13 +328,16 @@ pub(super) fn resolve(
     let limits = Limits {
         max_key_bytes: file.limits.max_key_bytes.unwrap_or(default_limits.max_key_bytes),
         max_value_bytes: file.limits.max_value_bytes.unwrap_or(default_limits.max_value_bytes),
-        max_txn_ops: file.limits.max_txn_ops.unwrap_or(default_limits.max_txn_ops),
+        max_txn_ops: etcd.max_txn_ops.or(file.limits.max_txn_ops).unwrap_or(default_limits.max_txn_ops),
         max_lease_name_bytes: file.limits.max_lease_name_bytes.unwrap_or(default_limits.max_lease_name_bytes),
-        quota_bytes: file.storage.quota_bytes.unwrap_or(default_limits.quota_bytes),
+        quota_bytes: etcd.quota_bytes.or(file.storage.quota_bytes).unwrap_or(default_limits.quota_bytes),
         max_leases: file.limits.max_leases.unwrap_or(default_limits.max_leases),
     };
     let client_limits = ClientLimits {
-        max_request_bytes: file.limits.max_request_bytes.unwrap_or(ClientLimits::DEFAULT.max_request_bytes),
+        max_request_bytes: etcd
+            .max_request_bytes
+            .or(file.limits.max_request_bytes)
+            .unwrap_or(ClientLimits::DEFAULT.max_request_bytes),
         max_client_connections: file
             .limits
             .max_client_connections
@@ -280,9 +361,10 @@ pub(super) fn resolve(
         max_inflight_slots: file.log.max_inflight_slots.unwrap_or(default_log.max_inflight_slots),
     };
 
-    let compaction = match (&file.compaction.mode, &file.compaction.retention) {
-        (None, None) => CompactionPolicy::DEFAULT,
-        (mode, retention) => {
+    let compaction = match (etcd.compaction, &file.compaction.mode, &file.compaction.retention) {
+        (Some(policy), _, _) => policy,
+        (None, None, None) => CompactionPolicy::DEFAULT,
+        (None, mode, retention) => {
             let retention = retention.as_ref().map(|r| match r {
                 Retention::Number(n) => n.to_string(),
                 Retention::Text(t) => t.clone(),
@@ -305,7 +387,8 @@ pub(super) fn resolve(
             .unwrap_or_else(super::default_worker_threads),
     };
 
-    let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers));
+    let token = etcd.cluster_token.clone().or(file.initial_cluster_token);
+    let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers, token.as_deref()));
 
     let peer_protocol = match &file.peer_protocol_version {
         None => Speaks::default(),
@@ -320,18 +403,26 @@ pub(super) fn resolve(
     };
 
     let tls = TlsSettings {
-        client: file.tls.client.map(|c| ClientPortTls {
-            cert: c.cert,
-            key: c.key,
-            ca: c.ca,
-            require_client_cert: c.require_client_cert,
+        client: etcd.client_tls.clone().or_else(|| {
+            file.tls.client.map(|c| ClientPortTls {
+                cert: c.cert,
+                key: c.key,
+                ca: c.ca,
+                require_client_cert: c.require_client_cert,
+            })
         }),
-        peer: file.tls.peer.map(|p| PeerPortTls { cert: p.cert, key: p.key, ca: p.ca }),
+        peer: etcd
+            .peer_tls
+            .clone()
+            .or_else(|| file.tls.peer.map(|p| PeerPortTls { cert: p.cert, key: p.key, ca: p.ca })),
     };
 
     Ok(NodeConfig {
         id: NodeId(id),
+        name,
         client_addr,
+        extra_client_addrs,
+        advertise_client_urls,
         peer_addr,
         data_dir,
         cluster_id,
@@ -353,6 +444,7 @@ pub(super) fn resolve(
         initial_cluster_state,
         tls,
         origin: origin.clone(),
+        warnings: etcd.warnings,
     })
 }
 
@@ -364,15 +456,25 @@ fn parse_backend(name: &str) -> Result<BackendKind, ConfigErrorKind> {
 }
 
 /// The default cluster id: a 64-bit FNV-1a hash of the members' ids and peer addresses in id
-/// order. Every node of a cluster lists the same members, so every node derives the same id
-/// without any coordination, and two clusters with different members get different ids (so a
-/// misdirected peer connection is refused rather than mixing two logs).
-pub(super) fn derive_cluster_id(peers: &[PeerConfig]) -> u64 {
+/// order, after the cluster token when one is given (etcd's `--initial-cluster-token`, which
+/// keeps two clusters of the same members apart). Every node of a cluster lists the same
+/// members, so every node derives the same id without any coordination, and two clusters
+/// with different members get different ids (so a misdirected peer connection is refused
+/// rather than mixing two logs).
+pub(super) fn derive_cluster_id(peers: &[PeerConfig], token: Option<&str>) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut members: Vec<(u32, String)> = peers.iter().map(|p| (p.id.0, p.peer_addr.to_string())).collect();
     members.sort();
     let mut hash = OFFSET_BASIS;
+    // A token is hashed as an entry of its own, so no token and an empty one differ from
+    // each other, and a cluster without one keeps the id it had before tokens existed.
+    if let Some(token) = token {
+        for byte in b"token=".iter().chain(token.as_bytes()).chain(b"\n") {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
     for (id, addr) in &members {
         // A fixed-width id and a terminator per entry keep different member lists from
         // producing the same byte stream.

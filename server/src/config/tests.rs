@@ -1,5 +1,6 @@
 //! Tests of loading, defaults, overrides and every error message.
 
+use super::etcd::EtcdSettings;
 use super::*;
 use std::net::TcpListener;
 
@@ -322,6 +323,7 @@ fn overrides_win_over_the_file() {
         backend: Some("lease-tracker".into()),
         lease_time_ms: Some(2000),
         worker_threads: Some(3),
+        etcd: Default::default(),
     };
     let config = NodeConfig::from_toml_str(text, origin(), &overrides).expect("valid");
     assert_eq!(config.runtime.worker_threads, 3);
@@ -334,7 +336,7 @@ fn overrides_win_over_the_file() {
     // The default max lease time follows the overridden lease time, keeping T < M.
     assert_eq!(config.election.max_lease_time, Duration::from_millis(2500));
     // Without [[peers]] the single member follows the overridden identity and addresses.
-    assert_eq!(config.member(NodeId(5)).map(|p| p.client_addr), Some(config.client_addr));
+    assert_eq!(config.member(NodeId(5)).and_then(|p| p.client_addr), Some(config.client_addr));
     assert_eq!(config.tracker_node(), NodeId(5));
 }
 
@@ -343,7 +345,7 @@ fn overrides_apply_to_the_builtin_default() {
     let overrides = Overrides { client_addr: Some("127.0.0.1:4379".parse().expect("addr")), ..Overrides::default() };
     let config = NodeConfig::load(None, &overrides).expect("valid");
     assert_eq!(config.client_addr.to_string(), "127.0.0.1:4379");
-    assert_eq!(config.peers[0].client_addr, config.client_addr);
+    assert_eq!(config.peers[0].client_addr, Some(config.client_addr));
 }
 
 /// [`THREE_NODES`] with its `[[peers]]` entries in the given order.
@@ -415,7 +417,7 @@ fn a_port_in_use_is_detected() {
     let addr = taken.local_addr().expect("addr");
     let mut config = local_node(dir.path());
     config.client_addr = addr;
-    config.peers[0].client_addr = addr;
+    config.peers[0].client_addr = Some(addr);
     config.origin = origin();
     let message = config.check_environment().expect_err("port taken").to_string();
     assert!(message.starts_with(&format!("cluster/n1.toml: client address {addr} is already in use (")), "{message}");
@@ -550,4 +552,97 @@ fn client_limits_default_reach_the_services_and_are_checked() {
         let message = error_of(&format!("id = 1\n[limits]\n{text}\n"));
         assert!(message.contains(expected), "{text}: {message}");
     }
+}
+
+/// etcd's flags as given on a command line (none from the environment).
+fn etcd_flags(flags: &[(&'static str, &str)]) -> Overrides {
+    let given = flags.iter().map(|(f, v)| (*f, v.to_string()));
+    Overrides { etcd: EtcdSettings::gather(given, Vec::new()).expect("known flags"), ..Overrides::default() }
+}
+
+const GUIDE_INFRA1: &[(&str, &str)] = &[
+    ("name", "infra1"),
+    ("initial-advertise-peer-urls", "http://127.0.0.11:2380"),
+    ("listen-peer-urls", "http://127.0.0.11:2380"),
+    ("listen-client-urls", "http://127.0.0.11:2379,http://127.0.0.1:2379"),
+    ("advertise-client-urls", "http://127.0.0.11:2379"),
+    ("initial-cluster-token", "etcd-cluster-1"),
+    ("initial-cluster", "infra0=http://127.0.0.10:2380,infra1=http://127.0.0.11:2380,infra2=http://127.0.0.12:2380"),
+    ("initial-cluster-state", "new"),
+];
+
+#[test]
+fn etcds_static_bootstrap_flags_make_a_member_of_three_without_a_file() {
+    let config = NodeConfig::load(None, &etcd_flags(GUIDE_INFRA1)).expect("valid");
+    assert_eq!((config.id, config.name.as_deref()), (NodeId(2), Some("infra1")));
+    assert_eq!(config.data_dir, PathBuf::from("infra1.etcd"));
+    assert_eq!(config.client_addr.to_string(), "127.0.0.11:2379");
+    assert_eq!(config.client_listen_addrs().len(), 2);
+    assert_eq!(config.client_urls(), vec!["http://127.0.0.11:2379".to_string()]);
+    assert_eq!(config.peer_addr.to_string(), "127.0.0.11:2380");
+    let peers: Vec<(u32, Option<&str>, Option<SocketAddr>)> =
+        config.peers.iter().map(|p| (p.id.0, p.name.as_deref(), p.client_addr)).collect();
+    assert_eq!(peers, vec![(1, Some("infra0"), None), (2, Some("infra1"), None), (3, Some("infra2"), None)]);
+    // Every member derives the same cluster id; another token gives another.
+    let infra0 = [("name", "infra0"), ("listen-peer-urls", "http://127.0.0.10:2380")];
+    let other = NodeConfig::load(None, &etcd_flags(&[&GUIDE_INFRA1[2..], &infra0[..]].concat())).expect("valid");
+    assert_eq!(other.id, NodeId(1));
+    assert_eq!(other.cluster_id, config.cluster_id);
+    let retokened = [&GUIDE_INFRA1[..5], &[("initial-cluster-token", "another")][..], &GUIDE_INFRA1[6..]].concat();
+    assert_ne!(NodeConfig::load(None, &etcd_flags(&retokened)).expect("valid").cluster_id, config.cluster_id);
+}
+
+#[test]
+fn etcd_variables_alone_configure_a_node_and_flags_win_over_them_and_over_the_file() {
+    let env = [
+        ("ETCD_NAME", "infra2"),
+        ("ETCD_INITIAL_CLUSTER", "infra0=http://127.0.0.10:2380,infra2=http://127.0.0.12:2380"),
+    ];
+    let settings = EtcdSettings::gather(Vec::new(), env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("known variables");
+    let config = NodeConfig::load(None, &Overrides { etcd: settings.clone(), ..Overrides::default() }).expect("valid");
+    assert_eq!((config.id, config.peer_addr.to_string()), (NodeId(2), "127.0.0.12:2380".to_string()));
+
+    let variable = || vec![("ETCD_DATA_DIR".to_string(), "/env".to_string())];
+    let flags = EtcdSettings::gather(vec![("data-dir", "/flag".to_string())], variable()).expect("known");
+    let text = "id = 1\ndata_dir = \"/file\"\n";
+    let config =
+        NodeConfig::from_toml_str(text, origin(), &Overrides { etcd: flags, ..Overrides::default() }).expect("valid");
+    assert_eq!(config.data_dir, PathBuf::from("/flag"));
+    let env_only = EtcdSettings::gather(Vec::new(), variable()).expect("known");
+    let config = NodeConfig::from_toml_str(text, origin(), &Overrides { etcd: env_only, ..Overrides::default() })
+        .expect("valid");
+    assert_eq!(config.data_dir, PathBuf::from("/env"));
+}
+
+#[test]
+fn etcds_own_checks_of_the_initial_cluster_hold() {
+    let missing = NodeConfig::load(None, &etcd_flags(&[("name", "infra9"), GUIDE_INFRA1[6]])).expect_err("not listed");
+    assert_eq!(
+        missing.to_string(),
+        "--initial-cluster does not list this member's name \"infra9\"; list it (NAME=PEER_URL), or give the --name it has there"
+    );
+    let mismatch = NodeConfig::load(
+        None,
+        &etcd_flags(&[("name", "infra1"), ("initial-advertise-peer-urls", "http://127.0.0.99:2380"), GUIDE_INFRA1[6]]),
+    )
+    .expect_err("another URL");
+    assert!(mismatch.to_string().contains("infra1=http://127.0.0.11:2380"), "{mismatch}");
+    // A joining member takes its id from the cluster, not from its place in the list.
+    let joining = NodeConfig::load(
+        None,
+        &etcd_flags(&[("name", "infra1"), GUIDE_INFRA1[6], ("initial-cluster-state", "existing")]),
+    )
+    .expect("valid");
+    assert_eq!(joining.id, NodeId(0));
+    assert_eq!(joining.peer_addr.to_string(), "127.0.0.11:2380");
+}
+
+#[test]
+fn etcds_name_alone_makes_a_cluster_of_this_member_with_etcds_data_dir() {
+    let config = NodeConfig::load(None, &etcd_flags(&[("name", "solo")])).expect("valid");
+    assert_eq!((config.id, config.name.as_deref()), (NodeId(1), Some("solo")));
+    assert_eq!(config.data_dir, PathBuf::from("solo.etcd"));
+    assert_eq!(config.peers.len(), 1);
+    assert_eq!(config.client_addr, DEFAULT_CLIENT_ADDR);
 }

@@ -64,8 +64,8 @@ impl NodeConfig {
         if self.tls.client.as_ref().is_some_and(|c| c.require_client_cert && c.ca.is_none()) {
             return Err(err(ConfigErrorKind::ClientCertWithoutCa));
         }
-        if self.client_addr == self.peer_addr {
-            return Err(err(ConfigErrorKind::SameListenAddress(self.client_addr)));
+        if let Some(clash) = self.client_listen_addrs().into_iter().find(|addr| *addr == self.peer_addr) {
+            return Err(err(ConfigErrorKind::SameListenAddress(clash)));
         }
         self.validate_peers().map_err(err)?;
 
@@ -147,8 +147,10 @@ impl NodeConfig {
             None => return Err(ConfigErrorKind::SelfNotInPeers(self.id.0)),
         };
         for (field, listen, listed) in me.iter().flat_map(|me| {
-            [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, me.peer_addr)]
+            [("client_addr", self.client_addr, me.client_addr), ("peer_addr", self.peer_addr, Some(me.peer_addr))]
         }) {
+            // A member listed by its peer address alone publishes its client URLs itself.
+            let Some(listed) = listed else { continue };
             // Listening on every interface is fine as long as the port is the advertised one:
             // the advertised IP is then one of the addresses the listener covers.
             let covers = listen == listed || (listen.ip().is_unspecified() && listen.port() == listed.port());
@@ -159,7 +161,7 @@ impl NodeConfig {
 
         let mut users: HashMap<SocketAddr, String> = HashMap::new();
         for peer in &self.peers {
-            for (field, addr) in [("client_addr", peer.client_addr), ("peer_addr", peer.peer_addr)] {
+            for (field, addr) in peer.addresses() {
                 let user = format!("node {} {field}", peer.id.0);
                 if let Some(first) = users.get(&addr) {
                     return Err(ConfigErrorKind::DuplicateAddress { addr, first: first.clone(), second: user });
@@ -172,7 +174,7 @@ impl NodeConfig {
         // (handy for tests); in a real cluster the others must be able to connect.
         if self.peers.len() > 1 {
             for peer in &self.peers {
-                for (field, addr) in [("client_addr", peer.client_addr), ("peer_addr", peer.peer_addr)] {
+                for (field, addr) in peer.addresses() {
                     if addr.ip().is_unspecified() || addr.port() == 0 {
                         return Err(ConfigErrorKind::UndialableAddress { id: peer.id.0, field, addr });
                     }
@@ -191,7 +193,9 @@ impl NodeConfig {
     pub fn check_environment(&self) -> Result<(), ConfigError> {
         let err = |kind| ConfigError::new(self.origin.clone(), kind);
         check_data_dir(&self.data_dir).map_err(err)?;
-        check_port_free("client", self.client_addr).map_err(err)?;
+        for addr in self.client_listen_addrs() {
+            check_port_free("client", addr).map_err(err)?;
+        }
         check_port_free("peer", self.peer_addr).map_err(err)?;
         // Every TLS file is read now, so a missing or damaged one fails the start naming it.
         crate::tls::TlsState::load(&self.tls).map_err(|e| err(ConfigErrorKind::Tls(e)))?;

@@ -13,6 +13,7 @@
 //! a receiver can take in one bounded buffer ([`PEER_MESSAGE_LIMIT`]), and a snapshot on its
 //! way never holds up an Accept.
 
+use crate::peer::cluster::ClusterId;
 use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::{HelloRequest, PeerEnvelope};
@@ -124,6 +125,8 @@ pub struct PeerNetwork {
     tls: Option<Arc<Current<ClientConfig>>>,
     /// The protocol version agreed with each peer, and the cluster's.
     versions: LinkVersions,
+    /// The cluster every request to a peer says it comes from.
+    cluster: ClusterId,
 }
 
 /// Every member's links, and who counts as a member (this node included).
@@ -158,6 +161,7 @@ impl PeerLinks {
         removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
         tls: Option<&Arc<Current<ClientConfig>>>,
         versions: &LinkVersions,
+        cluster: ClusterId,
     ) -> Option<PeerLinks> {
         let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
             e.connect_timeout(Duration::from_millis(500))
@@ -190,6 +194,7 @@ impl PeerLinks {
                 down,
                 removed: removed.clone(),
                 versions: versions.clone(),
+                cluster,
             };
             tokio::spawn(sender.run(rx));
             tx
@@ -227,12 +232,14 @@ impl PeerNetwork {
     /// Starts the sender tasks for every peer (each connects at once to agree on a protocol
     /// version) and the timer that frees expired parked messages.
     /// `tls` is the client configuration for mutual TLS to the peers (`None`: plain TCP);
-    /// `speaks`, the peer protocol versions this node speaks.
+    /// `speaks`, the peer protocol versions this node speaks; `cluster`, the cluster it
+    /// belongs to, which every request to a peer carries.
     pub fn start(
         me: NodeId,
         peers: &[(NodeId, SocketAddr)],
         tls: Option<Arc<Current<ClientConfig>>>,
         speaks: Speaks,
+        cluster: ClusterId,
     ) -> Self {
         let outbox = Outbox::new();
         tokio::spawn(sweep_parked(Arc::downgrade(&outbox)));
@@ -244,6 +251,7 @@ impl PeerNetwork {
             inbox: Arc::new(Inbox::default()),
             tls,
             versions: LinkVersions::new(me, speaks),
+            cluster,
         };
         let peers: Vec<(NodeId, String)> = peers.iter().map(|(id, addr)| (*id, addr.to_string())).collect();
         network.set_members(&peers);
@@ -269,9 +277,15 @@ impl PeerNetwork {
             if *id == self.me || links.peers.contains_key(id) {
                 continue;
             }
-            if let Some(link) =
-                PeerLinks::start(self.me, *id, addr, self.removed.clone(), self.tls.as_ref(), &self.versions)
-            {
+            if let Some(link) = PeerLinks::start(
+                self.me,
+                *id,
+                addr,
+                self.removed.clone(),
+                self.tls.as_ref(),
+                &self.versions,
+                self.cluster,
+            ) {
                 tracing::debug!(peer = %id, %addr, "lanes to member started");
                 links.peers.insert(*id, link);
             }
@@ -286,6 +300,12 @@ impl PeerNetwork {
     /// This node.
     pub fn me(&self) -> NodeId {
         self.me
+    }
+
+    /// The cluster this node belongs to: requests to peers carry it, and requests from
+    /// another cluster are refused.
+    pub fn cluster(&self) -> ClusterId {
+        self.cluster
     }
 
     /// The peer protocol versions: what this node speaks, what each link agreed, the
@@ -405,6 +425,8 @@ struct LaneSender {
     removed: Arc<tokio::sync::watch::Sender<Option<u64>>>,
     /// Where the version agreed with the peer is recorded.
     versions: LinkVersions,
+    /// The cluster this node's requests say they come from.
+    cluster: ClusterId,
 }
 
 impl LaneSender {
@@ -415,7 +437,7 @@ impl LaneSender {
     async fn hello(&mut self) -> Result<u32, tonic::Status> {
         let speaks = self.versions.speaks();
         let request = HelloRequest { from: self.me.0, oldest: OLDEST_PEER_PROTOCOL_VERSION, newest: speaks.newest() };
-        let answer = tokio::time::timeout(HELLO_TIMEOUT, self.client.hello(request))
+        let answer = tokio::time::timeout(HELLO_TIMEOUT, self.client.hello(self.cluster.stamp(request)))
             .await
             .map_err(|_| tonic::Status::deadline_exceeded("the peer did not answer Hello"))?;
         let (oldest, newest) = match answer {
@@ -450,7 +472,7 @@ impl LaneSender {
             let error = match self.hello().await {
                 Ok(version) => {
                     let stream = LentQueue { me: self.me, backlog: backlog.clone(), down: self.down.clone(), version };
-                    match self.client.send(stream).await {
+                    match self.client.send(self.cluster.stamp(stream)).await {
                         // The stream ends only when the queue closes: the node is shutting down.
                         Ok(_) => return,
                         Err(status) => status,
@@ -474,6 +496,10 @@ impl LaneSender {
                 if let Some(PeerRefusal::ProtocolVersion { theirs }) = refusal {
                     tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), theirs, error = %error.message(),
                         "peer refused this node's protocol version; messages to it are dropped");
+                } else if let Some(PeerRefusal::OtherCluster { theirs }) = refusal {
+                    tracing::error!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), theirs = %format!("{theirs:x}"),
+                        ours = %format!("{:x}", self.cluster.0), "the node at this peer address belongs to another cluster; \
+                        messages to it are dropped (check this member's peer list and the other node's)");
                 } else {
                     tracing::warn!(peer = %self.peer, addr = %self.addr, lane = self.lane.name(), error = %error.message(),
                         "peer unreachable; messages to it are dropped until it is back");
@@ -549,7 +575,7 @@ mod tests {
     use crate::forward::MasterRequest;
     use crate::peer::parked::ParkedNotice;
     use crate::peer::proto::peer_server::{Peer, PeerServer};
-    use crate::peer::proto::{Empty, FetchParkedRequest, HelloResponse, ParkedChunk};
+    use crate::peer::proto::{Empty, FetchParkedRequest, HelloResponse, MembersRequest, MembersResponse, ParkedChunk};
     use leasekv_kvstore::log::{Entry, LogBallot, Proposal, ProposalId};
     use leasekv_kvstore::{Command, Limits, PutRequest, TxnOp, TxnRequest};
     use tokio_stream::StreamExt;
@@ -576,6 +602,7 @@ mod tests {
             removed: Arc::new(tokio::sync::watch::channel(None).0),
             tls: None,
             versions: LinkVersions::new(me, Speaks::default()),
+            cluster: ClusterId(1),
         };
         (network, log_rx)
     }
@@ -716,12 +743,18 @@ mod tests {
         assert_eq!(third.payload, vec![3; 16]);
     }
 
-    /// A peer that takes `Send` streams and reports every envelope it gets.
+    /// A peer of cluster 1 that takes `Send` streams stamped with its cluster and reports
+    /// every envelope it gets.
     struct FakePeer(mpsc::UnboundedSender<PeerEnvelope>);
 
     #[tonic::async_trait]
     impl Peer for FakePeer {
         async fn send(&self, request: Request<Streaming<PeerEnvelope>>) -> Result<Response<Empty>, Status> {
+            // An unstamped stream passes any cluster's check; this one must name cluster 1.
+            if ClusterId(2).check(&request).is_ok() {
+                return Err(Status::failed_precondition("the stream carries no cluster id"));
+            }
+            ClusterId(1).check(&request)?;
             let mut stream = request.into_inner();
             while let Some(envelope) = stream.next().await {
                 let _ = self.0.send(envelope?);
@@ -732,6 +765,10 @@ mod tests {
         /// As a build from before `Hello` answers.
         async fn hello(&self, _: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
             Err(Status::unimplemented("not in this build"))
+        }
+
+        async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
+            Err(Status::unimplemented("not in this test"))
         }
 
         type FetchParkedStream = tokio_stream::Empty<Result<ParkedChunk, Status>>;
@@ -763,7 +800,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         let addr = listener.local_addr().expect("its address");
         drop(listener);
-        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)], None, Speaks::default());
+        let network = PeerNetwork::start(me, &[(me, addr), (peer, addr)], None, Speaks::default(), ClusterId(1));
         assert!(!network.log_lane_down(NodeId(3)), "an unknown peer counts as up");
         assert!(!network.log_lane_down(me), "so does this node");
         assert!(

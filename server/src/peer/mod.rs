@@ -10,9 +10,11 @@
 //! - [`service`]: the receiving side, the `Peer` gRPC service that hands each message on.
 //! - [`parked`]: messages parked for a chunked pull, both ends.
 //! - [`wire`]: the node-to-node message and its encoding.
+//! - [`cluster`]: the cluster id every peer request carries, and the check that refuses another cluster's.
 //! - [`version`]: the protocol versions a node speaks, and how peers agree on one.
 //! - [`proto`]: the gRPC service generated from `server/proto/leasekv/peer/v1/peer.proto`.
 
+pub mod cluster;
 pub mod lanes;
 pub mod parked;
 pub mod refusal;

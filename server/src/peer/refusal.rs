@@ -7,8 +7,8 @@ use tonic::Status;
 
 /// The metadata key naming the refusal's kind.
 const KIND_KEY: &str = "leasekv-peer-refusal";
-/// The metadata key of the refusal's number: the membership epoch of a removal, or the
-/// refusing node's protocol version.
+/// The metadata key of the refusal's number: the membership epoch of a removal, the
+/// refusing node's protocol version, or its cluster id.
 const VALUE_KEY: &str = "leasekv-peer-refusal-value";
 
 /// A refusal the refused node acts on.
@@ -26,6 +26,12 @@ pub enum PeerRefusal {
         /// The refusing node's version.
         theirs: u32,
     },
+    /// The refusing node belongs to another cluster, `theirs` (see
+    /// [`crate::peer::cluster`]): the caller's configuration lists it by mistake.
+    OtherCluster {
+        /// The refusing node's cluster id.
+        theirs: u64,
+    },
 }
 
 impl PeerRefusal {
@@ -35,6 +41,7 @@ impl PeerRefusal {
         let (kind, value) = match self {
             PeerRefusal::Removed { epoch } => ("removed", epoch),
             PeerRefusal::ProtocolVersion { theirs } => ("protocol-version", u64::from(theirs)),
+            PeerRefusal::OtherCluster { theirs } => ("other-cluster", theirs),
         };
         let mut status = Status::new(code, message);
         status.metadata_mut().insert(KIND_KEY, MetadataValue::from_static(kind));
@@ -49,6 +56,7 @@ impl PeerRefusal {
         match kind {
             "removed" => Some(PeerRefusal::Removed { epoch: value }),
             "protocol-version" => Some(PeerRefusal::ProtocolVersion { theirs: u32::try_from(value).ok()? }),
+            "other-cluster" => Some(PeerRefusal::OtherCluster { theirs: value }),
             _ => None,
         }
     }
@@ -60,7 +68,11 @@ mod tests {
 
     #[test]
     fn a_refusal_round_trips_and_the_text_decides_nothing() {
-        for refusal in [PeerRefusal::Removed { epoch: 7 }, PeerRefusal::ProtocolVersion { theirs: 3 }] {
+        for refusal in [
+            PeerRefusal::Removed { epoch: 7 },
+            PeerRefusal::ProtocolVersion { theirs: 3 },
+            PeerRefusal::OtherCluster { theirs: u64::MAX },
+        ] {
             let status = refusal.status(tonic::Code::PermissionDenied, "whatever a person should read".into());
             assert_eq!(PeerRefusal::of(&status), Some(refusal));
         }

@@ -44,6 +44,8 @@ struct Inner {
     /// the member its messages claim to come from (see [`crate::tls::identity`]).
     tls: bool,
     impostors: AtomicU64,
+    /// Requests refused as another cluster's.
+    strangers: AtomicU64,
     /// When a version mismatch was last logged.
     version_logged: std::sync::Mutex<Option<Instant>>,
     /// Makes the engines snapshots from peers are installed into as they arrive (the
@@ -74,9 +76,20 @@ impl PeerService {
     ) -> Self {
         let rejected = AtomicU64::new(0);
         let impostors = AtomicU64::new(0);
+        let strangers = AtomicU64::new(0);
         let version_logged = std::sync::Mutex::new(None);
         PeerService {
-            inner: Arc::new(Inner { node, election, network, rejected, tls, impostors, version_logged, stager }),
+            inner: Arc::new(Inner {
+                node,
+                election,
+                network,
+                rejected,
+                tls,
+                impostors,
+                strangers,
+                version_logged,
+                stager,
+            }),
         }
     }
 }
@@ -112,6 +125,19 @@ impl Inner {
             return Err(Status::permission_denied(format!("node {id} is not a member of this cluster")));
         }
         Ok(from)
+    }
+
+    /// Refuses a request from a node of another cluster (see [`crate::peer::cluster`]), with
+    /// a log line for the first refusal and every hundredth after it.
+    fn check_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let refused = self.network.cluster().check(request);
+        if let Err(status) = &refused {
+            if self.strangers.fetch_add(1, Ordering::Relaxed).is_multiple_of(100) {
+                tracing::warn!(remote = ?request.remote_addr(), error = %status.message(),
+                    "refused a peer request from another cluster");
+            }
+        }
+        refused
     }
 
     /// Refuses a member speaking a peer protocol version this node does not speak (see
@@ -272,7 +298,7 @@ impl Inner {
             // pull returns does not depend on it.
             version: OLDEST_PEER_PROTOCOL_VERSION,
         };
-        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(request))
+        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(self.network.cluster().stamp(request)))
             .await
             .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
         let stream = response.into_inner();
@@ -318,6 +344,7 @@ enum Fetched {
 #[tonic::async_trait]
 impl pb::peer_server::Peer for PeerService {
     async fn send(&self, request: Request<Streaming<pb::PeerEnvelope>>) -> Result<Response<pb::Empty>, Status> {
+        self.inner.check_cluster(&request)?;
         let names = peer_names(&request);
         let mut stream = request.into_inner();
         while let Some(envelope) = stream.next().await {
@@ -338,12 +365,30 @@ impl pb::peer_server::Peer for PeerService {
 
     /// Which versions this node speaks; the caller streams in the newest both speak.
     async fn hello(&self, request: Request<pb::HelloRequest>) -> Result<Response<pb::HelloResponse>, Status> {
+        self.inner.check_cluster(&request)?;
         let names = peer_names(&request);
         let request = request.into_inner();
         let from = self.inner.member(request.from, names.as_ref())?;
         let speaks = self.inner.network.versions().speaks();
         tracing::debug!(peer = %from, oldest = request.oldest, newest = request.newest, "peer said hello");
         Ok(Response::new(pb::HelloResponse { oldest: OLDEST_PEER_PROTOCOL_VERSION, newest: speaks.newest() }))
+    }
+
+    /// The configuration in force, for a node about to join (see the .proto).
+    async fn members(&self, request: Request<pb::MembersRequest>) -> Result<Response<pb::MembersResponse>, Status> {
+        self.inner.check_cluster(&request)?;
+        let membership = self.inner.node.membership();
+        let members = membership
+            .members()
+            .map(|m| pb::Member {
+                id: m.id.0,
+                name: m.name.clone(),
+                peer_urls: m.peer_urls.clone(),
+                client_urls: m.client_urls.clone(),
+                learner: m.learner,
+            })
+            .collect();
+        Ok(Response::new(pb::MembersResponse { cluster_id: self.inner.network.cluster().0, members }))
     }
 
     type FetchParkedStream =
@@ -355,6 +400,7 @@ impl pb::peer_server::Peer for PeerService {
         &self,
         request: Request<pb::FetchParkedRequest>,
     ) -> Result<Response<Self::FetchParkedStream>, Status> {
+        self.inner.check_cluster(&request)?;
         let names = peer_names(&request);
         let request = request.into_inner();
         let from = self.inner.member(request.from, names.as_ref())?;
