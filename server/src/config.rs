@@ -141,8 +141,12 @@ pub struct NodeConfig {
     /// Relative paths are relative to the working directory.
     pub data_dir: PathBuf,
     /// Identifies the cluster on peer connections, so that nodes of different clusters never
-    /// talk to each other. Defaults to a hash of the members' ids and peer addresses.
+    /// talk to each other. Defaults to a hash of the members' ids and peer addresses. The id
+    /// a data dir recorded at its first start wins over it (see [`crate::join::record`]).
     pub cluster_id: u64,
+    /// Whether `cluster_id` was set in the file rather than derived: a set one that
+    /// disagrees with the data dir's record stops the start.
+    pub cluster_id_given: bool,
     /// Every member of the cluster, this node included, as listed in the file (in file
     /// order; [`NodeConfig::validate`] rejects duplicates).
     pub peers: Vec<PeerConfig>,
@@ -224,6 +228,10 @@ pub struct PeerConfig {
     pub client_addr: Option<SocketAddr>,
     /// Where members reach it.
     pub peer_addr: SocketAddr,
+    /// Its peer URL as written in etcd's `--initial-cluster` (a host name stays a host
+    /// name), which the member list records and the cluster id is derived from; `None`:
+    /// built from `peer_addr`.
+    pub peer_url: Option<String>,
 }
 
 impl PeerConfig {

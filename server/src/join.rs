@@ -5,7 +5,10 @@
 //! restart before the log reached this node starts from the same place; once the log
 //! records a configuration, the seed is unused.
 
+pub mod record;
+
 use crate::config::{ClusterState, NodeConfig};
+use crate::peer::cluster::ClusterId;
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::MembersRequest;
 use crate::tls::connector::PeerTlsConnector;
@@ -23,18 +26,6 @@ use tonic::transport::Endpoint;
 
 /// The file in the data dir recording a join.
 pub const JOIN_FILE: &str = "leasekv-join.json";
-
-/// The file in the data dir recording the cluster's id, written at this node's first start
-/// (from the configuration, or from the members it joined).
-pub const CLUSTER_FILE: &str = "leasekv-cluster.json";
-
-/// What [`CLUSTER_FILE`] holds. Readers ignore fields they do not know, so it may grow.
-#[derive(Debug, Serialize, Deserialize)]
-struct ClusterRecord {
-    /// The cluster id: in response headers, and on every peer request (see
-    /// `crate::peer::cluster`).
-    cluster_id: u64,
-}
 
 /// How long each existing member is given to answer MemberList.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -81,6 +72,31 @@ pub enum JoinError {
         /// This node's peer URL.
         url: String,
     },
+    /// The data dir records another cluster id than the one the configuration sets.
+    #[error(
+        "cluster_id = {configured} in the configuration, but this data dir belongs to cluster {recorded} ({path}); \
+         a member's cluster never changes: remove cluster_id, or give the member a new data dir"
+    )]
+    ClusterIdChanged {
+        /// The id the data dir recorded.
+        recorded: u64,
+        /// The id the configuration sets.
+        configured: u64,
+        /// The record.
+        path: PathBuf,
+    },
+    /// A data dir with data but no record of its member id, and no id configured.
+    #[error(
+        "{dir} holds data but records no member id, and the configuration gives none \
+         (initial_cluster_state = \"existing\" names no member); set `id` (or --id) to this member's id"
+    )]
+    NoMemberId {
+        /// The data dir.
+        dir: PathBuf,
+    },
+    /// The peer TLS files cannot be used to ask the members.
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The join file cannot be read or written.
     #[error("{path}: {detail}")]
     File {
@@ -102,7 +118,12 @@ pub fn seed_from_config(config: &NodeConfig) -> Membership {
             .map(|p| Member {
                 id: p.id,
                 name: p.name.clone().unwrap_or_else(|| format!("n{}", p.id.0)),
-                peer_urls: vec![format!("{}://{}", config.tls.peer_scheme(), p.peer_addr)],
+                // As written, host names included (etcd's `--initial-cluster`), so every
+                // member records the same URL whatever its resolver says.
+                peer_urls: vec![p
+                    .peer_url
+                    .clone()
+                    .unwrap_or_else(|| format!("{}://{}", config.tls.peer_scheme(), p.peer_addr))],
                 client_urls: p
                     .client_addr
                     .map(|addr| format!("{}://{}", config.tls.client_scheme(), addr))
@@ -119,42 +140,20 @@ pub fn is_empty_dir(dir: &Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
 }
 
-/// Where this node starts from. `fresh` says whether the data dir was empty before this
-/// start. A recorded join wins; a fresh node with `existing` joins now; anything else starts
-/// from the configuration (a restarted node then follows what its data dir records).
-///
-/// The cluster id is the one the data dir recorded at the first start, once there is one:
-/// the configuration's peer list, from which the default id is derived, may since have been
-/// edited to follow membership changes, and a member whose id changed would be refused by
-/// the others. A data dir of a build from before the record takes the configuration's, as
-/// that build did, and records it.
-pub async fn start_point(config: &NodeConfig, fresh: bool) -> Result<Start, JoinError> {
+/// Where this node starts from, and the cluster id its peer port checks (`None`: none, for
+/// a data dir of an older build; see [`record::settle`]). `fresh` says whether the data dir
+/// was empty before this start. A recorded join wins; a fresh node with `existing` joins
+/// now; anything else starts from the configuration (a restarted node then follows what
+/// its data dir records). The member and cluster ids the data dir recorded at its first
+/// start win over what the configuration derives.
+pub async fn start_point(config: &NodeConfig, fresh: bool) -> Result<(Start, Option<ClusterId>), JoinError> {
     let mut start = configured_start_point(config, fresh).await?;
-    start.cluster_id = recorded_cluster_id(&config.data_dir, start.cluster_id)?;
-    Ok(start)
-}
-
-/// The cluster id recorded in `data_dir`, or `otherwise`, then recorded there.
-fn recorded_cluster_id(data_dir: &Path, otherwise: u64) -> Result<u64, JoinError> {
-    let path = data_dir.join(CLUSTER_FILE);
-    let file_error = |detail: String| JoinError::File { path: path.clone(), detail };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let record: ClusterRecord = serde_json::from_str(&text).map_err(|e| file_error(e.to_string()))?;
-            if record.cluster_id != otherwise {
-                tracing::info!(recorded = %format!("{:x}", record.cluster_id), configured = %format!("{otherwise:x}"),
-                    "the cluster id recorded in the data dir differs from the configuration's; the recorded one stays");
-            }
-            Ok(record.cluster_id)
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let text = serde_json::to_string_pretty(&ClusterRecord { cluster_id: otherwise })
-                .map_err(|e| file_error(e.to_string()))?;
-            std::fs::write(&path, text).map_err(|e| file_error(e.to_string()))?;
-            Ok(otherwise)
-        }
-        Err(error) => Err(file_error(error.to_string())),
-    }
+    // A data dir holding a join but no record is one whose first start stopped between
+    // the two writes: the join is this build's, and it is recorded now.
+    let legacy = !fresh && !config.data_dir.join(JOIN_FILE).exists();
+    let explicit = config.cluster_id_given.then_some(config.cluster_id);
+    let checked = record::settle(&config.data_dir, &mut start, legacy, explicit)?;
+    Ok((start, checked))
 }
 
 /// [`start_point`] before the data dir's cluster record is consulted.
@@ -176,7 +175,7 @@ async fn configured_start_point(config: &NodeConfig, fresh: bool) -> Result<Star
     let start = join(config).await?;
     let text = serde_json::to_string_pretty(&start)
         .map_err(|e| JoinError::File { path: path.clone(), detail: e.to_string() })?;
-    std::fs::write(&path, text).map_err(|e| JoinError::File { path, detail: e.to_string() })?;
+    record::write_durably(&path, text.as_bytes()).map_err(|e| JoinError::File { path, detail: e.to_string() })?;
     Ok(start)
 }
 
@@ -195,21 +194,23 @@ fn join_tls(config: &NodeConfig) -> Result<Option<ClientTls>, JoinError> {
 /// A member listed with a client address is asked there (MemberList); one known by its peer
 /// URL only (etcd's `--initial-cluster`) on its peer port (`Peer.Members`).
 async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
-    // This node's peer URL as the cluster added it: its own entry in the list (by name, as
-    // etcd's `member add` output lists it), else the address it listens on.
+    // This node's peer URL as the cluster added it: its own entry in the list as written (by
+    // name, as etcd's `member add` output lists it), else the address it listens on.
     let own_entry = config.name.as_ref().and_then(|name| config.peers.iter().find(|p| p.name.as_ref() == Some(name)));
-    let url = format!("{}://{}", config.tls.peer_scheme(), own_entry.map_or(config.peer_addr, |p| p.peer_addr));
+    let url = own_entry.and_then(|p| p.peer_url.clone()).unwrap_or_else(|| {
+        format!("{}://{}", config.tls.peer_scheme(), own_entry.map_or(config.peer_addr, |p| p.peer_addr))
+    });
     let client_tls = join_tls(config)?;
-    let peer_tls = crate::tls::TlsState::load(&config.tls)
-        .map_err(|e| JoinError::File { path: config.data_dir.clone(), detail: e.to_string() })?
-        .peer_client;
+    let peer_tls = crate::tls::TlsState::load(&config.tls)?.peer_client;
     let mut last_error = String::from("none listed");
+    let mut not_added = false;
     for peer in config.peers.iter().filter(|p| Some(*p) != own_entry) {
         let (asked, answer) = match peer.client_addr {
             Some(addr) => (addr, tokio::time::timeout(ASK_TIMEOUT, ask_client_port(addr, client_tls.as_ref())).await),
             None => {
                 let addr = peer.peer_addr;
-                (addr, tokio::time::timeout(ASK_TIMEOUT, ask_peer_port(addr, peer_tls.clone())).await)
+                let target = peer.peer_url.as_deref().and_then(url_address).map_or(addr.to_string(), str::to_string);
+                (addr, tokio::time::timeout(ASK_TIMEOUT, ask_peer_port(&target, peer_tls.clone())).await)
             }
         };
         let (members, cluster_id) = match answer {
@@ -225,17 +226,21 @@ async fn join(config: &NodeConfig) -> Result<Start, JoinError> {
         };
         let seed = Membership::seed(members);
         // By address: an operator may have added it as http:// or https://.
-        let me = seed
-            .members()
-            .find(|m| m.peer_urls.iter().any(|u| url_address(u) == url_address(&url)))
-            .ok_or(JoinError::NotAdded { url: url.clone() })?
-            .id;
+        let Some(me) = seed.members().find(|m| m.peer_urls.iter().any(|u| url_address(u) == url_address(&url))) else {
+            // This member may not have applied the addition yet: the others may have.
+            not_added = true;
+            continue;
+        };
+        let me = me.id;
         if config.id.0 != 0 && config.id != me {
             return Err(JoinError::IdMismatch { configured: config.id.0, assigned: me.0, url });
         }
-        let cluster_id = cluster_id.unwrap_or(config.cluster_id);
+        let cluster_id = cluster_id.filter(|id| *id != 0).unwrap_or(config.cluster_id);
         tracing::info!(node = %me, from = %asked, members = ?seed.ids(), "joining the existing cluster");
         return Ok(Start { id: me, cluster_id, seed, joined: true });
+    }
+    if not_added {
+        return Err(JoinError::NotAdded { url });
     }
     Err(JoinError::NoAnswer(last_error))
 }
@@ -263,7 +268,7 @@ async fn ask_client_port(addr: SocketAddr, tls: Option<&ClientTls>) -> Result<(V
 
 /// The members and the cluster id, from a member's peer port (`Peer.Members`).
 async fn ask_peer_port(
-    addr: SocketAddr,
+    addr: &str,
     tls: Option<Arc<Current<rustls::ClientConfig>>>,
 ) -> Result<(Vec<Member>, Option<u64>), String> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string())?;

@@ -9,7 +9,6 @@ use crate::config::NodeConfig;
 use crate::conn_limit::{limit_connections, ConnectionGate};
 use crate::fault_injection::{FaultInjection, FaultInjectionError};
 use crate::node;
-use crate::peer::cluster::ClusterId;
 use crate::peer::lanes::{PeerNetwork, PEER_MESSAGE_LIMIT};
 use crate::peer::proto::peer_server::PeerServer;
 use crate::peer::service::PeerService;
@@ -116,7 +115,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     config.check_environment()?;
     // Who this node is: from the configuration, from a join recorded in the data dir, or
     // (a fresh node joining) from the existing members.
-    let start = crate::join::start_point(&config, fresh).await?;
+    let (start, checked_cluster) = crate::join::start_point(&config, fresh).await?;
     let dir = config.data_dir.display().to_string();
     // Before the storage opens: the skip-fdatasync control changes how it is opened.
     let faults = FaultInjection::from_env()?;
@@ -157,7 +156,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             .map_err(|kind| crate::config::ConfigError::new(config.origin.clone(), kind))?,
     );
     tls.watch();
-    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol, ClusterId(start.cluster_id));
+    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol, checked_cluster);
     peers.set_members(&node::peer_addresses(replica.membership()));
 
     let mut client_listeners = Vec::new();
@@ -196,7 +195,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    tracing::info!(node = %me, client = %config.client_addr, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
+    tracing::info!(node = %me, client = %config.client_addr, also = ?config.extra_client_addrs, peer = %config.peer_addr, backend = backend.name(), epoch = epoch.value, worker_threads = config.runtime.worker_threads, "kvserver started");
 
     // Snapshots and other large messages are pulled in chunks, so every message on the peer
     // port fits this limit (derived in `peers`).

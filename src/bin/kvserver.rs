@@ -5,6 +5,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use leasekv::server::config::{etcd, NodeConfig, Overrides};
+use leasekv::server::join::record::IdentityRecord;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -211,6 +212,12 @@ fn run(args: Args, ignored: Vec<String>) -> Result<()> {
     let config = NodeConfig::load(args.config.as_deref(), &overrides)?;
     if let Some(Task::Restore { file }) = args.command {
         let restored = leasekv::server::restore::restore(&file, &config.data_dir)?;
+        // The restored member's identity, as a first start records it: the configuration's
+        // cluster id (give the new cluster its own, docs/operations.md) and member id.
+        if config.id.0 != 0 {
+            let record = IdentityRecord { cluster_id: config.cluster_id, member_id: config.id.0 };
+            leasekv::server::join::record::write(&config.data_dir, record)?;
+        }
         eprintln!(
             "kvserver: restored revision {} ({} keys, {} leases) from {} into {}",
             restored.revision,

@@ -59,7 +59,7 @@ enum Arity {
 const IGNORED: &[(&str, Arity, &str)] = &[
     ("heartbeat-interval", Arity::Value, RAFT_TIMING),
     ("election-timeout", Arity::Value, RAFT_TIMING),
-    ("initial-election-tick-advance", Arity::Value, RAFT_TIMING),
+    ("initial-election-tick-advance", Arity::Switch, RAFT_TIMING),
     ("pre-vote", Arity::Switch, RAFT_TIMING),
     ("snapshot-count", Arity::Value, "leasekv's log takes checkpoints by [log] snapshot_every"),
     ("snapshot-catchup-entries", Arity::Value, "leasekv keeps [log] retain_after_snapshot slots behind a checkpoint"),
@@ -119,6 +119,20 @@ const REFUSED: &[(&str, &str)] = &[
     ("unsafe-no-fsync", "leasekv always syncs before acknowledging"),
     ("wal-dir", "leasekv keeps its log in --data-dir"),
 ];
+
+/// The refused flags that are booleans: set to false they ask for what leasekv does, and
+/// are accepted with a warning.
+const REFUSED_SWITCHES: &[&str] = &["enable-v2", "auto-tls", "peer-auto-tls", "force-new-cluster", "unsafe-no-fsync"];
+
+/// Whether `value` is false as Go's flag package reads it.
+fn is_false(value: &str) -> bool {
+    matches!(value.trim(), "false" | "0" | "f" | "F" | "FALSE" | "False")
+}
+
+/// Whether `name` is a flag of etcd that this module knows of.
+fn is_etcd_flag(name: &str) -> bool {
+    SUPPORTED.contains(&name) || IGNORED.iter().any(|(f, _, _)| *f == name) || REFUSED.iter().any(|(f, _)| *f == name)
+}
 
 const DISCOVERY: &str = "leasekv has no discovery service; list the members with --initial-cluster";
 const PROXY: &str = "leasekv has no proxy mode";
@@ -195,6 +209,10 @@ impl EtcdSettings {
             if let Some(&flag) = SUPPORTED.iter().find(|f| env_name(f) == variable) {
                 settings.given.insert(flag, Given { value, from_env: true });
             } else if let Some(&(flag, instead)) = REFUSED.iter().find(|(f, _)| env_name(f) == variable) {
+                if REFUSED_SWITCHES.contains(&flag) && is_false(&value) {
+                    settings.warnings.push(format!("{variable}={value} is ignored: leasekv does not do it either"));
+                    continue;
+                }
                 return Err(EtcdError::Unsupported { given: variable, flag, instead });
             } else if let Some(&(_, _, why)) = IGNORED.iter().find(|(f, _, _)| env_name(f) == variable) {
                 settings.warnings.push(format!("{variable} is ignored: {why}"));
@@ -203,7 +221,11 @@ impl EtcdSettings {
             }
         }
         for (flag, value) in flags {
-            settings.given.insert(flag, Given { value, from_env: false });
+            if let Some(shadowed) = settings.given.insert(flag, Given { value, from_env: false }) {
+                if shadowed.from_env {
+                    settings.warnings.push(format!("{} is shadowed by --{flag}", env_name(flag)));
+                }
+            }
         }
         Ok(settings)
     }
@@ -232,6 +254,16 @@ pub fn sift_args(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>), Et
     let mut warnings = Vec::new();
     let mut args = args.into_iter().peekable();
     while let Some(arg) = args.next() {
+        // Go's flag package takes `-name` as `--name`; etcd's older docs write it so.
+        let arg = match arg.to_str() {
+            Some(text) if !text.starts_with("--") && text.len() > 2 => match text.strip_prefix('-') {
+                Some(single) if is_etcd_flag(single.split('=').next().unwrap_or(single)) => {
+                    OsString::from(format!("-{text}"))
+                }
+                _ => arg,
+            },
+            _ => arg,
+        };
         let Some(text) = arg.to_str().and_then(|a| a.strip_prefix("--")) else {
             kept.push(arg);
             continue;
@@ -241,6 +273,10 @@ pub fn sift_args(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>), Et
             None => (text, None),
         };
         if let Some(&(flag, instead)) = REFUSED.iter().find(|(f, _)| *f == name) {
+            if REFUSED_SWITCHES.contains(&flag) && inline_value.is_some_and(is_false) {
+                warnings.push(format!("--{text} is ignored: leasekv does not do it either"));
+                continue;
+            }
             return Err(EtcdError::Unsupported { given: format!("--{flag}"), flag, instead });
         }
         let Some(&(flag, arity, why)) = IGNORED.iter().find(|(f, _, _)| *f == name) else {
@@ -273,8 +309,11 @@ pub struct InitialMember {
 pub struct EtcdLayer {
     /// `--name`.
     pub name: Option<String>,
-    /// `--data-dir`, or `<name>.etcd` (etcd's default) when a name was given.
+    /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
+    /// `<name>.etcd`, etcd's default data dir, when a name was given: below the file's
+    /// `data_dir` in precedence, as any default.
+    pub default_data_dir: Option<PathBuf>,
     /// `--listen-client-urls`: the first is `client_addr`, the rest listen too.
     pub client_addrs: Vec<SocketAddr>,
     /// `--advertise-client-urls`.
@@ -310,10 +349,8 @@ impl EtcdLayer {
     pub fn of(settings: &EtcdSettings) -> Result<EtcdLayer, EtcdError> {
         let mut layer = EtcdLayer { warnings: settings.warnings.clone(), ..EtcdLayer::default() };
         layer.name = settings.value("name").map(|(v, _)| v.to_string());
-        layer.data_dir = settings
-            .value("data-dir")
-            .map(|(v, _)| PathBuf::from(v))
-            .or_else(|| layer.name.as_ref().map(|name| PathBuf::from(format!("{name}.etcd"))));
+        layer.data_dir = settings.value("data-dir").map(|(v, _)| PathBuf::from(v));
+        layer.default_data_dir = layer.name.as_ref().map(|name| PathBuf::from(format!("{name}.etcd")));
 
         let client_https = settings.get("cert-file").is_some();
         if let Some((value, given)) = settings.value("listen-client-urls") {
@@ -342,6 +379,9 @@ impl EtcdLayer {
         }
         if let Some((value, given)) = settings.value("initial-cluster") {
             layer.initial_cluster = initial_cluster(value, &given)?;
+            for member in &layer.initial_cluster {
+                listen_address(&member.peer_url, peer_https, "--peer-cert-file", &given)?;
+            }
         }
         if let Some((value, given)) = settings.value("initial-advertise-peer-urls") {
             let url = single(value, &given, "a leasekv member has one peer URL")?;

@@ -241,7 +241,9 @@ pub(super) fn resolve(
     }
     // A joining node learns its id from the cluster; 0 stands for "not given".
     // Without --initial-cluster, etcd's default is a cluster of this member alone.
-    let lone_etcd_member = (!overrides.etcd.is_empty() && etcd.initial_cluster.is_empty()).then_some(1);
+    let lone_etcd_member =
+        (!overrides.etcd.is_empty() && etcd.initial_cluster.is_empty() && initial_cluster_state == ClusterState::New)
+            .then_some(1);
     let id = match (overrides.id.or(etcd_me.map(|(id, _)| id)).or(file.id).or(lone_etcd_member), initial_cluster_state)
     {
         (Some(id), _) => id,
@@ -260,6 +262,7 @@ pub(super) fn resolve(
         .unwrap_or(super::DEFAULT_CLIENT_ADDR);
     let extra_client_addrs =
         if etcd.client_addrs.is_empty() { file.extra_client_addrs } else { etcd.client_addrs[1..].to_vec() };
+    let advertise_client_urls_empty = etcd.advertise_client_urls.is_empty() && file.advertise_client_urls.is_empty();
     let advertise_client_urls = if etcd.advertise_client_urls.is_empty() {
         file.advertise_client_urls
     } else {
@@ -280,6 +283,7 @@ pub(super) fn resolve(
         .clone()
         .or(etcd.data_dir.clone())
         .or(file.data_dir)
+        .or(etcd.default_data_dir.clone())
         .unwrap_or_else(|| PathBuf::from(super::DEFAULT_DATA_DIR));
 
     let peers = if !etcd.initial_cluster.is_empty() {
@@ -290,16 +294,29 @@ pub(super) fn resolve(
                 name: Some(m.name.clone()),
                 client_addr: None,
                 peer_addr: m.peer_addr,
+                peer_url: Some(m.peer_url.clone()),
             })
             .collect()
     } else if file.peers.is_empty() && initial_cluster_state == ClusterState::New {
         // Without [[peers]] the node is a cluster of one: itself, at the addresses it
         // listens on.
-        vec![PeerConfig { id: NodeId(id), name: name.clone(), client_addr: Some(client_addr), peer_addr }]
+        vec![PeerConfig {
+            id: NodeId(id),
+            name: name.clone(),
+            client_addr: Some(client_addr),
+            peer_addr,
+            peer_url: None,
+        }]
     } else {
         file.peers
             .into_iter()
-            .map(|p| PeerConfig { id: NodeId(p.id), name: p.name, client_addr: p.client_addr, peer_addr: p.peer_addr })
+            .map(|p| PeerConfig {
+                id: NodeId(p.id),
+                name: p.name,
+                client_addr: p.client_addr,
+                peer_addr: p.peer_addr,
+                peer_url: None,
+            })
             .collect()
     };
 
@@ -388,6 +405,7 @@ pub(super) fn resolve(
     };
 
     let token = etcd.cluster_token.clone().or(file.initial_cluster_token);
+    let cluster_id_given = file.cluster_id.is_some();
     let cluster_id = file.cluster_id.unwrap_or_else(|| derive_cluster_id(&peers, token.as_deref()));
 
     let peer_protocol = match &file.peer_protocol_version {
@@ -426,6 +444,7 @@ pub(super) fn resolve(
         peer_addr,
         data_dir,
         cluster_id,
+        cluster_id_given,
         peer_protocol,
         peers,
         election,
@@ -444,7 +463,16 @@ pub(super) fn resolve(
         initial_cluster_state,
         tls,
         origin: origin.clone(),
-        warnings: etcd.warnings,
+        warnings: {
+            let mut warnings = etcd.warnings;
+            if client_addr.ip().is_unspecified() && advertise_client_urls_empty {
+                warnings.push(format!(
+                    "the client port listens on {client_addr} and no client URL is advertised: the member list shows \
+                     http://{client_addr}, which clients cannot dial; set advertise_client_urls (--advertise-client-urls)"
+                ));
+            }
+            warnings
+        },
     })
 }
 
@@ -464,7 +492,10 @@ fn parse_backend(name: &str) -> Result<BackendKind, ConfigErrorKind> {
 pub(super) fn derive_cluster_id(peers: &[PeerConfig], token: Option<&str>) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut members: Vec<(u32, String)> = peers.iter().map(|p| (p.id.0, p.peer_addr.to_string())).collect();
+    // A URL as written where there is one (etcd's --initial-cluster), so that members whose
+    // resolvers disagree on a host name still derive the same id.
+    let mut members: Vec<(u32, String)> =
+        peers.iter().map(|p| (p.id.0, p.peer_url.clone().unwrap_or_else(|| p.peer_addr.to_string()))).collect();
     members.sort();
     let mut hash = OFFSET_BASIS;
     // A token is hashed as an entry of its own, so no token and an empty one differ from

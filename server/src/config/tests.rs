@@ -646,3 +646,12 @@ fn etcds_name_alone_makes_a_cluster_of_this_member_with_etcds_data_dir() {
     assert_eq!(config.peers.len(), 1);
     assert_eq!(config.client_addr, DEFAULT_CLIENT_ADDR);
 }
+
+#[test]
+fn etcds_default_data_dir_yields_to_the_files() {
+    let text = "id = 1\ndata_dir = \"/var/lib/leasekv\"\n";
+    let config = NodeConfig::from_toml_str(text, origin(), &etcd_flags(&[("name", "infra0")])).expect("valid");
+    assert_eq!(config.data_dir, PathBuf::from("/var/lib/leasekv"));
+    let config = NodeConfig::from_toml_str("id = 1\n", origin(), &etcd_flags(&[("name", "infra0")])).expect("valid");
+    assert_eq!(config.data_dir, PathBuf::from("infra0.etcd"));
+}

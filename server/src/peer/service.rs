@@ -130,7 +130,8 @@ impl Inner {
     /// Refuses a request from a node of another cluster (see [`crate::peer::cluster`]), with
     /// a log line for the first refusal and every hundredth after it.
     fn check_cluster<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let refused = self.network.cluster().check(request);
+        let Some(cluster) = self.network.cluster() else { return Ok(()) };
+        let refused = cluster.check(request);
         if let Err(status) = &refused {
             if self.strangers.fetch_add(1, Ordering::Relaxed).is_multiple_of(100) {
                 tracing::warn!(remote = ?request.remote_addr(), error = %status.message(),
@@ -298,7 +299,7 @@ impl Inner {
             // pull returns does not depend on it.
             version: OLDEST_PEER_PROTOCOL_VERSION,
         };
-        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(self.network.cluster().stamp(request)))
+        let response = tokio::time::timeout(CHUNK_TIMEOUT, client.fetch_parked(self.network.request(request)))
             .await
             .map_err(|_| PullError::Stalled(CHUNK_TIMEOUT))??;
         let stream = response.into_inner();
@@ -388,7 +389,10 @@ impl pb::peer_server::Peer for PeerService {
                 learner: m.learner,
             })
             .collect();
-        Ok(Response::new(pb::MembersResponse { cluster_id: self.inner.network.cluster().0, members }))
+        // 0: this node checks no cluster id (a data dir of an older build); the joiner
+        // takes its configuration's.
+        let cluster_id = self.inner.network.cluster().map_or(0, |c| c.0);
+        Ok(Response::new(pb::MembersResponse { cluster_id, members }))
     }
 
     type FetchParkedStream =

@@ -29,7 +29,8 @@ const GUIDE: &[(&str, &str)] = &[
 fn the_clustering_guides_static_command_line_translates_with_etcds_meaning() {
     let layer = layer(GUIDE).expect("the guide's flags");
     assert_eq!(layer.name.as_deref(), Some("infra0"));
-    assert_eq!(layer.data_dir, Some(PathBuf::from("infra0.etcd")), "etcd's default data dir");
+    assert_eq!(layer.data_dir, None);
+    assert_eq!(layer.default_data_dir, Some(PathBuf::from("infra0.etcd")), "etcd's default data dir");
     let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
     assert_eq!(layer.client_addrs, vec![addr("127.0.0.10:2379"), addr("127.0.0.1:2379")]);
     assert_eq!(layer.advertise_client_urls, vec!["http://127.0.0.10:2379".to_string()]);
@@ -175,4 +176,35 @@ fn tls_flags_fill_both_ports() {
     assert_eq!((client.ca, client.require_client_cert), (Some(PathBuf::from("ca.pem")), true));
     assert_eq!(layer.peer_tls.expect("peer TLS").key, PathBuf::from("pk.pem"));
     assert_eq!(layer.warnings.len(), 1, "peer certificates are always verified: {:?}", layer.warnings);
+}
+
+#[test]
+fn go_flag_forms_are_taken_single_dashes_and_refused_switches_set_to_false() {
+    let args = ["kvserver", "-name", "infra0", "-data-dir=d", "--enable-v2=false", "-h"].map(OsString::from).to_vec();
+    let (kept, warnings) = sift_args(args).expect("nothing refused");
+    assert_eq!(kept, ["kvserver", "--name", "infra0", "--data-dir=d", "-h"].map(OsString::from).to_vec());
+    assert_eq!(warnings, vec!["--enable-v2=false is ignored: leasekv does not do it either".to_string()]);
+    assert!(sift_args(["kvserver", "--enable-v2=true"].map(OsString::from).to_vec()).is_err());
+    let settings = EtcdSettings::gather(Vec::new(), env(&[("ETCD_AUTO_TLS", "false")])).expect("false is fine");
+    assert_eq!(settings.warnings.len(), 1);
+    assert!(EtcdSettings::gather(Vec::new(), env(&[("ETCD_AUTO_TLS", "true")])).is_err());
+}
+
+#[test]
+fn a_variable_shadowed_by_its_flag_is_reported() {
+    let settings = EtcdSettings::gather(flags(&[("name", "a")]), env(&[("ETCD_NAME", "b")])).expect("valid");
+    assert_eq!(settings.warnings, vec!["ETCD_NAME is shadowed by --name".to_string()]);
+}
+
+#[test]
+fn initial_cluster_urls_follow_the_peer_tls_flags() {
+    let plain = layer(&[("initial-cluster", "a=https://127.0.0.1:2380")]).expect_err("https without certificates");
+    assert!(plain.to_string().contains("no certificate is given"), "{plain}");
+    let tls = [
+        ("peer-cert-file", "c"),
+        ("peer-key-file", "k"),
+        ("peer-trusted-ca-file", "ca"),
+        ("initial-cluster", "a=http://127.0.0.1:2380"),
+    ];
+    assert!(layer(&tls).expect_err("http with certificates").to_string().contains("use https"));
 }
