@@ -107,15 +107,18 @@ fn etcdctl_until_ok(etcdctl: &str, endpoints: &str, args: &[&str]) -> String {
     }
 }
 
-/// Waits until `etcdctl member list` shows every name in `names`, each with a client URL
-/// (published by the member itself once running).
-fn wait_for_members(etcdctl: &str, endpoints: &str, names: &[&str]) -> String {
+/// Waits until `etcdctl member list` shows exactly `members`, each with its name and its
+/// client URL (which the member publishes itself once running; its name may show before,
+/// from `--initial-cluster`).
+fn wait_for_members(etcdctl: &str, endpoints: &str, members: &[&Member]) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let list = etcdctl_until_ok(etcdctl, endpoints, &["member", "list"]);
+        let shown = |m: &&Member| {
+            list.lines().any(|l| l.contains(&format!(", {}, ", m.name)) && l.contains(&format!("{}, ", m.client)))
+        };
         let published =
-            names.iter().all(|name| list.lines().any(|l| l.contains(&format!(", {name}, ")) && l.contains("http://")))
-                && list.lines().filter(|l| !l.trim().is_empty()).count() == names.len();
+            members.iter().all(shown) && list.lines().filter(|l| !l.trim().is_empty()).count() == members.len();
         if published {
             return list;
         }
@@ -164,7 +167,7 @@ fn a_cluster_started_with_the_clustering_guides_static_command_lines_serves_etcd
     etcdctl_until_ok(&etcdctl, &all, &["put", "/guide", "static"]);
     let got = etcdctl_until_ok(&etcdctl, &cluster[2].client, &["get", "/guide", "--print-value-only"]);
     assert_eq!(got.trim(), "static");
-    let list = wait_for_members(&etcdctl, &all, &["infra0", "infra1", "infra2"]);
+    let list = wait_for_members(&etcdctl, &all, &cluster.iter().collect::<Vec<_>>());
     for m in &cluster {
         assert!(list.contains(&m.peer) && list.contains(&m.client), "{list}");
     }
@@ -196,7 +199,7 @@ fn a_cluster_configured_by_etcd_variables_alone_serves_etcdctl_and_takes_a_membe
         cluster.iter().map(|m| Node::start(dir.path(), &m.name, &[], &variables(m, &cluster, "new"))).collect();
     let all = endpoints(&cluster);
     etcdctl_until_ok(&etcdctl, &all, &["put", "/env", "variables"]);
-    wait_for_members(&etcdctl, &all, &["env0", "env1", "env2"]);
+    wait_for_members(&etcdctl, &all, &cluster.iter().collect::<Vec<_>>());
 
     // etcd's way to grow a cluster: member add prints the new member's variables.
     let new = members(&["env3"], 23).pop().expect("one");
@@ -219,7 +222,7 @@ fn a_cluster_configured_by_etcd_variables_alone_serves_etcdctl_and_takes_a_membe
     env.push(("ETCD_LISTEN_CLIENT_URLS".into(), new.client.clone()));
     env.push(("ETCD_ADVERTISE_CLIENT_URLS".into(), new.client.clone()));
     nodes.push(Node::start(dir.path(), "env3", &[], &env));
-    let list = wait_for_members(&etcdctl, &all, &["env0", "env1", "env2", "env3"]);
+    let list = wait_for_members(&etcdctl, &all, &cluster.iter().chain([&new]).collect::<Vec<_>>());
     assert!(list.contains(&new.client), "{list}");
     // The new member serves what was written before it joined, and takes writes.
     let got = etcdctl_until_ok(&etcdctl, &new.client, &["get", "/env", "--print-value-only"]);
