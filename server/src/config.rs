@@ -171,6 +171,8 @@ pub struct NodeConfig {
     pub watch: WatchConfig,
     /// `[runtime]`: the threads that serve this node.
     pub runtime: RuntimeConfig,
+    /// `[console]`: whether the web console is served at `/ui`, and whether it may write.
+    pub console: ConsoleMode,
     /// etcd's `initial-cluster-state`: whether this node starts a new cluster with the
     /// `[[peers]]` listed (`new`, the default) or joins an existing one whose members are
     /// the `[[peers]]` (`existing`; see [`ClusterState::Existing`]). Used only when the data
@@ -332,6 +334,28 @@ impl Default for ClientLimits {
     fn default() -> Self {
         ClientLimits::DEFAULT
     }
+}
+
+/// `[console] mode`: whether this node serves the web console at `/ui` on its client port.
+///
+/// `on` by default: the console is a page over etcd's gateway, which the same port serves
+/// anyway, and every action it takes is checked with the signed-in user's permissions (when
+/// auth is on) exactly as the same call from etcdctl would be. It gives nobody a power the
+/// port did not already give. `read-only` serves it without the calls that change anything
+/// (its own `/ui/api/v3/...` routes refuse them); `off` serves no console at all. Neither
+/// restricts the gateway or gRPC: turn auth on for that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+pub enum ConsoleMode {
+    /// Served, with every action the user's permissions allow.
+    #[default]
+    #[serde(rename = "on")]
+    On,
+    /// Served, reading only.
+    #[serde(rename = "read-only")]
+    ReadOnly,
+    /// Not served: `/ui` answers 404.
+    #[serde(rename = "off")]
+    Off,
 }
 
 /// `[watch]`: how this node serves watch streams.

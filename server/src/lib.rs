@@ -24,6 +24,7 @@ mod blocking;
 pub mod compactor;
 pub mod config;
 pub mod conn_limit;
+pub mod console;
 pub mod corrupt_check;
 pub mod fault_injection;
 pub mod forward;

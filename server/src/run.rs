@@ -228,6 +228,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         shared.clone(),
         WatchService::new(shared.clone(), config.watch_settings(), watches_stopping.clone()),
         ElectionService::new(shared.clone(), watches_stopping.clone()),
+        watches_stopping.clone(),
     );
     // One port for both, as etcd: gRPC calls go to the services by their paths, HTTP/1.1
     // and HTTP/2 requests to the gateway's `/v3/...` paths, `/health`, `/version` and
@@ -236,7 +237,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     // allowance for framing; tonic refuses a longer message from its length prefix, before
     // buffering it (etcd's grpc-go likewise).
     let message_limit = config.client_limits.grpc_message_limit();
-    let routes = tonic::service::Routes::from(crate::gateway::router(gateway))
+    let routes = tonic::service::Routes::from(crate::gateway::router(gateway, config.console))
         .add_service(pb::kv_server::KvServer::new(KvService(shared.clone())).max_decoding_message_size(message_limit))
         .add_service(
             pb::lease_server::LeaseServer::new(LeaseService(shared.clone())).max_decoding_message_size(message_limit),

@@ -58,6 +58,15 @@ pub(super) struct FileConfig {
     runtime: FileRuntime,
     #[serde(default)]
     tls: FileTls,
+    #[serde(default)]
+    console: FileConsole,
+}
+
+/// `[console]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConsole {
+    mode: Option<super::ConsoleMode>,
 }
 
 /// `[tls]`: `[tls.client]` and `[tls.peer]`.
@@ -460,6 +469,7 @@ pub(super) fn resolve(
         },
         watch,
         runtime,
+        console: file.console.mode.unwrap_or_default(),
         initial_cluster_state,
         tls,
         origin: origin.clone(),

@@ -14,9 +14,8 @@ use axum::extract::State;
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use leasekv_client::proto::etcdserverpb as pb;
-use pb::kv_server::Kv;
+use leasekv_kvstore::log::ReadConsistency;
 use std::time::Duration;
-use tonic::Request;
 
 /// How long the health read may take: etcd's default request timeout is 5 s, but a health
 /// check that waits that long makes its prober time out first.
@@ -33,7 +32,7 @@ fn excluded_alarms(uri: &Uri) -> Vec<String> {
 }
 
 /// Why the node is not healthy, if it is not.
-async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), String> {
+pub(crate) async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), String> {
     let election = gateway.shared.node.election.status();
     if election.master.is_none() && election.hint.is_none() {
         return Err("RAFT NO LEADER".into());
@@ -44,10 +43,16 @@ async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), String> {
             return Err(format!("ALARM {alarm}"));
         }
     }
+    // The node's own read, not the KV service's: with auth on, the service would refuse a
+    // probe that carries no token ("user name is empty"). etcd's check reads before it checks
+    // permissions and counts an auth refusal as healthy; reading past auth does the same.
     let read = pb::RangeRequest { key: b"health".to_vec(), ..Default::default() };
+    let read = crate::api::convert::range_in(read).map_err(|status| format!("QGET ERROR: {}", status.message()))?;
+    let shared = &gateway.shared;
+    let linearizable = || shared.node.read(read.request.clone(), read.revision, ReadConsistency::Linearizable);
     let deadline = tokio::time::Instant::now() + HEALTH_READ;
-    let current = match tokio::time::timeout_at(deadline, gateway.kv.range(Request::new(read))).await {
-        Ok(Ok(answer)) => answer.into_inner().header.map_or(0, |h| h.revision),
+    let current = match tokio::time::timeout_at(deadline, shared.serve(linearizable)).await {
+        Ok(Ok((_, revision))) => revision,
         Ok(Err(status)) => return Err(format!("QGET ERROR: {}", status.message())),
         Err(_) => return Err(format!("QGET ERROR: no answer within {HEALTH_READ:?}")),
     };

@@ -43,7 +43,7 @@ const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
 /// What the routes call: the node's gRPC services.
 pub struct Gateway {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     kv: KvService,
     lease: LeaseService,
     cluster: ClusterService,
@@ -53,12 +53,19 @@ pub struct Gateway {
     election: ElectionService,
     ext: ExtService,
     auth: AuthService,
+    /// Turns true when the node shuts down: the console's overview streams end then.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Gateway {
     /// A gateway over the node's services; `watch` and `election` are instances of their
     /// own, made like the ones the gRPC server serves.
-    pub fn new(shared: Arc<Shared>, watch: WatchService, election: ElectionService) -> Arc<Self> {
+    pub fn new(
+        shared: Arc<Shared>,
+        watch: WatchService,
+        election: ElectionService,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(Gateway {
             kv: KvService(shared.clone()),
             lease: LeaseService(shared.clone()),
@@ -70,12 +77,13 @@ impl Gateway {
             watch,
             election,
             shared,
+            stopping,
         })
     }
 }
 
 /// The routes' state.
-type Handle = Arc<Gateway>;
+pub(crate) type Handle = Arc<Gateway>;
 
 /// One unary RPC: the request body decoded as `req` (a message's full name), `call`
 /// applied, the answer encoded as `resp`.
@@ -256,7 +264,7 @@ async fn cors(mut response: Response) -> Response {
 }
 
 /// Every gateway path, under `/v3` (and its aliases) and `/v3beta`.
-fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
+pub(crate) fn routes() -> Vec<(&'static str, MethodRouter<Handle>)> {
     use election::election_server::Election;
     use ext::lease_kv_server::LeaseKv;
     use lock::lock_server::Lock;
@@ -604,8 +612,9 @@ pub fn route_label(path: &str) -> &str {
 pub const PREFIXES: &[&str] = &["/v3", "/v3beta"];
 
 /// The gateway's router, to be served beside the gRPC services (whose paths,
-/// `/etcdserverpb.KV/Range` and so on, it leaves alone).
-pub fn router(gateway: Arc<Gateway>) -> Router {
+/// `/etcdserverpb.KV/Range` and so on, it leaves alone), with the console at `/ui` as
+/// `console` says.
+pub fn router(gateway: Arc<Gateway>, console: crate::config::ConsoleMode) -> Router {
     let mut gateway_routes = Router::new();
     for (path, route) in routes() {
         for prefix in PREFIXES {
@@ -621,6 +630,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/readyz", any(health::readyz))
         .route("/livez", any(health::livez))
         .route("/metrics", any(health::metrics))
+        .merge(crate::console::router(console, routes()))
         .fallback(not_found)
         .with_state(gateway)
 }
