@@ -274,7 +274,7 @@ try {
   secure.setDefaultTimeout(10000);
   const tls = await secure.newPage();
   await tls.goto(`${config.tls_url}/ui/#/keys`);
-  await tls.locator("#ov-members tbody tr, #key-new").first().waitFor();
+  await tls.locator("#key-new").waitFor();
   await tls.locator("#key-new").click();
   await tls.locator("#new-key").fill("/tls/ok");
   await tls.locator("#new-value").fill("over TLS");
