@@ -655,3 +655,17 @@ fn etcds_default_data_dir_yields_to_the_files() {
     let config = NodeConfig::from_toml_str("id = 1\n", origin(), &etcd_flags(&[("name", "infra0")])).expect("valid");
     assert_eq!(config.data_dir, PathBuf::from("infra0.etcd"));
 }
+
+#[test]
+fn the_console_is_on_by_default_and_can_be_made_read_only_or_turned_off() {
+    use crate::config::ConsoleMode;
+    assert_eq!(parse("id = 1\n").expect("valid").console, ConsoleMode::On);
+    assert_eq!(NodeConfig::builtin().console, ConsoleMode::On);
+    for (text, mode) in [("on", ConsoleMode::On), ("read-only", ConsoleMode::ReadOnly), ("off", ConsoleMode::Off)] {
+        let config = parse(&format!("id = 1\n[console]\nmode = \"{text}\"\n")).expect("valid");
+        assert_eq!(config.console, mode);
+    }
+    let message = error_of("id = 1\n[console]\nmode = \"readonly\"\n");
+    assert!(message.contains("unknown variant `readonly`") && message.contains("read-only"), "{message}");
+    assert!(message.contains(":3:"), "the line is named: {message}");
+}

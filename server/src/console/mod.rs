@@ -1,7 +1,7 @@
 //! The web console: a page for operators, served by every node on its client port at `/ui`
 //! (see docs/console.md).
 //!
-//! The page is static (HTML, one script, one stylesheet in [`assets`](self), embedded in
+//! The page is static (HTML, a few ES modules and a stylesheet in `src/console/assets`, embedded in
 //! the binary at compile time) and does everything through etcd's HTTP/JSON gateway, which
 //! the same port serves: the console's calls go to `/ui/api/v3/<service>/<method>`, the
 //! gateway's own routes mounted a second time. The user's token rides along as etcd's
