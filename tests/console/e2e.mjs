@@ -78,12 +78,14 @@ const browser = await chromium.launch({
 
 let page;
 let step = "start";
+// Script errors in the page (an exception no handler caught) fail the run at the end.
+const pageErrors = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   context.setDefaultTimeout(10000);
   page = await context.newPage();
   page.on("dialog", (dialog) => dialog.accept());
-  page.on("pageerror", (error) => log(`page error: ${error.message}`));
+  page.on("pageerror", (error) => pageErrors.push(error.message));
 
   // --- Overview: three members and the master, seen from a follower -------------------
   step = "overview";
@@ -134,6 +136,8 @@ try {
   assert(etcdctl(["get", "/config/e2e", "--print-value-only"]) === '{"replicas":5}', "the conflicting save wrote nothing");
   await shot(page, "keys-conflict");
   await page.getByRole("button", { name: "Reload" }).click();
+  // The reload redraws the editor: wait for etcdctl's value before typing over it.
+  await page.waitForFunction(() => document.getElementById("value-editor")?.value === '{"replicas":5}');
   await page.locator("#value-editor").fill('{"replicas":7}');
   await page.locator("#key-save").click();
   await page.locator("#notice", { hasText: "Saved at revision" }).waitFor();
@@ -227,6 +231,7 @@ try {
   authed.setDefaultTimeout(10000);
   const viewer = await authed.newPage();
   viewer.on("dialog", (dialog) => dialog.accept());
+  viewer.on("pageerror", (error) => pageErrors.push(error.message));
   await viewer.goto(`${follower.url}/ui/#/keys`);
   await viewer.locator("#login[open]").waitFor();
   await viewer.locator("#login-user").fill("viewer");
@@ -273,6 +278,7 @@ try {
   const secure = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 860 } });
   secure.setDefaultTimeout(10000);
   const tls = await secure.newPage();
+  tls.on("pageerror", (error) => pageErrors.push(error.message));
   await tls.goto(`${config.tls_url}/ui/#/keys`);
   await tls.locator("#key-new").waitFor();
   await tls.locator("#key-new").click();
@@ -284,6 +290,8 @@ try {
   await tls.locator("#ov-members tbody tr .master").waitFor();
   await shot(tls, "tls-overview");
 
+  step = "page errors";
+  assert(pageErrors.length === 0, `uncaught errors in the page: ${pageErrors.join("; ")}`);
   log("all console checks passed");
   await browser.close();
   process.exit(0);

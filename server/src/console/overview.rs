@@ -5,6 +5,10 @@
 //! same one again every [`HEARTBEAT`] so the page can tell a quiet node from a dead
 //! connection. A takeover shows within one poll of this node learning of it.
 //!
+//! One task per node composes the overview, however many pages watch it ([`OverviewHub`]):
+//! a wall of dashboards costs the node what one does. The task starts with the first viewer
+//! and ends when the last one leaves.
+//!
 //! It tells what etcd's Status and MemberList tell without authentication (members, the
 //! master, term, revision, sizes, alarms) plus the election backend and this node's health,
 //! so it needs no login either.
@@ -16,7 +20,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -75,19 +81,146 @@ pub struct Overview {
     pub quota_bytes: u64,
     /// Raised alarms, as `NOSPACE on 2`.
     pub alarms: Vec<String>,
-    /// `None` when this node is healthy, else why not (as `/health` says it).
-    pub unhealthy: Option<String>,
+    /// Whether this node is healthy, as `/health` says it.
+    pub health: HealthView,
+}
+
+/// This node's health in the overview.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "lowercase")]
+pub enum HealthView {
+    /// The first check has not finished yet.
+    Checking,
+    /// `/health` would answer true.
+    Healthy,
+    /// `/health` would answer false, for this reason.
+    Unhealthy(String),
+}
+
+/// The composing task's channel, while it runs: the overview every viewer reads.
+#[derive(Default)]
+pub struct OverviewHub {
+    running: Mutex<Option<watch::Sender<Option<Arc<Overview>>>>>,
+}
+
+impl OverviewHub {
+    /// A viewer's receiver; starts the composing task if none runs.
+    fn subscribe(&self, gateway: &Handle) -> watch::Receiver<Option<Arc<Overview>>> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = running.as_ref() {
+            return sender.subscribe();
+        }
+        let (sender, receiver) = watch::channel(None);
+        *running = Some(sender.clone());
+        tokio::spawn(compose_while_watched(gateway.clone(), sender));
+        receiver
+    }
+
+    /// Whether the task should end (no viewer left, or the node stopping); if so, forgets it
+    /// under the lock a new viewer takes, so that viewer starts a new task.
+    fn release(&self, sender: &watch::Sender<Option<Arc<Overview>>>, stopping: bool) -> bool {
+        if sender.receiver_count() > 0 && !stopping {
+            return false;
+        }
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if sender.receiver_count() > 0 && !stopping {
+            return false;
+        }
+        *running = None;
+        true
+    }
 }
 
 /// `GET /ui/api/overview`.
 pub async fn stream(State(gateway): State<Handle>) -> Response {
-    let watch = Watcher { gateway, last: None, sent_at: Instant::now(), health: Health::default() };
-    let lines = futures_util::stream::unfold(watch, |mut watch| async move {
-        let line = watch.next_change().await?;
-        Some((Ok::<_, Infallible>(line), watch))
+    let viewer =
+        Viewer { overview: gateway.overview.subscribe(&gateway), stopping: gateway.stopping.clone(), sent: false };
+    let lines = futures_util::stream::unfold(viewer, |mut viewer| async move {
+        let line = viewer.next_line().await?;
+        Some((Ok::<_, Infallible>(line), viewer))
     });
     ([(header::CONTENT_TYPE, "application/x-ndjson"), (header::CACHE_CONTROL, "no-store")], Body::from_stream(lines))
         .into_response()
+}
+
+/// One page's stream.
+struct Viewer {
+    overview: watch::Receiver<Option<Arc<Overview>>>,
+    stopping: watch::Receiver<bool>,
+    sent: bool,
+}
+
+impl Viewer {
+    /// The next line to send: the overview when it changed, or again after [`HEARTBEAT`];
+    /// `None` once the node is shutting down.
+    async fn next_line(&mut self) -> Option<Bytes> {
+        loop {
+            if *self.stopping.borrow() {
+                return None;
+            }
+            if !self.sent {
+                let current = self.overview.borrow_and_update().clone();
+                if let Some(overview) = current {
+                    return Some(self.line(&overview));
+                }
+            }
+            tokio::select! {
+                changed = self.overview.changed() => {
+                    changed.ok()?;
+                    let current = self.overview.borrow_and_update().clone();
+                    if let Some(overview) = current {
+                        return Some(self.line(&overview));
+                    }
+                }
+                _ = tokio::time::sleep(HEARTBEAT), if self.sent => {
+                    let current = self.overview.borrow().clone();
+                    if let Some(overview) = current {
+                        return Some(self.line(&overview));
+                    }
+                }
+                _ = self.stopping.changed() => return None,
+            }
+        }
+    }
+
+    fn line(&mut self, overview: &Overview) -> Bytes {
+        self.sent = true;
+        let mut line = serde_json::to_vec(overview).unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+}
+
+/// The composing task: the overview every [`POLL`], published when it changed, until no
+/// viewer is left or the node stops.
+async fn compose_while_watched(gateway: Handle, sender: watch::Sender<Option<Arc<Overview>>>) {
+    let mut stopping = gateway.stopping.clone();
+    let mut health = Health::default();
+    let mut status = None;
+    loop {
+        if gateway.overview.release(&sender, *stopping.borrow()) {
+            health.stop();
+            return;
+        }
+        health.tend(&gateway).await;
+        // A status the node loop is slow to give keeps the last one: alarms and sizes do
+        // not blink away while the node is busy.
+        if let Ok(Ok(now)) = tokio::time::timeout(STATUS_WAIT, gateway.shared.node.status()).await {
+            status = Some(now);
+        }
+        let overview = compose(&gateway, health.view(), status.as_ref());
+        sender.send_if_modified(|current| {
+            if current.as_deref() == Some(&overview) {
+                return false;
+            }
+            *current = Some(Arc::new(overview));
+            true
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stopping.changed() => {}
+        }
+    }
 }
 
 /// The health check running beside the polls, and its last answer.
@@ -95,80 +228,48 @@ pub async fn stream(State(gateway): State<Handle>) -> Response {
 struct Health {
     running: Option<JoinHandle<Result<(), String>>>,
     started: Option<Instant>,
-    last: Option<String>,
+    last: Option<Result<(), String>>,
 }
 
-/// One overview stream's state.
-struct Watcher {
-    gateway: Handle,
-    last: Option<Overview>,
-    sent_at: Instant,
-    health: Health,
-}
-
-impl Watcher {
-    /// The next line to send; `None` once the node is shutting down.
-    async fn next_change(&mut self) -> Option<Bytes> {
-        let mut stopping = self.gateway.stopping.clone();
-        loop {
-            if *stopping.borrow() {
-                return None;
-            }
-            self.tend_health().await;
-            let overview = compose(&self.gateway, self.health.last.clone()).await;
-            let changed = self.last.as_ref() != Some(&overview);
-            if changed || self.last.is_none() || self.sent_at.elapsed() >= HEARTBEAT {
-                let mut line = serde_json::to_vec(&overview).unwrap_or_default();
-                line.push(b'\n');
-                self.last = Some(overview);
-                self.sent_at = Instant::now();
-                return Some(Bytes::from(line));
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(POLL) => {}
-                _ = stopping.changed() => return None,
-            }
-        }
-    }
-
-    /// Collects a finished health check and starts the next one when it is due.
-    async fn tend_health(&mut self) {
-        if let Some(running) = &self.health.running {
+impl Health {
+    /// Collects a finished check and starts the next one when it is due.
+    async fn tend(&mut self, gateway: &Handle) {
+        if let Some(running) = &self.running {
             if !running.is_finished() {
                 return;
             }
-            if let Some(running) = self.health.running.take() {
-                self.health.last = match running.await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(reason)) => Some(reason),
-                    Err(_) => Some("the health check did not finish".to_string()),
-                };
+            if let Some(running) = self.running.take() {
+                self.last = Some(running.await.unwrap_or_else(|_| Err("the health check did not finish".to_string())));
             }
         }
-        if self.health.started.is_none_or(|at| at.elapsed() >= HEALTH_EVERY) {
-            let gateway = self.gateway.clone();
-            self.health.started = Some(Instant::now());
-            self.health.running = Some(tokio::spawn(async move { crate::gateway::health::check(&gateway, &[]).await }));
+        if self.started.is_none_or(|at| at.elapsed() >= HEALTH_EVERY) {
+            let gateway = gateway.clone();
+            self.started = Some(Instant::now());
+            self.running = Some(tokio::spawn(async move { crate::gateway::health::check(&gateway, &[]).await }));
         }
     }
-}
 
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        if let Some(running) = self.health.running.take() {
+    fn view(&self) -> HealthView {
+        match &self.last {
+            None => HealthView::Checking,
+            Some(Ok(())) => HealthView::Healthy,
+            Some(Err(reason)) => HealthView::Unhealthy(reason.clone()),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
             running.abort();
         }
     }
 }
 
 /// The overview now.
-async fn compose(gateway: &Handle, unhealthy: Option<String>) -> Overview {
+fn compose(gateway: &Handle, health: HealthView, status: Option<&crate::node::NodeStatus>) -> Overview {
     let shared = &gateway.shared;
     let node = &shared.node;
     let election = node.election.status();
-    let now = node.election.now();
     let master = if election.master.is_some() { Some(shared.me) } else { election.hint };
-    let status = tokio::time::timeout(STATUS_WAIT, node.status()).await.ok().and_then(Result::ok);
     let members = node
         .membership()
         .members()
@@ -184,18 +285,18 @@ async fn compose(gateway: &Handle, unhealthy: Option<String>) -> Overview {
         node_id: format!("{:x}", shared.me.0),
         backend: node.election.name(),
         master_id: master.map(|m| format!("{:x}", m.0)),
-        is_master: election.is_master_at(now),
+        is_master: election.master.is_some(),
         term: node.term(),
         members,
-        revision: status.as_ref().map_or_else(|| node.revision(), |s| s.revision),
-        compacted: status.as_ref().map_or(0, |s| s.compacted),
-        db_size: status.as_ref().and_then(|s| s.db_size),
-        bytes_in_use: status.as_ref().map_or(0, |s| s.bytes_in_use),
-        quota_bytes: status.as_ref().map_or(0, |s| s.quota_bytes),
+        revision: status.map_or_else(|| node.revision(), |s| s.revision),
+        compacted: status.map_or(0, |s| s.compacted),
+        db_size: status.and_then(|s| s.db_size),
+        bytes_in_use: status.map_or(0, |s| s.bytes_in_use),
+        quota_bytes: status.map_or(0, |s| s.quota_bytes),
         alarms: status
             .as_ref()
             .map(|s| s.alarms.iter().map(|a| format!("{} on {:x}", a.kind.etcd_name(), a.member)).collect())
             .unwrap_or_default(),
-        unhealthy: if master.is_none() { Some("RAFT NO LEADER".to_string()) } else { unhealthy },
+        health: if master.is_none() { HealthView::Unhealthy("RAFT NO LEADER".to_string()) } else { health },
     }
 }

@@ -6,9 +6,29 @@ fn every_read_only_path_is_a_gateway_route_and_none_of_them_writes() {
     for path in READ_ONLY_PATHS {
         assert!(paths.contains(path), "{path} is not a gateway route");
     }
-    for writing in ["/kv/put", "/kv/deleterange", "/kv/txn", "/lease/revoke", "/lease/keepalive", "/auth/enable"] {
-        assert!(!READ_ONLY_PATHS.contains(&writing), "{writing} writes");
-    }
+    // The exact list: a path added here must be one that cannot change anything (tests/console.rs
+    // checks that every other gateway path is refused).
+    let mut allowed = READ_ONLY_PATHS.to_vec();
+    allowed.sort_unstable();
+    assert_eq!(
+        allowed,
+        [
+            "/auth/authenticate",
+            "/auth/status",
+            "/cluster/member/list",
+            "/election/leader",
+            "/kv/lease/leases",
+            "/kv/lease/timetolive",
+            "/kv/range",
+            "/lease/leases",
+            "/lease/timetolive",
+            "/leasekv/electionstatus",
+            "/leasekv/listleases",
+            "/leasekv/resolvename",
+            "/maintenance/status",
+            "/watch",
+        ]
+    );
 }
 
 #[test]
@@ -28,4 +48,16 @@ fn the_page_loads_nothing_from_outside() {
     for outside in ["http://", "https://", "//cdn"] {
         assert!(!page.contains(outside), "index.html refers to {outside}");
     }
+}
+
+#[test]
+fn every_gateway_route_is_counted_as_reading_or_writing() {
+    // tests/console.rs lists the 41 writing paths and expects each refused by a read-only
+    // console; a route added to the gateway must join one list or the other.
+    let routes = crate::gateway::routes().len();
+    assert_eq!(
+        routes,
+        READ_ONLY_PATHS.len() + 41,
+        "a new gateway route: add it to READ_ONLY_PATHS if it only reads, else to WRITING_PATHS in tests/console.rs"
+    );
 }

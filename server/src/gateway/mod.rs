@@ -55,6 +55,8 @@ pub struct Gateway {
     auth: AuthService,
     /// Turns true when the node shuts down: the console's overview streams end then.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+    /// The console's overview, composed once for every page that shows it.
+    pub(crate) overview: crate::console::overview::OverviewHub,
 }
 
 impl Gateway {
@@ -78,6 +80,7 @@ impl Gateway {
             election,
             shared,
             stopping,
+            overview: Default::default(),
         })
     }
 }

@@ -56,23 +56,56 @@ export async function call(path, body = {}, retried = false) {
   throw error;
 }
 
-/** A streaming call (watch, keepalive): calls `each` with every answer until it ends or `signal` aborts. */
-export async function stream(url, init, each, signal) {
-  const response = await fetch(url, { ...init, signal });
-  if (!response.ok) throw await failure(response);
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += decoder.decode(value, { stream: true });
-    let newline;
-    while ((newline = buffer.indexOf("\n")) >= 0) {
-      const line = buffer.slice(0, newline).trim();
-      buffer = buffer.slice(newline + 1);
-      if (line) await each(JSON.parse(line));
+/** A streaming call (watch, keepalive, the overview): `each` gets every answer until the
+ *  stream ends or `signal` aborts. `idleMs`: give up (an AbortError) when nothing arrives for
+ *  that long, for a stream whose node sends something at least that often: a connection that
+ *  died without a reset. */
+export async function stream(url, init, each, signal, { idleMs = 0, retried = false } = {}) {
+  const own = new AbortController();
+  const stop = () => own.abort();
+  if (signal) {
+    if (signal.aborted) stop();
+    signal.addEventListener("abort", stop);
+  }
+  let idle = null;
+  const awake = () => {
+    if (!idleMs) return;
+    clearTimeout(idle);
+    idle = setTimeout(stop, idleMs);
+  };
+  let reader = null;
+  try {
+    awake();
+    const response = await fetch(url, { ...init, headers: headers(), signal: own.signal });
+    if (!response.ok) {
+      const error = await failure(response);
+      if (error.needsLogin && !retried && session.info.auth_enabled) {
+        await login(error.message);
+        return stream(url, init, each, signal, { idleMs, retried: true });
+      }
+      throw error;
     }
+    reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      awake();
+      buffer += done ? decoder.decode() : decoder.decode(value, { stream: true });
+      let newline;
+      while ((newline = buffer.indexOf("\n")) >= 0 || (done && buffer.trim())) {
+        const end = newline >= 0 ? newline : buffer.length;
+        const line = buffer.slice(0, end).trim();
+        buffer = buffer.slice(end + 1);
+        if (line) await each(JSON.parse(line));
+      }
+      if (done) return;
+    }
+  } finally {
+    clearTimeout(idle);
+    if (signal) signal.removeEventListener("abort", stop);
+    // A handler that threw, or an abort, must not leave the stream (a watch) open.
+    if (reader) reader.cancel().catch(() => {});
   }
 }
 

@@ -1,8 +1,5 @@
 // Bytes, base64, hex and text: keys and values are bytes; the gateway carries them as base64.
 
-
-// Bytes, base64 and text: keys and values are bytes; the gateway carries them as base64.
-
 export const utf8 = new TextDecoder("utf-8", { fatal: true });
 export const encoder = new TextEncoder();
 
@@ -48,6 +45,14 @@ export function fromHex(text) {
 export function display(bytes) {
   const text = asText(bytes);
   return text === null ? { text: toHex(bytes), binary: true } : { text, binary: false };
+}
+
+/** The keys a prefix covers, as etcd's `key` and `range_end`: every key from "\0" on for the
+ *  empty prefix (etcd refuses an empty key). */
+export function rangeOf(prefix) {
+  if (!prefix) return { key: new Uint8Array([0]), end: new Uint8Array([0]) };
+  const key = encoder.encode(prefix);
+  return { key, end: prefixEnd(key) };
 }
 
 /** The end of the range of every key that starts with `prefix` (etcd's prefix rule). */

@@ -1,7 +1,5 @@
 // Drawing: elements built with the DOM's own calls; every string becomes a text node, never markup.
 
-// Drawing: elements built with the DOM's calls; strings become text nodes.
-
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
@@ -26,7 +24,8 @@ export function fill(node, ...children) {
 
 export function notice(text, kind = "info") {
   const box = $("notice");
-  box.replaceChildren(el("p", { class: kind }, text));
+  // Errors interrupt (an alert); other news waits its turn (the region's polite status).
+  box.replaceChildren(el("p", { class: kind, role: kind.includes("error") ? "alert" : null }, text));
   if (kind !== "error") setTimeout(() => box.firstChild && box.firstChild.textContent === text && box.replaceChildren(), 6000);
 }
 

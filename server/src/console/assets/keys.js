@@ -1,15 +1,21 @@
 // Keys: a tree by '/', a value as text, JSON or hex; create, update and delete against the
 // revision the key was read at; a key's history.
 
-import { asText, display, encoder, fromHex, prefixEnd, toBase64, toHex } from "./bytes.js";
+import { asText, display, encoder, fromHex, rangeOf, toBase64, toHex } from "./bytes.js";
 import { $, el, fill, notice } from "./dom.js";
 import { call, kvOf, range, readOnly } from "./api.js";
 import { leaseLabel } from "./leases.js";
 
-// Keys: a tree by '/', a key's value as text, JSON or hex; create, update and delete
-// against the revision the key was read at; its history.
+/** How many keys the tree lists; how many earlier versions History reads. */
+const LISTED = 2000;
+const HISTORY_DEPTH = 20;
 
-export const keys = { prefix: "/", open: null, format: "text" };
+// `loading` counts loads: an answer that arrives after a newer load started is dropped.
+export const keys = { prefix: "/", open: null, format: "text", loadingTree: 0, loadingKey: 0 };
+
+function sameBytes(a, b) {
+  return a.length === b.length && a.every((byte, i) => byte === b[i]);
+}
 
 export function treeOf(list) {
   const root = { children: new Map(), keys: [] };
@@ -52,9 +58,11 @@ export function drawTree(node, path = "") {
 
 export async function showKeys(prefix) {
   keys.prefix = prefix;
+  const load = ++keys.loadingTree;
   try {
-    const key = encoder.encode(prefix);
-    const answer = await range(key, { range_end: prefixEnd(key), keys_only: true, limit: 2000 });
+    const { key, end } = rangeOf(prefix);
+    const answer = await range(key, { range_end: end, keys_only: true, limit: LISTED });
+    if (load !== keys.loadingTree) return;
     const list = (answer.kvs || []).map(kvOf);
     const tree = $("keys-tree");
     tree.replaceChildren(list.length ? drawTree(treeOf(list)) : el("p", { class: "muted" }, "No keys under this prefix."));
@@ -79,17 +87,21 @@ export function valueText(bytes, format) {
 }
 
 export async function openKey(key) {
+  const load = ++keys.loadingKey;
   try {
     const answer = await range(key);
+    if (load !== keys.loadingKey) return;
     const raw = (answer.kvs || [])[0];
     if (!raw) {
       drawMissingKey(key, answer.header.revision);
       return;
     }
     const kv = kvOf(raw);
-    // Each key opens in the format that shows it: hex for bytes that are not text.
+    // A key opens in text, or hex for bytes that are not text; reopened, it keeps the
+    // format chosen for it.
+    const same = keys.open !== null && sameBytes(keys.open.key, kv.key);
     if (asText(kv.value) === null) keys.format = "hex";
-    else if (keys.format === "hex" || keys.open === null || !keys.open.key.every((b, i) => b === kv.key[i])) keys.format = "text";
+    else if (!same) keys.format = "text";
     keys.open = kv;
     drawKey(kv);
   } catch (error) {
@@ -102,8 +114,6 @@ export function drawMissingKey(key, revision) {
   fill($("key-detail"), 
     el("h3", {}, display(key).text),
     el("p", { class: "error" }, `This key does not exist at revision ${revision} (it was deleted, or its lease expired).`),
-    el("button", { type: "button", onclick: () => showHistory(key, String(Number(revision))) }, "History"),
-    el("div", { id: "key-history" }),
   );
 }
 
@@ -130,7 +140,7 @@ export function drawKey(kv) {
   const editor = el("textarea", { id: "value-editor", rows: 10, spellcheck: "false", "aria-label": "Value", readonly: readOnly() || shown === null });
   editor.value = shown === null ? "" : shown;
   fill($("key-detail"), 
-    el("h3", { id: "key-name" }, name.text, name.binary ? " (hex)" : ""),
+    el("h3", { id: "key-name", tabindex: "-1" }, name.text, name.binary ? " (hex)" : ""),
     el(
       "dl",
       { class: "facts" },
@@ -190,9 +200,11 @@ export async function saveKey(kv) {
   try {
     const put = { request_put: { key: toBase64(kv.key), value: toBase64(value), lease: kv.lease !== "0" ? kv.lease : undefined } };
     const answer = await compareAndSwap(kv, put);
-    if (!answer.succeeded) return conflict(kv, "saved");
+    if (!answer.succeeded) return await conflict(kv, "saved");
     notice(`Saved at revision ${answer.header.revision}.`, "ok");
     await openKey(kv.key);
+    // The redraw took the focus with the old buttons: give it to the key, not the page.
+    $("key-name")?.focus();
   } catch (error) {
     notice(error.message, "error");
   }
@@ -202,7 +214,7 @@ export async function deleteKey(kv) {
   if (!confirm(`Delete ${display(kv.key).text}?`)) return;
   try {
     const answer = await compareAndSwap(kv, { request_delete_range: { key: toBase64(kv.key) } });
-    if (!answer.succeeded) return conflict(kv, "deleted");
+    if (!answer.succeeded) return await conflict(kv, "deleted");
     notice(`Deleted at revision ${answer.header.revision}.`, "ok");
     fill($("key-detail"), el("p", { class: "muted" }, "Deleted."));
     await showKeys(keys.prefix);
@@ -217,7 +229,7 @@ export async function showHistory(key, from) {
   let at = Number(from);
   let note = "";
   try {
-    for (let i = 0; i < 20 && at > 0; i++) {
+    for (let i = 0; i < HISTORY_DEPTH && at > 0; i++) {
       const answer = await range(key, { revision: String(at) });
       const raw = (answer.kvs || [])[0];
       if (!raw) {
@@ -229,6 +241,7 @@ export async function showHistory(key, from) {
       rows.push(el("tr", {}, el("td", {}, kv.mod_revision), el("td", {}, kv.version), el("td", { class: value.binary ? "hex" : "" }, value.text)));
       at = Number(kv.mod_revision) - 1;
     }
+    if (!note && rows.length === HISTORY_DEPTH) note = `The latest ${HISTORY_DEPTH} versions; read older ones with etcdctl get --rev.`;
   } catch (error) {
     note = /compacted/.test(error.message) ? `Older versions are compacted away (${error.message}).` : error.message;
   }

@@ -2,7 +2,7 @@
 
 import { display, fromBase64, leaseHex } from "./bytes.js";
 import { $, el, notice } from "./dom.js";
-import { EtcdError, call, headers, stream } from "./api.js";
+import { EtcdError, call, stream } from "./api.js";
 
 // Leases by name, shared by the services and leases views. `ended` keeps, for a minute, the
 // leases a refresh no longer found, so that a lease expiring while shown stays on screen,
@@ -19,7 +19,13 @@ export async function refreshLeases() {
   leases.byId = new Map(
     (answer.leases || []).map((l) => [
       l.id,
-      { id: l.id, name: l.name || "", granted: Number(l.granted_ttl || 0), deadline: now + Number(l.remaining_ttl_ms || 0) },
+      {
+        id: l.id,
+        name: l.name || "",
+        granted: Number(l.granted_ttl || 0),
+        // -1: unknown, while there is no master to ask.
+        deadline: Number(l.remaining_ttl_ms || 0) < 0 ? null : now + Number(l.remaining_ttl_ms || 0),
+      },
     ]),
   );
   leases.fetchedAt = now;
@@ -47,6 +53,7 @@ export function remaining(lease) {
 
 export function countdownText(lease) {
   if (!lease) return "expired";
+  if (lease.deadline === null) return "unknown (no master)";
   const left = remaining(lease);
   return left > 0 ? `${Math.ceil(left)} s` : "expiring…";
 }
@@ -117,7 +124,7 @@ export async function keepAliveOnce(id) {
     let renewed = null;
     await stream(
       "/ui/api/v3/lease/keepalive",
-      { method: "POST", headers: headers(), body: JSON.stringify({ ID: id }) },
+      { method: "POST", body: JSON.stringify({ ID: id }) },
       (line) => {
         if (line.error) throw new EtcdError(line.error.message, line.error.grpc_code);
         renewed = line.result || {};

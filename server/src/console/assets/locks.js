@@ -1,19 +1,18 @@
 // Locks and elections: keys NAME/LEASE-ID held by that lease, as etcd's concurrency package
 // writes them; the oldest holds, and its create revision is the fencing token.
 
-import { asText, display, encoder, fromBase64, leaseHex, prefixEnd } from "./bytes.js";
+import { asText, display, fromBase64, leaseHex, rangeOf } from "./bytes.js";
 import { $, el, notice } from "./dom.js";
 import { kvOf, range } from "./api.js";
 import { leaseLabel } from "./leases.js";
 
-// Locks and elections: keys NAME/LEASE-ID held by that lease (etcd's concurrency package);
-// the oldest holds, its create revision is the fencing token.
+/** How many keys one scan reads. */
+const SCANNED = 10000;
 
 export async function showLocks(prefix) {
   try {
-    // Every key: from "\0" on (etcd refuses an empty key).
-    const key = prefix ? encoder.encode(prefix) : new Uint8Array([0]);
-    const answer = await range(key, { range_end: prefix ? prefixEnd(key) : new Uint8Array([0]), keys_only: true, limit: 10000 });
+    const { key, end } = rangeOf(prefix);
+    const answer = await range(key, { range_end: end, keys_only: true, limit: SCANNED });
     const groups = new Map();
     for (const raw of answer.kvs || []) {
       const kv = kvOf(raw);
@@ -31,7 +30,7 @@ export async function showLocks(prefix) {
       return;
     }
     const cards = [];
-    for (const [name, entries] of [...groups.entries()].sort()) {
+    for (const [name, entries] of [...groups.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
       entries.sort((a, b) => Number(a.create_revision) - Number(b.create_revision));
       const holder = entries[0];
       const value = (await range(holder.key)).kvs?.[0];
@@ -57,7 +56,7 @@ export async function showLocks(prefix) {
       );
     }
     box.replaceChildren(...cards);
-    if (answer.more) box.append(el("p", { class: "muted" }, "Only the first 10000 keys were scanned; narrow the prefix."));
+    if (answer.more) box.append(el("p", { class: "muted" }, `Only the first ${SCANNED} keys were scanned; narrow the prefix.`));
   } catch (error) {
     notice(error.message, "error");
   }

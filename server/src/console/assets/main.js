@@ -10,15 +10,21 @@ import { services, showServices } from "./services.js";
 import { drawNewKey, showKeys } from "./keys.js";
 import { showLocks } from "./locks.js";
 
-// Views and start.
+const VIEWS = ["overview", "services", "keys", "leases", "locks"];
+let shown = null;
 
 function currentView() {
-  const name = location.hash.replace(/^#\//, "").split("?")[0];
-  return ["overview", "services", "keys", "leases", "locks"].includes(name) ? name : "overview";
+  if (!location.hash.startsWith("#/")) return shown || "overview";
+  const name = location.hash.slice(2).split("?")[0];
+  return VIEWS.includes(name) ? name : "overview";
 }
 
 function route() {
+  // A plain anchor (the skip link's #main) is not a view: stay where we are.
+  if (shown !== null && !location.hash.startsWith("#/")) return;
   const view = currentView();
+  const switched = shown !== null && shown !== view;
+  shown = view;
   $("notice").replaceChildren();
   for (const section of document.querySelectorAll("main > section")) section.hidden = section.dataset.view !== view;
   for (const link of document.querySelectorAll("nav a[data-view]")) {
@@ -33,6 +39,8 @@ function route() {
   if (view === "keys") showKeys($("keys-prefix").value);
   if (view === "leases") showLeases();
   if (view === "locks") showLocks($("locks-prefix").value);
+  // A keyboard or screen-reader user lands on the view's heading, not back at the top.
+  if (switched) document.querySelector(`#view-${view} h2`)?.focus();
 }
 
 // Count down, and refresh the leases now and then (renewals, revocations).
@@ -48,7 +56,17 @@ setInterval(async () => {
   if (view !== "services" && view !== "leases") return;
   try {
     await refreshLeases();
-    if (view === "leases") drawLeases();
+    if (view === "leases") {
+      // Redrawn rows would drop the keyboard focus: put it back on the same button.
+      const focused = document.activeElement;
+      const row = focused?.closest?.("tr[data-lease-row]")?.getAttribute("data-lease-row");
+      const label = focused?.textContent;
+      drawLeases();
+      if (row) {
+        const again = [...document.querySelectorAll(`tr[data-lease-row="${CSS.escape(row)}"] button`)].find((b) => b.textContent === label);
+        again?.focus();
+      }
+    }
     else {
       // A lease that ended takes its keys with it; the watch reports them.
       for (const cell of document.querySelectorAll("td.countdown[data-lease]")) {

@@ -2,9 +2,10 @@
 
 import { clock, formatBytes } from "./bytes.js";
 import { $, el } from "./dom.js";
-import { headers, stream } from "./api.js";
+import { stream } from "./api.js";
 
-// Overview: the node's stream, redrawn on every change.
+/** The node sends the overview at least every 5 s; this long without a word, the connection is dead. */
+const SILENCE_MS = 12000;
 
 export const overview = { last: null, members: new Map() };
 
@@ -25,8 +26,9 @@ export function drawOverview(o) {
   $("ov-size").textContent = `${formatBytes(o.bytes_in_use)} / ${o.quota_bytes ? formatBytes(o.quota_bytes) : "no quota"}`;
   $("ov-alarms").textContent = o.alarms.length ? o.alarms.join(", ") : "none";
   $("ov-alarms").className = o.alarms.length ? "error" : "";
-  $("ov-health").textContent = `${memberName(o.node_id)}: ${o.unhealthy ? `unhealthy: ${o.unhealthy}` : "healthy"}`;
-  $("ov-health").className = o.unhealthy ? "error" : "ok";
+  const health = { checking: "checking…", healthy: "healthy", unhealthy: `unhealthy: ${o.health.reason}` }[o.health.state];
+  $("ov-health").textContent = `${memberName(o.node_id)}: ${health}`;
+  $("ov-health").className = { checking: "", healthy: "ok", unhealthy: "error" }[o.health.state];
   const rows = o.members.map((m) =>
     el(
       "tr",
@@ -51,16 +53,18 @@ export async function followOverview() {
     try {
       await stream(
         "/ui/api/overview",
-        { headers: headers() },
+        {},
         (o) => {
           $("overview-stream").textContent = `Live from node ${o.node_id}; last update ${clock()}`;
           drawOverview(o);
         },
         undefined,
+        { idleMs: SILENCE_MS },
       );
       $("overview-stream").textContent = "The node closed the stream; reconnecting…";
     } catch (error) {
-      $("overview-stream").textContent = `Disconnected (${error.message}); reconnecting…`;
+      const why = error.name === "AbortError" ? `no word from the node for ${SILENCE_MS / 1000} s` : error.message;
+      $("overview-stream").textContent = `Disconnected (${why}); reconnecting…`;
     }
     await new Promise((r) => setTimeout(r, 1000));
   }

@@ -1,11 +1,12 @@
 // Services: registrations under a prefix, their leases counting down, a live feed (a watch).
 
-import { clock, display, encoder, prefixEnd, toBase64 } from "./bytes.js";
+import { clock, display, rangeOf, toBase64 } from "./bytes.js";
 import { $, el, notice } from "./dom.js";
-import { EtcdError, headers, kvOf, range, stream } from "./api.js";
+import { EtcdError, kvOf, range, stream } from "./api.js";
 import { countdownText, leaseAlive, leaseLabel, leases, refreshLeases } from "./leases.js";
 
-// Services: registrations under a prefix, their leases counting down, a live feed.
+/** How many registrations are listed at first; the watch adds the ones that come later. */
+const LISTED = 1000;
 
 export const services = { rows: new Map(), abort: null, prefix: "/servers/" };
 
@@ -34,25 +35,28 @@ export function feed(list, text, kind) {
 }
 
 export async function showServices(prefix) {
+  // The controller exists before the first await: a newer call (or leaving the view) aborts
+  // this one, and its answers are dropped instead of mixed into the newer one's.
   if (services.abort) services.abort.abort();
+  const abort = new AbortController();
+  services.abort = abort;
   services.prefix = prefix;
-  services.rows.clear();
-  const key = encoder.encode(prefix);
-  const end = prefixEnd(key);
+  const { key, end } = rangeOf(prefix);
   try {
     await refreshLeases();
-    const answer = await range(key, { range_end: end, limit: 1000 });
+    const answer = await range(key, { range_end: end, limit: LISTED });
+    if (abort.signal.aborted) return;
+    services.rows.clear();
     for (const raw of answer.kvs || []) {
       const kv = kvOf(raw);
       services.rows.set(toBase64(kv.key), kv);
     }
     drawServices();
+    if (answer.more) notice(`The first ${LISTED} of ${answer.count} registrations are listed; narrow the prefix.`);
     const start = Number(answer.header.revision) + 1;
-    const abort = new AbortController();
-    services.abort = abort;
     watchServices(key, end, start, abort);
   } catch (error) {
-    notice(error.message, "error");
+    if (!abort.signal.aborted) notice(error.message, "error");
   }
 }
 
@@ -61,11 +65,14 @@ export async function watchServices(key, end, start, abort) {
   try {
     await stream(
       "/ui/api/v3/watch",
-      { method: "POST", headers: headers(), body: JSON.stringify(body) },
+      { method: "POST", body: JSON.stringify(body) },
       async (line) => {
         if (line.error) throw new EtcdError(line.error.message, line.error.grpc_code);
         const result = line.result || {};
-        if (result.cancel_reason) notice(`watch cancelled: ${result.cancel_reason}`, "error");
+        if (result.canceled) {
+          const why = result.cancel_reason || (result.compact_revision ? `compacted at ${result.compact_revision}` : "no reason given");
+          notice(`The live feed stopped: the node cancelled its watch (${why}). Show the prefix again to restart it.`, "error");
+        }
         for (const event of result.events || []) {
           const kv = kvOf(event.kv);
           const id = toBase64(kv.key);
@@ -87,7 +94,7 @@ export async function watchServices(key, end, start, abort) {
       abort.signal,
     );
   } catch (error) {
-    if (error.name !== "AbortError") notice(`watch ended: ${error.message}`, "error");
+    if (error.name !== "AbortError") notice(`The live feed stopped: ${error.message}`, "error");
   }
 }
 
