@@ -12,6 +12,7 @@
 mod common;
 
 use common::cluster::{master_index, runtime, Cluster, KVSERVER};
+use common::http::{get, post};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -64,30 +65,6 @@ fn start_single(dir: &Path, name: &str, extra: &str) -> (Process, u16) {
         .spawn()
         .expect("kvserver starts");
     (Process(child), ports[0])
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
-}
-
-fn post(port: u16, path: &str, body: &str) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    match agent().post(&url).header("content-type", "application/json").send(body) {
-        Ok(mut response) => (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()),
-        Err(error) => (0, error.to_string()),
-    }
-}
-
-fn get(port: u16, path: &str) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    match agent().get(&url).call() {
-        Ok(mut response) => (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()),
-        Err(error) => (0, error.to_string()),
-    }
 }
 
 /// Waits (at most 30 s) until `/health` on `port` says true.

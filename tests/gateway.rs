@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::http::{agent, get, post};
 use leasekv::node_config::NodeFile;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -29,31 +30,6 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
-}
-
-/// POSTs `body` to `path`; the status and the body (or 0 and the transport error).
-fn post(port: u16, path: &str, body: &[u8]) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    match agent().post(&url).header("content-type", "application/json").send(body) {
-        Ok(mut response) => (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()),
-        Err(error) => (0, error.to_string()),
-    }
-}
-
-fn get(port: u16, path: &str) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    match agent().get(&url).call() {
-        Ok(mut response) => (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default()),
-        Err(error) => (0, error.to_string()),
     }
 }
 

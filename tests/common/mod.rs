@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod http;
 pub mod process;
 
 use leasekv::node_config::NodeFile;
