@@ -83,6 +83,36 @@ fn assert_passed(args: &[&str]) {
     );
 }
 
+/// [`assert_passed`] for etcd, but for etcd 3.4's known lease bug: a leader stuck (paused,
+/// or blocked on its disk) goes on renewing keepalives and revoking leases after the others
+/// elected a new one (etcd-io/etcd#12528 and #15247, fixed by #16822 in releases later than
+/// Debian's 3.4.23). The harness sees it as a key gone earlier than its TTL after an
+/// acknowledged keepalive, now and then under pause-master (seen once in CI). The etcd run
+/// validates the harness rather than examines etcd, so that anomaly is printed and let
+/// through; any other anomaly, or a lost write, fails as for leasekv.
+fn assert_passed_on_etcd(args: &[&str]) {
+    let (code, stdout) = chaos(args);
+    let last = stdout.lines().last().unwrap_or("");
+    let counted = last.rsplit_once(" anomalies=").and_then(|(_, n)| n.parse::<usize>().ok());
+    let anomalies: Vec<&str> = stdout.lines().filter_map(|line| line.strip_prefix("anomaly: ")).collect();
+    let etcds_lease_bug = |a: &&str| a.contains(" seen gone ") && a.ends_with("earlier than TTL/(1+ε)");
+    let clean = code == 0 && counted == Some(0);
+    // Every anomaly printed (at most 20 are) and each of them the known one.
+    let only_the_known_bug =
+        code == 1 && counted == Some(anomalies.len()) && !anomalies.is_empty() && anomalies.iter().all(etcds_lease_bug);
+    assert!(
+        last.contains(" lost=0 ") && (clean || only_the_known_bug),
+        "chaos {} failed (exit {code}): {last}",
+        args.join(" ")
+    );
+    if only_the_known_bug {
+        eprintln!(
+            "note: etcd renewed or revoked a lease on a stale leader ({} times), etcd 3.4's known bug; not a harness failure",
+            anomalies.len()
+        );
+    }
+}
+
 #[test]
 fn every_fault_class_on_leasekv_with_paxoslease() {
     if can_run(false) {
@@ -107,7 +137,7 @@ fn every_fault_class_on_etcd() {
         // Without the faults that need leasekv's test build (its clock and its storage's sync
         // failpoint).
         let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,slow-links,lossy-links,power-loss";
-        assert_passed(&["--nodes", "3", "--duration", "25", "--faults", faults, "--target", "etcd"]);
+        assert_passed_on_etcd(&["--nodes", "3", "--duration", "25", "--faults", faults, "--target", "etcd"]);
     }
 }
 
