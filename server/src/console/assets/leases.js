@@ -7,7 +7,7 @@ import { EtcdError, call, stream } from "./api.js";
 // Leases by name, shared by the services and leases views. `ended` keeps, for a minute, the
 // leases a refresh no longer found, so that a lease expiring while shown stays on screen,
 // marked expired, instead of vanishing.
-export const leases = { byId: new Map(), ended: new Map(), fetchedAt: 0 };
+export const leases = { byId: new Map(), ended: new Map() };
 
 /** How long an ended lease stays listed. */
 const ENDED_SHOWN_MS = 60000;
@@ -28,7 +28,6 @@ export async function refreshLeases() {
       },
     ]),
   );
-  leases.fetchedAt = now;
   for (const [id, lease] of before) {
     if (!leases.byId.has(id)) leases.ended.set(id, { ...lease, endedAt: now });
   }

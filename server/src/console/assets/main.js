@@ -43,13 +43,16 @@ function route() {
   if (switched) document.querySelector(`#view-${view} h2`)?.focus();
 }
 
-// Count down, and refresh the leases now and then (renewals, revocations).
-setInterval(() => {
+/** Every lease's time left, in the cells that show one. */
+function tickCountdowns() {
   for (const cell of document.querySelectorAll("td.countdown[data-lease]")) {
     const id = cell.getAttribute("data-lease");
     if (id !== "0") cell.textContent = countdownText(leases.byId.get(id));
   }
-}, 250);
+}
+
+// Count down, and refresh the leases now and then (renewals, revocations).
+setInterval(tickCountdowns, 250);
 
 setInterval(async () => {
   const view = currentView();
@@ -66,13 +69,9 @@ setInterval(async () => {
         const again = [...document.querySelectorAll(`tr[data-lease-row="${CSS.escape(row)}"] button`)].find((b) => b.textContent === label);
         again?.focus();
       }
-    }
-    else {
+    } else {
       // A lease that ended takes its keys with it; the watch reports them.
-      for (const cell of document.querySelectorAll("td.countdown[data-lease]")) {
-        const id = cell.getAttribute("data-lease");
-        if (id !== "0") cell.textContent = countdownText(leases.byId.get(id));
-      }
+      tickCountdowns();
     }
   } catch {
     /* shown by the next call that fails */

@@ -8,7 +8,7 @@ import { countdownText, leaseAlive, leaseLabel, leases, refreshLeases } from "./
 /** How many registrations are listed at first; the watch adds the ones that come later. */
 const LISTED = 1000;
 
-export const services = { rows: new Map(), abort: null, prefix: "/servers/" };
+export const services = { rows: new Map(), abort: null };
 
 export function serviceRow(kv) {
   const shown = display(kv.value);
@@ -40,7 +40,6 @@ export async function showServices(prefix) {
   if (services.abort) services.abort.abort();
   const abort = new AbortController();
   services.abort = abort;
-  services.prefix = prefix;
   const { key, end } = rangeOf(prefix);
   try {
     await refreshLeases();
