@@ -53,6 +53,10 @@ struct Args {
     /// Print the event trace of each seed (use with --seeds 1).
     #[arg(long)]
     trace: bool,
+    /// Read leases (docs/read-leases.md): "on" (every node answers linearizable reads) or
+    /// "off" (the master answers them all).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    read_leases: String,
 }
 
 /// The client's negative control, as `--break` names it.
@@ -93,6 +97,9 @@ fn main() -> Result<()> {
     config.backend = backend;
     config.clients = args.clients.max(1);
     config.trace = args.trace;
+    if args.read_leases == "off" {
+        config.replica.read_leases = None;
+    }
     let started = Instant::now();
     let summary = run_seeds(&config, args.seed_base, args.seeds, |report| {
         for line in &report.trace {

@@ -26,6 +26,10 @@ fn assert_clean_with(config: KvSimConfig, seeds: u64, base: u64, ops_per_seed: u
     assert!(summary.snapshots_installed > 0, "no replica ever caught up through a snapshot");
     assert!(summary.leases_expired > 0, "no lease ever expired");
     assert!(summary.watch_responses > seeds * 100, "too few watch responses checked: {}", summary.watch_responses);
+    // Followers answered linearizable reads under read leases, at once and after waiting
+    // for a slot, and handed some to the master (no lease, or it ended).
+    let reads = summary.lease_reads;
+    assert!(reads.local > seeds && reads.waited > seeds && reads.forwarded > 0, "read leases unused: {reads:?}");
 }
 
 /// A fixed membership: every oracle, liveness included.
@@ -157,6 +161,45 @@ fn a_stale_recent_write_is_caught() {
 #[test]
 fn a_staged_snapshot_adopted_after_a_failed_install_is_caught() {
     caught_by(LogBreakage::StagedCutShort, ViolationKind::ReplicasDiverge, 3, 100);
+}
+
+// Read leases (docs/read-leases.md). The R2 oracle checks, whenever a slot is applied
+// anywhere, that every node believing its read lease has received it; the linearizability
+// checker sees the stale reads that follow.
+
+#[test]
+fn a_read_lease_believed_after_it_ran_out_is_caught() {
+    caught_by(LogBreakage::ReadLeaseExpired, ViolationKind::ReadLeaseMissedWrite, 3, 50);
+}
+
+#[test]
+fn a_write_chosen_without_a_holder_is_caught() {
+    caught_by(LogBreakage::AckWithoutHolder, ViolationKind::ReadLeaseMissedWrite, 3, 20);
+    caught_by(LogBreakage::AckWithoutHolder, ViolationKind::Linearizability, 3, 150);
+}
+
+#[test]
+fn a_holder_reading_past_a_received_write_is_caught() {
+    caught_by(LogBreakage::ReadThroughPending, ViolationKind::ReadLeaseMissedWrite, 3, 20);
+    caught_by(LogBreakage::ReadThroughPending, ViolationKind::Linearizability, 3, 100);
+}
+
+/// The window is a takeover within one read-lease time of the old master's last grant,
+/// while a holder has not heard of the new ballot: a partition that leaves the master and
+/// one holder in a minority of five does it.
+#[test]
+fn a_new_master_not_waiting_for_the_old_masters_holders_is_caught() {
+    caught_by(LogBreakage::NoTakeoverWait, ViolationKind::ReadLeaseMissedWrite, 5, 100);
+}
+
+/// Read leases off: every linearizable read goes to the master, as before them.
+#[test]
+fn read_leases_off_keep_every_promise() {
+    let mut config = fixed(3, 0.05);
+    config.replica.read_leases = None;
+    let summary = run_seeds(&config, 2_000, 50, |_| {});
+    assert_eq!(summary.violations, 0, "{:#?}", summary.first);
+    assert_eq!(summary.lease_reads.local + summary.lease_reads.waited, 0);
 }
 
 #[test]

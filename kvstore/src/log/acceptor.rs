@@ -75,6 +75,30 @@ impl Acceptor {
         self.slots.get(&slot)
     }
 
+    /// The highest slot above `above` accepted in `ballot` (a read-lease holder applies
+    /// through it before answering).
+    pub(super) fn last_slot_in(&self, ballot: LogBallot, above: Slot) -> Option<Slot> {
+        self.slots.range(above.saturating_add(1)..).rev().find(|(_, s)| s.ballot == ballot).map(|(slot, _)| *slot)
+    }
+
+    /// The highest slot this acceptor knows chosen, at or above `commit` (a master chooses
+    /// slots out of order; the commit index covers only those with none missing below).
+    pub(super) fn last_chosen(&self, commit: Slot) -> Slot {
+        self.slots.range(commit.saturating_add(1)..).rev().find(|(_, s)| s.chosen).map_or(commit, |(slot, _)| *slot)
+    }
+
+    /// The membership changes this acceptor holds above `above`, in slot order (a change
+    /// goes alone in its slot).
+    pub(super) fn changes_above(&self, above: Slot) -> impl Iterator<Item = &crate::membership::MemberChange> {
+        self.slots.range(above.saturating_add(1)..).filter_map(|(_, s)| match s.entry.proposals.as_slice() {
+            [only] => match &only.command {
+                crate::command::Command::ChangeMembers(change) => Some(change),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
     /// Whether this acceptor knows `slot` is chosen.
     pub(super) fn is_chosen(&self, slot: Slot) -> bool {
         self.slots.get(&slot).is_some_and(|s| s.chosen)

@@ -45,6 +45,9 @@ pub struct ReplicaConfig {
     pub max_expire_in_queue: usize,
     /// Shortest TTL granted, seconds; shorter requests are raised to it (as etcd does).
     pub min_ttl_secs: i64,
+    /// Read leases (docs/read-leases.md): `None` keeps every linearizable read on the
+    /// master, as before read leases.
+    pub read_leases: Option<super::ReadLeaseConfig>,
     /// Record every applied slot in the output (for the simulator's oracles).
     pub trace_applies: bool,
     /// A deliberately broken variant (simulator negative controls only).
@@ -73,6 +76,7 @@ impl ReplicaConfig {
             max_expire_batch: 100,
             max_expire_in_queue: 2,
             min_ttl_secs: min_ttl_secs.max(1),
+            read_leases: None,
             trace_applies: false,
             #[cfg(feature = "negative-controls")]
             breakage: LogBreakage::None,
@@ -187,11 +191,22 @@ pub enum LogBreakage {
     /// without the compaction point: a compaction that dropped changes still pending lets a
     /// stream read on past them, a gap in what it sends.
     TailWithoutCompaction,
+    /// A read-lease holder goes on answering reads after its lease ran out (until a higher
+    /// ballot reaches it).
+    ReadLeaseExpired,
+    /// The master chooses a slot once a quorum accepted it, without waiting for the
+    /// read-lease holders that have not.
+    AckWithoutHolder,
+    /// A read-lease holder answers from what it applied, without first applying the slots
+    /// it accepted in the lease's ballot.
+    ReadThroughPending,
+    /// A new master does not count the earlier master's read-lease holders as holders.
+    NoTakeoverWait,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 15] = [
+    pub const ALL: [LogBreakage; 19] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -207,6 +222,10 @@ impl LogBreakage {
         LogBreakage::StagedCutShort,
         LogBreakage::CheckpointBeforeFlush,
         LogBreakage::TailWithoutCompaction,
+        LogBreakage::ReadLeaseExpired,
+        LogBreakage::AckWithoutHolder,
+        LogBreakage::ReadThroughPending,
+        LogBreakage::NoTakeoverWait,
     ];
 
     /// The variant's command-line name.
@@ -228,6 +247,10 @@ impl LogBreakage {
             LogBreakage::StagedCutShort => "staged-cut-short",
             LogBreakage::CheckpointBeforeFlush => "checkpoint-before-flush",
             LogBreakage::TailWithoutCompaction => "tail-without-compaction",
+            LogBreakage::ReadLeaseExpired => "read-lease-expired",
+            LogBreakage::AckWithoutHolder => "ack-without-holder",
+            LogBreakage::ReadThroughPending => "read-through-pending",
+            LogBreakage::NoTakeoverWait => "no-takeover-wait",
         }
     }
 

@@ -133,6 +133,32 @@ pub(super) struct Inflight {
     entry: Entry,
     acks: BTreeSet<NodeId>,
     sent: Instant,
+    /// When it was first sent (`sent` moves with every resend): how long a member has
+    /// left it unacknowledged.
+    first_sent: Instant,
+}
+
+impl Leader {
+    /// The ballot this leader proposes under.
+    pub(super) fn ballot(&self) -> LogBallot {
+        self.ballot
+    }
+
+    /// The slots proposed and not yet chosen, in order.
+    pub(super) fn inflight_slots(&self) -> Vec<Slot> {
+        self.inflight.keys().copied().collect()
+    }
+
+    /// Whether any slot is proposed and not yet chosen.
+    pub(super) fn has_inflight(&self) -> bool {
+        !self.inflight.is_empty()
+    }
+
+    /// Whether `node` has left a slot unacknowledged for `grace` or more since it was first
+    /// sent: it gets no read lease (it would hold up the slot for a whole lease time).
+    pub(super) fn lags(&self, now: Instant, node: NodeId, grace: std::time::Duration) -> bool {
+        self.inflight.values().any(|i| i.first_sent.saturating_add(grace) <= now && !i.acks.contains(&node))
+    }
 }
 
 impl Role {
@@ -259,6 +285,15 @@ impl<S: Storage> Replica<S> {
             return;
         }
         tracing::debug!(node = %self.me, round = ballot.round, "taking over the log");
+        if let Some(reads) = &self.config.read_leases {
+            if !self.config.broken(LogBreakage::NoTakeoverWait) {
+                // Rule R6: an earlier master may have granted any member a read lease that
+                // still runs; each counts as a holder until it accepts in this ballot, or for
+                // one lease time (every such grant was made before this takeover).
+                let members: Vec<NodeId> = self.membership().ids().into_iter().filter(|n| *n != self.me).collect();
+                self.grants.presume(ballot, members, now.saturating_add(reads.lease_time));
+            }
+        }
         if self.config.broken(LogBreakage::SkipPhase1) {
             self.role =
                 Role::Leader(Leader::new(ballot, self.learner.commit() + 1, VecDeque::new(), self.learner.commit()));
@@ -312,6 +347,19 @@ impl<S: Storage> Replica<S> {
         }
         let Role::Candidate(candidate) = std::mem::take(&mut self.role) else { return };
         let (mut leader, mut values) = candidate.finish(commit);
+        // Members of a configuration recovered here, which this node has not applied, may
+        // hold an earlier master's read lease too (rule R6).
+        let mut recovered = config.clone();
+        for entry in values.values() {
+            for proposal in &entry.proposals {
+                if let Command::ChangeMembers(change) = &proposal.command {
+                    if let Ok((next, _)) = recovered.after(change) {
+                        recovered = next;
+                        self.grants.presume_more(leader.ballot, recovered.ids().into_iter().filter(|n| *n != self.me));
+                    }
+                }
+            }
+        }
         let change_at = values.iter().find(|(_, entry)| entry.changes_members()).map(|(slot, _)| *slot);
         if let Some(change) = change_at {
             leader.next_slot = change + 1;
@@ -352,6 +400,8 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Role::Leader(leader) = &mut self.role else { return };
+        let ballot = leader.ballot;
+        self.grants.presume_more(ballot, membership.ids().into_iter().filter(|n| *n != self.me));
         if leader.change_pending == Some(slot) {
             leader.change_pending = None;
         }
@@ -388,7 +438,9 @@ impl<S: Storage> Replica<S> {
         let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         let ballot = leader.ballot;
-        leader.inflight.insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now });
+        leader
+            .inflight
+            .insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now, first_sent: now });
         self.broadcast(LogMessage::Accept { ballot, slot, entry, commit });
     }
 
@@ -450,25 +502,41 @@ impl<S: Storage> Replica<S> {
     }
 
     pub(super) fn on_accepted(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot, applied: Slot) {
-        let count_learners = self.config.broken(LogBreakage::LearnerCounted);
-        // Borrowed, not cloned: this runs for every acknowledgement of every slot.
-        let config = super::replica::in_force(&self.learner, &self.seed);
         let Role::Leader(leader) = &mut self.role else { return };
         if leader.ballot != ballot {
             return;
         }
+        self.grants.accepted_in(from, ballot);
         let progress = leader.progress.entry(from).or_default();
         *progress = (*progress).max(applied);
         let Some(inflight) = leader.inflight.get_mut(&slot) else { return };
         inflight.acks.insert(from);
-        let chosen = match count_learners {
+        if self.may_choose(now, slot) {
+            self.choose(now, slot);
+        }
+    }
+
+    /// Whether the in-flight `slot` may be chosen at `now`: a quorum of the configuration in
+    /// force accepted it in this ballot, and so did every node whose read lease may be
+    /// valid (rule R2 of docs/read-leases.md: no write becomes visible anywhere before
+    /// every holder received it).
+    pub(super) fn may_choose(&self, now: Instant, slot: Slot) -> bool {
+        // Borrowed, not cloned: this runs for every acknowledgement of every slot.
+        let config = super::replica::in_force(&self.learner, &self.seed);
+        let Role::Leader(leader) = &self.role else { return false };
+        let Some(inflight) = leader.inflight.get(&slot) else { return false };
+        let quorum = match self.config.broken(LogBreakage::LearnerCounted) {
             // The negative control: every member's ack counts, learners' too.
             true => inflight.acks.iter().filter(|id| config.get(**id).is_some()).count() >= config.quorum(),
             false => config.is_quorum(&inflight.acks),
         };
-        if !chosen {
-            return;
-        }
+        quorum && (self.config.broken(LogBreakage::AckWithoutHolder) || self.grants.all_received(now, &inflight.acks))
+    }
+
+    /// Stores the in-flight `slot` as chosen and applies what that allows.
+    pub(super) fn choose(&mut self, now: Instant, slot: Slot) {
+        let Role::Leader(leader) = &mut self.role else { return };
+        let ballot = leader.ballot;
         let Some(done) = leader.inflight.remove(&slot) else { return };
         if slot <= self.learner.compacted() {
             return;

@@ -307,6 +307,9 @@ impl<S: Storage> Replica<S> {
         self.yield_to(now, ballot);
         self.master_hint = Some(from);
         self.learn_commit(now, from, ballot, commit);
+        if from == ballot.node {
+            self.ask_read_lease(now, ballot);
+        }
     }
 
     /// Asks `peer` for chosen entries after our commit index, at most once per retry interval.

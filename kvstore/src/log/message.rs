@@ -82,6 +82,31 @@ pub enum LogMessage {
         /// [`crate::StateMachine::to_snapshot_bytes`].
         data: Vec<u8>,
     },
+    /// A member asks the master of `ballot` for a read lease (docs/read-leases.md). Its
+    /// timer started before this left.
+    ReadLeaseAsk {
+        /// The master's ballot, as the asker knows it.
+        ballot: LogBallot,
+        /// The asker's incarnation: a grant for an earlier run of it is ignored.
+        incarnation: u32,
+        /// Which ask of that incarnation.
+        seq: u64,
+    },
+    /// The master's grant of a read lease, answering one ask.
+    ReadLeaseGrant {
+        /// The master's ballot: a higher one seen by the holder ends the lease.
+        ballot: LogBallot,
+        /// The asker's incarnation, as asked.
+        incarnation: u32,
+        /// The ask answered.
+        seq: u64,
+        /// L, by the master's clock from the ask's arrival; the holder believes less
+        /// (the drift correction).
+        valid_for_nanos: u64,
+        /// The master's commit index at the grant: the holder answers reads only once it
+        /// applied this far.
+        through: Slot,
+    },
 }
 
 impl LogMessage {
@@ -93,7 +118,9 @@ impl LogMessage {
             | LogMessage::Promise { ballot, .. }
             | LogMessage::Accept { ballot, .. }
             | LogMessage::Accepted { ballot, .. }
-            | LogMessage::Commit { ballot, .. } => ballot.is_plausible(),
+            | LogMessage::Commit { ballot, .. }
+            | LogMessage::ReadLeaseAsk { ballot, .. }
+            | LogMessage::ReadLeaseGrant { ballot, .. } => ballot.is_plausible(),
             LogMessage::Reject { ballot, promised } => ballot.is_plausible() && promised.is_plausible(),
             LogMessage::Fetch { .. } | LogMessage::Entries { .. } | LogMessage::Snapshot { .. } => true,
         }

@@ -12,6 +12,7 @@
 
 mod admission;
 mod durability;
+mod read_leases;
 mod reports;
 
 use super::acceptor::Acceptor;
@@ -20,6 +21,7 @@ use super::leader::Role;
 use super::learner::Learner;
 use super::message::LogMessage;
 use super::outbox::Outbox;
+use super::read_lease::{self, Grants, Held};
 use super::request::{Completion, ReadConsistency, RequestError, StorageFailure};
 use super::types::{ProposalId, Slot};
 use crate::command::{AlarmAction, AlarmKind, Command, RangeRequest, RangeResponse};
@@ -93,6 +95,11 @@ pub struct Replica<S: Storage> {
     pub(super) snapshot_wanted_by: BTreeSet<NodeId>,
     /// The slot the state reflected when the replica opened (see [`Replica::state_slot_at_open`]).
     state_slot_at_open: Slot,
+    /// As master: the read leases granted and presumed (docs/read-leases.md). Kept across
+    /// step-downs: a lease granted in an earlier tenure may still run.
+    pub(super) grants: Grants,
+    /// As follower: this node's read lease and its asks.
+    pub(super) held_lease: Held,
 }
 
 impl<S: Storage> Replica<S> {
@@ -215,6 +222,8 @@ impl<S: Storage> Replica<S> {
             counts: ReplicaCounts::default(),
             snapshots_sent: std::collections::HashMap::new(),
             snapshot_wanted_by: BTreeSet::new(),
+            grants: Grants::default(),
+            held_lease: Held::default(),
         };
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
@@ -487,6 +496,7 @@ impl<S: Storage> Replica<S> {
             self.on_tick(now);
         }
         self.expire_leases(now);
+        self.choose_held_back(now);
         self.drain_local(now);
     }
 
@@ -507,6 +517,7 @@ impl<S: Storage> Replica<S> {
         if self.lessor.is_running() && self.can_queue_expiry() {
             consider(self.lessor.next_deadline());
         }
+        consider(self.next_lease_expiry());
         next
     }
 
@@ -697,6 +708,12 @@ impl<S: Storage> Replica<S> {
             LogMessage::Fetch { from: first } => self.on_fetch(now, from, first),
             LogMessage::Entries { entries, commit } => self.on_entries(now, from, entries, commit),
             LogMessage::Snapshot { index, data } => self.on_snapshot(now, index, SnapshotData::Bytes(data)),
+            LogMessage::ReadLeaseAsk { ballot, incarnation, seq } => {
+                self.on_read_lease_ask(now, from, ballot, incarnation, seq)
+            }
+            LogMessage::ReadLeaseGrant { ballot, incarnation, seq, valid_for_nanos, through } => {
+                self.on_read_lease_grant(from, ballot, incarnation, seq, valid_for_nanos, through)
+            }
         }
     }
 

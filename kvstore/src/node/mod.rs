@@ -20,6 +20,7 @@
 
 pub mod forward;
 pub mod held;
+pub mod lease_reads;
 
 pub use forward::{
     expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, ServedForwards, FORWARD_TIMEOUT,
@@ -163,6 +164,10 @@ pub struct Node<S: Storage, W> {
     held: held::HeldAnswers<W>,
     /// Who waits for each proposal this node made as master.
     proposals: HashMap<ProposalId, Asker<W>>,
+    /// Linearizable reads waiting to be answered under this node's read lease.
+    lease_reads: lease_reads::LeaseReads<W>,
+    /// The latest instant an input brought (for releasing lease reads in `drain_ready`).
+    last_now: Instant,
     /// The master as last seen, so forwards to a deposed one are given up at once.
     known_master: Option<(NodeId, LogBallot)>,
     /// The configuration epoch last reported in [`NodeOutput::configuration`].
@@ -185,6 +190,8 @@ impl<S: Storage, W> Node<S, W> {
             served: ServedForwards::default(),
             held: held::HeldAnswers::default(),
             proposals: HashMap::new(),
+            lease_reads: lease_reads::LeaseReads::default(),
+            last_now: Instant::from_nanos(0),
             known_master: None,
             seen_epoch: None,
             removal_reported: false,
@@ -225,6 +232,11 @@ impl<S: Storage, W> Node<S, W> {
         self.forwards.len()
     }
 
+    /// How the linearizable reads that reached this node as follower were served.
+    pub fn lease_read_counts(&self) -> lease_reads::LeaseReadCounts {
+        self.lease_reads.counts()
+    }
+
     /// The election's latest status: who is master, and until when this node is.
     pub fn handle_election(&mut self, now: Instant, view: ElectionView) {
         self.replica.set_mastership(now, view.master, view.hint);
@@ -248,6 +260,67 @@ impl<S: Storage, W> Node<S, W> {
         waiter: W,
         link_down: impl Fn(NodeId) -> bool,
     ) {
+        self.last_now = self.last_now.max(now);
+        let request = match request {
+            MasterRequest::Read(read, revision) if !self.replica.is_master_at(now) => {
+                match self.replica.read_lease_target(now) {
+                    Some(target) => {
+                        // Wait no longer than the lease: a read that finds it renewed by
+                        // then goes to the master rather than waiting on.
+                        let lease_end = self.replica.read_lease_until(now).unwrap_or(now);
+                        let until = now.saturating_add(lease_reads::LONGEST_WAIT).min(lease_end);
+                        let waiting = lease_reads::Waiting { target, until, request: read, revision, waiter };
+                        if let Some(waiting) = self.answer_under_lease(now, waiting, false) {
+                            self.lease_reads.wait(waiting);
+                        }
+                        return;
+                    }
+                    None => MasterRequest::Read(read, revision),
+                }
+            }
+            other => other,
+        };
+        self.route(now, request, waiter, link_down);
+    }
+
+    /// Answers a read under the read lease if this node has applied what it must see;
+    /// forwards it if the lease is gone; gives it back to wait otherwise (or, once its
+    /// wait is `over`, forwards it).
+    fn answer_under_lease(
+        &mut self,
+        now: Instant,
+        read: lease_reads::Waiting<W>,
+        waited: bool,
+    ) -> Option<lease_reads::Waiting<W>> {
+        match self.replica.read_under_lease(now, read.target, &read.request, read.revision) {
+            Some(result) => {
+                self.lease_reads.count(|c| if waited { c.waited += 1 } else { c.local += 1 });
+                let result = result.map(|(response, revision)| MasterAnswer::Read(response, revision));
+                self.pending.answers.push((read.waiter, result));
+                None
+            }
+            None if self.replica.read_lease_target(now).is_some() && read.until > now => Some(read),
+            None => {
+                self.lease_reads.count(|c| c.forwarded += 1);
+                self.route(now, MasterRequest::Read(read.request, read.revision), read.waiter, |_| false);
+                None
+            }
+        }
+    }
+
+    /// Reads waiting under the read lease whose slot is now applied, or whose wait ended.
+    fn release_lease_reads(&mut self, now: Instant) {
+        let due = self.lease_reads.take_due(self.replica.applied_index(), now);
+        for read in due {
+            if let Some(read) = self.answer_under_lease(now, read, true) {
+                self.lease_reads.wait(read);
+            }
+        }
+    }
+
+    /// Serves a master request here as master, or forwards it to the master the election
+    /// names (see [`Self::handle_client`]).
+    fn route(&mut self, now: Instant, request: MasterRequest, waiter: W, link_down: impl Fn(NodeId) -> bool) {
         let master = self.replica.master_hint().filter(|m| *m != self.replica.id());
         match master {
             Some(master) if !self.replica.is_master_at(now) => {
@@ -296,7 +369,9 @@ impl<S: Storage, W> Node<S, W> {
 
     /// A log message from a peer.
     pub fn handle_message(&mut self, now: Instant, from: NodeId, message: LogMessage) {
+        self.last_now = self.last_now.max(now);
         self.replica.handle_message(now, from, message);
+        self.release_lease_reads(now);
     }
 
     /// The deadline of [`Node::poll_timeout`] passed (early or late calls are fine).
@@ -320,15 +395,22 @@ impl<S: Storage, W> Node<S, W> {
             self.pending.answers.extend(expired);
         }
         self.release_held(Some(now));
+        self.last_now = self.last_now.max(now);
+        self.release_lease_reads(now);
     }
 
     /// When the node next needs [`Node::handle_timeout`]: the replica's timer, a forward's
     /// deadline or a held answer's.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        [self.replica.poll_timeout(), self.forwards.next_deadline(), self.held.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.replica.poll_timeout(),
+            self.forwards.next_deadline(),
+            self.held.next_deadline(),
+            self.lease_reads.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
@@ -343,6 +425,7 @@ impl<S: Storage, W> Node<S, W> {
     /// [`Node::take_output`], after the replica's output.
     pub fn drain_ready(&mut self) -> Ready<'_, W> {
         self.release_held(None);
+        self.release_lease_reads(self.last_now);
         Ready { answers: self.pending.answers.drain(..), forwards: self.pending.forwards.drain(..) }
     }
 
@@ -382,6 +465,8 @@ impl<S: Storage, W> Node<S, W> {
         }
         self.notice_master_change();
         self.release_held(Some(now));
+        self.last_now = self.last_now.max(now);
+        self.release_lease_reads(now);
         std::mem::take(&mut self.pending)
     }
 

@@ -97,6 +97,8 @@ impl KvSimConfig {
         replica.max_fetch_entries = 32;
         replica.max_expire_batch = 4;
         replica.trace_applies = true;
+        // Read leases on, as in a server's default: every node answers linearizable reads.
+        replica.read_leases = Some(crate::log::ReadLeaseConfig::new(lease.lease_time / 2, drift));
         KvSimConfig {
             nodes,
             ops,
@@ -688,6 +690,11 @@ impl World {
                 self.oracles.violation(self.now, ViolationKind::Linearizability, detail);
             }
             CheckResult::Inconclusive { .. } => self.report.inconclusive += 1,
+        }
+        for node in &self.nodes {
+            if let Some(kv) = &node.kv {
+                self.report.lease_reads.add(kv.lease_read_counts());
+            }
         }
         self.report.watch_responses = self.watch.responses;
         self.report.watch_resumed = self.watch.resumed;

@@ -62,6 +62,7 @@ impl World {
 
     pub(super) fn crash(&mut self, node: usize) {
         let Some(kv) = self.nodes[node].kv.take() else { return };
+        self.report.lease_reads.add(kv.lease_read_counts());
         let replica = kv.into_replica();
         let id = self.nodes[node].id;
         self.trace(|| format!("crash {id}"));
@@ -210,6 +211,27 @@ impl World {
         }
     }
 
+    /// Rule R2 of docs/read-leases.md, checked at every real instant a slot is applied
+    /// somewhere (so chosen): every node that believes its read lease at this instant, by
+    /// its own clock, has received the slot, and a read arriving there now would wait
+    /// for it.
+    fn check_read_leases(&mut self, slot: crate::log::Slot) {
+        for holder in 0..self.nodes.len() {
+            let local = self.local(holder);
+            let Some(replica) = self.nodes[holder].kv.as_ref().map(KvNode::replica) else { continue };
+            let Some(target) = replica.read_lease_target(local) else { continue };
+            let covered = target.max(replica.applied_index());
+            if covered < slot {
+                let id = self.nodes[holder].id;
+                self.oracles.violation(
+                    self.now,
+                    ViolationKind::ReadLeaseMissedWrite,
+                    format!("slot {slot} was applied while {id} held a valid read lease and had received only through {covered}"),
+                );
+            }
+        }
+    }
+
     pub(super) fn after_replica(&mut self, node: usize) {
         let now = self.local(node);
         let checkpoint_idle = self.nodes[node].checkpoint_in_flight.is_none();
@@ -251,6 +273,9 @@ impl World {
             self.report.leases_expired += trace.expired.len() as u64;
             self.report.slots = self.report.slots.max(trace.slot);
             self.oracles.on_applied(self.now, id, trace);
+        }
+        if let Some(slot) = output.applied.iter().map(|trace| trace.slot).max() {
+            self.check_read_leases(slot);
         }
         for (to, message) in output.log {
             self.send_wire(node, to, Wire::Log(message));

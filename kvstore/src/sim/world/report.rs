@@ -34,6 +34,8 @@ pub struct SeedReport {
     pub changes_proposed: u64,
     /// The highest configuration epoch any node applied.
     pub configurations: u64,
+    /// How the linearizable reads that reached followers were served (read leases).
+    pub lease_reads: crate::node::lease_reads::LeaseReadCounts,
     /// The trace, when asked for.
     pub trace: Vec<String>,
 }
@@ -65,6 +67,8 @@ pub struct SimSummary {
     pub changes_proposed: u64,
     /// Configurations applied (summed over seeds: the highest epoch of each).
     pub configurations: u64,
+    /// How the linearizable reads that reached followers were served (read leases).
+    pub lease_reads: crate::node::lease_reads::LeaseReadCounts,
     /// The first violations, for the report.
     pub first: Vec<Violation>,
 }
@@ -88,20 +92,25 @@ impl SimSummary {
         self.watch_responses += report.watch_responses;
         self.changes_proposed += report.changes_proposed;
         self.configurations += report.configurations;
+        self.lease_reads.add(report.lease_reads);
     }
 
     /// The summary line the example prints last.
     pub fn line(&self) -> String {
         format!(
             "seeds={} violations={} ops_checked={} acked_writes_lost={} watch_responses_checked={} \
-             membership_changes={} configurations={}",
+             membership_changes={} configurations={} lease_reads_local={} lease_reads_waited={} \
+             lease_reads_forwarded={}",
             self.seeds,
             self.violations,
             self.ops_checked,
             self.acked_lost,
             self.watch_responses,
             self.changes_proposed,
-            self.configurations
+            self.configurations,
+            self.lease_reads.local,
+            self.lease_reads.waited,
+            self.lease_reads.forwarded,
         )
     }
 }

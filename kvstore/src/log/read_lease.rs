@@ -1,0 +1,265 @@
+//! Read leases: the master lets other members answer linearizable reads from their own
+//! state, with no round trip, while it holds back every write until each of them has
+//! received it (docs/read-leases.md has the rules and the argument, rule by rule).
+//!
+//! - A member asks the master for a read lease ([`super::LogMessage::ReadLeaseAsk`]) when
+//!   the master's commit heartbeat reaches it, starting its timer before the ask leaves
+//!   (rule R1). The master grants while it is the ready master, and remembers until when,
+//!   by its own clock, the member may believe it ([`Grants`]).
+//! - The master chooses a slot only once every node whose lease may still be valid has
+//!   accepted it in the master's ballot (R2). A grant names the master's commit index
+//!   (R3).
+//! - A holder answers a linearizable read once it has applied every slot it accepted in the
+//!   lease's ballot and the grant's commit index (R4), while its lease is valid and no
+//!   higher ballot has reached it (R5).
+//! - A new master counts every member as a holder until it has accepted something in the
+//!   new ballot, or until one lease time has passed since the takeover (R6).
+//!
+//! The grantor's and the holder's state here is in memory only: a restarted holder holds
+//! nothing (grants name the incarnation they answer), and a restarted master presumes every
+//! member a holder, as any new master does.
+
+use super::types::{LogBallot, Slot};
+use leasekv_lease::{Instant, NodeId};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// How read leases are granted and believed. Every member must use the same lease time
+/// and drift bound (the server derives both from `[election]` and `[reads]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadLeaseConfig {
+    /// L: how long, by the master's clock from an ask's arrival, the master waits for the
+    /// asker before choosing a slot without it. It bounds how long a holder that stopped
+    /// answering holds up writes, and how long a new master waits for members it cannot
+    /// reach.
+    pub lease_time: Duration,
+    /// ε, the bound on clock rate error (the election's): a holder believes its lease for
+    /// `L · (1 - ε) / (1 + ε) - safety_margin` from the moment it sent its ask.
+    pub drift_bound: f64,
+    /// Taken off the holder's belief after the drift correction (timer rounding).
+    pub safety_margin: Duration,
+    /// Whether learners get read leases too (voters always do).
+    pub learners: bool,
+    /// A member that left a slot unacknowledged this long after it was first sent gets no
+    /// renewal: a holder that asks but does not accept must not hold up writes beyond
+    /// one lease time.
+    pub receipt_grace: Duration,
+}
+
+impl ReadLeaseConfig {
+    /// Read leases of `lease_time` under drift bound `drift_bound`, voters only.
+    pub fn new(lease_time: Duration, drift_bound: f64) -> Self {
+        ReadLeaseConfig {
+            lease_time,
+            drift_bound,
+            safety_margin: Duration::from_millis(1),
+            learners: false,
+            receipt_grace: lease_time / 2,
+        }
+    }
+
+    /// How long a holder believes a lease of `granted` (the master's L), counted by its own
+    /// clock from its ask: the holder's clock may run slow (1-ε) and the master's fast
+    /// (1+ε), so `granted · (1-ε)/(1+ε)` of the holder's time ends, in real time, before the
+    /// master's `granted` from the ask's arrival ends (the election's holder rule).
+    pub fn holder_validity(&self, granted: Duration) -> Duration {
+        let eps = self.drift_bound.clamp(0.0, 0.5);
+        let scaled = granted.as_secs_f64() * (1.0 - eps) / (1.0 + eps);
+        Duration::from_secs_f64(scaled.max(0.0)).saturating_sub(self.safety_margin)
+    }
+}
+
+/// The master's side: until when, by its clock, each node may believe a read lease.
+#[derive(Debug, Default)]
+pub(super) struct Grants {
+    /// Per node: the end of the latest lease granted (arrival of its ask + L).
+    views: BTreeMap<NodeId, Instant>,
+    /// Nodes that may hold a lease from an earlier master (R6), until `presumed_until`
+    /// unless they accept something in `presumed_ballot`.
+    presumed: BTreeSet<NodeId>,
+    presumed_ballot: Option<LogBallot>,
+    presumed_until: Option<Instant>,
+}
+
+impl Grants {
+    /// A new tenure under `ballot` began at `now`: every node in `nodes` may still hold a
+    /// lease an earlier master granted, for at most `lease_time` more.
+    pub(super) fn presume(&mut self, ballot: LogBallot, nodes: impl IntoIterator<Item = NodeId>, until: Instant) {
+        self.presumed = nodes.into_iter().collect();
+        self.presumed_ballot = Some(ballot);
+        self.presumed_until = Some(until);
+    }
+
+    /// More nodes that may hold an earlier master's lease (members of a configuration this
+    /// master learned of while taking over), with the same deadline.
+    pub(super) fn presume_more(&mut self, ballot: LogBallot, nodes: impl IntoIterator<Item = NodeId>) {
+        if self.presumed_ballot == Some(ballot) {
+            self.presumed.extend(nodes);
+        }
+    }
+
+    /// `node` accepted something in `ballot`: it promised it, so no earlier master's lease
+    /// is valid there any more.
+    pub(super) fn accepted_in(&mut self, node: NodeId, ballot: LogBallot) {
+        if self.presumed_ballot == Some(ballot) {
+            self.presumed.remove(&node);
+        }
+    }
+
+    /// Grants `node` a lease ending at `until` (master clock).
+    pub(super) fn grant(&mut self, node: NodeId, until: Instant) {
+        let view = self.views.entry(node).or_insert(until);
+        *view = (*view).max(until);
+    }
+
+    /// The nodes a slot must have been accepted by at `now` before it is chosen: those whose
+    /// lease may be valid, granted or presumed.
+    pub(super) fn holders(&self, now: Instant) -> impl Iterator<Item = NodeId> + '_ {
+        let granted = self.views.iter().filter(move |(_, until)| now < **until).map(|(node, _)| *node);
+        let presuming = self.presumed_until.is_some_and(|until| now < until);
+        let presumed = self.presumed.iter().copied().filter(move |_| presuming);
+        granted.chain(presumed)
+    }
+
+    /// Whether every holder at `now` is in `acks`.
+    pub(super) fn all_received(&self, now: Instant, acks: &BTreeSet<NodeId>) -> bool {
+        self.holders(now).all(|node| acks.contains(&node))
+    }
+
+    /// The next instant a holder's lease ends (when a slot waiting for it may be chosen);
+    /// leases already ended count until [`Self::prune`] forgets them.
+    pub(super) fn next_expiry(&self) -> Option<Instant> {
+        let presumed = self.presumed_until.filter(|_| !self.presumed.is_empty());
+        self.views.values().copied().chain(presumed).min()
+    }
+
+    /// Forgets leases that ended (bounded state).
+    pub(super) fn prune(&mut self, now: Instant) {
+        self.views.retain(|_, until| now < *until);
+        if self.presumed_until.is_some_and(|until| until <= now) {
+            self.presumed.clear();
+        }
+    }
+}
+
+/// One grant as its holder believes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HeldGrant {
+    /// The master's ballot: any higher ballot seen ends the lease (R5).
+    pub(super) ballot: LogBallot,
+    /// Until when, by this node's clock.
+    pub(super) until: Instant,
+    /// The master's commit index when it granted: applied first (R3).
+    pub(super) through: Slot,
+}
+
+/// The holder's side: asks in flight and the lease held.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// The latest asks: sequence number and when the timer started (before sending).
+    asks: VecDeque<(u64, Instant)>,
+    next_seq: u64,
+    last_ask: Option<Instant>,
+    grant: Option<HeldGrant>,
+}
+
+/// Asks remembered: a grant answers one of the latest few (older ones are lost anyway).
+const ASKS_KEPT: usize = 8;
+
+impl Held {
+    /// Whether an ask is due at `now` (at most one per `every`).
+    pub(super) fn ask_due(&self, now: Instant, every: Duration) -> bool {
+        self.last_ask.is_none_or(|last| last.saturating_add(every) <= now)
+    }
+
+    /// Records an ask sent at `now` (the timer starts before it leaves) and returns its
+    /// sequence number.
+    pub(super) fn ask(&mut self, now: Instant) -> u64 {
+        self.next_seq += 1;
+        if self.asks.len() == ASKS_KEPT {
+            self.asks.pop_front();
+        }
+        self.asks.push_back((self.next_seq, now));
+        self.last_ask = Some(now);
+        self.next_seq
+    }
+
+    /// A grant for ask `seq` under `ballot`, believed for `validity` from the ask's start;
+    /// false if it answers no ask of ours.
+    pub(super) fn granted(&mut self, seq: u64, ballot: LogBallot, validity: Duration, through: Slot) -> bool {
+        let Some(&(_, sent)) = self.asks.iter().find(|(s, _)| *s == seq) else { return false };
+        let until = sent.saturating_add(validity);
+        self.grant = Some(match self.grant {
+            Some(held) if held.ballot == ballot => {
+                HeldGrant { ballot, until: held.until.max(until), through: held.through.max(through) }
+            }
+            _ => HeldGrant { ballot, until, through },
+        });
+        true
+    }
+
+    /// The lease held, if any (validity is the caller's to judge).
+    pub(super) fn grant(&self) -> Option<HeldGrant> {
+        self.grant
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    #[test]
+    fn a_holder_believes_less_than_the_master_waits_at_any_rates_within_the_bound() {
+        let config = ReadLeaseConfig::new(Duration::from_millis(250), 0.05);
+        let validity = config.holder_validity(config.lease_time);
+        // Holder clock slow (1-ε), master fast (1+ε): the holder's belief in real time
+        // ends before the master's view does, even with the ask arriving at once.
+        let holder_real = validity.as_secs_f64() / (1.0 - config.drift_bound);
+        let master_real = config.lease_time.as_secs_f64() / (1.0 + config.drift_bound);
+        assert!(holder_real < master_real, "{holder_real} < {master_real}");
+    }
+
+    #[test]
+    fn a_grant_counts_from_its_ask_and_only_answers_asks_made() {
+        let mut held = Held::default();
+        let ballot = LogBallot { round: 3, node: NodeId(1) };
+        let seq = held.ask(at(100));
+        assert!(!held.granted(seq + 1, ballot, Duration::from_millis(200), 4), "no such ask");
+        assert!(held.granted(seq, ballot, Duration::from_millis(200), 4));
+        assert_eq!(held.grant().map(|g| (g.until, g.through)), Some((at(300), 4)));
+        let later = held.ask(at(150));
+        assert!(held.granted(later, ballot, Duration::from_millis(200), 6));
+        assert_eq!(held.grant().map(|g| (g.until, g.through)), Some((at(350), 6)));
+        let newer = LogBallot { round: 4, node: NodeId(2) };
+        assert!(held.granted(later, newer, Duration::from_millis(100), 1));
+        assert_eq!(
+            held.grant().map(|g| (g.ballot, g.until, g.through)),
+            Some((newer, at(250), 1)),
+            "a new ballot starts over"
+        );
+    }
+
+    #[test]
+    fn a_slot_waits_for_every_holder_and_presumed_node_until_their_leases_end() {
+        let mut grants = Grants::default();
+        let ballot = LogBallot { round: 5, node: NodeId(1) };
+        grants.presume(ballot, [NodeId(2), NodeId(3)], at(250));
+        let acks: BTreeSet<NodeId> = [NodeId(1), NodeId(2)].into();
+        assert!(!grants.all_received(at(10), &acks), "node 3 may hold an earlier master's lease");
+        grants.accepted_in(NodeId(3), LogBallot { round: 4, node: NodeId(3) });
+        assert!(!grants.all_received(at(10), &acks), "an older ballot clears nothing");
+        grants.accepted_in(NodeId(3), ballot);
+        assert!(grants.all_received(at(10), &acks));
+        grants.grant(NodeId(3), at(300));
+        assert!(!grants.all_received(at(299), &acks), "granted to node 3");
+        assert_eq!(grants.next_expiry(), Some(at(250)));
+        assert!(grants.all_received(at(300), &acks), "its lease ended");
+        grants.presume(ballot, [NodeId(4)], at(400));
+        assert!(!grants.all_received(at(399), &acks));
+        assert!(grants.all_received(at(400), &acks));
+    }
+}
