@@ -8,8 +8,12 @@ use leasekv_kvstore::sim::{run_seed, run_seeds, ClientBreakage, KvSimConfig, Vio
 use leasekv_kvstore::watch::WatchBreakage;
 use leasekv_lease::BackendKind;
 
+/// Read leases hold each write until every holder has it, so under the simulator's
+/// tail-heavy network (one message in ten up to 50 ms late) and a fault every second, the
+/// clients complete about a third fewer operations than with read leases off; the floors
+/// below are set under that (docs/simulators.md).
 fn assert_clean(config: KvSimConfig, seeds: u64, base: u64) {
-    assert_clean_with(config, seeds, base, 300, 200);
+    assert_clean_with(config, seeds, base, 170, 110);
 }
 
 /// [`assert_clean`] with the operations checked and writes acknowledged each seed must
@@ -51,10 +55,10 @@ fn five_nodes_keep_every_promise() {
 
 /// A client's request to a follower crosses the lossy network twice more (the forward and
 /// its answer), and a lost one costs the client its 1.5 s timeout: at 20% loss about half
-/// as many operations complete as at 5%.
+/// as many operations complete as at 5%. (A read under a read lease crosses it no more.)
 #[test]
 fn heavy_loss_keeps_every_promise() {
-    assert_clean_with(fixed(5, 0.2), 100, 3_000, 150, 100);
+    assert_clean_with(fixed(5, 0.2), 100, 3_000, 90, 60);
 }
 
 #[test]
@@ -71,7 +75,7 @@ fn assert_clean_with_changes(config: KvSimConfig, seeds: u64, base: u64) {
     assert_eq!(summary.violations, 0, "{} nodes: {:#?}", config.nodes, summary.first);
     assert_eq!(summary.acked_lost, 0);
     assert!(summary.configurations > seeds * 2, "too few configurations applied: {}", summary.configurations);
-    assert!(summary.ops_checked > seeds * 300, "too few operations checked: {}", summary.ops_checked);
+    assert!(summary.ops_checked > seeds * 120, "too few operations checked: {}", summary.ops_checked);
 }
 
 #[test]
