@@ -85,7 +85,7 @@ pub use validate::{
     MAX_RETAIN_AFTER_SNAPSHOT, MAX_TXN_OPS, MAX_VALUE_BYTES, MAX_WORKER_THREADS, MIN_REQUEST_BYTES,
 };
 
-use leasekv_kvstore::log::ReplicaConfig;
+use leasekv_kvstore::log::{ReadLeaseConfig, ReplicaConfig};
 use leasekv_kvstore::Limits;
 use leasekv_lease::{BackendKind, LeaseConfig, NodeId};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -173,6 +173,8 @@ pub struct NodeConfig {
     pub runtime: RuntimeConfig,
     /// `[console]`: whether the web console is served at `/ui`, and whether it may write.
     pub console: ConsoleMode,
+    /// `[reads]`: read leases.
+    pub reads: ReadsConfig,
     /// etcd's `initial-cluster-state`: whether this node starts a new cluster with the
     /// `[[peers]]` listed (`new`, the default) or joins an existing one whose members are
     /// the `[[peers]]` (`existing`; see [`ClusterState::Existing`]). Used only when the data
@@ -358,6 +360,32 @@ pub enum ConsoleMode {
     Off,
 }
 
+/// `[reads]`: read leases (docs/read-leases.md), with which every member answers
+/// linearizable reads from its own state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadsConfig {
+    /// Whether the master grants read leases (and this node asks for one). Off: every
+    /// linearizable read goes to the master, as etcd's go to its leader.
+    pub leases: bool,
+    /// L: how long a read lease lasts by the master's clock. A member that stops answering
+    /// holds writes up for at most this long, and a new master waits at most this long for
+    /// a member it cannot reach before its first write. Same on every member.
+    pub lease_time: Duration,
+    /// Whether learners get read leases too (voters always do).
+    pub learners: bool,
+}
+
+impl ReadsConfig {
+    /// The default read-lease time for election lease time `election`: a quarter of it.
+    pub fn default_lease_time(election: Duration) -> Duration {
+        election / 4
+    }
+
+    /// The shortest read-lease time allowed: below it the drift correction and timer
+    /// rounding leave a holder too little of its lease to be worth asking for.
+    pub const MIN_LEASE_TIME: Duration = Duration::from_millis(20);
+}
+
 /// `[watch]`: how this node serves watch streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchConfig {
@@ -468,6 +496,10 @@ impl NodeConfig {
             max_inflight_slots: self.log.max_inflight_slots,
             // The node loop takes them where their stall does not starve the election.
             defer_snapshots: true,
+            read_leases: self.reads.leases.then(|| ReadLeaseConfig {
+                learners: self.reads.learners,
+                ..ReadLeaseConfig::new(self.reads.lease_time, self.election.drift_bound)
+            }),
             ..ReplicaConfig::for_lease_time(self.election.lease_time)
         }
     }

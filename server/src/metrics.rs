@@ -84,6 +84,11 @@ pub struct Metrics {
     pub snapshots_installed: IntGauge,
     /// Lease expiry batches this node proposed as master.
     pub expiry_commands: IntGauge,
+    /// Linearizable reads this node answered as follower under its read lease, by how:
+    /// `local` (at once), `waited` (after applying a slot), `forwarded` (to the master).
+    pub lease_reads: IntGaugeVec,
+    /// Whether this node holds a valid read lease.
+    pub read_lease_held: IntGauge,
     /// This node's mastership changes by backend and kind (elected, extended, expired,
     /// released), as the election backend counted them.
     pub election_changes: IntGaugeVec,
@@ -197,6 +202,19 @@ impl Metrics {
             snapshots_sent: gauge("leasekv_snapshots_sent_total", "Snapshots sent to followers whose next log entries were compacted away."),
             snapshots_installed: gauge("leasekv_snapshots_installed_total", "Snapshots received from the master and installed."),
             expiry_commands: gauge("leasekv_lease_expiry_commands_total", "Lease expiry batches proposed by this node as master."),
+            lease_reads: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "leasekv_follower_linearizable_reads_total",
+                        "Linearizable reads that reached this node as follower, by how they were served: local (under its read lease, at once), waited (under its read lease, after applying a slot it had received), forwarded (to the master).",
+                    ),
+                    &["served"],
+                )
+                .expect("a valid metric");
+                registry.register(Box::new(g.clone())).expect("registered once");
+                g
+            },
+            read_lease_held: gauge("leasekv_read_lease_held", "1 while this node holds a valid read lease (docs/read-leases.md), else 0."),
             election_changes: {
                 let g = IntGaugeVec::new(
                     Opts::new(
@@ -242,6 +260,11 @@ impl Metrics {
         self.snapshots_sent.set(node.counts.snapshots_sent as i64);
         self.snapshots_installed.set(node.counts.snapshots_installed as i64);
         self.expiry_commands.set(node.counts.expiry_commands as i64);
+        let reads = node.lease_reads;
+        for (served, n) in [("local", reads.local), ("waited", reads.waited), ("forwarded", reads.forwarded)] {
+            self.lease_reads.with_label_values(&[served]).set(n as i64);
+        }
+        self.read_lease_held.set(i64::from(node.read_lease_held));
     }
 
     /// Sets the election backend's counts.

@@ -100,6 +100,9 @@ pub struct Replica<S: Storage> {
     pub(super) grants: Grants,
     /// As follower: this node's read lease and its asks.
     pub(super) held_lease: Held,
+    /// Whether read leases may be asked for and granted now (every member speaks their
+    /// protocol; see [`Replica::set_read_leases_allowed`]).
+    pub(super) read_leases_allowed: bool,
 }
 
 impl<S: Storage> Replica<S> {
@@ -224,6 +227,7 @@ impl<S: Storage> Replica<S> {
             snapshot_wanted_by: BTreeSet::new(),
             grants: Grants::default(),
             held_lease: Held::default(),
+            read_leases_allowed: true,
         };
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));

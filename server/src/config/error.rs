@@ -175,6 +175,19 @@ pub enum ConfigErrorKind {
     /// The election timing is unsafe or unworkable (from `LeaseConfig::validate`).
     #[error("[election] {0}")]
     Lease(#[source] leasekv_lease::ConfigError),
+    /// `[reads] lease_time_ms` is outside what works.
+    #[error(
+        "[reads] lease_time_ms = {got} is out of range: it must be at least {min} and at most the election's \
+         lease_time_ms ({max}), since a new master waits up to one read-lease time before its first write"
+    )]
+    ReadLeaseTime {
+        /// The value given.
+        got: u64,
+        /// The least allowed.
+        min: u64,
+        /// The most allowed: T.
+        max: u64,
+    },
     /// `[election] tracker` is not a member.
     #[error("[election] tracker = {tracker} is not a member; expected one of the [[peers]] ids: {members}")]
     TrackerNotMember {

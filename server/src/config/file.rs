@@ -60,6 +60,17 @@ pub(super) struct FileConfig {
     tls: FileTls,
     #[serde(default)]
     console: FileConsole,
+    #[serde(default)]
+    reads: FileReads,
+}
+
+/// `[reads]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileReads {
+    leases: Option<bool>,
+    lease_time_ms: Option<u64>,
+    learners: Option<bool>,
 }
 
 /// `[console]`.
@@ -444,6 +455,15 @@ pub(super) fn resolve(
             .or_else(|| file.tls.peer.map(|p| PeerPortTls { cert: p.cert, key: p.key, ca: p.ca })),
     };
 
+    let reads = super::ReadsConfig {
+        leases: file.reads.leases.unwrap_or(true),
+        lease_time: file
+            .reads
+            .lease_time_ms
+            .map_or_else(|| super::ReadsConfig::default_lease_time(election.lease_time), Duration::from_millis),
+        learners: file.reads.learners.unwrap_or(false),
+    };
+
     Ok(NodeConfig {
         id: NodeId(id),
         name,
@@ -470,6 +490,7 @@ pub(super) fn resolve(
         watch,
         runtime,
         console: file.console.mode.unwrap_or_default(),
+        reads,
         initial_cluster_state,
         tls,
         origin: origin.clone(),

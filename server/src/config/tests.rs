@@ -73,7 +73,12 @@ fn no_file_gives_a_single_node_on_2379_with_data_in_leasekv_data() {
     // The node loop takes snapshots itself (off the runtime's worker).
     assert_eq!(
         config.replica_config(),
-        ReplicaConfig { defer_snapshots: true, ..ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME) }
+        ReplicaConfig {
+            defer_snapshots: true,
+            // Read leases on, a quarter of the election's lease time, voters only.
+            read_leases: Some(leasekv_kvstore::log::ReadLeaseConfig::new(DEFAULT_LEASE_TIME / 4, 0.01)),
+            ..ReplicaConfig::for_lease_time(DEFAULT_LEASE_TIME)
+        }
     );
     assert_eq!(config.lease_config(), LeaseConfig::with_lease_time(DEFAULT_LEASE_TIME));
     assert_eq!(config, NodeConfig::builtin());
@@ -654,6 +659,26 @@ fn etcds_default_data_dir_yields_to_the_files() {
     assert_eq!(config.data_dir, PathBuf::from("/var/lib/leasekv"));
     let config = NodeConfig::from_toml_str("id = 1\n", origin(), &etcd_flags(&[("name", "infra0")])).expect("valid");
     assert_eq!(config.data_dir, PathBuf::from("infra0.etcd"));
+}
+
+#[test]
+fn read_leases_are_on_by_default_for_a_quarter_of_the_lease_time_and_can_be_turned_off() {
+    let config = parse("id = 1\n[election]\nlease_time_ms = 800\n").expect("valid");
+    assert!(config.reads.leases && !config.reads.learners);
+    assert_eq!(config.reads.lease_time, Duration::from_millis(200));
+    let reads = config.replica_config().read_leases.expect("on");
+    assert_eq!((reads.lease_time, reads.drift_bound, reads.learners), (Duration::from_millis(200), 0.01, false));
+    let off = parse("id = 1\n[reads]\nleases = false\n").expect("valid");
+    assert_eq!(off.replica_config().read_leases, None);
+    let tuned = parse("id = 1\n[reads]\nlease_time_ms = 500\nlearners = true\n").expect("valid");
+    let reads = tuned.replica_config().read_leases.expect("on");
+    assert_eq!((reads.lease_time, reads.learners), (Duration::from_millis(500), true));
+    for bad in ["lease_time_ms = 5", "lease_time_ms = 1001"] {
+        let message = error_of(&format!("id = 1\n[reads]\n{bad}\n"));
+        assert!(message.contains("[reads] lease_time_ms") && message.contains("at most the election's"), "{message}");
+    }
+    let message = error_of("id = 1\n[reads]\nleases = \"yes\"\n");
+    assert!(message.contains("invalid type") && message.contains(":3:"), "{message}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! [`NodeConfig::check_environment`] (the configuration against this host).
 
 use super::error::{id_list, ConfigError, ConfigErrorKind};
-use super::{ClusterState, NodeConfig, WatchConfig};
+use super::{ClusterState, NodeConfig, ReadsConfig, WatchConfig};
 use leasekv_kvstore::log::ReplicaConfigError;
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -70,6 +70,14 @@ impl NodeConfig {
         self.validate_peers().map_err(err)?;
 
         self.lease_config().validate().map_err(|e| err(ConfigErrorKind::Lease(e)))?;
+        let read_lease = self.reads.lease_time;
+        if read_lease < ReadsConfig::MIN_LEASE_TIME || read_lease > self.election.lease_time {
+            return Err(err(ConfigErrorKind::ReadLeaseTime {
+                got: read_lease.as_millis() as u64,
+                min: ReadsConfig::MIN_LEASE_TIME.as_millis() as u64,
+                max: self.election.lease_time.as_millis() as u64,
+            }));
+        }
         let members = self.members();
         if let Some(tracker) = self.election.tracker.filter(|_| !joining) {
             if !members.contains(&tracker) {

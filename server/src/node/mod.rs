@@ -10,6 +10,7 @@ use crate::forward::{expect_answer, ForwardId, MasterAnswer, MasterRequest, Mast
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{GrowingFile, GrowingWriter, Payload};
+use crate::peer::version::Feature;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::auth::AuthStore;
 use leasekv_kvstore::log::{
@@ -93,6 +94,10 @@ pub struct NodeStatus {
     pub counts: leasekv_kvstore::log::ReplicaCounts,
     /// Requests forwarded to the master and not answered yet.
     pub forwards: usize,
+    /// How linearizable reads that reached this node as follower were served (read leases).
+    pub lease_reads: leasekv_kvstore::node::lease_reads::LeaseReadCounts,
+    /// Whether this node holds a valid read lease now.
+    pub read_lease_held: bool,
 }
 
 /// Resolves when the node's storage failed (disk full, an I/O error), with the failure:

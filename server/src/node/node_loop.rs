@@ -423,6 +423,8 @@ impl NodeLoop {
                     alarms: state.alarms().copied().collect(),
                     counts: replica.counts(),
                     forwards: self.node.forwards_pending(),
+                    lease_reads: self.node.lease_read_counts(),
+                    read_lease_held: replica.read_lease_until(now).is_some(),
                 });
             }
             Request::View(reply) => {
@@ -574,6 +576,8 @@ impl NodeLoop {
                 change_gate: self.election.change_allowed_after(),
                 configuration_seen: self.election.configuration_seen(),
             });
+            let cluster_version = self.peers.versions().cluster_version();
+            self.node.replica_mut().set_read_leases_allowed(Feature::ReadLeases.in_version(cluster_version));
             // Answers first: the engine write of what they applied follows them (see
             // `Replica::take_output_before_flush`).
             let mut output = self.node.take_output(self.clock.now());

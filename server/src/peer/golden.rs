@@ -208,6 +208,22 @@ fn kinds() -> Vec<Golden> {
         golden("log-fetch", 2, log(LogMessage::Fetch { from: 4 })),
         golden("log-entries", 2, log(LogMessage::Entries { entries: vec![(4, entry())], commit: 12 })),
         golden("log-snapshot", 2, log(LogMessage::Snapshot { index: 3, data: vec![1, 2, 3, 4] })),
+        golden(
+            "log-read-lease-ask",
+            4,
+            log(LogMessage::ReadLeaseAsk { ballot: log_ballot(), incarnation: 3, seq: 17 }),
+        ),
+        golden(
+            "log-read-lease-grant",
+            4,
+            log(LogMessage::ReadLeaseGrant {
+                ballot: log_ballot(),
+                incarnation: 3,
+                seq: 17,
+                valid_for_nanos: 250_000_000,
+                through: 12,
+            }),
+        ),
         // Requests forwarded to the master.
         golden(
             "forward-propose",

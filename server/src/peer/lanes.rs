@@ -18,7 +18,7 @@ use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::{HelloRequest, PeerEnvelope};
 use crate::peer::refusal::PeerRefusal;
-use crate::peer::version::{LinkVersions, Speaks, OLDEST_PEER_PROTOCOL_VERSION, VERSION_WITHOUT_HELLO};
+use crate::peer::version::{Feature, LinkVersions, Speaks, OLDEST_PEER_PROTOCOL_VERSION, VERSION_WITHOUT_HELLO};
 use crate::peer::wire::Wire;
 use crate::tls::connector::PeerTlsConnector;
 use crate::tls::reload::Current;
@@ -380,6 +380,11 @@ impl PeerNetwork {
             // snapshot from that peer is on its way, each repeat would only make the peer
             // serialise its whole state machine again for a transfer that is dropped.
             LogMessage::Fetch { .. } if self.inbox.pulling_snapshot(to) => {}
+            // Read leases are granted only while the whole cluster speaks their version
+            // (the node loop tells the replica); this keeps them off an older link even
+            // while that news is on its way.
+            LogMessage::ReadLeaseAsk { .. } | LogMessage::ReadLeaseGrant { .. }
+                if !self.versions.of(to).is_some_and(|version| Feature::ReadLeases.in_version(version)) => {}
             message => self.send(to, &Wire::Log(message)),
         }
     }

@@ -24,6 +24,10 @@
 //! (they also number the store errors after `Busy` one lower than every build since: a
 //! cluster mixing those builds with later ones misreports some errors of forwarded
 //! requests, never their outcome), so a version 2 follower's forwards are queued as before.
+//! Version 4: read leases (`LogMessage::ReadLeaseAsk`, `LogMessage::ReadLeaseGrant`,
+//! docs/read-leases.md). They go only over a link that speaks 4, and are asked for and
+//! granted only while the cluster's version is 4: a master of an earlier build neither
+//! holds back its writes for holders nor waits for an earlier master's holders.
 
 use super::refusal::PeerRefusal;
 use leasekv_lease::NodeId;
@@ -31,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// The newest peer protocol version this build speaks (see the module docs for each).
-pub const PEER_PROTOCOL_VERSION: u32 = 3;
+pub const PEER_PROTOCOL_VERSION: u32 = 4;
 
 /// The oldest peer protocol version this build still speaks: the version of the previous
 /// release, so that releases can be mixed during a rolling upgrade.
@@ -47,6 +51,8 @@ pub enum Feature {
     /// A master answers a forward with `RequestError::Overloaded` when its client queue
     /// is full, instead of queueing it beyond `[limits] max_queued_requests`.
     RefuseForwardsWhenOverloaded,
+    /// Read leases: their messages, and every member answering linearizable reads under one.
+    ReadLeases,
 }
 
 impl Feature {
@@ -54,6 +60,7 @@ impl Feature {
     pub fn since(self) -> u32 {
         match self {
             Feature::RefuseForwardsWhenOverloaded => 3,
+            Feature::ReadLeases => 4,
         }
     }
 
@@ -234,7 +241,9 @@ mod tests {
             assert_eq!(status.code(), tonic::Code::FailedPrecondition);
             assert_eq!(PeerRefusal::of(&status), Some(PeerRefusal::ProtocolVersion { theirs: PEER_PROTOCOL_VERSION }));
             assert!(
-                status.message().contains(&format!("speaks version {named}, this node speaks versions 2 to 3")),
+                status.message().contains(&format!(
+                    "speaks version {named}, this node speaks versions 2 to {PEER_PROTOCOL_VERSION}"
+                )),
                 "{}",
                 status.message()
             );
@@ -254,6 +263,11 @@ mod tests {
         versions.agreed(NodeId(3), 3);
         assert_eq!(versions.cluster_version(), 3, "node 1 is this one");
         assert!(Feature::RefuseForwardsWhenOverloaded.in_version(versions.cluster_version()));
+        assert!(!Feature::ReadLeases.in_version(versions.cluster_version()), "a member speaks 3");
+        versions.agreed(NodeId(2), 4);
+        versions.agreed(NodeId(3), 4);
+        assert!(Feature::ReadLeases.in_version(versions.cluster_version()), "every member speaks 4");
+        versions.agreed(NodeId(3), 3);
         versions.set_members([NodeId(1), NodeId(2), NodeId(3), NodeId(4)]);
         assert_eq!(versions.cluster_version(), 2, "a member joined");
         versions.set_members([NodeId(1), NodeId(2), NodeId(3)]);

@@ -7,6 +7,14 @@ use crate::log::leader::Role;
 use crate::log::types::LogBallot;
 
 impl<S: Storage> Replica<S> {
+    /// Whether read leases may be asked for and granted: the driver says no while a member
+    /// runs a build that does not know them (it would neither hold writes back for holders
+    /// nor, as a new master, wait for an earlier master's). Leases already held run out;
+    /// holding writes back for them and the wait after a takeover go on regardless.
+    pub fn set_read_leases_allowed(&mut self, allowed: bool) {
+        self.read_leases_allowed = allowed;
+    }
+
     /// A member may hold a read lease: a voter, or a learner where learners are allowed, in
     /// the configuration in force and in every one the changes this node has accepted and
     /// not applied would make. A node stops believing its lease the moment it receives its
@@ -35,6 +43,9 @@ impl<S: Storage> Replica<S> {
     /// due (every quarter of the lease time, at most once per retry interval).
     pub(in crate::log) fn ask_read_lease(&mut self, now: Instant, ballot: LogBallot) {
         let Some(reads) = &self.config.read_leases else { return };
+        if !self.read_leases_allowed {
+            return;
+        }
         let every = (reads.lease_time / 4).min(self.config.retry_interval);
         if !matches!(self.role, Role::Follower)
             || self.stopped.is_some()
@@ -63,6 +74,9 @@ impl<S: Storage> Replica<S> {
     ) {
         let Some(reads) = self.config.read_leases.clone() else { return };
         let Role::Leader(leader) = &self.role else { return };
+        if !self.read_leases_allowed {
+            return;
+        }
         if leader.ballot() != ballot || from == self.me || self.require_ready(now).is_err() {
             return;
         }
