@@ -8,24 +8,24 @@
 //!   exactly once, in order, without a gap;
 //! - no stretch without an acknowledged write lasts longer than one failover;
 //! - the cluster protocol version (`leasekv_cluster_protocol_version` on each member's
-//!   `/metrics`) stays 2 while any member still speaks only 2, and becomes 3 on every member,
-//!   with "cluster protocol version changed" in its log, once the last one is upgraded.
+//!   `/metrics`) stays 3 while any member still speaks only 3, and becomes 4 on every member,
+//!   with "cluster protocol version changed" in its log, once the last one is upgraded;
+//! - read leases, which version 4 brought, are held by no member while one still speaks 3
+//!   (`leasekv_read_lease_held`), and by the followers once every member speaks 4.
 //!
 //! How "the previous release" is emulated: the nodes run this build with the top-level config
-//! key `peer_protocol_version = 2`, with which a node sends and accepts only version 2
-//! messages, as a node of the previous release does (it still answers `Hello`). Version 2 is what the previous release speaks: it has no
-//! `Peer.Hello`, and a node answering `Hello` UNIMPLEMENTED is taken to speak version 2
-//! (`server/src/peer/version.rs`). Upgrading a node is restarting it without that line (this
-//! release's default, version 3) on the same data dir; the data-dir format did not change in
-//! this release, so the same files serve both (`tests/upgrade.rs` opens data dirs of older
-//! releases).
+//! key `peer_protocol_version = 3`, with which a node sends and accepts only version 3
+//! messages, as a node of the previous release does. Upgrading a node is restarting it
+//! without that line (this release's default, version 4) on the same data dir; the data-dir
+//! format did not change in this release, so the same files serve both (`tests/upgrade.rs`
+//! opens data dirs of older releases).
 //!
 //! With `LEASEKV_PREVIOUS_KVSERVER=/path/to/kvserver` (a build of the previous release, e.g.
 //! `cargo build --bin kvserver` in a worktree of the commit before; not a test or
 //! fault-injection build, whose `negative-controls` feature numbered one membership change
 //! differently before this release), the nodes start on that binary instead, with no
 //! such line, and an upgrade restarts a node on this build's binary: the same test against
-//! the real previous release. Such a node publishes no cluster version; it counts as 2.
+//! the real previous release.
 
 mod common;
 
@@ -38,7 +38,14 @@ use std::time::{Duration, Instant};
 
 /// The line that holds a node at the previous release's peer protocol. It must come before
 /// any `[section]` of the file: it is a top-level key.
-const PREVIOUS_RELEASE: &str = "peer_protocol_version = 2\n";
+const PREVIOUS_RELEASE: &str = "peer_protocol_version = 3\n";
+
+/// The peer protocol version of the previous release, and of this one.
+const PREVIOUS_VERSION: i64 = 3;
+const THIS_VERSION: i64 = 4;
+
+/// The gauge that says whether a member holds a read lease.
+const READ_LEASE_METRIC: &str = "leasekv_read_lease_held";
 
 /// The gauge each member publishes on `/metrics`.
 const CLUSTER_VERSION_METRIC: &str = "leasekv_cluster_protocol_version";
@@ -141,7 +148,8 @@ fn upgrade_config(cluster: &Cluster, i: usize) {
     }
     let path = cluster.config(i);
     let config = std::fs::read_to_string(&path).expect("config read");
-    let upgraded = config.strip_prefix(PREVIOUS_RELEASE).unwrap_or_else(|| panic!("n{} is not held at 2", i + 1));
+    let upgraded =
+        config.strip_prefix(PREVIOUS_RELEASE).unwrap_or_else(|| panic!("n{} is not held at {PREVIOUS_VERSION}", i + 1));
     std::fs::write(&path, upgraded).expect("config written");
 }
 
@@ -160,14 +168,30 @@ fn log_tails(cluster: &Cluster, lines: usize) -> String {
 /// A member's `leasekv_cluster_protocol_version`, scraped from its `/metrics` (plain HTTP on
 /// the client port, as Prometheus reads it).
 fn scrape_cluster_version(endpoint: &str) -> Result<i64, String> {
+    scrape_metric(endpoint, CLUSTER_VERSION_METRIC)
+}
+
+/// A gauge `name` (without labels) from a member's `/metrics`.
+fn scrape_metric(endpoint: &str, name: &str) -> Result<i64, String> {
     let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
     let mut response =
         agent.get(&format!("http://{endpoint}/metrics")).call().map_err(|e| format!("{endpoint}: {e}"))?;
     let page = response.body_mut().read_to_string().map_err(|e| format!("{endpoint}: {e}"))?;
     page.lines()
-        .find_map(|line| line.strip_prefix(CLUSTER_VERSION_METRIC)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
         .map(|v| v as i64)
-        .ok_or_else(|| format!("{CLUSTER_VERSION_METRIC} is not on {endpoint}'s metrics page"))
+        .ok_or_else(|| format!("{name} is not on {endpoint}'s metrics page"))
+}
+
+/// Which members hold a read lease now (`leasekv_read_lease_held`), off the runtime's
+/// worker threads.
+async fn read_lease_holders(endpoints: &[String]) -> Vec<bool> {
+    let endpoints = endpoints.to_vec();
+    tokio::task::spawn_blocking(move || {
+        endpoints.iter().map(|e| scrape_metric(e, READ_LEASE_METRIC).is_ok_and(|held| held == 1)).collect()
+    })
+    .await
+    .expect("the scrape")
 }
 
 /// [`scrape_cluster_version`] off the runtime's worker threads (ureq blocks).
@@ -176,20 +200,18 @@ async fn cluster_version(endpoint: String) -> Result<i64, String> {
 }
 
 /// Every member's cluster version, once each publishes one (the gauge reads 0 until a node
-/// has taken its membership in). A node on the previous release's own binary (`old`)
-/// publishes none: it speaks 2.
-async fn cluster_versions(cluster: &Cluster, old: &[bool]) -> Vec<i64> {
+/// has taken its membership in) that is at least the previous release's (a member it has
+/// not reached yet counts as the oldest version it speaks).
+async fn cluster_versions(cluster: &Cluster) -> Vec<i64> {
     let mut versions = Vec::new();
-    for (i, &old) in old.iter().enumerate() {
-        if old && previous_binary().is_some() {
-            versions.push(2);
-            continue;
-        }
+    for i in 0..3 {
         let endpoint = cluster.endpoint(i);
         versions.push(
             eventually(Duration::from_secs(10), || async {
                 match cluster_version(endpoint.clone()).await? {
                     0 => Err(format!("n{} has not published its cluster version yet", i + 1)),
+                    // A member not reached yet counts as the oldest version a node speaks.
+                    v if v < PREVIOUS_VERSION => Err(format!("n{} has not reached every member yet: {v}", i + 1)),
                     v => Ok(v),
                 }
             })
@@ -318,7 +340,7 @@ async fn serves_again(cluster: &Cluster, i: usize, revision: i64) {
 
 /// Waits (bounded) until node `i`'s log says it agreed a peer protocol version with each
 /// of the two other members: the cluster version it then publishes is the outcome of
-/// agreements, not merely "not reached yet, so 2".
+/// agreements, not merely "not reached yet, so the oldest".
 async fn agreed_with_both_peers(cluster: &Cluster, i: usize) {
     let peers: Vec<String> = (0..3).filter(|&p| p != i).map(|p| format!("peer=n{}", p + 1)).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -381,20 +403,19 @@ fn longest_gap(acks: &[Ack], from: Instant, to: Instant) -> (Duration, Duration)
 }
 
 #[test]
-fn a_loaded_cluster_upgraded_one_node_at_a_time_loses_nothing_and_moves_to_version_3() {
+fn a_loaded_cluster_upgraded_one_node_at_a_time_loses_nothing_and_moves_to_the_new_version() {
     let test_started = Instant::now();
     let mut cluster = configure_previous_release();
     for i in 0..3 {
         start_previous(&mut cluster, i);
     }
-    // Which nodes still run the previous release.
-    let mut old = [true; 3];
     let rt = runtime();
     rt.block_on(async {
         let all: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
-        // The previous release, everywhere: version 2 on every member.
-        let versions = cluster_versions(&cluster, &old).await;
-        assert_eq!(versions, vec![2, 2, 2], "cluster versions before the upgrade\n{}", log_tails(&cluster, 20));
+        // The previous release, everywhere: its version on every member, and no read lease.
+        let versions = cluster_versions(&cluster).await;
+        assert_eq!(versions, vec![PREVIOUS_VERSION; 3], "cluster versions before the upgrade\n{}", log_tails(&cluster, 20));
+        assert_eq!(read_lease_holders(&all).await, vec![false; 3], "read leases before the upgrade");
         let initial_master = master_among(&cluster, &[0, 1, 2]).await;
 
         // The revision the watch starts after: the load is the only writer from here on, so
@@ -459,28 +480,30 @@ fn a_loaded_cluster_upgraded_one_node_at_a_time_loses_nothing_and_moves_to_versi
             let acked_while_down = lock(&load_log).acks.iter().map(|a| a.revision).max().unwrap_or(0);
             last_started = Instant::now();
             cluster.start_node(i);
-            old[i] = false;
-            timeline.push((load_started.elapsed(), format!("restarted n{} at version 3", i + 1)));
+            timeline.push((load_started.elapsed(), format!("restarted n{} at version {THIS_VERSION}", i + 1)));
             serves_again(&cluster, i, acked_while_down).await;
             timeline.push((load_started.elapsed(), format!("n{} serves again", i + 1)));
             agreed_with_both_peers(&cluster, i).await;
             timeline.push((load_started.elapsed(), format!("n{} agreed versions with both peers", i + 1)));
             more_acks(&load_log, 100, &format!("after the upgrade of n{}", i + 1)).await;
             if !pending.is_empty() {
-                // A member of the previous release is still there: everyone must stay at 2.
-                let versions = cluster_versions(&cluster, &old).await;
+                // A member of the previous release is still there: everyone must stay at its
+                // version, and nobody may hold a read lease (that member would not hold its
+                // writes back for holders).
+                let versions = cluster_versions(&cluster).await;
                 assert_eq!(
                     versions,
-                    vec![2, 2, 2],
-                    "cluster versions with n{} upgraded and {:?} still at 2\n{}",
+                    vec![PREVIOUS_VERSION; 3],
+                    "cluster versions with n{} upgraded and {:?} still at {PREVIOUS_VERSION}\n{}",
                     i + 1,
                     pending.iter().map(|p| p + 1).collect::<Vec<_>>(),
                     log_tails(&cluster, 20)
                 );
+                assert_eq!(read_lease_holders(&all).await, vec![false; 3], "read leases with n{} upgraded", i + 1);
             }
         }
 
-        // Every member upgraded: every one moves to 3, and says so in its log.
+        // Every member upgraded: every one moves to the new version, and says so in its log.
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let versions: Vec<Result<i64, String>> = {
@@ -490,27 +513,38 @@ fn a_loaded_cluster_upgraded_one_node_at_a_time_loses_nothing_and_moves_to_versi
                 }
                 v
             };
-            if versions.iter().all(|v| v == &Ok(3)) {
+            if versions.iter().all(|v| v == &Ok(THIS_VERSION)) {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "every member upgraded, yet the cluster versions are not all 3 after 15 s: {versions:?}\n{}",
+                "every member upgraded, yet the cluster versions are not all {THIS_VERSION} after 15 s: {versions:?}\n{}",
                 log_tails(&cluster, 40)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        timeline.push((load_started.elapsed(), "every member at cluster version 3".to_string()));
+        timeline.push((load_started.elapsed(), format!("every member at cluster version {THIS_VERSION}")));
         for i in 0..3 {
             let log = cluster.log(i);
             assert!(
-                log.lines().any(|l| l.contains("cluster protocol version changed") && l.contains("version=3")),
-                "n{}'s log does not say the cluster protocol version changed to 3\n{}",
+                log.lines().any(|l| l.contains("cluster protocol version changed")
+                    && l.contains(&format!("version={THIS_VERSION}"))),
+                "n{}'s log does not say the cluster protocol version changed to {THIS_VERSION}\n{}",
                 i + 1,
                 log_tails(&cluster, 40)
             );
         }
-        more_acks(&load_log, 100, "at version 3").await;
+        more_acks(&load_log, 100, &format!("at version {THIS_VERSION}")).await;
+        // Read leases now: the two followers hold one.
+        let holders = eventually(Duration::from_secs(10), || async {
+            let held = read_lease_holders(&all).await;
+            match held.iter().filter(|h| **h).count() {
+                2 => Ok(held),
+                _ => Err(format!("read leases held: {held:?}")),
+            }
+        })
+        .await;
+        timeline.push((load_started.elapsed(), format!("read leases held: {holders:?}")));
 
         // Stop the load.
         stop.store(true, Ordering::Relaxed);
@@ -524,15 +558,16 @@ fn a_loaded_cluster_upgraded_one_node_at_a_time_loses_nothing_and_moves_to_versi
         assert!(acks.iter().all(|a| a.revision > 0), "an acknowledged put without a revision");
         let last_revision = acks.iter().map(|a| a.revision).max().expect("acknowledged puts");
 
-        // No member claimed 3 while one still spoke only 2 (before the last one restarted).
+        // No member claimed the new version while one still spoke only the previous one
+        // (before the last one restarted).
         let early: Vec<(Duration, usize)> = lock(&samples)
             .iter()
-            .filter(|(at, _, v)| *at < last_started && v == &Ok(3))
+            .filter(|(at, _, v)| *at < last_started && v == &Ok(THIS_VERSION))
             .map(|(at, i, _)| (at.duration_since(load_started), i + 1))
             .collect();
         assert!(
             early.is_empty(),
-            "members reported cluster version 3 before the last one was upgraded (time after the load started, \
+            "members reported cluster version {THIS_VERSION} before the last one was upgraded (time after the load started, \
              node): {early:?}\ntimeline: {timeline:?}"
         );
 

@@ -53,17 +53,21 @@ pub enum ServerBreakage {
     /// comparisons and each other one as a transaction of its own: its writes land at
     /// different revisions, and a crash between them leaves half of them.
     SplitTxn,
+    /// A read-lease holder goes on answering linearizable reads after its lease ran out,
+    /// until a higher log ballot reaches it (docs/read-leases.md).
+    ReadLeaseExpired,
 }
 
 impl ServerBreakage {
     /// Every broken variant with its name.
-    pub const ALL: [(&'static str, ServerBreakage); 6] = [
+    pub const ALL: [(&'static str, ServerBreakage); 7] = [
         ("follower-reads", ServerBreakage::FollowerReads),
         ("ack-before-fsync", ServerBreakage::AckBeforeFsync),
         ("stale-lease-check", ServerBreakage::StaleLeaseCheck),
         ("watch-resume-gap", ServerBreakage::WatchResumeGap),
         ("skip-fdatasync", ServerBreakage::SkipFdatasync),
         ("split-txn", ServerBreakage::SplitTxn),
+        ("read-lease-expired", ServerBreakage::ReadLeaseExpired),
     ];
 }
 

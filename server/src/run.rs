@@ -414,6 +414,7 @@ fn replica_config(config: &NodeConfig, faults: &FaultInjection) -> leasekv_kvsto
         replica.breakage = match faults.breakage {
             ServerBreakage::FollowerReads => LogBreakage::FollowerReads,
             ServerBreakage::AckBeforeFsync => LogBreakage::EarlyAck,
+            ServerBreakage::ReadLeaseExpired => LogBreakage::ReadLeaseExpired,
             ServerBreakage::None
             | ServerBreakage::StaleLeaseCheck
             | ServerBreakage::WatchResumeGap

@@ -45,11 +45,17 @@ pub enum FaultClass {
     /// disk forgets every write it had not synced (the data directories on the lazy FUSE
     /// disk, lazyfs.rs).
     PowerLoss,
+    /// A follower cut off from every other node (clients still reach it): a read-lease
+    /// holder, which must stop answering linearizable reads once its lease runs out.
+    IsolateFollower,
+    /// SIGSTOP of a follower for 0.5–3× the lease time, then SIGCONT: a read-lease holder
+    /// whose lease ran out while it was stopped.
+    PauseFollower,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 16] = [
+    pub const ALL: [(&'static str, FaultClass); 18] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -66,6 +72,8 @@ impl FaultClass {
         ("slow-fsync", FaultClass::SlowFsync),
         ("fsync-error", FaultClass::FsyncError),
         ("power-loss", FaultClass::PowerLoss),
+        ("isolate-follower", FaultClass::IsolateFollower),
+        ("pause-follower", FaultClass::PauseFollower),
     ];
 
     /// The command-line name.
@@ -161,6 +169,19 @@ pub async fn inject(
             let hold = LEASE_TIME.mul_f64(0.5 + 2.5 * rng.next_f64());
             return Ok(Injected { hold });
         }
+        FaultClass::PauseFollower => {
+            let follower = pick_follower(rng, n, master);
+            cluster.signal_pause(follower, true);
+            let hold = LEASE_TIME.mul_f64(0.5 + 2.5 * rng.next_f64());
+            return Ok(Injected { hold });
+        }
+        FaultClass::IsolateFollower => {
+            let follower = pick_follower(rng, n, master);
+            for i in others(&[follower]) {
+                net.cut(i, &[follower], false)?;
+            }
+            net.cut(follower, &others(&[follower]), false)?;
+        }
         FaultClass::IsolateMaster => {
             for i in others(&[master]) {
                 net.cut(i, &[master], false)?;
@@ -248,6 +269,11 @@ pub async fn inject(
         }
     }
     Ok(Injected { hold })
+}
+
+/// A node other than `master`, at random.
+fn pick_follower(rng: &mut SplitMix64, n: usize, master: usize) -> usize {
+    (master + 1 + rng.range_u64(0, n as u64 - 2) as usize) % n
 }
 
 /// Ends every fault: heals the network, resumes and restarts nodes, resets clocks.

@@ -58,12 +58,13 @@ struct Args {
     seed: Option<u64>,
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
     /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
-    /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error, power-loss.
+    /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error, power-loss,
+    /// isolate-follower, pause-follower.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
-    /// ack-before-fsync, watch-resume-gap, skip-fdatasync, split-txn (kvserver variants) or fast-clock (a
-    /// master clock far outside the drift bound, cut off).
+    /// ack-before-fsync, watch-resume-gap, skip-fdatasync, split-txn, read-lease-expired
+    /// (kvserver variants) or fast-clock (a master clock far outside the drift bound, cut off).
     #[arg(long = "break")]
     breakage: Option<String>,
     /// What runs on the nodes: leasekv or etcd.
@@ -102,7 +103,7 @@ struct Args {
     inner: Option<String>,
 }
 
-const BREAKS: [&str; 7] = [
+const BREAKS: [&str; 8] = [
     "follower-reads",
     "stale-lease-check",
     "ack-before-fsync",
@@ -110,6 +111,7 @@ const BREAKS: [&str; 7] = [
     "skip-fdatasync",
     "split-txn",
     "fast-clock",
+    "read-lease-expired",
 ];
 
 fn main() -> ExitCode {
