@@ -93,6 +93,22 @@ impl Cluster {
         breakage: Option<String>,
         disks: Disks,
     ) -> Result<Cluster> {
+        Cluster::start_configured(target, program, dir, net, nodes, breakage, disks, "")
+    }
+
+    /// [`Cluster::start`] with `extra` appended to every leasekv node's configuration
+    /// (sections such as `[reads]`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_configured(
+        target: Target,
+        program: PathBuf,
+        dir: &Path,
+        net: Net,
+        nodes: usize,
+        breakage: Option<String>,
+        disks: Disks,
+        extra: &str,
+    ) -> Result<Cluster> {
         let mut cluster = Cluster {
             target,
             program,
@@ -138,7 +154,7 @@ impl Cluster {
                     })
                     .collect();
                 let mut file = NodeFile::member(i as u32 + 1, &peers, &cluster.data_dir(i), backend)
-                    .with_extra("[compaction]\nmode = \"off\"\n")?;
+                    .with_extra(&format!("[compaction]\nmode = \"off\"\n{extra}"))?;
                 file.cluster_id = Some(7777);
                 file.peer_addr = SocketAddr::from(([0, 0, 0, 0], PEER_PORT));
                 file.election.lease_time_ms = Some(u64::try_from(LEASE_TIME.as_millis())?);

@@ -566,4 +566,6 @@ impl Filesystem for LazyFs {
 }
 
 #[cfg(test)]
+// Named by path so that wanbench, which includes this file from another directory, finds it.
+#[path = "lazyfs/tests.rs"]
 mod tests;
