@@ -3,7 +3,7 @@
 //! who believes it is master.
 
 use leasekv_kvstore::log::{
-    Completion, LogBreakage, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError,
+    Completion, LogBreakage, LogMessage, ReadConsistency, ReadLeaseConfig, Replica, ReplicaConfig, RequestError,
 };
 use leasekv_kvstore::storage::{MemoryStorage, StorageError};
 use leasekv_kvstore::{
@@ -757,4 +757,110 @@ fn a_checkpoint_writes_what_was_applied_but_not_flushed_before_it_syncs() {
     }
     let d = c.digests();
     assert!(d.windows(2).all(|w| w[0] == w[1]), "{d:?}");
+}
+
+// ---- Read leases (docs/read-leases.md) ----
+
+/// Read leases of 250 ms on a 1 s election lease (heartbeats every 100 ms).
+fn with_read_leases() -> ReplicaConfig {
+    let mut cfg = config();
+    cfg.read_leases = Some(ReadLeaseConfig::new(Duration::from_millis(250), 0.01));
+    cfg
+}
+
+/// A master at node 1 whose followers hold read leases (a heartbeat, an ask, a grant).
+fn leased_cluster() -> Cluster {
+    let mut c = Cluster::new(3, with_read_leases());
+    c.make_master(1, 1);
+    c.settle();
+    c.advance(Duration::from_millis(100));
+    c
+}
+
+impl Cluster {
+    /// Whether node `id` holds a valid read lease now.
+    fn holds(&mut self, id: u32) -> bool {
+        let now = self.now;
+        self.replica(id).read_lease_target(now).is_some()
+    }
+}
+
+fn lease_read(c: &mut Cluster, at: u32, key: &str) -> Option<Option<Vec<u8>>> {
+    let now = c.now;
+    let req = RangeRequest { range: KeyRange::single(key), ..Default::default() };
+    let r = c.replica(at);
+    let target = r.read_lease_target(now)?;
+    let answer = r.read_under_lease(now, target, &req, 0)?;
+    Some(answer.expect("a read").0.kvs.first().map(|kv| kv.value.clone()))
+}
+
+#[test]
+fn a_follower_with_a_read_lease_answers_linearizable_reads_itself() {
+    let mut c = leased_cluster();
+    assert!(c.holds(2) && c.holds(3));
+    assert!(!c.holds(1), "the master reads under its election lease");
+    c.put(1, "a", "1").unwrap();
+    c.settle();
+    assert_eq!(c.ok_completions(), 1);
+    assert_eq!(lease_read(&mut c, 2, "a"), Some(Some(b"1".to_vec())));
+    // Renewed with the heartbeats: still held a second later.
+    for _ in 0..10 {
+        c.advance(Duration::from_millis(100));
+    }
+    assert_eq!(lease_read(&mut c, 3, "a"), Some(Some(b"1".to_vec())));
+}
+
+#[test]
+fn a_write_waits_for_a_cut_off_holder_until_its_read_lease_ends_and_no_longer() {
+    let mut c = leased_cluster();
+    c.cut.insert(NodeId(3));
+    c.put(1, "a", "1").unwrap();
+    c.settle();
+    assert_eq!(c.ok_completions(), 0, "node 3 may still answer reads without it");
+    c.advance(Duration::from_millis(100));
+    assert_eq!(c.ok_completions(), 0, "its lease began at most 100 ms before the cut and runs 250 ms");
+    c.advance(Duration::from_millis(100));
+    c.advance(Duration::from_millis(100));
+    assert_eq!(c.ok_completions(), 1, "chosen once the lease ran out (R8)");
+    // The cut-off holder believed less long than the master waited (R1), and holds nothing now.
+    assert!(!c.holds(3));
+    // Later writes do not wait for it.
+    c.put(1, "b", "2").unwrap();
+    c.settle();
+    assert_eq!(c.ok_completions(), 2);
+}
+
+#[test]
+fn a_higher_ballot_ends_a_read_lease_and_a_new_master_waits_for_the_old_ones_holders() {
+    let mut c = leased_cluster();
+    // Node 2 takes over while node 3, which holds node 1's lease, hears nothing of it.
+    c.cut.insert(NodeId(3));
+    c.depose(1, None);
+    c.make_master(2, 2);
+    c.settle();
+    assert!(!c.holds(1), "node 1 promised node 2's ballot (R5)");
+    assert!(c.holds(3), "node 3 still believes node 1's lease");
+    c.put(2, "a", "1").unwrap();
+    c.settle();
+    assert_eq!(c.ok_completions(), 0, "node 2 waits for node 3's possible lease (R6)");
+    c.advance(Duration::from_millis(300));
+    assert!(!c.holds(3), "node 3's lease ran out first (R1)");
+    assert_eq!(c.ok_completions(), 1, "then the write is chosen");
+}
+
+#[test]
+fn a_grant_answers_only_an_ask_of_this_run_of_the_node() {
+    let mut c = leased_cluster();
+    c.crash(2);
+    c.restart(2);
+    // The restarted node asks anew (its first ask again): a grant made for the first ask of
+    // its earlier run is not for it.
+    let ballot = c.replica(3).known_ballot();
+    let stale = LogMessage::ReadLeaseGrant { ballot, incarnation: 1, seq: 1, valid_for_nanos: 250_000_000, through: 0 };
+    let now = c.now;
+    c.replica(2).handle_message(now, NodeId(1), stale);
+    assert!(!c.holds(2), "a grant for incarnation 1, which asked nothing now");
+    c.advance(Duration::from_millis(100));
+    c.advance(Duration::from_millis(100));
+    assert!(c.holds(2), "its own ask is granted");
 }
