@@ -174,6 +174,7 @@ fn a_staged_snapshot_adopted_after_a_failed_install_is_caught() {
 #[test]
 fn a_read_lease_believed_after_it_ran_out_is_caught() {
     caught_by(LogBreakage::ReadLeaseExpired, ViolationKind::ReadLeaseMissedWrite, 3, 50);
+    caught_by(LogBreakage::ReadLeaseExpired, ViolationKind::Linearizability, 3, 100);
 }
 
 #[test]

@@ -496,7 +496,10 @@ impl NodeConfig {
             max_inflight_slots: self.log.max_inflight_slots,
             // The node loop takes them where their stall does not starve the election.
             defer_snapshots: true,
-            read_leases: self.reads.leases.then(|| ReadLeaseConfig {
+            // Always given: with read leases off the node grants none, but still waits out
+            // an earlier master's after a takeover (turning them off is then safe).
+            read_leases: Some(ReadLeaseConfig {
+                grant: self.reads.leases,
                 learners: self.reads.learners,
                 ..ReadLeaseConfig::new(self.reads.lease_time, self.election.drift_bound)
             }),

@@ -221,6 +221,10 @@ impl<S: Storage> Replica<S> {
         if self.stopped.is_some() {
             return;
         }
+        if from != self.me && self.valid_read_lease(now).is_some() {
+            // Before the sync: the master waits for this holder's receipt, not its disk.
+            self.send(from, LogMessage::ReadLeaseReceived { ballot, slot });
+        }
         let applied = self.learner.applied();
         self.send_durable(from, LogMessage::Accepted { ballot, slot, applied });
     }

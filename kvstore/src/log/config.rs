@@ -46,7 +46,8 @@ pub struct ReplicaConfig {
     /// Shortest TTL granted, seconds; shorter requests are raised to it (as etcd does).
     pub min_ttl_secs: i64,
     /// Read leases (docs/read-leases.md): `None` keeps every linearizable read on the
-    /// master, as before read leases.
+    /// master and waits for no holder, as before read leases existed (the server always
+    /// gives one, granting or not: see [`super::ReadLeaseConfig::grant`]).
     pub read_leases: Option<super::ReadLeaseConfig>,
     /// Record every applied slot in the output (for the simulator's oracles).
     pub trace_applies: bool,

@@ -132,6 +132,8 @@ impl Leader {
 pub(super) struct Inflight {
     entry: Entry,
     acks: BTreeSet<NodeId>,
+    /// Read-lease holders that have the slot, synced or not (`ReadLeaseReceived`).
+    received: BTreeSet<NodeId>,
     sent: Instant,
     /// When it was first sent (`sent` moves with every resend): how long a member has
     /// left it unacknowledged.
@@ -157,7 +159,27 @@ impl Leader {
     /// Whether `node` has left a slot unacknowledged for `grace` or more since it was first
     /// sent: it gets no read lease (it would hold up the slot for a whole lease time).
     pub(super) fn lags(&self, now: Instant, node: NodeId, grace: std::time::Duration) -> bool {
-        self.inflight.values().any(|i| i.first_sent.saturating_add(grace) <= now && !i.acks.contains(&node))
+        self.inflight.values().any(|i| i.first_sent.saturating_add(grace) <= now && !i.has(node))
+    }
+
+    /// Notes that read-lease holder `node` has the in-flight `slot`; false if the slot is
+    /// not in flight.
+    pub(super) fn received(&mut self, slot: Slot, node: NodeId) -> bool {
+        match self.inflight.get_mut(&slot) {
+            Some(inflight) => {
+                inflight.received.insert(node);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Inflight {
+    /// Whether `node` has the slot: it accepted it (durably) or, as a read-lease holder,
+    /// received it.
+    fn has(&self, node: NodeId) -> bool {
+        self.acks.contains(&node) || self.received.contains(&node)
     }
 }
 
@@ -438,9 +460,16 @@ impl<S: Storage> Replica<S> {
         let commit = self.learner.commit();
         let Role::Leader(leader) = &mut self.role else { return };
         let ballot = leader.ballot;
-        leader
-            .inflight
-            .insert(slot, Inflight { entry: entry.clone(), acks: BTreeSet::new(), sent: now, first_sent: now });
+        leader.inflight.insert(
+            slot,
+            Inflight {
+                entry: entry.clone(),
+                acks: BTreeSet::new(),
+                received: BTreeSet::new(),
+                sent: now,
+                first_sent: now,
+            },
+        );
         self.broadcast(LogMessage::Accept { ballot, slot, entry, commit });
     }
 
@@ -530,7 +559,9 @@ impl<S: Storage> Replica<S> {
             true => inflight.acks.iter().filter(|id| config.get(**id).is_some()).count() >= config.quorum(),
             false => config.is_quorum(&inflight.acks),
         };
-        quorum && (self.config.broken(LogBreakage::AckWithoutHolder) || self.grants.all_received(now, &inflight.acks))
+        quorum
+            && (self.config.broken(LogBreakage::AckWithoutHolder)
+                || self.grants.all_have(now, |node| inflight.has(node)))
     }
 
     /// Stores the in-flight `slot` as chosen and applies what that allows.

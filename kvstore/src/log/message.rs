@@ -103,9 +103,19 @@ pub enum LogMessage {
         /// L, by the master's clock from the ask's arrival; the holder believes less
         /// (the drift correction).
         valid_for_nanos: u64,
-        /// The master's commit index at the grant: the holder answers reads only once it
-        /// applied this far.
+        /// The highest slot the master had chosen at the grant (its commit index or above):
+        /// the holder answers reads only once it applied this far.
         through: Slot,
+    },
+    /// A read-lease holder has `slot` of `ballot` (in memory, its sync still to come): the
+    /// master need not wait for this holder's durable `Accepted` before choosing the slot,
+    /// though only that counts toward a quorum. A holder that crashes before the sync
+    /// restarts without its lease.
+    ReadLeaseReceived {
+        /// The master's ballot, as accepted.
+        ballot: LogBallot,
+        /// The slot received.
+        slot: Slot,
     },
 }
 
@@ -120,7 +130,8 @@ impl LogMessage {
             | LogMessage::Accepted { ballot, .. }
             | LogMessage::Commit { ballot, .. }
             | LogMessage::ReadLeaseAsk { ballot, .. }
-            | LogMessage::ReadLeaseGrant { ballot, .. } => ballot.is_plausible(),
+            | LogMessage::ReadLeaseGrant { ballot, .. }
+            | LogMessage::ReadLeaseReceived { ballot, .. } => ballot.is_plausible(),
             LogMessage::Reject { ballot, promised } => ballot.is_plausible() && promised.is_plausible(),
             LogMessage::Fetch { .. } | LogMessage::Entries { .. } | LogMessage::Snapshot { .. } => true,
         }

@@ -28,6 +28,11 @@ use std::time::Duration;
 /// and drift bound (the server derives both from `[election]` and `[reads]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadLeaseConfig {
+    /// Whether this node asks for read leases as follower and grants them as master. False
+    /// keeps the rest: a master still holds writes back for leases it granted and waits
+    /// out an earlier master's after a takeover, so turning read leases off on a running
+    /// cluster, one member at a time, is safe.
+    pub grant: bool,
     /// L: how long, by the master's clock from an ask's arrival, the master waits for the
     /// asker before choosing a slot without it. It bounds how long a holder that stopped
     /// answering holds up writes, and how long a new master waits for members it cannot
@@ -50,6 +55,7 @@ impl ReadLeaseConfig {
     /// Read leases of `lease_time` under drift bound `drift_bound`, voters only.
     pub fn new(lease_time: Duration, drift_bound: f64) -> Self {
         ReadLeaseConfig {
+            grant: true,
             lease_time,
             drift_bound,
             safety_margin: Duration::from_millis(1),
@@ -121,9 +127,9 @@ impl Grants {
         granted.chain(presumed)
     }
 
-    /// Whether every holder at `now` is in `acks`.
-    pub(super) fn all_received(&self, now: Instant, acks: &BTreeSet<NodeId>) -> bool {
-        self.holders(now).all(|node| acks.contains(&node))
+    /// Whether every holder at `now` has the slot (`has`).
+    pub(super) fn all_have(&self, now: Instant, has: impl Fn(NodeId) -> bool) -> bool {
+        self.holders(now).all(has)
     }
 
     /// The next instant a holder's lease ends (when a slot waiting for it may be chosen);
@@ -149,7 +155,7 @@ pub(super) struct HeldGrant {
     pub(super) ballot: LogBallot,
     /// Until when, by this node's clock.
     pub(super) until: Instant,
-    /// The master's commit index when it granted: applied first (R3).
+    /// The highest slot the master had chosen when it granted: applied first (R3).
     pub(super) through: Slot,
 }
 
@@ -249,17 +255,18 @@ mod tests {
         let ballot = LogBallot { round: 5, node: NodeId(1) };
         grants.presume(ballot, [NodeId(2), NodeId(3)], at(250));
         let acks: BTreeSet<NodeId> = [NodeId(1), NodeId(2)].into();
-        assert!(!grants.all_received(at(10), &acks), "node 3 may hold an earlier master's lease");
+        let all_received = |grants: &Grants, now| grants.all_have(now, |node| acks.contains(&node));
+        assert!(!all_received(&grants, at(10)), "node 3 may hold an earlier master's lease");
         grants.accepted_in(NodeId(3), LogBallot { round: 4, node: NodeId(3) });
-        assert!(!grants.all_received(at(10), &acks), "an older ballot clears nothing");
+        assert!(!all_received(&grants, at(10)), "an older ballot clears nothing");
         grants.accepted_in(NodeId(3), ballot);
-        assert!(grants.all_received(at(10), &acks));
+        assert!(all_received(&grants, at(10)));
         grants.grant(NodeId(3), at(300));
-        assert!(!grants.all_received(at(299), &acks), "granted to node 3");
+        assert!(!all_received(&grants, at(299)), "granted to node 3");
         assert_eq!(grants.next_expiry(), Some(at(250)));
-        assert!(grants.all_received(at(300), &acks), "its lease ended");
+        assert!(all_received(&grants, at(300)), "its lease ended");
         grants.presume(ballot, [NodeId(4)], at(400));
-        assert!(!grants.all_received(at(399), &acks));
-        assert!(grants.all_received(at(400), &acks));
+        assert!(!all_received(&grants, at(399)));
+        assert!(all_received(&grants, at(400)));
     }
 }

@@ -283,9 +283,9 @@ impl<S: Storage, W> Node<S, W> {
         self.route(now, request, waiter, link_down);
     }
 
-    /// Answers a read under the read lease if this node has applied what it must see;
-    /// forwards it if the lease is gone; gives it back to wait otherwise (or, once its
-    /// wait is `over`, forwards it).
+    /// Answers a read under the read lease if this node has applied what it must see
+    /// (`waited`: after holding it); gives it back to wait while the lease holds and its
+    /// wait has not run out; forwards it to the master otherwise.
     fn answer_under_lease(
         &mut self,
         now: Instant,

@@ -224,6 +224,7 @@ fn kinds() -> Vec<Golden> {
                 through: 12,
             }),
         ),
+        golden("log-read-lease-received", 4, log(LogMessage::ReadLeaseReceived { ballot: log_ballot(), slot: 12 })),
         // Requests forwarded to the master.
         golden(
             "forward-propose",

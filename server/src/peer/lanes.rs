@@ -383,7 +383,9 @@ impl PeerNetwork {
             // Read leases are granted only while the whole cluster speaks their version
             // (the node loop tells the replica); this keeps them off an older link even
             // while that news is on its way.
-            LogMessage::ReadLeaseAsk { .. } | LogMessage::ReadLeaseGrant { .. }
+            LogMessage::ReadLeaseAsk { .. }
+            | LogMessage::ReadLeaseGrant { .. }
+            | LogMessage::ReadLeaseReceived { .. }
                 if !self.versions.of(to).is_some_and(|version| Feature::ReadLeases.in_version(version)) => {}
             message => self.send(to, &Wire::Log(message)),
         }

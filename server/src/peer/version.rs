@@ -24,7 +24,7 @@
 //! (they also number the store errors after `Busy` one lower than every build since: a
 //! cluster mixing those builds with later ones misreports some errors of forwarded
 //! requests, never their outcome), so a version 2 follower's forwards are queued as before.
-//! Version 4: read leases (`LogMessage::ReadLeaseAsk`, `LogMessage::ReadLeaseGrant`,
+//! Version 4: read leases (`LogMessage::ReadLeaseAsk`, `ReadLeaseGrant`, `ReadLeaseReceived`;
 //! docs/read-leases.md). They go only over a link that speaks 4, and are asked for and
 //! granted only while the cluster's version is 4: a master of an earlier build neither
 //! holds back its writes for holders nor waits for an earlier master's holders.

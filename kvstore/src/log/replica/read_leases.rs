@@ -39,11 +39,12 @@ impl<S: Storage> Replica<S> {
         true
     }
 
-    /// The master's heartbeat reached this follower: ask it for a read lease when one is
-    /// due (every quarter of the lease time, at most once per retry interval).
+    /// The master's commit heartbeat reached this follower: ask it for a read lease, at
+    /// most once per quarter of the lease time or retry interval, whichever is shorter
+    /// (the heartbeat comes every retry interval, so a lease outlives two lost ones).
     pub(in crate::log) fn ask_read_lease(&mut self, now: Instant, ballot: LogBallot) {
         let Some(reads) = &self.config.read_leases else { return };
-        if !self.read_leases_allowed {
+        if !reads.grant || !self.read_leases_allowed {
             return;
         }
         let every = (reads.lease_time / 4).min(self.config.retry_interval);
@@ -74,7 +75,7 @@ impl<S: Storage> Replica<S> {
     ) {
         let Some(reads) = self.config.read_leases.clone() else { return };
         let Role::Leader(leader) = &self.role else { return };
-        if !self.read_leases_allowed {
+        if !reads.grant || !self.read_leases_allowed {
             return;
         }
         if leader.ballot() != ballot || from == self.me || self.require_ready(now).is_err() {
@@ -119,7 +120,7 @@ impl<S: Storage> Replica<S> {
     /// This node's read lease, if it may answer linearizable reads under it at `now`: a
     /// follower, not stopped or removed, whose lease has not run out and under whose
     /// ballot no higher one has reached it (rule R5).
-    fn valid_read_lease(&self, now: Instant) -> Option<read_lease::HeldGrant> {
+    pub(in crate::log) fn valid_read_lease(&self, now: Instant) -> Option<read_lease::HeldGrant> {
         self.config.read_leases.as_ref()?;
         let grant = self.held_lease.grant()?;
         let expired = now >= grant.until && !self.config.broken(LogBreakage::ReadLeaseExpired);
@@ -133,8 +134,8 @@ impl<S: Storage> Replica<S> {
     }
 
     /// The slot this node must have applied before it answers, under its read lease, a
-    /// linearizable read arriving at `now`: the grant's commit index (R3) and every slot it
-    /// accepted in the lease's ballot (R4). `None` without a valid read lease: the read goes
+    /// linearizable read arriving at `now`: the highest slot the master had chosen when it
+    /// granted (R3) and every slot this node accepted in the lease's ballot (R4). `None` without a valid read lease: the read goes
     /// to the master.
     pub fn read_lease_target(&self, now: Instant) -> Option<Slot> {
         let grant = self.valid_read_lease(now)?;
@@ -165,6 +166,20 @@ impl<S: Storage> Replica<S> {
             return None;
         }
         Some(self.read_at(now, request, revision, ReadConsistency::Serializable))
+    }
+
+    /// A holder's receipt of `slot` (before its sync): it counts for the holder's lease,
+    /// not toward a quorum.
+    pub(in crate::log) fn on_read_lease_received(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot) {
+        let Role::Leader(leader) = &mut self.role else { return };
+        if leader.ballot() != ballot {
+            return;
+        }
+        // It accepted in our ballot: no earlier master's lease holds there.
+        self.grants.accepted_in(from, ballot);
+        if leader.received(slot, from) && self.may_choose(now, slot) {
+            self.choose(now, slot);
+        }
     }
 
     /// The master's part on a timeout: slots held back for a holder whose lease has since
