@@ -83,23 +83,10 @@ const SMALL_DISK_MB: u64 = 256;
 const COMPETITORS: usize = 3;
 
 impl Cluster {
-    /// Writes the configuration and starts every node.
-    pub fn start(
-        target: Target,
-        program: PathBuf,
-        dir: &Path,
-        net: Net,
-        nodes: usize,
-        breakage: Option<String>,
-        disks: Disks,
-    ) -> Result<Cluster> {
-        Cluster::start_configured(target, program, dir, net, nodes, breakage, disks, "")
-    }
-
-    /// [`Cluster::start`] with `extra` appended to every leasekv node's configuration
-    /// (sections such as `[reads]`).
+    /// Writes the configuration and starts every node; `extra` is appended to every leasekv
+    /// node's configuration (sections such as `[reads]`).
     #[allow(clippy::too_many_arguments)]
-    pub fn start_configured(
+    pub fn start(
         target: Target,
         program: PathBuf,
         dir: &Path,

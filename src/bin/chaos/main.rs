@@ -36,7 +36,7 @@ use leasekv::lease::rng::SplitMix64;
 use net::Net;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,19 +156,7 @@ fn outer(args: &Args) -> Result<ExitCode> {
         }
     }
     FaultClass::parse_list(&args.faults)?;
-    Net::remove_stale();
-    let net = Net::create(usize::from(args.nodes))
-        .context("creating network namespaces (needs root, iproute2 and a kernel with veth and bridge)")?;
-    let exe = std::env::current_exe().context("this program's path")?;
-    let status = Command::new("ip")
-        .args(["netns", "exec", &net.client_ns()])
-        .arg(exe)
-        .args(std::env::args_os().skip(1))
-        .arg("--inner")
-        .arg(net.tag())
-        .status();
-    net.teardown();
-    let status = status.context("running the harness in its namespace")?;
+    let status = Net::run_self_inside(usize::from(args.nodes))?;
     Ok(ExitCode::from(status.code().unwrap_or(2).clamp(0, 255) as u8))
 }
 
@@ -221,7 +209,7 @@ fn inner(args: &Args, tag: &str) -> Result<ExitCode> {
             small: classes.contains(&FaultClass::DiskFull),
             lazy: classes.contains(&FaultClass::PowerLoss),
         };
-        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, disks)?;
+        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), nodes, kvserver_break, disks, "")?;
         let report = run(args, seed, &classes, clock_break, &mut cluster, &net).await;
         cluster.stop();
         report

@@ -110,6 +110,27 @@ impl Net {
         Ok(net)
     }
 
+    /// Makes the namespaces for `nodes` nodes, runs this program again inside the clients'
+    /// one with its own arguments and `--inner TAG`, and removes them once it ends.
+    pub fn run_self_inside(nodes: usize) -> Result<std::process::ExitStatus> {
+        Net::remove_stale();
+        let net = Net::create(nodes)
+            .context("creating network namespaces (needs root, iproute2 and a kernel with veth and bridge)")?;
+        let exe = std::env::current_exe().context("this program's path");
+        let status = exe.and_then(|exe| {
+            Command::new("ip")
+                .args(["netns", "exec", &net.client_ns()])
+                .arg(exe)
+                .args(std::env::args_os().skip(1))
+                .arg("--inner")
+                .arg(net.tag())
+                .status()
+                .context("running inside the namespaces")
+        });
+        net.teardown();
+        status
+    }
+
     /// Kills what still runs inside the namespaces (only processes this run started live
     /// there) and removes them.
     pub fn teardown(&self) {

@@ -42,7 +42,7 @@ use leasekv::client::proto::etcdserverpb::{PutRequest, RangeRequest};
 use net::Net;
 use proxy::LinkFault;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,19 +109,7 @@ fn main() -> ExitCode {
 
 /// Makes the namespaces, runs the benchmark inside the clients' one, removes them.
 fn outer() -> Result<()> {
-    Net::remove_stale();
-    let net = Net::create(NODES)
-        .context("creating network namespaces (needs root, iproute2 and a kernel with veth and bridge)")?;
-    let exe = std::env::current_exe().context("this program's path")?;
-    let status = Command::new("ip")
-        .args(["netns", "exec", &net.client_ns()])
-        .arg(exe)
-        .args(std::env::args_os().skip(1))
-        .arg("--inner")
-        .arg(net.tag())
-        .status();
-    net.teardown();
-    match status.context("running the benchmark in its namespace")?.success() {
+    match Net::run_self_inside(NODES)?.success() {
         true => Ok(()),
         false => bail!("the benchmark failed"),
     }
@@ -151,8 +139,7 @@ fn inner(args: &Args, tag: &str) -> Result<()> {
         proxy::start(NODES, cluster::PEER_PORT, net.links.clone(), 1).await.context("starting the link proxy")?;
         let extra = if args.no_read_leases { "[reads]\nleases = false\n" } else { "" };
         let disks = cluster::Disks::default();
-        let mut cluster =
-            Cluster::start_configured(target.clone(), program, &dir, net.clone(), NODES, None, disks, extra)?;
+        let mut cluster = Cluster::start(target.clone(), program, &dir, net.clone(), NODES, None, disks, extra)?;
         let figures = measure(args, &mut cluster).await;
         cluster.stop();
         figures
