@@ -381,9 +381,12 @@ impl ReadsConfig {
         election / 4
     }
 
-    /// The shortest read-lease time allowed: below it the drift correction and timer
-    /// rounding leave a holder too little of its lease to be worth asking for.
-    pub const MIN_LEASE_TIME: Duration = Duration::from_millis(20);
+    /// The shortest read-lease time allowed for election lease time `election`: two of the
+    /// master's heartbeats (it sends one every T/10, and a holder renews on each), so that
+    /// one lost heartbeat does not end a lease.
+    pub fn min_lease_time(election: Duration) -> Duration {
+        election / 5
+    }
 }
 
 /// `[watch]`: how this node serves watch streams.

@@ -221,9 +221,12 @@ impl<S: Storage> Replica<S> {
         if self.stopped.is_some() {
             return;
         }
-        if from != self.me && self.valid_read_lease(now).is_some() {
-            // Before the sync: the master waits for this holder's receipt, not its disk.
-            self.send(from, LogMessage::ReadLeaseReceived { ballot, slot });
+        if from != self.me && self.held_lease.grant().is_some_and(|grant| grant.ballot == ballot) {
+            // Before the sync: the master waits for this holder's receipt, not its disk. Sent
+            // on a lease of this ballot even past its end by this node's clock: the master's
+            // view of it runs longer (the drift margin).
+            let incarnation = self.incarnation;
+            self.send(from, LogMessage::ReadLeaseReceived { ballot, incarnation, slot });
         }
         let applied = self.learner.applied();
         self.send_durable(from, LogMessage::Accepted { ballot, slot, applied });

@@ -162,6 +162,13 @@ impl Leader {
         self.inflight.values().any(|i| i.first_sent.saturating_add(grace) <= now && !i.has(node))
     }
 
+    /// Forgets what `node` said it received (a new run of it holds the lease now).
+    pub(super) fn forget_receipts(&mut self, node: NodeId) {
+        for inflight in self.inflight.values_mut() {
+            inflight.received.remove(&node);
+        }
+    }
+
     /// Notes that read-lease holder `node` has the in-flight `slot`; false if the slot is
     /// not in flight.
     pub(super) fn received(&mut self, slot: Slot, node: NodeId) -> bool {
@@ -311,8 +318,9 @@ impl<S: Storage> Replica<S> {
             if !self.config.broken(LogBreakage::NoTakeoverWait) {
                 // Rule R6: an earlier master may have granted any member a read lease that
                 // still runs; each counts as a holder until it accepts in this ballot, or for
-                // one lease time (every such grant was made before this takeover).
-                let members: Vec<NodeId> = self.membership().ids().into_iter().filter(|n| *n != self.me).collect();
+                // one lease time (every such grant was made before this takeover). The
+                // members of whatever configuration is in force meanwhile count too.
+                let members = self.lease_eligible(self.membership());
                 self.grants.presume(ballot, members, now.saturating_add(reads.lease_time));
             }
         }
@@ -377,7 +385,8 @@ impl<S: Storage> Replica<S> {
                 if let Command::ChangeMembers(change) = &proposal.command {
                     if let Ok((next, _)) = recovered.after(change) {
                         recovered = next;
-                        self.grants.presume_more(leader.ballot, recovered.ids().into_iter().filter(|n| *n != self.me));
+                        let members = self.lease_eligible(&recovered);
+                        self.grants.presume_more(leader.ballot, members);
                     }
                 }
             }
@@ -422,8 +431,6 @@ impl<S: Storage> Replica<S> {
             return;
         }
         let Role::Leader(leader) = &mut self.role else { return };
-        let ballot = leader.ballot;
-        self.grants.presume_more(ballot, membership.ids().into_iter().filter(|n| *n != self.me));
         if leader.change_pending == Some(slot) {
             leader.change_pending = None;
         }
@@ -561,7 +568,16 @@ impl<S: Storage> Replica<S> {
         };
         quorum
             && (self.config.broken(LogBreakage::AckWithoutHolder)
-                || self.grants.all_have(now, |node| inflight.has(node)))
+                || self.grants.all_have(now, self.me, || self.lease_eligible(config), |node| inflight.has(node)))
+    }
+
+    /// The members of `config` that may hold a read lease: its voters, and its learners
+    /// too where learners get them.
+    pub(super) fn lease_eligible(&self, config: &Membership) -> Vec<NodeId> {
+        match self.config.read_leases.as_ref().is_some_and(|reads| reads.learners) {
+            true => config.ids(),
+            false => config.voters(),
+        }
     }
 
     /// Stores the in-flight `slot` as chosen and applies what that allows.

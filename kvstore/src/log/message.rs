@@ -114,6 +114,9 @@ pub enum LogMessage {
     ReadLeaseReceived {
         /// The master's ballot, as accepted.
         ballot: LogBallot,
+        /// The holder's incarnation: a receipt from an earlier run of it, whose acceptor
+        /// the restart may have emptied, counts for nothing.
+        incarnation: u32,
         /// The slot received.
         slot: Slot,
     },

@@ -6,12 +6,12 @@
 //!   the master's commit heartbeat reaches it, starting its timer before the ask leaves
 //!   (rule R1). The master grants while it is the ready master, and remembers until when,
 //!   by its own clock, the member may believe it ([`Grants`]).
-//! - The master chooses a slot only once every node whose lease may still be valid has
-//!   accepted it in the master's ballot (R2). A grant names the master's commit index
-//!   (R3).
-//! - A holder answers a linearizable read once it has applied every slot it accepted in the
-//!   lease's ballot and the grant's commit index (R4), while its lease is valid and no
-//!   higher ballot has reached it (R5).
+//! - The master chooses a slot only once every node whose lease may still be valid has it:
+//!   accepted in the master's ballot, or received (R2). A grant names the highest slot the
+//!   master has chosen (R3).
+//! - A holder answers a linearizable read once it has applied that slot and every slot it
+//!   accepted in the lease's ballot (R4), while its lease is valid and no higher ballot has
+//!   reached it (R5).
 //! - A new master counts every member as a holder until it has accepted something in the
 //!   new ballot, or until one lease time has passed since the takeover (R6).
 //!
@@ -45,9 +45,9 @@ pub struct ReadLeaseConfig {
     pub safety_margin: Duration,
     /// Whether learners get read leases too (voters always do).
     pub learners: bool,
-    /// A member that left a slot unacknowledged this long after it was first sent gets no
-    /// renewal: a holder that asks but does not accept must not hold up writes beyond
-    /// one lease time.
+    /// A member that left a slot unreceived this long after it was first sent gets no
+    /// renewal: a holder that asks but does not receive holds writes up for less than
+    /// this plus one lease time (R8).
     pub receipt_grace: Duration,
 }
 
@@ -80,70 +80,104 @@ impl ReadLeaseConfig {
 pub(super) struct Grants {
     /// Per node: the end of the latest lease granted (arrival of its ask + L).
     views: BTreeMap<NodeId, Instant>,
-    /// Nodes that may hold a lease from an earlier master (R6), until `presumed_until`
-    /// unless they accept something in `presumed_ballot`.
+    /// Per node: the incarnation its latest lease went to. A receipt sent by another run of
+    /// the node may describe an acceptor its restart emptied, so it counts for nothing.
+    incarnations: BTreeMap<NodeId, u32>,
+    /// Nodes that may hold a lease from an earlier master (R6) besides the members of the
+    /// configuration in force when a slot is checked: the members at the takeover and of the
+    /// configurations it recovered. Presumed until `presumed_until`.
     presumed: BTreeSet<NodeId>,
+    /// Nodes that accepted (or asked, or received) in `presumed_ballot`: no earlier
+    /// master's lease is valid there any more.
+    cleared: BTreeSet<NodeId>,
     presumed_ballot: Option<LogBallot>,
     presumed_until: Option<Instant>,
 }
 
 impl Grants {
-    /// A new tenure under `ballot` began at `now`: every node in `nodes` may still hold a
-    /// lease an earlier master granted, for at most `lease_time` more.
+    /// A new tenure under `ballot` began: every node in `nodes`, and every member of any
+    /// configuration in force until `until`, may still hold a lease an earlier master
+    /// granted, until `until` (the takeover plus one lease time).
     pub(super) fn presume(&mut self, ballot: LogBallot, nodes: impl IntoIterator<Item = NodeId>, until: Instant) {
         self.presumed = nodes.into_iter().collect();
+        self.cleared.clear();
         self.presumed_ballot = Some(ballot);
         self.presumed_until = Some(until);
     }
 
     /// More nodes that may hold an earlier master's lease (members of a configuration this
-    /// master learned of while taking over), with the same deadline.
+    /// master recovered while taking over), with the same deadline.
     pub(super) fn presume_more(&mut self, ballot: LogBallot, nodes: impl IntoIterator<Item = NodeId>) {
         if self.presumed_ballot == Some(ballot) {
             self.presumed.extend(nodes);
         }
     }
 
-    /// `node` accepted something in `ballot`: it promised it, so no earlier master's lease
-    /// is valid there any more.
+    /// `node` accepted, asked or received in `ballot`: it has seen it, so no earlier
+    /// master's lease is valid there any more (R5).
     pub(super) fn accepted_in(&mut self, node: NodeId, ballot: LogBallot) {
         if self.presumed_ballot == Some(ballot) {
-            self.presumed.remove(&node);
+            self.cleared.insert(node);
         }
     }
 
-    /// Grants `node` a lease ending at `until` (master clock).
-    pub(super) fn grant(&mut self, node: NodeId, until: Instant) {
+    /// Grants `node`, in its run `incarnation`, a lease ending at `until` (master clock).
+    /// True when the lease goes to another run of the node than the last one: the caller
+    /// forgets the receipts the earlier run sent.
+    pub(super) fn grant(&mut self, node: NodeId, incarnation: u32, until: Instant) -> bool {
         let view = self.views.entry(node).or_insert(until);
         *view = (*view).max(until);
+        self.incarnations.insert(node, incarnation) != Some(incarnation)
     }
 
-    /// The nodes a slot must have been accepted by at `now` before it is chosen: those whose
-    /// lease may be valid, granted or presumed.
-    pub(super) fn holders(&self, now: Instant) -> impl Iterator<Item = NodeId> + '_ {
-        let granted = self.views.iter().filter(move |(_, until)| now < **until).map(|(node, _)| *node);
-        let presuming = self.presumed_until.is_some_and(|until| now < until);
-        let presumed = self.presumed.iter().copied().filter(move |_| presuming);
-        granted.chain(presumed)
+    /// Whether a receipt from `node`'s run `incarnation` counts: that run holds the lease.
+    pub(super) fn receipt_counts(&self, node: NodeId, incarnation: u32) -> bool {
+        self.incarnations.get(&node) == Some(&incarnation)
     }
 
-    /// Whether every holder at `now` has the slot (`has`).
-    pub(super) fn all_have(&self, now: Instant, has: impl Fn(NodeId) -> bool) -> bool {
-        self.holders(now).all(has)
+    /// Whether the takeover's presumption still runs at `now`.
+    pub(super) fn presuming(&self, now: Instant) -> bool {
+        self.presumed_until.is_some_and(|until| now < until)
+    }
+
+    /// Whether every node a slot must be had by at `now` before it is chosen has it
+    /// (`has`): every node whose lease may be valid, granted or presumed. `in_force` gives
+    /// the members of the configuration in force that may hold a lease; it is asked for
+    /// only while the presumption runs. `me` is never waited for.
+    pub(super) fn all_have(
+        &self,
+        now: Instant,
+        me: NodeId,
+        in_force: impl FnOnce() -> Vec<NodeId>,
+        has: impl Fn(NodeId) -> bool,
+    ) -> bool {
+        let waited_for = |node: &NodeId| *node != me;
+        let granted = self.views.iter().filter(|(_, until)| now < **until).map(|(node, _)| *node);
+        if !granted.filter(waited_for).all(&has) {
+            return false;
+        }
+        if !self.presuming(now) {
+            return true;
+        }
+        let presumed = |node: &NodeId| waited_for(node) && !self.cleared.contains(node);
+        self.presumed.iter().copied().filter(presumed).all(&has) && in_force().into_iter().filter(presumed).all(&has)
     }
 
     /// The next instant a holder's lease ends (when a slot waiting for it may be chosen);
     /// leases already ended count until [`Self::prune`] forgets them.
     pub(super) fn next_expiry(&self) -> Option<Instant> {
-        let presumed = self.presumed_until.filter(|_| !self.presumed.is_empty());
-        self.views.values().copied().chain(presumed).min()
+        self.views.values().copied().chain(self.presumed_until).min()
     }
 
     /// Forgets leases that ended (bounded state).
     pub(super) fn prune(&mut self, now: Instant) {
         self.views.retain(|_, until| now < *until);
+        let views = &self.views;
+        self.incarnations.retain(|node, _| views.contains_key(node));
         if self.presumed_until.is_some_and(|until| until <= now) {
             self.presumed.clear();
+            self.cleared.clear();
+            self.presumed_until = None;
         }
     }
 }
@@ -251,20 +285,30 @@ mod tests {
 
     #[test]
     fn a_slot_waits_for_every_holder_and_presumed_node_until_their_leases_end() {
+        let me = NodeId(1);
         let mut grants = Grants::default();
-        let ballot = LogBallot { round: 5, node: NodeId(1) };
+        let ballot = LogBallot { round: 5, node: me };
         grants.presume(ballot, [NodeId(2), NodeId(3)], at(250));
         let acks: BTreeSet<NodeId> = [NodeId(1), NodeId(2)].into();
-        let all_received = |grants: &Grants, now| grants.all_have(now, |node| acks.contains(&node));
+        let none = Vec::new;
+        let all_received = |grants: &Grants, now| grants.all_have(now, me, none, |node| acks.contains(&node));
         assert!(!all_received(&grants, at(10)), "node 3 may hold an earlier master's lease");
         grants.accepted_in(NodeId(3), LogBallot { round: 4, node: NodeId(3) });
         assert!(!all_received(&grants, at(10)), "an older ballot clears nothing");
         grants.accepted_in(NodeId(3), ballot);
         assert!(all_received(&grants, at(10)));
-        grants.grant(NodeId(3), at(300));
+        assert!(
+            !grants.all_have(at(10), me, || vec![NodeId(1), NodeId(4)], |node| acks.contains(&node)),
+            "a member of the configuration in force now is presumed too"
+        );
+        assert!(grants.grant(NodeId(3), 7, at(300)), "a first grant to node 3's run 7");
+        assert!(!grants.grant(NodeId(3), 7, at(300)), "the same run again");
+        assert!(grants.receipt_counts(NodeId(3), 7) && !grants.receipt_counts(NodeId(3), 6));
         assert!(!all_received(&grants, at(299)), "granted to node 3");
         assert_eq!(grants.next_expiry(), Some(at(250)));
         assert!(all_received(&grants, at(300)), "its lease ended");
+        grants.prune(at(300));
+        assert!(!grants.receipt_counts(NodeId(3), 7), "forgotten with its lease");
         grants.presume(ballot, [NodeId(4)], at(400));
         assert!(!all_received(&grants, at(399)));
         assert!(all_received(&grants, at(400)));

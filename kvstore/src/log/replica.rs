@@ -718,7 +718,9 @@ impl<S: Storage> Replica<S> {
             LogMessage::ReadLeaseGrant { ballot, incarnation, seq, valid_for_nanos, through } => {
                 self.on_read_lease_grant(from, ballot, incarnation, seq, valid_for_nanos, through)
             }
-            LogMessage::ReadLeaseReceived { ballot, slot } => self.on_read_lease_received(now, from, ballot, slot),
+            LogMessage::ReadLeaseReceived { ballot, incarnation, slot } => {
+                self.on_read_lease_received(now, from, ballot, incarnation, slot)
+            }
         }
     }
 

@@ -177,8 +177,10 @@ pub enum ConfigErrorKind {
     Lease(#[source] leasekv_lease::ConfigError),
     /// `[reads] lease_time_ms` is outside what works.
     #[error(
-        "[reads] lease_time_ms = {got} is out of range: it must be at least {min} and at most the election's \
-         lease_time_ms ({max}), since a new master waits up to one read-lease time before its first write"
+        "[reads] lease_time_ms = {got} is out of range: it must be at least {min} (a fifth of the election's \
+         lease_time_ms: two of the master's heartbeats, so that one lost heartbeat does not end a read lease) and at \
+         most the election's lease_time_ms ({max}), since a new master waits up to one read-lease time before its \
+         first write"
     )]
     ReadLeaseTime {
         /// The value given.

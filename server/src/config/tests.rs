@@ -674,9 +674,9 @@ fn read_leases_are_on_by_default_for_a_quarter_of_the_lease_time_and_can_be_turn
     let tuned = parse("id = 1\n[reads]\nlease_time_ms = 500\nlearners = true\n").expect("valid");
     let reads = tuned.replica_config().read_leases.expect("on");
     assert_eq!((reads.lease_time, reads.learners), (Duration::from_millis(500), true));
-    for bad in ["lease_time_ms = 5", "lease_time_ms = 1001"] {
+    for bad in ["lease_time_ms = 5", "lease_time_ms = 199", "lease_time_ms = 1001"] {
         let message = error_of(&format!("id = 1\n[reads]\n{bad}\n"));
-        assert!(message.contains("[reads] lease_time_ms") && message.contains("at most the election's"), "{message}");
+        assert!(message.contains("[reads] lease_time_ms") && message.contains("at least 200"), "{message}");
     }
     let message = error_of("id = 1\n[reads]\nleases = \"yes\"\n");
     assert!(message.contains("invalid type") && message.contains(":3:"), "{message}");

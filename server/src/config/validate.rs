@@ -71,10 +71,11 @@ impl NodeConfig {
 
         self.lease_config().validate().map_err(|e| err(ConfigErrorKind::Lease(e)))?;
         let read_lease = self.reads.lease_time;
-        if read_lease < ReadsConfig::MIN_LEASE_TIME || read_lease > self.election.lease_time {
+        let min = ReadsConfig::min_lease_time(self.election.lease_time);
+        if read_lease < min || read_lease > self.election.lease_time {
             return Err(err(ConfigErrorKind::ReadLeaseTime {
                 got: read_lease.as_millis() as u64,
-                min: ReadsConfig::MIN_LEASE_TIME.as_millis() as u64,
+                min: min.as_millis() as u64,
                 max: self.election.lease_time.as_millis() as u64,
             }));
         }

@@ -224,7 +224,11 @@ fn kinds() -> Vec<Golden> {
                 through: 12,
             }),
         ),
-        golden("log-read-lease-received", 4, log(LogMessage::ReadLeaseReceived { ballot: log_ballot(), slot: 12 })),
+        golden(
+            "log-read-lease-received",
+            4,
+            log(LogMessage::ReadLeaseReceived { ballot: log_ballot(), incarnation: 3, slot: 12 }),
+        ),
         // Requests forwarded to the master.
         golden(
             "forward-propose",

@@ -86,7 +86,12 @@ impl<S: Storage> Replica<S> {
         if !self.may_hold_read_lease(from) || leader.lags(now, from, reads.receipt_grace) {
             return;
         }
-        self.grants.grant(from, now.saturating_add(reads.lease_time));
+        if self.grants.grant(from, incarnation, now.saturating_add(reads.lease_time)) {
+            // A new run of the node: what its earlier run said it received may be gone.
+            if let Role::Leader(leader) = &mut self.role {
+                leader.forget_receipts(from);
+            }
+        }
         let valid_for_nanos = u64::try_from(reads.lease_time.as_nanos()).unwrap_or(u64::MAX);
         // Every slot chosen so far, not only the commit index: a slot chosen above a gap
         // went through the gate before this lease began, and becomes visible once the gap
@@ -170,9 +175,16 @@ impl<S: Storage> Replica<S> {
 
     /// A holder's receipt of `slot` (before its sync): it counts for the holder's lease,
     /// not toward a quorum.
-    pub(in crate::log) fn on_read_lease_received(&mut self, now: Instant, from: NodeId, ballot: LogBallot, slot: Slot) {
+    pub(in crate::log) fn on_read_lease_received(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        ballot: LogBallot,
+        incarnation: u32,
+        slot: Slot,
+    ) {
         let Role::Leader(leader) = &mut self.role else { return };
-        if leader.ballot() != ballot {
+        if leader.ballot() != ballot || !self.grants.receipt_counts(from, incarnation) {
             return;
         }
         // It accepted in our ballot: no earlier master's lease holds there.
