@@ -125,7 +125,7 @@ impl<S: Storage> Replica<S> {
     /// This node's read lease, if it may answer linearizable reads under it at `now`: a
     /// follower, not stopped or removed, whose lease has not run out and under whose
     /// ballot no higher one has reached it (rule R5).
-    pub(in crate::log) fn valid_read_lease(&self, now: Instant) -> Option<read_lease::HeldGrant> {
+    fn valid_read_lease(&self, now: Instant) -> Option<read_lease::HeldGrant> {
         self.config.read_leases.as_ref()?;
         let grant = self.held_lease.grant()?;
         let expired = now >= grant.until && !self.config.broken(LogBreakage::ReadLeaseExpired);
