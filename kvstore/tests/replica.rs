@@ -791,7 +791,8 @@ fn lease_read(c: &mut Cluster, at: u32, key: &str) -> Option<Option<Vec<u8>>> {
     let r = c.replica(at);
     let target = r.read_lease_target(now)?;
     let answer = r.read_under_lease(now, target, &req, 0)?;
-    Some(answer.expect("a read").0.kvs.first().map(|kv| kv.value.clone()))
+    let (response, _) = answer.expect("a read").run().expect("the view reads");
+    Some(response.kvs.first().map(|kv| kv.value.clone()))
 }
 
 #[test]

@@ -203,11 +203,14 @@ pub enum LogBreakage {
     ReadThroughPending,
     /// A new master does not count the earlier master's read-lease holders as holders.
     NoTakeoverWait,
+    /// A read handed to a reader thread gets a view one revision before the one it was
+    /// decided at (the read index, or the revision under a read lease).
+    StaleReadView,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 19] = [
+    pub const ALL: [LogBreakage; 20] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -227,6 +230,7 @@ impl LogBreakage {
         LogBreakage::AckWithoutHolder,
         LogBreakage::ReadThroughPending,
         LogBreakage::NoTakeoverWait,
+        LogBreakage::StaleReadView,
     ];
 
     /// The variant's command-line name.
@@ -252,6 +256,7 @@ impl LogBreakage {
             LogBreakage::AckWithoutHolder => "ack-without-holder",
             LogBreakage::ReadThroughPending => "read-through-pending",
             LogBreakage::NoTakeoverWait => "no-takeover-wait",
+            LogBreakage::StaleReadView => "stale-read-view",
         }
     }
 

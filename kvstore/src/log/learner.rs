@@ -178,6 +178,12 @@ impl Learner {
         &self.machine
     }
 
+    /// A view to read the applied state at `revision` on another thread
+    /// ([`crate::state::ReadView`]).
+    pub(super) fn read_view(&mut self, revision: crate::types::Revision) -> Result<crate::state::ReadView, crate::KvError> {
+        self.machine.read_view(revision)
+    }
+
     /// A view of the applied state ([`crate::state::StateView`]), flushed first, naming the
     /// last slot applied.
     pub(super) fn view(&mut self) -> Result<crate::state::StateView, crate::engine::EngineError> {

@@ -19,6 +19,7 @@ mod learner;
 pub use learner::{CheckpointTicket, SnapshotJob};
 mod message;
 mod outbox;
+mod read_job;
 mod read_lease;
 mod replica;
 mod request;
@@ -27,6 +28,7 @@ mod types;
 
 pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
+pub use read_job::ReadJob;
 pub use read_lease::ReadLeaseConfig;
 pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket};
 pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};

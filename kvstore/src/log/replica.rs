@@ -581,6 +581,33 @@ impl<S: Storage> Replica<S> {
         Ok((response, self.learner.machine().revision()))
     }
 
+    /// [`Self::read_at`] decided here and served elsewhere: every check is made now (a
+    /// linearizable read needs the ready master), and the job reads the state as it is now
+    /// (or at the past `revision`) on whatever thread runs it ([`super::ReadJob`]).
+    pub fn read_job(
+        &mut self,
+        now: Instant,
+        request: RangeRequest,
+        revision: Revision,
+        consistency: ReadConsistency,
+    ) -> Result<super::ReadJob, RequestError> {
+        self.check_stopped()?;
+        self.check_not_corrupt()?;
+        validate_range(&request, &self.limits)?;
+        if consistency == ReadConsistency::Linearizable && !self.config.broken(LogBreakage::FollowerReads) {
+            self.require_ready(now)?;
+        }
+        let machine = self.learner.machine();
+        let current = machine.revision();
+        let floor = machine.compacted_revision().max(1);
+        let revision = match self.config.broken(LogBreakage::StaleReadView) && revision <= 0 && current > floor {
+            true => current - 1,
+            false => revision,
+        };
+        let view = self.learner.read_view(revision)?;
+        Ok(super::ReadJob::new(view, request, current))
+    }
+
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL
     /// (seconds); an unknown or expiring lease is [`KvError::LeaseNotFound`].
     pub fn keep_alive(&mut self, now: Instant, id: LeaseId) -> Result<i64, RequestError> {

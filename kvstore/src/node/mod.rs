@@ -27,11 +27,19 @@ pub use forward::{
 };
 
 use crate::command::Command;
-use crate::log::{AppliedTrace, LogBallot, LogMessage, ProposalId, ReadConsistency, Replica, RequestError, Slot};
+use crate::log::{
+    AppliedTrace, LogBallot, LogMessage, ProposalId, ReadConsistency, ReadJob, Replica, RequestError, Slot,
+};
 use crate::membership::Membership;
 use crate::storage::Storage;
 use leasekv_lease::{Instant, Mastership, NodeId};
 use std::collections::HashMap;
+
+/// Runs a read the node decided ([`NodeOutput::reads`]) and gives its answer as a master
+/// request's: what a driver calls on its reader thread before answering the read's asker.
+pub fn run_read(job: &ReadJob) -> MasterResult {
+    job.run().map(|(response, revision)| MasterAnswer::Read(response, revision))
+}
 
 /// Who waits for the answer to a master request served on this node.
 #[derive(Debug)]
@@ -100,6 +108,9 @@ pub struct NodeOutput<W> {
     pub forwards: Vec<(NodeId, ForwardMessage)>,
     /// Answers for this node's own callers.
     pub answers: Vec<(W, MasterResult)>,
+    /// Reads decided and not yet read: the driver runs each job off its loop (a reader
+    /// thread) and answers its asker with the result, as [`MasterAnswer::Read`].
+    pub reads: Vec<(ReadJob, Asker<W>)>,
     /// Step-downs asked of this node: the driver has the election give up mastership and
     /// then answers through [`Node::step_down_finished`].
     pub step_downs: Vec<Asker<W>>,
@@ -122,6 +133,7 @@ impl<W> Default for NodeOutput<W> {
             log: Vec::new(),
             forwards: Vec::new(),
             answers: Vec::new(),
+            reads: Vec::new(),
             step_downs: Vec::new(),
             configuration: None,
             removed: None,
@@ -136,7 +148,7 @@ impl<W> NodeOutput<W> {
     /// Whether nothing is to be sent or answered (a sync would hold nothing up). What a
     /// driver already took with [`Node::drain_ready`] is gone and not counted.
     pub fn holds_nothing(&self) -> bool {
-        self.log.is_empty() && self.forwards.is_empty() && self.answers.is_empty()
+        self.log.is_empty() && self.forwards.is_empty() && self.answers.is_empty() && self.reads.is_empty()
     }
 }
 
@@ -149,6 +161,8 @@ pub struct Ready<'a, W> {
     pub answers: std::vec::Drain<'a, (W, MasterResult)>,
     /// Forwards and answers to forwards, to send.
     pub forwards: std::vec::Drain<'a, (NodeId, ForwardMessage)>,
+    /// Reads to run off the loop (see [`NodeOutput::reads`]).
+    pub reads: std::vec::Drain<'a, (ReadJob, Asker<W>)>,
 }
 
 /// One member: its replica, the forwards it made and the requests it serves as master.
@@ -293,10 +307,12 @@ impl<S: Storage, W> Node<S, W> {
         waited: bool,
     ) -> Option<lease_reads::Waiting<W>> {
         match self.replica.read_under_lease(now, read.target, &read.request, read.revision) {
-            Some(result) => {
+            Some(job) => {
                 self.lease_reads.count(|c| if waited { c.waited += 1 } else { c.local += 1 });
-                let result = result.map(|(response, revision)| MasterAnswer::Read(response, revision));
-                self.pending.answers.push((read.waiter, result));
+                match job {
+                    Ok(job) => self.pending.reads.push((job, Asker::Local(read.waiter))),
+                    Err(error) => self.pending.answers.push((read.waiter, Err(error))),
+                }
                 None
             }
             None if self.replica.read_lease_target(now).is_some() && read.until > now => Some(read),
@@ -426,7 +442,11 @@ impl<S: Storage, W> Node<S, W> {
     pub fn drain_ready(&mut self) -> Ready<'_, W> {
         self.release_held(None);
         self.release_lease_reads(self.last_now);
-        Ready { answers: self.pending.answers.drain(..), forwards: self.pending.forwards.drain(..) }
+        Ready {
+            answers: self.pending.answers.drain(..),
+            forwards: self.pending.forwards.drain(..),
+            reads: self.pending.reads.drain(..),
+        }
     }
 
     /// Everything to send, answer and sync since the last call. The engine write of what
@@ -524,10 +544,15 @@ impl<S: Storage, W> Node<S, W> {
                     Err(error) => Err(error),
                 }
             }
-            MasterRequest::Read(request, revision) => self
-                .replica
-                .read_at(now, &request, revision, ReadConsistency::Linearizable)
-                .map(|(response, revision)| MasterAnswer::Read(response, revision)),
+            MasterRequest::Read(request, revision) => {
+                match self.replica.read_job(now, request, revision, ReadConsistency::Linearizable) {
+                    Ok(job) => {
+                        self.pending.reads.push((job, asker));
+                        return;
+                    }
+                    Err(error) => Err(error),
+                }
+            }
             MasterRequest::KeepAlive(id) => self.replica.keep_alive(now, id).map(MasterAnswer::KeepAlive),
             MasterRequest::LeaseStatus(id) => self.replica.lease_status(now, id).map(MasterAnswer::LeaseStatus),
             MasterRequest::LeaseList => self.replica.lease_list(now).map(MasterAnswer::LeaseList),

@@ -103,6 +103,15 @@ impl Cluster {
                 self.queue.extend(out.log.into_iter().map(|(to, m)| (from, to, Wire::Log(m))));
                 self.queue.extend(out.forwards.into_iter().map(|(to, m)| (from, to, Wire::Forward(m))));
                 self.answers.extend(out.answers.into_iter().map(|(w, r)| (from, w, r)));
+                for (job, asker) in out.reads {
+                    let result = run_read(&job);
+                    match asker {
+                        Asker::Local(w) => self.answers.push((from, w, result)),
+                        Asker::Remote(to, id) => {
+                            self.queue.push_back((from, to, Wire::Forward(ForwardMessage::Answer(id, result))))
+                        }
+                    }
+                }
                 self.step_downs.extend(out.step_downs.into_iter().map(|a| (from, a)));
             }
             let Some((from, to, wire)) = self.queue.pop_front() else { return };
@@ -244,12 +253,17 @@ fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
     let master = cluster.node(NodeId(1));
     master.handle_client(now, get("/a"), 7, |_| false);
     master.handle_client(now, put("/a"), 8, |_| false);
-    let Ready { answers, forwards } = master.drain_ready();
-    assert_eq!(forwards.count(), 0);
-    let ready: Vec<(Waiter, MasterResult)> = answers.collect();
+    let Ready { answers, forwards, reads } = master.drain_ready();
+    assert_eq!((answers.count(), forwards.count()), (0, 0));
+    let ready: Vec<(Waiter, MasterResult)> = reads
+        .map(|(job, asker)| match asker {
+            Asker::Local(w) => (w, run_read(&job)),
+            Asker::Remote(..) => panic!("a local read"),
+        })
+        .collect();
     assert!(
         matches!(ready.as_slice(), [(7, Ok(MasterAnswer::Read(..)))]),
-        "the read is answered before the turn ends; the write waits for its slot: {ready:?}"
+        "the read is decided before the turn ends; the write waits for its slot: {ready:?}"
     );
     cluster.settle();
     assert!(matches!(cluster.answer(NodeId(1), 8), Some(Ok(MasterAnswer::Propose(_)))), "then the write is");
@@ -268,8 +282,11 @@ fn a_forwarded_write_delivered_twice_is_served_once_and_a_read_twice() {
         master.handle_forwarded(now, NodeId(2), 5, put("/a"));
         master.handle_forwarded(now, NodeId(2), 6, get("/a"));
     }
-    let read_answers =
-        master.drain_ready().forwards.filter(|(_, m)| matches!(m, ForwardMessage::Answer(6, Ok(_)))).count();
+    let read_answers = master
+        .drain_ready()
+        .reads
+        .filter(|(job, asker)| matches!(asker, Asker::Remote(_, 6)) && run_read(job).is_ok())
+        .count();
     assert_eq!(read_answers, 2, "a read served twice costs only the work (the follower takes the first)");
     cluster.settle();
     assert_eq!(cluster.node(NodeId(1)).replica().state().revision(), 2, "the write applied once");
@@ -298,9 +315,10 @@ fn read_answered_ahead_of_the_follower() -> Cluster {
         panic!("the read is forwarded");
     };
     cluster.node(NodeId(1)).handle_forwarded(now, NodeId(2), id, request);
-    let Some((_, ForwardMessage::Answer(_, result))) = cluster.node(NodeId(1)).drain_ready().forwards.next() else {
-        panic!("the master answers at once");
+    let Some((job, Asker::Remote(..))) = cluster.node(NodeId(1)).drain_ready().reads.next() else {
+        panic!("the master decides the read at once");
     };
+    let result = run_read(&job);
     assert!(matches!(result, Ok(MasterAnswer::Read(_, 2))), "{result:?}");
     cluster.node(NodeId(2)).handle_answer(now, NodeId(1), id, result);
     cluster

@@ -261,6 +261,13 @@ enum Event {
         client: usize,
         request_id: u64,
     },
+    /// A read the node decided runs on its reader thread (after a random delay, so reads
+    /// overtake each other and the writes applied meanwhile, as on the server's pool).
+    ReadRun {
+        node: usize,
+        incarnation: u64,
+        job: Box<(crate::log::ReadJob, crate::node::Asker<Waiter>)>,
+    },
     ClientNext {
         client: usize,
     },
@@ -484,6 +491,7 @@ impl World {
             | Event::SyncDone { node, .. }
             | Event::CheckpointDone { node, .. }
             | Event::StatusDelivered { node, .. }
+            | Event::ReadRun { node, .. }
             | Event::ClientArrive { node, .. } => Some(*node),
             _ => None,
         }
@@ -590,6 +598,13 @@ impl World {
                 if incarnation == self.nodes[node].incarnation && self.nodes[node].pending_view.is_some() {
                     self.nodes[node].pending_visible = true;
                 }
+            }
+            Event::ReadRun { node, incarnation, job } => {
+                if incarnation != self.nodes[node].incarnation {
+                    return;
+                }
+                let (job, asker) = *job;
+                self.run_read(node, &job, asker);
             }
             Event::SyncDone { node, incarnation } => {
                 if incarnation != self.nodes[node].incarnation {

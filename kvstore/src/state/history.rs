@@ -69,6 +69,11 @@ pub(super) struct Published {
     /// engine, because a view reads the changes after its revision to undo them.
     pins: Mutex<BTreeMap<u64, Revision>>,
     next_pin: AtomicU64,
+    /// Changes a compaction dropped before they reached the engine, kept for read views
+    /// ([`super::read_view`]) until the flush after them with no view pinned: their keys'
+    /// new values reach the engine with that flush all the same, and a view that read the
+    /// engine then must find the change to know its revision.
+    retained: Mutex<Vec<Event>>,
 }
 
 /// Changes applied since the last engine write, published for watch readers a node-loop turn
@@ -124,6 +129,47 @@ impl Published {
 
     fn pinned(&self) -> bool {
         !self.pins.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
+
+    /// Every change from revision `from` on that was published (the engine's through the
+    /// head, those a compaction dropped before their flush, then the tail), oldest first,
+    /// and the revision they reach. Unlike [`HistoryReader::read`] it ignores the compaction
+    /// point: a read view pinned the history, so what it needs is still there.
+    pub(super) fn pinned_changes_from(
+        &self,
+        engine: &dyn Engine,
+        failure: &Failure,
+        from: Revision,
+    ) -> Result<(Vec<Event>, Revision), EngineError> {
+        let head = self.head();
+        let (base, chunks) = {
+            let tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            (tail.base, tail.chunks.clone())
+        };
+        let through = self.tail_head.load(Ordering::Acquire).max(head);
+        let mut events = Vec::new();
+        let stored_through = base.min(head);
+        if from <= stored_through {
+            for event in changes(engine, from, stored_through) {
+                // A failure is the replica's too (it stops), as for any read of the state.
+                let Some(event) = failure.check(event) else {
+                    let detail = failure.get().unwrap_or("unknown").to_string();
+                    return Err(EngineError::Corrupt { what: "a history page".into(), detail });
+                };
+                events.push(event);
+            }
+        }
+        {
+            let retained = self.retained.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            events.extend(retained.iter().filter(|e| e.revision() >= from && e.revision() <= through).cloned());
+        }
+        let tail = chunks.iter().flat_map(|chunk| chunk.iter());
+        events.extend(tail.filter(|e| e.revision() > base && e.revision() >= from && e.revision() <= through).cloned());
+        // The three sources may overlap (a change published in the tail, then dropped by a
+        // compaction); a read view applies a change twice to the same effect, so only
+        // the order matters.
+        events.sort_by_key(Event::revision);
+        Ok((events, through))
     }
 }
 
@@ -311,6 +357,10 @@ impl History {
         let mut tail = self.published.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         *tail = Tail { base: self.head, chunks: Vec::new() };
         self.published.tail_head.store(self.head, Ordering::Release);
+        drop(tail);
+        if !self.published.pinned() {
+            self.published.retained.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        }
     }
 
     /// Publishes the changes recorded since the last call (or flush) to watch readers,
@@ -574,10 +624,13 @@ impl History {
         }
         let keep_from = self.pending.partition_point(|(_, e)| e.revision() < revision);
         self.tail_from = self.tail_from.saturating_sub(keep_from);
+        let mut retained = self.published.retained.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (_, event) in self.pending.drain(..keep_from) {
             self.bytes -= event_bytes(&event);
             dropped += 1;
+            retained.push(event);
         }
+        drop(retained);
         self.len -= dropped;
         self.compacted = revision;
         dropped

@@ -94,6 +94,31 @@ pub(super) fn decode_kv(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineErr
     Ok(key_value(key.to_vec(), r))
 }
 
+/// The key-value stored as `record` under `key`, without its value (`keys_only` and
+/// `count_only` reads): the value is skipped in place, never copied.
+pub(super) fn decode_kv_without_value(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineError> {
+    #[derive(Deserialize)]
+    struct KvRecordSkipped<'a> {
+        #[serde(borrow, with = "serde_bytes_compat")]
+        _value: &'a [u8],
+        create_revision: Revision,
+        mod_revision: Revision,
+        version: i64,
+        lease: i64,
+    }
+    let body = format_body(record, || format!("key {:?}", String::from_utf8_lossy(key)))?;
+    let r: KvRecordSkipped<'_> =
+        postcard::from_bytes(body).map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
+    Ok(KeyValue {
+        key: key.to_vec(),
+        value: Vec::new(),
+        create_revision: r.create_revision,
+        mod_revision: r.mod_revision,
+        version: r.version,
+        lease: r.lease,
+    })
+}
+
 /// The engine key of the change `sub` of revision `main`; big-endian, so that engine order
 /// is revision order (revisions are never negative).
 pub(super) fn event_key(main: Revision, sub: u32) -> Vec<u8> {
@@ -235,7 +260,6 @@ mod serde_bytes_compat {
         serializer.serialize_bytes(bytes)
     }
 
-    #[allow(dead_code)]
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<&'de [u8], D::Error> {
         serde::Deserialize::deserialize(deserializer)
     }

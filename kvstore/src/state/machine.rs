@@ -451,6 +451,28 @@ impl StateMachine {
         self.rewound(request, revision)
     }
 
+    /// A view to answer reads at `revision` (0 or less: the store revision) on any thread
+    /// while this state machine goes on applying ([`super::ReadView`]); a compacted or
+    /// future revision is etcd's error. O(1): nothing is flushed or copied but the lease
+    /// deaths whose keys are still being swept. Called between commands.
+    pub fn read_view(&mut self, revision: Revision) -> Result<super::ReadView, KvError> {
+        let revision = if revision <= 0 { self.revision } else { revision };
+        self.check_readable(revision)?;
+        // The view reads every change after the engine's head from the history: the ones
+        // applied since the last flush must be published first.
+        self.history.publish_tail();
+        Ok(super::ReadView::new(super::read_view::ReadViewParts {
+            engine: Arc::clone(&self.engine),
+            published: Arc::clone(self.history.published_state()),
+            failure: self.failure.clone(),
+            revision,
+            live_keys: (revision == self.revision).then(|| self.keys.len()),
+            deaths: self.keys.deaths().collect(),
+            #[cfg(feature = "negative-controls")]
+            damaged: self.keys.damaged().map(<[u8]>::to_vec),
+        }))
+    }
+
     /// The keys of `request` as they were at `revision` (readable: checked), with every
     /// later change undone, including those of a transaction being applied.
     pub(super) fn rewound(&self, request: &RangeRequest, revision: Revision) -> Result<RangeResponse, KvError> {

@@ -160,17 +160,17 @@ impl<S: Storage> Replica<S> {
     /// ([`Self::read_lease_target`] when the read arrived); `None` when the lease is no
     /// longer valid or the slot not yet applied (the read then goes to the master).
     pub fn read_under_lease(
-        &self,
+        &mut self,
         now: Instant,
         target: Slot,
         request: &RangeRequest,
         revision: Revision,
-    ) -> Option<Result<(RangeResponse, Revision), RequestError>> {
+    ) -> Option<Result<crate::log::ReadJob, RequestError>> {
         self.valid_read_lease(now)?;
         if self.learner.applied() < target {
             return None;
         }
-        Some(self.read_at(now, request, revision, ReadConsistency::Serializable))
+        Some(self.read_job(now, request.clone(), revision, ReadConsistency::Serializable))
     }
 
     /// A holder's receipt of `slot` (before its sync): it counts for the holder's lease,

@@ -232,6 +232,19 @@ impl World {
         }
     }
 
+    /// Runs a read the node decided, on its "reader thread", and answers its asker.
+    pub(super) fn run_read(&mut self, node: usize, job: &crate::log::ReadJob, asker: crate::node::Asker<Waiter>) {
+        let result = crate::node::run_read(job);
+        match asker {
+            crate::node::Asker::Local((client, request_id, request)) => {
+                self.reply(client, request_id, reply_for_result(&request, result));
+            }
+            crate::node::Asker::Remote(to, id) => {
+                self.send_wire(node, to, Wire::Forward(crate::node::ForwardMessage::Answer(id, result)));
+            }
+        }
+    }
+
     pub(super) fn after_replica(&mut self, node: usize) {
         let now = self.local(node);
         let checkpoint_idle = self.nodes[node].checkpoint_in_flight.is_none();
@@ -291,6 +304,13 @@ impl World {
         }
         for ((client, request_id, request), result) in output.answers {
             self.reply(client, request_id, reply_for_result(&request, result));
+        }
+        for read in output.reads {
+            // As the server's reader pool: the read runs later, off the node's loop, while
+            // the node goes on applying.
+            let delay = self.rng.range_u64(0, 2000) * 1000;
+            let incarnation = self.nodes[node].incarnation;
+            self.queue.push(self.now + delay, Event::ReadRun { node, incarnation, job: Box::new(read) });
         }
         for asker in output.step_downs {
             // The simulated clients never ask for a step-down.

@@ -1,0 +1,347 @@
+//! A read of the key space at one revision, served on any thread while the state machine
+//! goes on applying: how a Range leaves the node loop.
+//!
+//! The driver decides *when* a read may be served (the read index, a read lease, the
+//! revision asked for) and takes a [`ReadView`] then, in O(1): it flushes nothing and
+//! copies no key. A reader thread answers from it later, as etcd answers a Range from a
+//! read transaction beside its apply loop.
+//!
+//! Taking a view pins the history, so nothing the view may need is deleted, and notes the
+//! revision `B` the engine holds every change through (the published head, or the revision
+//! read if that is older). Reading then merges two sources:
+//! - the engine's key records, page by page, which show each key as of *some* moment after
+//!   `B` (the loop keeps writing);
+//! - the overlay: every change after `B` from the history (engine pages, the published
+//!   tail, and changes a compaction dropped before their flush), read after each engine
+//!   page once every batch begun before that page was read is published. A key with a
+//!   change at or before the view's revision `R` takes the last such change; a key changed
+//!   only after `R` takes the value it had before its first change after `R`.
+//!
+//! A key not in the overlay did not change after `B`, so its record is its value at `R`; a
+//! key in it is decided by the history alone. Memory: one engine page plus one entry per key
+//! of the range changed since `B`.
+
+use super::graveyard::Death;
+use super::history::Published;
+use super::keyspace::Selection;
+use super::layout::{decode_kv, decode_kv_without_value, kv_bounds, kv_key, user_key};
+use super::Failure;
+use crate::command::{RangeRequest, RangeResponse};
+use crate::engine::{Engine, EngineError};
+use crate::error::KvError;
+use crate::types::{EventKind, KeyRange, KeyValue, Revision, NO_LEASE};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Keys read from the engine per page while key-values are collected.
+const PAGE: usize = 256;
+/// Keys read per page once only the count is left to find.
+const COUNT_PAGE: usize = 4096;
+
+/// The key space at one revision, readable from any thread (see the module docs). Dropping
+/// it lets compaction delete what it kept.
+pub struct ReadView {
+    engine: Arc<dyn Engine>,
+    published: Arc<Published>,
+    failure: Failure,
+    pin: u64,
+    /// The revision read.
+    revision: Revision,
+    /// The engine holds every change through this revision (at most `revision`).
+    base: Revision,
+    /// The number of live keys at `revision`, when it is the store revision the view was
+    /// taken at (a count of every key is then known without a scan).
+    live_keys: Option<usize>,
+    /// Lease deaths whose keys were not all swept when the view was taken.
+    deaths: Vec<Death>,
+    /// Negative control: the key whose value reads see damaged.
+    #[cfg(feature = "negative-controls")]
+    damaged: Option<Vec<u8>>,
+    /// Negative control of the view's tests: the history's changes are not read.
+    #[cfg(test)]
+    ignore_overlay: bool,
+}
+
+impl std::fmt::Debug for ReadView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadView").field("revision", &self.revision).field("base", &self.base).finish()
+    }
+}
+
+impl Drop for ReadView {
+    fn drop(&mut self) {
+        self.published.unpin(self.pin);
+    }
+}
+
+/// What a view is made of, as the state machine hands it over.
+pub(super) struct ReadViewParts {
+    pub(super) engine: Arc<dyn Engine>,
+    pub(super) published: Arc<Published>,
+    pub(super) failure: Failure,
+    pub(super) revision: Revision,
+    pub(super) live_keys: Option<usize>,
+    pub(super) deaths: Vec<Death>,
+    #[cfg(feature = "negative-controls")]
+    pub(super) damaged: Option<Vec<u8>>,
+}
+
+impl ReadView {
+    /// A view at `parts.revision`; the caller published every change through the store
+    /// revision (the history's tail) first.
+    pub(super) fn new(parts: ReadViewParts) -> Self {
+        // Pinned before the head is read: every change after it stays readable.
+        let pin = parts.published.pin(parts.revision);
+        let base = parts.published.head().min(parts.revision);
+        ReadView {
+            engine: parts.engine,
+            published: parts.published,
+            failure: parts.failure,
+            pin,
+            revision: parts.revision,
+            base,
+            live_keys: parts.live_keys,
+            deaths: parts.deaths,
+            #[cfg(feature = "negative-controls")]
+            damaged: parts.damaged,
+            #[cfg(test)]
+            ignore_overlay: false,
+        }
+    }
+
+    /// The revision this view reads.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Answers `request` (its range, limit, count and keys-only rules; its revision is the
+    /// view's) as the key space was at the view's revision.
+    pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
+        let selection = Selection::of(&request.range)?;
+        let mut answer = Answer::new(request);
+        let mut overlay = Overlay::new(self.base, self.revision, &request.range);
+        match selection {
+            Selection::Single(key) => {
+                let record = self.engine.get(&kv_key(key)).map_err(unreadable)?;
+                overlay.catch_up(self)?;
+                match overlay.changed.get(key) {
+                    Some(changed) => self.offer_changed(&mut answer, changed.clone()),
+                    None => {
+                        if let Some(record) = record {
+                            self.offer_stored(&mut answer, key, &record)?;
+                        }
+                    }
+                }
+            }
+            Selection::Interval(bounds) => self.scan(bounds, &mut overlay, &mut answer)?,
+        }
+        Ok(answer.finish())
+    }
+
+    /// Reads the interval `bounds` page by page into `answer`, until it needs nothing more.
+    fn scan(
+        &self,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        overlay: &mut Overlay,
+        answer: &mut Answer,
+    ) -> Result<(), KvError> {
+        let everything = matches!(bounds, (Bound::Unbounded, Bound::Unbounded));
+        let upper: Bound<Vec<u8>> = bounds.1.map(<[u8]>::to_vec);
+        let mut lower: Bound<Vec<u8>> = bounds.0.map(<[u8]>::to_vec);
+        loop {
+            if answer.collected_enough() && everything {
+                if let Some(live) = self.live_keys {
+                    answer.count = live;
+                    return Ok(());
+                }
+            }
+            let size = if answer.collecting() { PAGE } else { COUNT_PAGE };
+            let page = self.engine.scan(&kv_bounds((as_ref(&lower), as_ref(&upper))), false, size).map_err(unreadable)?;
+            let full = page.len() == size;
+            overlay.catch_up(self)?;
+            let page_end: Bound<Vec<u8>> = match (full, page.last()) {
+                (true, Some((last, _))) => Bound::Included(user_key(last).to_vec()),
+                _ => upper.clone(),
+            };
+            let mut changed = overlay.changed.range::<[u8], _>((as_ref(&lower), as_ref(&page_end))).peekable();
+            for (engine_key, record) in &page {
+                let key = user_key(engine_key);
+                while let Some((other, _)) = changed.peek() {
+                    if other.as_slice() >= key {
+                        break;
+                    }
+                    if let Some((_, kv)) = changed.next() {
+                        self.offer_changed(answer, kv.clone());
+                    }
+                }
+                match changed.peek() {
+                    Some((other, _)) if other.as_slice() == key => {
+                        if let Some((_, kv)) = changed.next() {
+                            self.offer_changed(answer, kv.clone());
+                        }
+                    }
+                    _ => self.offer_stored(answer, key, record)?,
+                }
+            }
+            for (_, kv) in changed {
+                self.offer_changed(answer, kv.clone());
+            }
+            match page_end {
+                Bound::Included(last) if full => lower = Bound::Excluded(last),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// A key decided by the history: its value at the view's revision, if it had one.
+    fn offer_changed(&self, answer: &mut Answer, kv: Option<KeyValue>) {
+        if let Some(kv) = kv {
+            if answer.collecting() {
+                answer.take(self.as_read(kv));
+            } else {
+                answer.count += 1;
+            }
+        }
+    }
+
+    /// A key the history did not change since the base: its record is its value.
+    fn offer_stored(&self, answer: &mut Answer, key: &[u8], record: &[u8]) -> Result<(), KvError> {
+        if !answer.collecting() && self.deaths.is_empty() {
+            answer.count += 1;
+            return Ok(());
+        }
+        let decoded = match answer.collecting() && !answer.keys_only {
+            true => decode_kv(key, record),
+            false => decode_kv_without_value(key, record),
+        };
+        // A record that does not decode stops the replica, as on any read of the state.
+        let kv = self.failure.check(decoded).ok_or_else(|| {
+            KvError::StateUnreadable(self.failure.get().unwrap_or("a key record is corrupt").to_string())
+        })?;
+        if self.is_dead(&kv) {
+            return Ok(());
+        }
+        match answer.collecting() {
+            true => answer.take(self.as_read(kv)),
+            false => answer.count += 1,
+        }
+        Ok(())
+    }
+
+    /// Whether `kv`, stored, is a key of a lease dead at the view's revision.
+    fn is_dead(&self, kv: &KeyValue) -> bool {
+        kv.lease != NO_LEASE
+            && self.deaths.iter().any(|&(id, at)| id == kv.lease && at > kv.mod_revision && at <= self.revision)
+    }
+
+    /// `kv` as reads see it (damaged under the corruption check's negative control).
+    fn as_read(&self, kv: KeyValue) -> KeyValue {
+        #[cfg(feature = "negative-controls")]
+        if self.damaged.as_deref() == Some(kv.key.as_slice()) {
+            return super::keyspace::damage(kv);
+        }
+        kv
+    }
+}
+
+/// The keys of a range changed after the view's base, each with its value at the view's
+/// revision (`None`: it did not exist then).
+struct Overlay<'r> {
+    revision: Revision,
+    /// The next revision to read from the history.
+    next: Revision,
+    range: &'r KeyRange,
+    changed: BTreeMap<Vec<u8>, Option<KeyValue>>,
+}
+
+impl<'r> Overlay<'r> {
+    fn new(base: Revision, revision: Revision, range: &'r KeyRange) -> Self {
+        Overlay { revision, next: base.saturating_add(1), range, changed: BTreeMap::new() }
+    }
+
+    /// Reads the changes published since the last call. Waits first for every engine batch
+    /// begun before it to be published: a record the caller just read from the engine was
+    /// written by one of them, and its change is then read here.
+    fn catch_up(&mut self, view: &ReadView) -> Result<(), KvError> {
+        #[cfg(test)]
+        if view.ignore_overlay {
+            return Ok(());
+        }
+        view.published.settle();
+        let (events, through) =
+            view.published.pinned_changes_from(view.engine.as_ref(), &view.failure, self.next).map_err(unreadable)?;
+        for event in events {
+            if !self.range.contains(&event.kv.key) {
+                continue;
+            }
+            if event.revision() <= self.revision {
+                let key = event.kv.key.clone();
+                let now = match event.kind {
+                    EventKind::Put => Some(event.kv),
+                    EventKind::Delete => None,
+                };
+                self.changed.insert(key, now);
+            } else {
+                self.changed.entry(event.kv.key.clone()).or_insert(event.prev_kv);
+            }
+        }
+        self.next = self.next.max(through.saturating_add(1));
+        Ok(())
+    }
+}
+
+/// The answer being built: etcd's limit, count, `keys_only` and `count_only` rules, as
+/// [`super::Keyspace::read`] applies them.
+struct Answer {
+    limit: usize,
+    count_only: bool,
+    keys_only: bool,
+    kvs: Vec<KeyValue>,
+    count: usize,
+}
+
+impl Answer {
+    fn new(request: &RangeRequest) -> Self {
+        let limit = if request.limit > 0 { usize::try_from(request.limit).unwrap_or(usize::MAX) } else { usize::MAX };
+        Answer { limit, count_only: request.count_only, keys_only: request.keys_only, kvs: Vec::new(), count: 0 }
+    }
+
+    /// Whether key-values are still collected (else only counted).
+    fn collecting(&self) -> bool {
+        !self.count_only && self.kvs.len() < self.limit
+    }
+
+    /// Whether the answer has every key-value it returns (the count may not be known yet).
+    fn collected_enough(&self) -> bool {
+        !self.collecting()
+    }
+
+    fn take(&mut self, mut kv: KeyValue) {
+        if self.keys_only {
+            kv.value = Vec::new();
+        }
+        self.kvs.push(kv);
+        self.count += 1;
+    }
+
+    fn finish(self) -> RangeResponse {
+        let count = i64::try_from(self.count).unwrap_or(i64::MAX);
+        RangeResponse { more: !self.count_only && self.count > self.kvs.len(), count, kvs: self.kvs }
+    }
+}
+
+fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match bound {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn unreadable(error: EngineError) -> KvError {
+    KvError::StateUnreadable(error.to_string())
+}
+
+#[cfg(test)]
+mod tests;
