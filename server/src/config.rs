@@ -53,6 +53,10 @@
 //! [runtime]
 //! # worker_threads = 1            # default: half of this host's CPUs, at least 1
 //!
+//! [reads]                           # docs/read-leases.md
+//! # leases = true                 # followers answer linearizable reads under a read lease
+//! # reader_threads = 2            # threads that answer reads, off the node loop
+//!
 //! [tls.client]                      # TLS on the client port (docs/security.md)
 //! # cert = "certs/n1.crt"
 //! # key = "certs/n1.key"
@@ -373,9 +377,19 @@ pub struct ReadsConfig {
     pub lease_time: Duration,
     /// Whether learners get read leases too (voters always do).
     pub learners: bool,
+    /// Threads that answer reads, off the node loop (the loop only decides when a read may
+    /// be served). Default [`ReadsConfig::DEFAULT_READER_THREADS`]; 1 to
+    /// [`ReadsConfig::MAX_READER_THREADS`].
+    pub reader_threads: usize,
 }
 
 impl ReadsConfig {
+    /// The default number of reader threads: two, so that one large read (a scan of the
+    /// whole key space) leaves a thread for every other read.
+    pub const DEFAULT_READER_THREADS: usize = 2;
+    /// The most reader threads allowed.
+    pub const MAX_READER_THREADS: usize = 256;
+
     /// The default read-lease time for election lease time `election`: a quarter of it.
     pub fn default_lease_time(election: Duration) -> Duration {
         election / 4

@@ -48,6 +48,14 @@ pub struct Metrics {
     /// How long each turn of the node loop took (inputs handled, outputs sent, a checkpoint
     /// if one was due): every request of the node waits while a turn runs.
     pub loop_turn: Histogram,
+    /// How long each read took on a reader thread (off the node loop).
+    pub read_served: Histogram,
+    /// Reads handed to the reader threads.
+    pub reads_queued: IntCounter,
+    /// Reads refused with 'too many requests' because the readers' queue was full.
+    pub reads_refused: IntCounter,
+    /// Mastership given up because the node loop stalled (see `node::watchdog`).
+    pub stalled_step_downs: IntCounter,
     /// Keys in the store.
     pub keys: IntGauge,
     /// Bytes the storage takes on disk.
@@ -141,8 +149,22 @@ impl Metrics {
             "leasekv_node_loop_turn_duration_seconds",
             "The latency distributions of the node loop's turns (requests wait while one runs).",
         );
+        let read_served = histogram(
+            "leasekv_read_duration_seconds",
+            "The latency distributions of reads on the reader threads, off the node loop.",
+        );
         let grpc = ["grpc_type", "grpc_service", "grpc_method"];
         Metrics {
+            read_served,
+            reads_queued: counter("leasekv_reads_queued_total", "Reads handed to the reader threads."),
+            reads_refused: counter(
+                "leasekv_reads_refused_total",
+                "Reads refused with 'too many requests' because the reader threads' queue was full.",
+            ),
+            stalled_step_downs: counter(
+                "leasekv_stalled_step_downs_total",
+                "Times this master gave up mastership because its node loop or its disk stalled.",
+            ),
             has_leader: gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not."),
             is_leader: gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise."),
             leader_changes: counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen."),
@@ -234,6 +256,21 @@ impl Metrics {
     /// Records one turn of the node loop.
     pub fn loop_turn_took(&self, took: Duration) {
         self.loop_turn.observe(took.as_secs_f64());
+    }
+
+    /// Records a read handed to the reader threads.
+    pub fn read_queued(&self) {
+        self.reads_queued.inc();
+    }
+
+    /// Records a read refused because the readers' queue was full.
+    pub fn read_refused(&self) {
+        self.reads_refused.inc();
+    }
+
+    /// Records one read served on a reader thread.
+    pub fn read_served(&self, took: Duration) {
+        self.read_served.observe(took.as_secs_f64());
     }
 
     /// Records one sync of the log.

@@ -66,6 +66,9 @@ pub enum ServerError {
     /// The election could not be configured.
     #[error("election: {0}")]
     Election(#[from] LeaseConfigError),
+    /// A thread of the node (its loop, its readers, its election) could not be started.
+    #[error("cannot start the node's threads: {0}")]
+    Threads(#[source] std::io::Error),
     /// A listen address could not be bound.
     #[error("{what} address {addr} cannot be used: {source}")]
     Bind {
@@ -177,7 +180,10 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     let mut core = backend.build_core(me, &members, Some(tracker), config.lease_config(), epoch, clock.now(), seed)?;
     core.set_configuration(clock.now(), &membership.configuration());
     let (election_tx, election_rx) = tokio::sync::mpsc::channel(4096);
-    let election = DrivenBackend::start(backend.name(), core, clock, Arc::new(peers.clone()), election_rx);
+    // On a thread of its own: no data work of this process can delay its timers.
+    let election =
+        DrivenBackend::start_on_own_thread(backend.name(), core, clock, Arc::new(peers.clone()), election_rx)
+            .map_err(ServerError::Threads)?;
     let election_dyn: Arc<dyn ElectionBackend> = election.clone();
 
     #[cfg(feature = "fault-injection")]
@@ -187,8 +193,19 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     let peers_for_service = peers.clone();
     let peers_for_removal = peers.clone();
-    let (node, storage_failed, removed) =
-        node::start(replica, election_dyn.clone(), clock, peers, &faults, config.client_limits.max_queued_requests);
+    let (node, storage_failed, removed) = node::start(
+        replica,
+        election_dyn.clone(),
+        clock,
+        peers,
+        &faults,
+        node::NodeOptions {
+            max_queued_requests: config.client_limits.max_queued_requests,
+            reader_threads: config.reads.reader_threads,
+            stall_bound: node::watchdog::stall_bound(config.election.lease_time),
+        },
+    )
+    .map_err(ServerError::Threads)?;
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
     let shared = Shared::with_limits(node.clone(), me, start.cluster_id, tracker, config.client_limits.clone());

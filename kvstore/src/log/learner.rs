@@ -180,7 +180,10 @@ impl Learner {
 
     /// A view to read the applied state at `revision` on another thread
     /// ([`crate::state::ReadView`]).
-    pub(super) fn read_view(&mut self, revision: crate::types::Revision) -> Result<crate::state::ReadView, crate::KvError> {
+    pub(super) fn read_view(
+        &mut self,
+        revision: crate::types::Revision,
+    ) -> Result<crate::state::ReadView, crate::KvError> {
         self.machine.read_view(revision)
     }
 

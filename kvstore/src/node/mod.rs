@@ -262,6 +262,17 @@ impl<S: Storage, W> Node<S, W> {
         self.gauges = gauges;
     }
 
+    /// A serializable read of this node's own state (at a past `revision`, or 0: the
+    /// current one), decided now and read by whoever runs the job.
+    pub fn serializable_read(
+        &mut self,
+        now: Instant,
+        request: crate::command::RangeRequest,
+        revision: crate::types::Revision,
+    ) -> Result<ReadJob, RequestError> {
+        self.replica.read_job(now, request, revision, ReadConsistency::Serializable)
+    }
+
     /// A request only the master can answer, from this node's caller `waiter`: served here,
     /// or forwarded once to the master the election names. `link_down` says whether the
     /// link to a node is known to be broken: a request never leaves then, so "not master"

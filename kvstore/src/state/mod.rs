@@ -14,19 +14,19 @@ mod layout;
 mod lease_keys;
 mod lease_table;
 mod machine;
+pub mod read_view;
 mod recent_writes;
 mod size_runs;
 mod snapshot;
 pub mod stream;
 mod validate;
-pub mod read_view;
 pub mod view;
 
 pub use history::{HistoryRead, HistoryReader};
 pub use lease_keys::LeaseKeys;
 pub use machine::{CheckedSnapshot, KvHash, Lease, SnapshotError, StateMachine};
-pub use validate::{validate_command, validate_range};
 pub use read_view::ReadView;
+pub use validate::{validate_command, validate_range};
 pub use view::{StateView, ViewMeta};
 
 use crate::engine::EngineError;

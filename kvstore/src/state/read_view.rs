@@ -157,7 +157,8 @@ impl ReadView {
                 }
             }
             let size = if answer.collecting() { PAGE } else { COUNT_PAGE };
-            let page = self.engine.scan(&kv_bounds((as_ref(&lower), as_ref(&upper))), false, size).map_err(unreadable)?;
+            let page =
+                self.engine.scan(&kv_bounds((as_ref(&lower), as_ref(&upper))), false, size).map_err(unreadable)?;
             let full = page.len() == size;
             overlay.catch_up(self)?;
             let page_end: Bound<Vec<u8>> = match (full, page.last()) {

@@ -130,6 +130,37 @@ impl DrivenBackend {
         transport: Arc<dyn Transport>,
         inbox: Inbox,
     ) -> Arc<DrivenBackend> {
+        match Self::start_with(name, core, clock, transport, inbox, None) {
+            Ok(backend) => backend,
+            Err(_) => unreachable!("spawning a task on the current runtime cannot fail"),
+        }
+    }
+
+    /// [`Self::start`] on a thread of its own, with a single-threaded runtime of its own:
+    /// no work of the node (applying a large command, answering a large read, encoding
+    /// answers on the gRPC runtime) can delay the election's timers, so a master's lease is
+    /// renewed on time whatever the data path does. Its messages go out through
+    /// `transport` (queues, served by the network's own runtime) and come in on `inbox`.
+    /// Fails only when the thread or its runtime cannot be created.
+    pub fn start_on_own_thread<C: ElectionCore>(
+        name: &'static str,
+        core: C,
+        clock: MonotonicClock,
+        transport: Arc<dyn Transport>,
+        inbox: Inbox,
+    ) -> std::io::Result<Arc<DrivenBackend>> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Self::start_with(name, core, clock, transport, inbox, Some(runtime))
+    }
+
+    fn start_with<C: ElectionCore>(
+        name: &'static str,
+        core: C,
+        clock: MonotonicClock,
+        transport: Arc<dyn Transport>,
+        inbox: Inbox,
+        own_thread: Option<tokio::runtime::Runtime>,
+    ) -> std::io::Result<Arc<DrivenBackend>> {
         let id = core.id();
         let now = clock.now();
         let initial = ElectionStatus { master: live_mastership(&core, now), hint: core.master_hint(now) };
@@ -150,8 +181,15 @@ impl DrivenBackend {
             change_allowed: change_allowed.clone(),
             configuration_seen: configuration_seen.clone(),
         };
-        tokio::spawn(driver.run(inbox, commands_rx, configurations));
-        Arc::new(DrivenBackend {
+        let run = driver.run(inbox, commands_rx, configurations);
+        match own_thread {
+            None => drop(tokio::spawn(run)),
+            Some(runtime) => {
+                let name = format!("{name}-election");
+                std::thread::Builder::new().name(name).spawn(move || runtime.block_on(run))?;
+            }
+        }
+        Ok(Arc::new(DrivenBackend {
             name,
             id,
             clock,
@@ -161,7 +199,7 @@ impl DrivenBackend {
             change_allowed,
             configuration,
             configuration_seen,
-        })
+        }))
     }
 
     /// Whether the driver task has exited (after [`ElectionBackend::stop`], or if it died).

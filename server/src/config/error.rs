@@ -246,6 +246,14 @@ pub enum ConfigErrorKind {
         /// Largest allowed.
         max: usize,
     },
+    /// `[reads] reader_threads` out of range.
+    #[error("[reads] reader_threads = {value} is out of range; allowed is 1 to {max} (default 2)")]
+    ReaderThreads {
+        /// The configured value.
+        value: usize,
+        /// Largest allowed.
+        max: usize,
+    },
     /// `data_dir` is the empty path.
     #[error("data_dir is empty; give a directory path such as \"./leasekv-data\"")]
     EmptyDataDir,

@@ -71,6 +71,7 @@ struct FileReads {
     leases: Option<bool>,
     lease_time_ms: Option<u64>,
     learners: Option<bool>,
+    reader_threads: Option<usize>,
 }
 
 /// `[console]`.
@@ -462,6 +463,7 @@ pub(super) fn resolve(
             .lease_time_ms
             .map_or_else(|| super::ReadsConfig::default_lease_time(election.lease_time), Duration::from_millis),
         learners: file.reads.learners.unwrap_or(false),
+        reader_threads: file.reads.reader_threads.unwrap_or(super::ReadsConfig::DEFAULT_READER_THREADS),
     };
 
     Ok(NodeConfig {

@@ -133,6 +133,13 @@ impl NodeConfig {
                 max: MAX_WORKER_THREADS,
             }));
         }
+        let readers = self.reads.reader_threads;
+        if !(1..=super::ReadsConfig::MAX_READER_THREADS).contains(&readers) {
+            return Err(err(ConfigErrorKind::ReaderThreads {
+                value: readers,
+                max: super::ReadsConfig::MAX_READER_THREADS,
+            }));
+        }
         Ok(())
     }
 

@@ -31,9 +31,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 mod handle;
 mod node_loop;
+mod readers;
+pub mod watchdog;
 
 pub use handle::NodeHandle;
-pub use node_loop::start;
+pub use node_loop::{start, NodeOptions};
+use readers::{ReadAsker, ReaderPool};
+use watchdog::LoopHealth;
 
 /// Requests the node loop serves.
 pub enum Request {

@@ -10,14 +10,21 @@ const SLOW_TURN_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// Starts the node loop. The election is handed every configuration the log applies
 /// ([`ElectionBackend::configure`]), and its change gate is read before a change is proposed.
+///
+/// The loop runs on a thread of its own (`kvserver-node`, with a single-threaded runtime):
+/// a turn that takes long (a large command applied, a checkpoint begun) then delays no
+/// gRPC task, peer lane or election timer of the process. Reads run on the reader pool
+/// ([`super::readers`]); a stall watchdog ([`super::watchdog`]) has a master that cannot
+/// serve give up mastership. Fails only when a thread cannot be started.
 pub fn start(
     replica: Replica<SledStorage>,
     election: Arc<dyn ElectionBackend>,
     clock: MonotonicClock,
     peers: PeerNetwork,
     faults: &FaultInjection,
-    max_queued_requests: usize,
-) -> (NodeHandle, StorageFailed, Removed) {
+    options: NodeOptions,
+) -> std::io::Result<(NodeHandle, StorageFailed, Removed)> {
+    let max_queued_requests = options.max_queued_requests;
     let (failed_tx, failed) = oneshot::channel();
     let (removed_tx, removed) = oneshot::channel();
     let (membership_tx, membership) = watch::channel(Arc::new(replica.membership().clone()));
@@ -37,7 +44,13 @@ pub fn start(
     let term = Arc::new(AtomicU64::new(replica.known_round()));
     let (feed, history) = history_feed::channel(replica.state().history_reader());
     let faults = NodeFaults::new(faults, replica.id().0, clock);
+    let readers = ReaderPool::start(options.reader_threads, peers.clone())?;
+    let health = Arc::new(LoopHealth::new());
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    watchdog::start(Arc::clone(&health), election.clone(), options.stall_bound, Arc::clone(&stopped))?;
     let node = NodeLoop {
+        readers,
+        health,
         faults,
         revision: revision.clone(),
         term: term.clone(),
@@ -56,8 +69,24 @@ pub fn start(
         removed: Some(removed_tx),
         engine_writes: EngineWriteDeadline::default(),
     };
-    tokio::spawn(node.run(Inbox { peers: peer_rx, clients: rx }, status, synced));
-    (NodeHandle { tx, peer_tx, revision, term, election, history, membership, auth, scratch }, failed, removed)
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let run = node.run(Inbox { peers: peer_rx, clients: rx }, status, synced);
+    std::thread::Builder::new().name("kvserver-node".into()).spawn(move || {
+        runtime.block_on(run);
+        stopped.store(true, Ordering::Release);
+    })?;
+    Ok((NodeHandle { tx, peer_tx, revision, term, election, history, membership, auth, scratch }, failed, removed))
+}
+
+/// How a node loop is run.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Client requests that may wait for the loop (`[limits] max_queued_requests`).
+    pub max_queued_requests: usize,
+    /// Threads that answer reads (`[reads] reader_threads`).
+    pub reader_threads: usize,
+    /// How long the loop may be stuck before a master steps down ([`super::watchdog`]).
+    pub stall_bound: Duration,
 }
 
 /// Hands an answer to whoever waits for it: the client's task, or a follower that
@@ -72,6 +101,10 @@ fn answer(peers: &PeerNetwork, asker: Asker<Reply>, result: MasterResult) {
 struct NodeLoop {
     /// The replica and every decision around it (sans-IO; the simulator runs it too).
     node: Node<SledStorage, Reply>,
+    /// The threads that answer the reads the node decided.
+    readers: ReaderPool,
+    /// What the stall watchdog reads.
+    health: Arc<LoopHealth>,
     /// Test-only faults (nothing in a release build).
     faults: NodeFaults,
     /// The election, for a step-down.
@@ -241,6 +274,7 @@ impl NodeLoop {
             tokio::select! {
                 changed = status.changed() => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     if changed.is_err() {
                         break;
                     }
@@ -250,11 +284,13 @@ impl NodeLoop {
                 // The loop holds a sender of the peer queue itself: it never closes.
                 Some(request) = inbox.peers.recv() => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     self.handle(request);
                     one_input = self.handle_waiting(&mut inbox);
                 }
                 request = inbox.clients.recv() => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     // Every handle is gone: the node is shutting down.
                     let Some(request) = request else { break };
                     // Peers' messages that arrived meanwhile go first.
@@ -269,6 +305,7 @@ impl NodeLoop {
                 }
                 _ = sleep_until(node_deadline) => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     // A renewal that arrived while this branch was chosen goes in with the
                     // timeout, and the node applies it first (`Node::handle_timeout`).
                     let now = self.clock.now();
@@ -280,7 +317,9 @@ impl NodeLoop {
                 }
                 done = next_sync(&mut synced), if self.sync_in_flight.is_some() => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     if let Some((ticket, handed_over)) = self.sync_in_flight.take() {
+                        self.health.syncing(false);
                         let result = done.map_or_else(|| Err(StorageError::Io("the sync thread stopped".into())), |(_, r)| r);
                         let now = self.clock.now();
                         self.node.replica_mut().finish_sync(now, ticket, result);
@@ -290,6 +329,7 @@ impl NodeLoop {
                 }
                 _ = sleep_until(self.engine_writes.due()) => {
                     turn_began = Instant::now();
+                    self.health.turn_begins();
                     // `flush` below writes what is due.
                 }
             }
@@ -301,6 +341,7 @@ impl NodeLoop {
                 self.take_snapshot();
             }
             busy_until = Instant::now();
+            self.health.turn_ends();
             let took = busy_until.duration_since(turn_began);
             crate::metrics::metrics().loop_turn_took(took);
             if took >= SLOW_TURN && last_slow_turn_logged.is_none_or(|at| at.elapsed() >= SLOW_TURN_LOG_EVERY) {
@@ -399,10 +440,10 @@ impl NodeLoop {
             }
             Request::Forwarded(from, id, request) => self.node.handle_forwarded(now, from, id, request),
             Request::Answered(from, id, result) => self.node.handle_answer(now, from, id, result),
-            Request::LocalRead(request, revision, reply) => {
-                let read = self.node.replica().read_at(now, &request, revision, ReadConsistency::Serializable);
-                let _ = reply.send(read);
-            }
+            Request::LocalRead(request, revision, reply) => match self.node.serializable_read(now, request, revision) {
+                Ok(job) => self.readers.submit(job, ReadAsker::Local(reply)),
+                Err(error) => drop(reply.send(Err(error))),
+            },
             Request::ResolveName(name, reply) => {
                 let _ = reply.send(self.node.replica().state().lease_id_by_name(&name));
             }
@@ -462,6 +503,9 @@ impl NodeLoop {
         }
         for (to, message) in ready.forwards {
             self.peers.send(to, &wire(message));
+        }
+        for (job, asker) in ready.reads {
+            self.readers.submit(job, ReadAsker::Master(asker));
         }
     }
 
@@ -600,6 +644,9 @@ impl NodeLoop {
             for (reply, result) in output.answers {
                 let _ = reply.send(result);
             }
+            for (job, asker) in output.reads {
+                self.readers.submit(job, ReadAsker::Master(asker));
+            }
             for asker in output.step_downs {
                 self.step_down(asker);
             }
@@ -625,6 +672,7 @@ impl NodeLoop {
             if let Some(ticket) = self.node.replica_mut().begin_sync() {
                 if disk.send(ticket).is_ok() {
                     self.sync_in_flight = Some((ticket, Instant::now()));
+                    self.health.syncing(true);
                 } else {
                     let failed = Err(StorageError::Io("the sync thread stopped".into()));
                     self.node.replica_mut().finish_sync(now, ticket, failed);

@@ -127,6 +127,9 @@ pub struct PeerNetwork {
     versions: LinkVersions,
     /// The cluster every request to a peer says it comes from (`None`: no stamp).
     cluster: Option<ClusterId>,
+    /// The runtime the lanes' tasks run on (the one the network was started on): the node
+    /// loop, which adds and drops members, runs on a thread of its own.
+    runtime: tokio::runtime::Handle,
 }
 
 /// Every member's links, and who counts as a member (this node included).
@@ -253,6 +256,7 @@ impl PeerNetwork {
             tls,
             versions: LinkVersions::new(me, speaks),
             cluster,
+            runtime: tokio::runtime::Handle::current(),
         };
         let peers: Vec<(NodeId, String)> = peers.iter().map(|(id, addr)| (*id, addr.to_string())).collect();
         network.set_members(&peers);
@@ -264,6 +268,8 @@ impl PeerNetwork {
     /// to members no longer listed are dropped (their senders stop), and a member whose
     /// address changed is dialled at the new one.
     pub fn set_members(&self, members: &[(NodeId, String)]) {
+        // The lanes' tasks and channels go on the network's runtime, whoever calls.
+        let _on_network_runtime = self.runtime.enter();
         let mut links = self.links.write().unwrap_or_else(PoisonError::into_inner);
         links.members = members.iter().map(|(id, _)| *id).chain(std::iter::once(self.me)).collect();
         self.versions.set_members(links.members.iter().copied());

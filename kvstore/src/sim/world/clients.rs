@@ -59,10 +59,8 @@ impl World {
                     // As the server: decided on the loop, read on a reader thread.
                     match kv.replica_mut().read_job(now, range, 0, ReadConsistency::Serializable) {
                         Ok(job) => {
-                            let incarnation = self.nodes[node].incarnation;
-                            let delay = self.rng.range_u64(0, 2000) * 1000;
                             let read = (job, crate::node::Asker::Local((client, request_id, request.clone())));
-                            self.queue.push(self.now + delay, Event::ReadRun { node, incarnation, job: Box::new(read) });
+                            self.hand_to_reader(node, read);
                         }
                         Err(error) => self.reply(client, request_id, reply_for_error(error)),
                     }

@@ -232,6 +232,15 @@ impl World {
         }
     }
 
+    /// As the server's reader pool: a read the node decided runs off its loop, after up to
+    /// 300 µs while the node goes on applying, so reads overtake each other and the writes
+    /// applied meanwhile.
+    pub(super) fn hand_to_reader(&mut self, node: usize, read: (crate::log::ReadJob, crate::node::Asker<Waiter>)) {
+        let delay = self.rng.range_u64(1, 300) * 1000;
+        let incarnation = self.nodes[node].incarnation;
+        self.queue.push(self.now + delay, Event::ReadRun { node, incarnation, job: Box::new(read) });
+    }
+
     /// Runs a read the node decided, on its "reader thread", and answers its asker.
     pub(super) fn run_read(&mut self, node: usize, job: &crate::log::ReadJob, asker: crate::node::Asker<Waiter>) {
         let result = crate::node::run_read(job);
@@ -306,11 +315,7 @@ impl World {
             self.reply(client, request_id, reply_for_result(&request, result));
         }
         for read in output.reads {
-            // As the server's reader pool: the read runs later, off the node's loop, while
-            // the node goes on applying.
-            let delay = self.rng.range_u64(0, 2000) * 1000;
-            let incarnation = self.nodes[node].incarnation;
-            self.queue.push(self.now + delay, Event::ReadRun { node, incarnation, job: Box::new(read) });
+            self.hand_to_reader(node, read);
         }
         for asker in output.step_downs {
             // The simulated clients never ask for a step-down.

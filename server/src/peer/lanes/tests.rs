@@ -30,6 +30,7 @@ fn network(me: NodeId, peer: NodeId) -> (PeerNetwork, mpsc::Receiver<Vec<u8>>) {
         tls: None,
         versions: LinkVersions::new(me, Speaks::default()),
         cluster: Some(ClusterId(1)),
+        runtime: tokio::runtime::Handle::current(),
     };
     (network, log_rx)
 }

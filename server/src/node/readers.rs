@@ -1,0 +1,95 @@
+//! The reader pool: the threads that answer reads, so that the node loop only decides when
+//! a read may be served (its mastership or read lease, the applied point, the revision
+//! asked for) and never reads the key space itself. etcd does the same with read
+//! transactions beside its apply loop: a Range of a million keys costs its reader, not the
+//! replication, the renewals or any other request of the node.
+//!
+//! A bounded queue feeds `[reads] reader_threads` threads. A read that finds the queue full
+//! is refused at once with etcd's "too many requests", as a client request that finds the
+//! node loop's queue full is.
+
+use super::*;
+use leasekv_kvstore::log::ReadJob;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+
+/// Reads waiting for a reader, per reader thread.
+const QUEUED_PER_THREAD: usize = 256;
+
+/// Who waits for a read's answer.
+pub(super) enum ReadAsker {
+    /// A master request (a linearizable read here, or one a follower forwarded).
+    Master(Asker<Reply>),
+    /// A serializable read from this node's own client port.
+    Local(oneshot::Sender<Result<(RangeResponse, Revision), RequestError>>),
+}
+
+struct ReadTask {
+    job: ReadJob,
+    asker: ReadAsker,
+}
+
+/// The reader threads and their queue.
+pub(super) struct ReaderPool {
+    queue: SyncSender<ReadTask>,
+    peers: PeerNetwork,
+}
+
+impl ReaderPool {
+    /// Starts `threads` reader threads (at least one) answering through `peers` what
+    /// followers forwarded.
+    pub(super) fn start(threads: usize, peers: PeerNetwork) -> std::io::Result<Self> {
+        let threads = threads.max(1);
+        let (queue, incoming) = sync_channel::<ReadTask>(threads * QUEUED_PER_THREAD);
+        let incoming = Arc::new(Mutex::new(incoming));
+        for n in 0..threads {
+            let (incoming, peers) = (Arc::clone(&incoming), peers.clone());
+            std::thread::Builder::new()
+                .name(format!("kvserver-reader-{n}"))
+                .spawn(move || serve_reads(&incoming, &peers))?;
+        }
+        Ok(ReaderPool { queue, peers })
+    }
+
+    /// Hands `job` to a reader; refused at once when every reader is busy and the queue is
+    /// full.
+    pub(super) fn submit(&self, job: ReadJob, asker: ReadAsker) {
+        match self.queue.try_send(ReadTask { job, asker }) {
+            Ok(()) => crate::metrics::metrics().read_queued(),
+            Err(TrySendError::Full(task)) => {
+                crate::metrics::metrics().read_refused();
+                let pending = QUEUED_PER_THREAD;
+                answer(&self.peers, task.asker, Err(RequestError::Busy { pending }));
+            }
+            Err(TrySendError::Disconnected(task)) => answer(&self.peers, task.asker, Err(RequestError::ShuttingDown)),
+        }
+    }
+}
+
+/// One reader thread: takes reads until the pool is dropped (the node loop ended).
+fn serve_reads(incoming: &Mutex<Receiver<ReadTask>>, peers: &PeerNetwork) {
+    loop {
+        let task = {
+            let incoming = incoming.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            incoming.recv()
+        };
+        let Ok(task) = task else { return };
+        let started = Instant::now();
+        let result = task.job.run();
+        crate::metrics::metrics().read_served(started.elapsed());
+        // The view's pin on the history ends before the answer travels.
+        drop(task.job);
+        answer(peers, task.asker, result);
+    }
+}
+
+fn answer(peers: &PeerNetwork, asker: ReadAsker, result: Result<(RangeResponse, Revision), RequestError>) {
+    let as_master = |result: Result<(RangeResponse, Revision), RequestError>| {
+        result.map(|(response, revision)| MasterAnswer::Read(response, revision))
+    };
+    match asker {
+        ReadAsker::Master(Asker::Local(reply)) => drop(reply.send(as_master(result))),
+        ReadAsker::Master(Asker::Remote(node, id)) => peers.send(node, &Wire::Answer(id, as_master(result))),
+        ReadAsker::Local(reply) => drop(reply.send(result)),
+    }
+}
