@@ -38,6 +38,17 @@ fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
 
 #[tonic::async_trait]
 impl Kv for StubKv {
+    type RangeStreamStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<Item = Result<leasekv_client::proto::etcdserverpb::RangeStreamResponse, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn range_stream(&self, _: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
+        Err(Status::unimplemented("range stream"))
+    }
+
     async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let r = request.into_inner();
         let state = self.state.lock().map_err(|_| Status::internal("poisoned"))?;

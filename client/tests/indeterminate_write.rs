@@ -22,6 +22,17 @@ struct FailingKv {
 
 #[tonic::async_trait]
 impl Kv for FailingKv {
+    type RangeStreamStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<Item = Result<leasekv_client::proto::etcdserverpb::RangeStreamResponse, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn range_stream(&self, _: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
+        Err(Status::unimplemented("range stream"))
+    }
+
     async fn range(&self, _: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         Err(Status::unimplemented("range"))
     }

@@ -38,6 +38,42 @@ impl Client {
         self.call("Range", unary!(KvClient, range, request.clone())).await
     }
 
+    /// etcd 3.7's RangeStream: `request` answered in chunks, every one at the revision of
+    /// the first (only the last carries the header, `more` and `count`). The call is
+    /// retried as any other until the stream opens, never once chunks flow.
+    pub async fn range_stream(&self, request: RangeRequest) -> Result<Streaming<RangeStreamResponse>, ClientError> {
+        self.call_with_deadline("RangeStream", None, unary!(KvClient, range_stream, request.clone())).await
+    }
+
+    /// A range read through [`Self::range_stream`] and merged into Range's answer (etcd's
+    /// `GetStreamToGetResponse`): no single message holds the whole range. A server
+    /// without RangeStream (etcd before 3.7) answers `Unimplemented`, and the plain Range
+    /// is read instead.
+    pub async fn range_streamed(&self, request: RangeRequest) -> Result<RangeResponse, ClientError> {
+        let mut stream = match self.range_stream(request.clone()).await {
+            Ok(stream) => stream,
+            Err(error) if error.code() == Some(Code::Unimplemented) => return self.range(request).await,
+            Err(error) => return Err(error),
+        };
+        let endpoint = self.current_endpoint().to_string();
+        let failed =
+            |status| ClientError::Rpc { endpoint: endpoint.clone(), method: "RangeStream", status: Box::new(status) };
+        let mut merged = RangeResponse::default();
+        while let Some(chunk) = stream.message().await.map_err(failed)? {
+            let chunk = chunk.range_response.unwrap_or_default();
+            merged.kvs.extend(chunk.kvs);
+            if chunk.header.is_some() {
+                merged.header = chunk.header;
+                merged.more = chunk.more;
+                merged.count = chunk.count;
+            }
+        }
+        if merged.header.is_none() {
+            return Err(failed(Status::data_loss("the RangeStream ended before its last chunk")));
+        }
+        Ok(merged)
+    }
+
     /// Deletes one key or, with `prefix`, every key starting with `key`.
     pub async fn delete(
         &self,

@@ -24,7 +24,7 @@ use crate::proto::etcdserverpb::{
     LeaseTimeToLiveResponse, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
     MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
-    SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
+    RangeStreamResponse, SnapshotRequest, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
 use crate::proto::leasekv::{
     lease_kv_client::LeaseKvClient, ElectionStatusRequest, ElectionStatusResponse, GrantNamedRequest,

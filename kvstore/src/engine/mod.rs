@@ -164,6 +164,11 @@ pub trait Engine: Send + Sync + 'static {
     /// page through a long range with [`Scan`], so that no read holds a whole range.
     fn scan(&self, bounds: &KeyBounds, reverse: bool, max: usize) -> Result<Vec<Entry>, EngineError>;
 
+    /// Up to `max` keys within `bounds`, in key order, without their values: what a count
+    /// reads. Engines that store values apart from keys override it to read none.
+    fn scan_keys(&self, bounds: &KeyBounds, max: usize) -> Result<Vec<Vec<u8>>, EngineError> {
+        Ok(self.scan(bounds, false, max)?.into_iter().map(|(key, _)| key).collect())
+    }
     /// Applies `batch` atomically (see the module's contract). Not durable until
     /// [`Engine::sync`].
     fn write(&self, batch: WriteBatch) -> Result<(), EngineError>;

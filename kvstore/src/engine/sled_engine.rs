@@ -194,6 +194,20 @@ impl Engine for SledEngine {
         Ok(out)
     }
 
+    fn scan_keys(&self, bounds: &KeyBounds, max: usize) -> Result<Vec<Vec<u8>>, EngineError> {
+        if super::memory::is_empty_range(bounds) {
+            return Ok(Vec::new());
+        }
+        let range = (record_bound(&bounds.0, true), record_bound(&bounds.1, false));
+        // Keys only: a value in pieces is not put back together, an inline one not copied.
+        self.tree
+            .range::<Vec<u8>, _>(range)
+            .keys()
+            .take(max)
+            .map(|key| key.map(|k| k[1..].to_vec()).map_err(|e| self.io("scanning keys", e)))
+            .collect()
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<(), EngineError> {
         let mut sled_batch = sled::Batch::default();
         // A key written twice in one batch must not have its pieces removed by the second

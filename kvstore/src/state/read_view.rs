@@ -157,8 +157,15 @@ impl ReadView {
                 }
             }
             let size = if answer.collecting() { PAGE } else { COUNT_PAGE };
-            let page =
-                self.engine.scan(&kv_bounds((as_ref(&lower), as_ref(&upper))), false, size).map_err(unreadable)?;
+            let bounds = kv_bounds((as_ref(&lower), as_ref(&upper)));
+            let page = match answer.collecting() || !self.deaths.is_empty() {
+                true => self.engine.scan(&bounds, false, size),
+                // Only counting, and no stored key can be dead: no record is read at all.
+                false => {
+                    self.engine.scan_keys(&bounds, size).map(|keys| keys.into_iter().map(|k| (k, Vec::new())).collect())
+                }
+            }
+            .map_err(unreadable)?;
             let full = page.len() == size;
             overlay.catch_up(self)?;
             let page_end: Bound<Vec<u8>> = match (full, page.last()) {

@@ -40,6 +40,19 @@ impl KvService {
 
 #[tonic::async_trait]
 impl pb::kv_server::Kv for KvService {
+    type RangeStreamStream = super::range_stream::RangeStreamStream;
+
+    /// etcd 3.7's streamed Range (`super::range_stream`).
+    async fn range_stream(
+        &self,
+        request: Request<pb::RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        guard::range(&caller_of(&self.0.node, &request)?, request.get_ref())?;
+        let request = request.into_inner();
+        super::range_stream::check(&request)?;
+        Ok(Response::new(super::range_stream::start(Arc::clone(&self.0), request)))
+    }
+
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
         guard::range(&caller_of(&self.0.node, &request)?, request.get_ref())?;
         let range = range_in(request.into_inner())?;

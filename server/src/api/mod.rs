@@ -14,6 +14,7 @@ mod lease;
 mod lock;
 mod maintenance;
 mod range_shape;
+mod range_stream;
 mod recipe;
 mod watch;
 

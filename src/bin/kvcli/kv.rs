@@ -137,7 +137,22 @@ pub async fn get(client: &Client, format: OutputFormat, args: GetArgs) -> Result
         revision: args.rev.unwrap_or(0),
         ..Default::default()
     };
-    let response = client.get(args.key.clone(), options).await?;
+    let response = match args.prefix {
+        // A prefix may hold many keys: read in chunks (etcd 3.7's RangeStream; a server
+        // without it answers the plain Range), so no message holds them all.
+        true => {
+            let request = leasekv::client::proto::etcdserverpb::RangeRequest {
+                key: args.key.clone().into_bytes(),
+                range_end: leasekv::client::prefix_range_end(args.key.as_bytes()),
+                keys_only: options.keys_only,
+                serializable: options.serializable,
+                revision: options.revision,
+                ..Default::default()
+            };
+            client.range_streamed(request).await?
+        }
+        false => client.get(args.key.clone(), options).await?,
+    };
     if response.kvs.is_empty() && !args.prefix {
         bail!("key {:?} not found", args.key);
     }

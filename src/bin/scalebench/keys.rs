@@ -27,7 +27,7 @@ pub struct Rows {
     pub catch_up: bool,
 }
 
-fn key(i: u64) -> String {
+pub fn key(i: u64) -> String {
     format!("/keys/{i:08}")
 }
 

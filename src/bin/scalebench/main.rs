@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p leasekv --bin scalebench -- leases --system leasekv --count 100000
 //! cargo run --release -p leasekv --bin scalebench -- leases --system etcd --count 100000
+//! cargo run --release -p leasekv --bin scalebench -- reads --system leasekv --count 200000
 //! cargo run --release -p leasekv --bin scalebench -- all          # every row, both systems, plots
 //! cargo run --release -p leasekv --bin scalebench -- plot         # redraw from the JSON
 //! ```
@@ -20,6 +21,7 @@ mod latency;
 mod leases;
 mod load;
 mod plot;
+mod reads;
 mod report;
 mod stalls;
 
@@ -91,6 +93,15 @@ enum Task {
     /// A 64-client put load, quiet, during a backup and during a member's catch-up: p99
     /// against the quiet one, and leasekv's node-loop turns over 50 ms.
     Stalls(RowArgs),
+    /// A key space read as Kubernetes reads it (paginated scans, count loops, unpaginated
+    /// reads) under a 64-client put load: master changes, failures, put p99, RSS growth.
+    Reads {
+        #[command(flatten)]
+        row: RowArgs,
+        /// Storms to run (comma-separated: scan, count, full); all by default.
+        #[arg(long, value_delimiter = ',')]
+        storms: Vec<String>,
+    },
     /// Every row for leasekv and etcd in turn, then the plots.
     All {
         /// Multiplies every row's default size (0.01 for a quick look).
@@ -123,7 +134,7 @@ fn default_count(workload: &str) -> u64 {
         "leases" | "expiry-storm" => 100_000,
         "keys" | "restart" | "catch-up" | "key-space" => 1_000_000,
         "compaction" => 10_000_000,
-        "stalls" => 200_000,
+        "stalls" | "reads" => 200_000,
         _ => 1,
     }
 }
@@ -211,6 +222,11 @@ async fn run(args: Args) -> Result<()> {
         Task::PutLatency(a) => ("put-latency", a),
         Task::Clients(a) => ("clients", a),
         Task::Stalls(a) => ("stalls", a),
+        Task::Reads { row, storms } => {
+            let count = row.count.unwrap_or_else(|| default_count("reads"));
+            let report = reads::reads(system_of(&row), count.max(1), &storms).await?;
+            return publish(vec![report], &row.out);
+        }
     };
     let count = row.count.unwrap_or_else(|| default_count(workload));
     if count == 0 {
