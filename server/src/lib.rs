@@ -15,6 +15,7 @@
 //! - [`peer`]: the node-to-node transport: lanes, the peer service, parked messages.
 //! - [`tls`]: TLS on the client and peer ports, certificate reload, peer identities.
 //! - [`conn_limit`]: the cap on connections open on the client port.
+//! - `own_runtime`: the peer port's runtime, on a thread of its own.
 
 #![deny(missing_docs)]
 
@@ -35,6 +36,7 @@ pub mod history_feed;
 pub mod join;
 pub mod metrics;
 pub mod node;
+mod own_runtime;
 pub mod peer;
 pub mod restore;
 pub mod run;

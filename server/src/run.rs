@@ -159,7 +159,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             .map_err(|kind| crate::config::ConfigError::new(config.origin.clone(), kind))?,
     );
     tls.watch();
-    let peers = PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol, checked_cluster);
+    // The peer port and the lanes run on a runtime of their own: the election's messages
+    // travel there, and must not wait behind the client port's work (a large answer
+    // encoded on the main runtime cost a master its lease).
+    let peer_runtime = crate::own_runtime::OwnRuntime::start("kvserver-peer").map_err(ServerError::Threads)?;
+    let peers = {
+        let _on_peer_runtime = peer_runtime.handle().enter();
+        PeerNetwork::start(me, &[], tls.peer_client.clone(), config.peer_protocol, checked_cluster)
+    };
     peers.set_members(&node::peer_addresses(replica.membership()));
 
     let mut client_listeners = Vec::new();
@@ -168,11 +175,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
             TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { what: "client", addr, source })?;
         client_listeners.push(listener);
     }
-    let peer_listener = TcpListener::bind(config.peer_addr).await.map_err(|source| ServerError::Bind {
-        what: "peer",
-        addr: config.peer_addr,
-        source,
-    })?;
+    let peer_listener = std::net::TcpListener::bind(config.peer_addr)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .and_then(|listener| {
+            // Registered with the peer runtime's reactor, which polls its connections.
+            let _on_peer_runtime = peer_runtime.handle().enter();
+            TcpListener::from_std(listener)
+        })
+        .map_err(|source| ServerError::Bind { what: "peer", addr: config.peer_addr, source })?;
 
     let backend = config.election.backend;
     let seed = u64::from(me.0) ^ (u64::from(epoch.value) << 32) ^ std::process::id() as u64;
@@ -225,11 +235,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     ))
     .max_decoding_message_size(PEER_MESSAGE_LIMIT);
     let peer_server = tonic::transport::Server::builder().add_service(peer_service);
-    let peer_task = match &tls.peer_server {
-        Some(current) => {
-            tokio::spawn(peer_server.serve_with_incoming(tls_incoming(peer_listener, current.clone(), "peer")))
+    let peer_task = {
+        let _on_peer_runtime = peer_runtime.handle().enter();
+        match &tls.peer_server {
+            Some(current) => {
+                tokio::spawn(peer_server.serve_with_incoming(tls_incoming(peer_listener, current.clone(), "peer")))
+            }
+            None => tokio::spawn(peer_server.serve_with_incoming(no_delay(peer_listener))),
         }
-        None => tokio::spawn(peer_server.serve_with_incoming(no_delay(peer_listener))),
     };
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -337,6 +350,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         return Err(ServerError::Serve { what: "client", source });
     }
     peer_task.abort();
+    drop(peer_runtime);
     tracing::info!(node = %me, "stopped");
     match (failure, removed_at) {
         (Some(reason), _) => Err(ServerError::StorageFailed { dir, reason }),
