@@ -140,6 +140,7 @@ impl Published {
         engine: &dyn Engine,
         failure: &Failure,
         from: Revision,
+        wanted: impl Fn(&Event) -> bool,
     ) -> Result<(Vec<Event>, Revision), EngineError> {
         let head = self.head();
         let (base, chunks) = {
@@ -156,15 +157,21 @@ impl Published {
                     let detail = failure.get().unwrap_or("unknown").to_string();
                     return Err(EngineError::Corrupt { what: "a history page".into(), detail });
                 };
-                events.push(event);
+                // Only what the caller wants is kept: under a write load the changes since a
+                // pinned revision outnumber the keys of the range by far.
+                if wanted(&event) {
+                    events.push(event);
+                }
             }
         }
         {
             let retained = self.retained.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            events.extend(retained.iter().filter(|e| e.revision() >= from && e.revision() <= through).cloned());
+            let kept = retained.iter().filter(|e| e.revision() >= from && e.revision() <= through && wanted(e));
+            events.extend(kept.cloned());
         }
         let tail = chunks.iter().flat_map(|chunk| chunk.iter());
-        events.extend(tail.filter(|e| e.revision() > base && e.revision() >= from && e.revision() <= through).cloned());
+        let kept = tail.filter(|e| e.revision() > base && e.revision() >= from && e.revision() <= through && wanted(e));
+        events.extend(kept.cloned());
         // The three sources may overlap (a change published in the tail, then dropped by a
         // compaction); a read view applies a change twice to the same effect, so only
         // the order matters.

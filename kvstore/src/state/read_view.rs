@@ -277,12 +277,13 @@ impl<'r> Overlay<'r> {
             return Ok(());
         }
         view.published.settle();
-        let (events, through) =
-            view.published.pinned_changes_from(view.engine.as_ref(), &view.failure, self.next).map_err(unreadable)?;
+        let range = self.range;
+        let in_range = |event: &crate::types::Event| range.contains(&event.kv.key);
+        let (events, through) = view
+            .published
+            .pinned_changes_from(view.engine.as_ref(), &view.failure, self.next, in_range)
+            .map_err(unreadable)?;
         for event in events {
-            if !self.range.contains(&event.kv.key) {
-                continue;
-            }
             if event.revision() <= self.revision {
                 let key = event.kv.key.clone();
                 let now = match event.kind {
