@@ -11,11 +11,12 @@ const SLOW_TURN_LOG_EVERY: Duration = Duration::from_secs(1);
 /// Starts the node loop. The election is handed every configuration the log applies
 /// ([`ElectionBackend::configure`]), and its change gate is read before a change is proposed.
 ///
-/// The loop runs on a thread of its own (`kvserver-node`, with a single-threaded runtime):
-/// a turn that takes long (a large command applied, a checkpoint begun) then delays no
-/// gRPC task, peer lane or election timer of the process. Reads run on the reader pool
-/// ([`super::readers`]); a stall watchdog ([`super::watchdog`]) has a master that cannot
-/// serve give up mastership. Fails only when a thread cannot be started.
+/// The loop is a task of the main runtime, beside the client port's: on a thread of its own
+/// every request cost two more thread wake-ups, and small reads lost a third of their
+/// throughput (`benches/cluster.rs`). What must not wait behind it has threads of its own:
+/// the election, the peer port and lanes (`crate::own_runtime`), the readers
+/// ([`super::readers`]). A stall watchdog ([`super::watchdog`]) has a master whose loop
+/// cannot serve give up mastership. Fails only when a thread cannot be started.
 pub fn start(
     replica: Replica<SledStorage>,
     election: Arc<dyn ElectionBackend>,
@@ -69,12 +70,11 @@ pub fn start(
         removed: Some(removed_tx),
         engine_writes: EngineWriteDeadline::default(),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let run = node.run(Inbox { peers: peer_rx, clients: rx }, status, synced);
-    std::thread::Builder::new().name("kvserver-node".into()).spawn(move || {
-        runtime.block_on(run);
+    tokio::spawn(async move {
+        run.await;
         stopped.store(true, Ordering::Release);
-    })?;
+    });
     Ok((NodeHandle { tx, peer_tx, revision, term, election, history, membership, auth, scratch }, failed, removed))
 }
 
