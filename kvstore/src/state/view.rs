@@ -261,17 +261,17 @@ impl Undo {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::command::{Command, DeleteRangeRequest, PutRequest, RangeRequest};
     use crate::types::KeyRange;
     use crate::StateMachine;
 
-    fn put(key: String, value: String, lease: i64) -> Command {
+    pub(in crate::state) fn put(key: String, value: String, lease: i64) -> Command {
         Command::Put(PutRequest { key: key.into(), value: value.into(), lease, prev_kv: false })
     }
 
     /// A deterministic mix of puts, deletes, lease grants and revokes and compactions.
-    fn command(step: u64) -> Command {
+    pub(in crate::state) fn command(step: u64) -> Command {
         let x = step.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
         let key = format!("k{:03}", x % 97);
         match x % 11 {

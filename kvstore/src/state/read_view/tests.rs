@@ -1,28 +1,10 @@
-use crate::command::{Command, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse};
+use crate::command::{Command, DeleteRangeRequest, RangeRequest, RangeResponse};
+use crate::state::view::tests::{command, put};
 use crate::types::KeyRange;
 use crate::StateMachine;
 
-fn put(key: String, value: String, lease: i64) -> Command {
-    Command::Put(PutRequest { key: key.into(), value: value.into(), lease, prev_kv: false })
-}
-
-/// A deterministic mix of puts, deletes (of one key and of ranges), lease grants and
-/// revokes (whose keys are swept a few at a time: the budget is lowered).
-fn command(step: u64) -> Command {
-    let x = step.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    let key = format!("k{:03}", x % 97);
-    match x % 13 {
-        0 => Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key), prev_kv: false }),
-        1 => Command::DeleteRange(DeleteRangeRequest {
-            range: KeyRange::between(key, format!("k{:03}", x % 97 + 5)),
-            prev_kv: false,
-        }),
-        2 => Command::LeaseGrant { id: (x % 5 + 1) as i64, name: None, ttl: 30 },
-        3 => Command::LeaseRevoke { id: (x % 5 + 1) as i64 },
-        4 | 5 => put(key, format!("v{step}"), (x % 5 + 1) as i64),
-        _ => put(key, format!("v{step}-{}", "x".repeat((x % 50) as usize)), 0),
-    }
-}
+// The same deterministic mix of puts, deletes, lease grants and revokes as the state
+// view's tests (`command`), with the sweep budget lowered so revoked keys stay buried.
 
 /// The reads each view answers: whole ranges, pages, counts, keys only, single keys.
 fn requests() -> Vec<RangeRequest> {
