@@ -136,7 +136,7 @@ fn every_fault_class_on_etcd() {
     if can_run(true) {
         // Without the faults that need leasekv's test build (its clock and its storage's sync
         // failpoint).
-        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,slow-links,lossy-links,power-loss,isolate-follower,pause-follower";
+        let faults = "kill-master,kill-majority,kill-all,pause-master,isolate-master,split-majority,bridge,one-way,slow-cpu,disk-full,slow-links,lossy-links,power-loss,isolate-follower,pause-follower,read-storm";
         assert_passed_on_etcd(&["--nodes", "3", "--duration", "25", "--faults", faults, "--target", "etcd"]);
     }
 }

@@ -232,3 +232,78 @@ fn a_read_storm_costs_the_master_nothing() {
         assert_eq!(c.status().await.expect("status").raft_term, term, "no master change during the storm");
     });
 }
+
+/// The status of a failed call.
+fn status_of(error: leasekv::client::ClientError) -> tonic::Status {
+    match error {
+        leasekv::client::ClientError::Rpc { status, .. } => *status,
+        other => panic!("not an answer from the server: {other}"),
+    }
+}
+
+/// A Range past `[limits] max_response_bytes` is refused with grpc-go's text (what etcd's
+/// clients get from etcd) and the limit; answers held past `[reads] memory_budget_bytes`
+/// (here: one whose client reads none of it) make the next large answer wait for them, and
+/// it is refused with etcd's "too many requests" until the first is let go.
+#[test]
+fn big_reads_keep_to_the_response_limit_and_the_read_budget() {
+    use http_body_util::Full;
+    use prost::Message;
+    const MIB: usize = 1 << 20;
+    let limits = "[limits]\nmax_response_bytes = 52428800\n[reads]\nmemory_budget_bytes = 67108864\n";
+    let cluster = Cluster::start_with("paxoslease", limits);
+    runtime().block_on(async {
+        let c = client(&cluster.endpoint(0)).await;
+        for i in 0..52 {
+            c.put(format!("/big/{i:03}"), vec![b'v'; MIB], 0, false).await.expect("a 1 MiB put");
+        }
+        let local = |request: RangeRequest| RangeRequest { serializable: true, ..request };
+
+        let refused = status_of(c.range(local(prefix("/big/"))).await.expect_err("52 MiB > 50 MiB"));
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().starts_with("grpc: trying to send message larger than max ("), "{refused:?}");
+        assert!(refused.message().contains(" vs. 52428800)"), "the limit named: {refused:?}");
+        let page = c.range(local(RangeRequest { limit: 40, ..prefix("/big/") })).await.expect("40 MiB fits");
+        assert_eq!((page.kvs.len(), page.more, page.count), (40, true, 52));
+
+        // A client that asks for 40 MiB and reads none of it holds them.
+        let h2: hyper_util::client::legacy::Client<_, Full<hyper::body::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http();
+        let message = local(RangeRequest { limit: 40, ..prefix("/big/") }).encode_to_vec();
+        let mut framed = vec![0u8];
+        framed.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+        framed.extend_from_slice(&message);
+        let endpoint = cluster.endpoint(0);
+        let request = hyper::Request::post(format!("http://{endpoint}/etcdserverpb.KV/Range"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(hyper::body::Bytes::from(framed)))
+            .expect("a request");
+        let unread = h2.request(request).await.expect("an answer's head");
+        assert_eq!(unread.status(), 200);
+
+        let refused = status_of(
+            c.range(local(RangeRequest { limit: 30, ..prefix("/big/") })).await.expect_err("40 + 30 MiB > 64 MiB"),
+        );
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(refused.message().starts_with("etcdserver: too many requests"), "{refused:?}");
+        assert!(refused.message().contains("memory_budget_bytes = 67108864"), "{refused:?}");
+        let small = c.range(local(RangeRequest { limit: 10, ..prefix("/big/") })).await.expect("40 + 10 MiB fit");
+        assert_eq!(small.kvs.len(), 10);
+
+        drop(unread);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match c.range(local(RangeRequest { limit: 30, ..prefix("/big/") })).await {
+                Ok(r) => break assert_eq!(r.kvs.len(), 30),
+                Err(e) if Instant::now() < deadline => {
+                    assert_eq!(status_of(e).code(), Code::ResourceExhausted);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("the budget was never let go: {e}"),
+            }
+        }
+    });
+}

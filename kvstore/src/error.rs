@@ -197,4 +197,18 @@ pub enum KvError {
     /// message says which.
     #[error("etcdserver: the state could not be read: {0}")]
     StateUnreadable(String),
+    /// A Range whose answer is larger than the response limit (`[limits]
+    /// max_response_bytes`; etcd's is gRPC's send limit, 2 GiB − 1): refused with the text
+    /// grpc-go gives etcd's clients, and what to do instead. Goes to a follower only over a
+    /// link of peer protocol version 5 or later.
+    #[error(
+        "grpc: trying to send message larger than max ({size} vs. {limit}): the answer exceeds [limits] \
+         max_response_bytes; read the range in pages (limit) or with RangeStream"
+    )]
+    ResponseTooLarge {
+        /// The answer's encoded size, bytes.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
 }

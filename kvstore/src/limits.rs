@@ -24,6 +24,11 @@ pub struct Limits {
     /// so leases granted concurrently may overshoot it by the grants in flight.
     #[serde(default = "Limits::default_max_leases")]
     pub max_leases: usize,
+    /// Largest Range answer, bytes as encoded on the wire: a unary Range past it is refused
+    /// ([`crate::KvError::ResponseTooLarge`]) rather than built, so a reader holds at most
+    /// this much of one answer. etcd's gRPC send limit (2 GiB − 1) by default.
+    #[serde(default = "Limits::default_max_response_bytes")]
+    pub max_response_bytes: u64,
 }
 
 impl Limits {
@@ -33,8 +38,15 @@ impl Limits {
     /// enough that the lease table (about 100 B a lease) stays well under a gigabyte.
     pub const DEFAULT_MAX_LEASES: usize = 1_000_000;
 
+    /// etcd's gRPC send limit (`math.MaxInt32`): the largest answer it sends.
+    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = (1 << 31) - 1;
+
     fn default_max_leases() -> usize {
         Self::DEFAULT_MAX_LEASES
+    }
+
+    fn default_max_response_bytes() -> u64 {
+        Self::DEFAULT_MAX_RESPONSE_BYTES
     }
 }
 
@@ -47,6 +59,7 @@ impl Default for Limits {
             max_lease_name_bytes: 256,
             quota_bytes: Self::DEFAULT_QUOTA_BYTES,
             max_leases: Self::DEFAULT_MAX_LEASES,
+            max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }

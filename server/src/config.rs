@@ -26,6 +26,7 @@
 //! # max_txn_ops = 128
 //! # max_lease_name_bytes = 256
 //! # max_leases = 1000000            # live leases (etcd has no cap)
+//! # max_response_bytes = 2147483647 # largest Range answer (etcd's gRPC send limit)
 //! # max_request_bytes = 1572864     # etcd's --max-request-bytes
 //! # max_client_connections = 10000  # on the client port; more are closed at once
 //! # max_concurrent_streams = 1000   # HTTP/2 streams per client connection
@@ -56,6 +57,7 @@
 //! [reads]                           # docs/read-leases.md
 //! # leases = true                 # followers answer linearizable reads under a read lease
 //! # reader_threads = 2            # threads that answer reads, off the node loop
+//! # memory_budget_bytes = 1073741824  # Range answers held at once; more get "too many requests"
 //!
 //! [tls.client]                      # TLS on the client port (docs/security.md)
 //! # cert = "certs/n1.crt"
@@ -381,6 +383,12 @@ pub struct ReadsConfig {
     /// be served). Default [`ReadsConfig::DEFAULT_READER_THREADS`]; 1 to
     /// [`ReadsConfig::MAX_READER_THREADS`].
     pub reader_threads: usize,
+    /// Bytes of Range answers this node holds at once, from the moment a reader has built
+    /// one until its client has received it; an answer that would take the total past it
+    /// is refused with etcd's "too many requests" naming the budget (`crate::read_budget`).
+    /// Default [`ReadsConfig::DEFAULT_MEMORY_BUDGET_BYTES`]; at least
+    /// [`ReadsConfig::MIN_MEMORY_BUDGET_BYTES`].
+    pub memory_budget_bytes: u64,
 }
 
 impl ReadsConfig {
@@ -389,6 +397,11 @@ impl ReadsConfig {
     pub const DEFAULT_READER_THREADS: usize = 2;
     /// The most reader threads allowed.
     pub const MAX_READER_THREADS: usize = 256;
+    /// The default read memory budget: 1 GiB, room for four full reads of a 200,000-key
+    /// store of 1 KiB values at once.
+    pub const DEFAULT_MEMORY_BUDGET_BYTES: u64 = 1 << 30;
+    /// The smallest read memory budget: one answer of the largest value always fits.
+    pub const MIN_MEMORY_BUDGET_BYTES: u64 = 64 << 20;
 
     /// The default read-lease time for election lease time `election`: a quarter of it.
     pub fn default_lease_time(election: Duration) -> Duration {

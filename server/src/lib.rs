@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod node;
 mod own_runtime;
 pub mod peer;
+pub mod read_budget;
 pub mod restore;
 pub mod run;
 pub mod tls;

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub reads_queued: IntCounter,
     /// Reads refused with 'too many requests' because the readers' queue was full.
     pub reads_refused: IntCounter,
+    /// Range answers refused because they did not fit the read memory budget.
+    pub reads_over_budget: IntCounter,
     /// Mastership given up because the node loop stalled (see `node::watchdog`).
     pub stalled_step_downs: IntCounter,
     /// Keys in the store.
@@ -160,6 +162,10 @@ impl Metrics {
             reads_refused: counter(
                 "leasekv_reads_refused_total",
                 "Reads refused with 'too many requests' because the reader threads' queue was full.",
+            ),
+            reads_over_budget: counter(
+                "leasekv_reads_over_budget_total",
+                "Range answers refused with 'too many requests' because they did not fit [reads] memory_budget_bytes.",
             ),
             stalled_step_downs: counter(
                 "leasekv_stalled_step_downs_total",

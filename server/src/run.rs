@@ -218,7 +218,14 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     .map_err(ServerError::Threads)?;
 
     let tracker = (backend == leasekv_lease::BackendKind::LeaseTracker).then_some(tracker);
-    let shared = Shared::with_limits(node.clone(), me, start.cluster_id, tracker, config.client_limits.clone());
+    let shared = Shared::with_limits(
+        node.clone(),
+        me,
+        start.cluster_id,
+        tracker,
+        config.client_limits.clone(),
+        config.reads.memory_budget_bytes,
+    );
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -290,8 +297,12 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
                 .max_decoding_message_size(message_limit),
         )
         .add_service(LeaseKvServer::new(ExtService(shared.clone())).max_decoding_message_size(message_limit));
-    let routes =
-        tonic::service::Routes::from(routes.into_axum_router().layer(axum::middleware::from_fn(crate::metrics::track)));
+    let routes = tonic::service::Routes::from(
+        routes
+            .into_axum_router()
+            .layer(axum::middleware::from_fn(crate::read_budget::hold_until_sent))
+            .layer(axum::middleware::from_fn(crate::metrics::track)),
+    );
     tokio::spawn(count_leader_changes(election_dyn.clone(), me));
     let client_server = tonic::transport::Server::builder()
         .accept_http1(true)

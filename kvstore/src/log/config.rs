@@ -51,6 +51,10 @@ pub struct ReplicaConfig {
     pub read_leases: Option<super::ReadLeaseConfig>,
     /// Record every applied slot in the output (for the simulator's oracles).
     pub trace_applies: bool,
+    /// Answer a read of one key at the current revision when it is decided, rather than
+    /// through a view read later ([`super::ReadJob`]): a lookup costs less than a view. On
+    /// by default; the simulator turns it off for half its seeds so that views are tried.
+    pub point_reads_in_place: bool,
     /// A deliberately broken variant (simulator negative controls only).
     #[cfg(feature = "negative-controls")]
     pub breakage: LogBreakage,
@@ -79,6 +83,7 @@ impl ReplicaConfig {
             min_ttl_secs: min_ttl_secs.max(1),
             read_leases: None,
             trace_applies: false,
+            point_reads_in_place: true,
             #[cfg(feature = "negative-controls")]
             breakage: LogBreakage::None,
         }

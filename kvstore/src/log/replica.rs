@@ -599,13 +599,17 @@ impl<S: Storage> Replica<S> {
         }
         let machine = self.learner.machine();
         let current = machine.revision();
+        let in_place = self.config.point_reads_in_place && !self.config.broken(LogBreakage::StaleReadView);
+        if in_place && revision <= 0 && request.range.range_end.is_empty() {
+            return Ok(super::ReadJob::answered(machine.range(&request).map_err(Into::into), current));
+        }
         let floor = machine.compacted_revision().max(1);
         let revision = match self.config.broken(LogBreakage::StaleReadView) && revision <= 0 && current > floor {
             true => current - 1,
             false => revision,
         };
         let view = self.learner.read_view(revision)?;
-        Ok(super::ReadJob::new(view, request, current))
+        Ok(super::ReadJob::new(view, request, current, self.limits.max_response_bytes))
     }
 
     /// A keepalive: resets the lease's countdown to its full TTL. Master only. Returns the TTL

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 
 /// Runs a read the node decided ([`NodeOutput::reads`]) and gives its answer as a master
 /// request's: what a driver calls on its reader thread before answering the read's asker.
-pub fn run_read(job: &ReadJob) -> MasterResult {
+pub fn run_read(job: ReadJob) -> MasterResult {
     job.run().map(|(response, revision)| MasterAnswer::Read(response, revision))
 }
 

@@ -104,7 +104,7 @@ impl Cluster {
                 self.queue.extend(out.forwards.into_iter().map(|(to, m)| (from, to, Wire::Forward(m))));
                 self.answers.extend(out.answers.into_iter().map(|(w, r)| (from, w, r)));
                 for (job, asker) in out.reads {
-                    let result = run_read(&job);
+                    let result = run_read(job);
                     match asker {
                         Asker::Local(w) => self.answers.push((from, w, result)),
                         Asker::Remote(to, id) => {
@@ -257,7 +257,7 @@ fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
     assert_eq!((answers.count(), forwards.count()), (0, 0));
     let ready: Vec<(Waiter, MasterResult)> = reads
         .map(|(job, asker)| match asker {
-            Asker::Local(w) => (w, run_read(&job)),
+            Asker::Local(w) => (w, run_read(job)),
             Asker::Remote(..) => panic!("a local read"),
         })
         .collect();
@@ -285,7 +285,8 @@ fn a_forwarded_write_delivered_twice_is_served_once_and_a_read_twice() {
     let read_answers = master
         .drain_ready()
         .reads
-        .filter(|(job, asker)| matches!(asker, Asker::Remote(_, 6)) && run_read(job).is_ok())
+        .filter_map(|(job, asker)| matches!(asker, Asker::Remote(_, 6)).then(|| run_read(job)))
+        .filter(Result::is_ok)
         .count();
     assert_eq!(read_answers, 2, "a read served twice costs only the work (the follower takes the first)");
     cluster.settle();
@@ -318,7 +319,7 @@ fn read_answered_ahead_of_the_follower() -> Cluster {
     let Some((job, Asker::Remote(..))) = cluster.node(NodeId(1)).drain_ready().reads.next() else {
         panic!("the master decides the read at once");
     };
-    let result = run_read(&job);
+    let result = run_read(job);
     assert!(matches!(result, Ok(MasterAnswer::Read(_, 2))), "{result:?}");
     cluster.node(NodeId(2)).handle_answer(now, NodeId(1), id, result);
     cluster

@@ -118,8 +118,15 @@ impl ReadView {
     /// Answers `request` (its range, limit, count and keys-only rules; its revision is the
     /// view's) as the key space was at the view's revision.
     pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
+        self.range_within(request, u64::MAX)
+    }
+
+    /// [`Self::range`], refused with [`KvError::ResponseTooLarge`] when the answer's encoded
+    /// size passes `max_bytes`: key-values past it are counted, not kept, so a reader never
+    /// holds more than that of one answer.
+    pub fn range_within(&self, request: &RangeRequest, max_bytes: u64) -> Result<RangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
-        let mut answer = Answer::new(request);
+        let mut answer = Answer::new(request, max_bytes);
         let mut overlay = Overlay::new(self.base, self.revision, &request.range);
         match selection {
             Selection::Single(key) => {
@@ -136,7 +143,7 @@ impl ReadView {
             }
             Selection::Interval(bounds) => self.scan(bounds, &mut overlay, &mut answer)?,
         }
-        Ok(answer.finish())
+        answer.finish()
     }
 
     /// Reads the interval `bounds` page by page into `answer`, until it needs nothing more.
@@ -150,7 +157,7 @@ impl ReadView {
         let upper: Bound<Vec<u8>> = bounds.1.map(<[u8]>::to_vec);
         let mut lower: Bound<Vec<u8>> = bounds.0.map(<[u8]>::to_vec);
         loop {
-            if answer.collected_enough() && everything {
+            if !answer.collecting() && everything {
                 if let Some(live) = self.live_keys {
                     answer.count = live;
                     return Ok(());
@@ -301,43 +308,95 @@ impl<'r> Overlay<'r> {
 }
 
 /// The answer being built: etcd's limit, count, `keys_only` and `count_only` rules, as
-/// [`super::Keyspace::read`] applies them.
+/// [`super::Keyspace::read`] applies them, and the response limit.
 struct Answer {
     limit: usize,
     count_only: bool,
     keys_only: bool,
     kvs: Vec<KeyValue>,
+    /// Key-values taken, kept or not.
+    taken: usize,
     count: usize,
+    /// The answer's encoded size so far, and the most it may reach.
+    bytes: u64,
+    max_bytes: u64,
 }
 
 impl Answer {
-    fn new(request: &RangeRequest) -> Self {
+    fn new(request: &RangeRequest, max_bytes: u64) -> Self {
         let limit = if request.limit > 0 { usize::try_from(request.limit).unwrap_or(usize::MAX) } else { usize::MAX };
-        Answer { limit, count_only: request.count_only, keys_only: request.keys_only, kvs: Vec::new(), count: 0 }
+        Answer {
+            limit,
+            count_only: request.count_only,
+            keys_only: request.keys_only,
+            kvs: Vec::new(),
+            taken: 0,
+            count: 0,
+            bytes: RESPONSE_FRAME_BYTES,
+            max_bytes,
+        }
     }
 
     /// Whether key-values are still collected (else only counted).
     fn collecting(&self) -> bool {
-        !self.count_only && self.kvs.len() < self.limit
-    }
-
-    /// Whether the answer has every key-value it returns (the count may not be known yet).
-    fn collected_enough(&self) -> bool {
-        !self.collecting()
+        !self.count_only && self.taken < self.limit
     }
 
     fn take(&mut self, mut kv: KeyValue) {
         if self.keys_only {
             kv.value = Vec::new();
         }
-        self.kvs.push(kv);
+        self.bytes = self.bytes.saturating_add(encoded_len(&kv));
+        self.taken += 1;
         self.count += 1;
+        match self.bytes > self.max_bytes {
+            // Refused in the end: what was kept is let go now, and nothing more is kept.
+            true => self.kvs = Vec::new(),
+            false => self.kvs.push(kv),
+        }
     }
 
-    fn finish(self) -> RangeResponse {
+    fn finish(self) -> Result<RangeResponse, KvError> {
+        if self.bytes > self.max_bytes {
+            return Err(KvError::ResponseTooLarge { size: self.bytes, limit: self.max_bytes });
+        }
         let count = i64::try_from(self.count).unwrap_or(i64::MAX);
-        RangeResponse { more: !self.count_only && self.count > self.kvs.len(), count, kvs: self.kvs }
+        Ok(RangeResponse { more: !self.count_only && self.count > self.kvs.len(), count, kvs: self.kvs })
     }
+}
+
+/// What a RangeResponse's header, `more` and `count` take at most, encoded.
+const RESPONSE_FRAME_BYTES: u64 = 64;
+
+/// `kv`'s size as one of a RangeResponse's `kvs`, encoded: its field's tag and length, and
+/// its own fields (etcd's `mvccpb.KeyValue`; a field at its default is not sent).
+fn encoded_len(kv: &KeyValue) -> u64 {
+    fn varint(value: u64) -> u64 {
+        u64::from((64 - (value | 1).leading_zeros()).div_ceil(7))
+    }
+    fn bytes(field: &[u8]) -> u64 {
+        let len = field.len() as u64;
+        if len == 0 {
+            0
+        } else {
+            1 + varint(len) + len
+        }
+    }
+    fn int(value: i64) -> u64 {
+        // An int64 is sent as its two's complement: a negative one takes ten bytes.
+        if value == 0 {
+            0
+        } else {
+            1 + varint(value as u64)
+        }
+    }
+    let body = bytes(&kv.key)
+        + int(kv.create_revision)
+        + int(kv.mod_revision)
+        + int(kv.version)
+        + bytes(&kv.value)
+        + int(kv.lease);
+    1 + varint(body) + body
 }
 
 fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {

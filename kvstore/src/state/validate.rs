@@ -204,6 +204,7 @@ mod tests {
             max_lease_name_bytes: 4,
             quota_bytes: 0,
             max_leases: 10,
+            max_response_bytes: Limits::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 

@@ -287,6 +287,8 @@ pub fn kv_error(error: &KvError) -> Status {
         KvError::NoSpace => Code::ResourceExhausted,
         // etcd has no lease cap; a quota's code, as NOSPACE has.
         KvError::TooManyLeases { .. } => Code::ResourceExhausted,
+        // grpc-go's code for a message over its send limit, which is what etcd's is.
+        KvError::ResponseTooLarge { .. } => Code::ResourceExhausted,
         KvError::Corrupt => Code::DataLoss,
         // A disk error or a damaged record on this member: not the caller's doing.
         KvError::StateUnreadable(_) => Code::Internal,

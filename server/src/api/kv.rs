@@ -62,7 +62,10 @@ impl pb::kv_server::Kv for KvService {
         let (answer, revision) =
             shared.serve(|| shared.node.read(range.request.clone(), range.revision, consistency)).await?;
         let answer = RangeShape::apply_if(range.shape.as_ref(), answer);
-        Ok(Response::new(range_out(answer, shared.header(revision))))
+        let hold = shared.read_budget.take(crate::read_budget::answer_bytes(&answer))?;
+        let mut response = Response::new(range_out(answer, shared.header(revision)));
+        response.extensions_mut().insert(hold);
+        Ok(response)
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {

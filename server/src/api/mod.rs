@@ -75,12 +75,15 @@ pub struct Shared {
     /// What one client may cost this node (`[limits]`): the request size the services and
     /// the gateway check, the watchers per stream.
     pub limits: ClientLimits,
+    /// The bytes of Range answers this node may hold at once (`crate::read_budget`).
+    pub read_budget: Arc<crate::read_budget::ReadBudget>,
 }
 
 impl Shared {
     /// Builds the shared state, with the default client limits.
     pub fn new(node: NodeHandle, me: NodeId, cluster_id: u64, tracker: Option<NodeId>) -> Arc<Self> {
-        Self::with_limits(node, me, cluster_id, tracker, ClientLimits::default())
+        let budget = crate::config::ReadsConfig::DEFAULT_MEMORY_BUDGET_BYTES;
+        Self::with_limits(node, me, cluster_id, tracker, ClientLimits::default(), budget)
     }
 
     /// Builds the shared state with the configured client limits.
@@ -90,8 +93,10 @@ impl Shared {
         cluster_id: u64,
         tracker: Option<NodeId>,
         limits: ClientLimits,
+        read_budget_bytes: u64,
     ) -> Arc<Self> {
-        Arc::new(Shared { node, me, cluster_id, tracker, limits })
+        let read_budget = crate::read_budget::ReadBudget::new(read_budget_bytes);
+        Arc::new(Shared { node, me, cluster_id, tracker, limits, read_budget })
     }
 
     /// etcd's check of `--max-request-bytes` on a write: a request whose encoding is larger

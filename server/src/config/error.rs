@@ -246,6 +246,30 @@ pub enum ConfigErrorKind {
         /// Largest allowed.
         max: usize,
     },
+    /// `[reads] memory_budget_bytes` too small.
+    #[error(
+        "[reads] memory_budget_bytes = {value} is too small; at least {min} (default 1073741824): \
+         a read answer of the largest value must fit"
+    )]
+    ReadBudget {
+        /// The configured value.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+    },
+    /// `[limits] max_response_bytes` out of range.
+    #[error(
+        "[limits] max_response_bytes = {value} is out of range; allowed is {min} (a key of the \
+         largest value, max_key_bytes + max_value_bytes, with room to spare) to {max} (default {max})"
+    )]
+    ResponseLimit {
+        /// The configured value.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
     /// `[reads] reader_threads` out of range.
     #[error("[reads] reader_threads = {value} is out of range; allowed is 1 to {max} (default 2)")]
     ReaderThreads {

@@ -72,6 +72,7 @@ struct FileReads {
     lease_time_ms: Option<u64>,
     learners: Option<bool>,
     reader_threads: Option<usize>,
+    memory_budget_bytes: Option<u64>,
 }
 
 /// `[console]`.
@@ -145,6 +146,7 @@ struct FileLimits {
     max_watchers_per_stream: Option<usize>,
     max_queued_requests: Option<usize>,
     max_leases: Option<usize>,
+    max_response_bytes: Option<u64>,
 }
 
 /// `[storage]`.
@@ -370,6 +372,7 @@ pub(super) fn resolve(
         max_lease_name_bytes: file.limits.max_lease_name_bytes.unwrap_or(default_limits.max_lease_name_bytes),
         quota_bytes: etcd.quota_bytes.or(file.storage.quota_bytes).unwrap_or(default_limits.quota_bytes),
         max_leases: file.limits.max_leases.unwrap_or(default_limits.max_leases),
+        max_response_bytes: file.limits.max_response_bytes.unwrap_or(default_limits.max_response_bytes),
     };
     let client_limits = ClientLimits {
         max_request_bytes: etcd
@@ -464,6 +467,7 @@ pub(super) fn resolve(
             .map_or_else(|| super::ReadsConfig::default_lease_time(election.lease_time), Duration::from_millis),
         learners: file.reads.learners.unwrap_or(false),
         reader_threads: file.reads.reader_threads.unwrap_or(super::ReadsConfig::DEFAULT_READER_THREADS),
+        memory_budget_bytes: file.reads.memory_budget_bytes.unwrap_or(super::ReadsConfig::DEFAULT_MEMORY_BUDGET_BYTES),
     };
 
     Ok(NodeConfig {

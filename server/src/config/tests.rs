@@ -559,6 +559,30 @@ fn client_limits_default_reach_the_services_and_are_checked() {
     }
 }
 
+/// The read limits: the largest answer (etcd's gRPC send limit by default; at least one key
+/// of the largest value) and the read memory budget.
+#[test]
+fn the_response_limit_and_the_read_budget_are_checked_saying_what_is_allowed() {
+    let config = parse("id = 1\n").expect("defaults");
+    assert_eq!(config.limits().max_response_bytes, 2_147_483_647, "etcd's math.MaxInt32");
+    assert_eq!(config.reads.memory_budget_bytes, 1 << 30);
+    let config = parse("id = 1\n[limits]\nmax_response_bytes = 4194304\n[reads]\nmemory_budget_bytes = 134217728\n")
+        .expect("both set");
+    assert_eq!((config.limits().max_response_bytes, config.reads.memory_budget_bytes), (4 << 20, 128 << 20));
+    for (text, expected) in [
+        (
+            "[limits]\nmax_response_bytes = 1000",
+            "[limits] max_response_bytes = 1000 is out of range; allowed is 1575424 (a key of the largest value",
+        ),
+        ("[limits]\nmax_response_bytes = 4294967296", "allowed is 1575424 (a key of the largest value, max_key_bytes + max_value_bytes, with room to spare) to 2147483647"),
+        ("[limits]\nmax_value_bytes = 4194304\nmax_response_bytes = 4194304", "max_response_bytes = 4194304 is out of range; allowed is 4196864"),
+        ("[reads]\nmemory_budget_bytes = 1024", "[reads] memory_budget_bytes = 1024 is too small; at least 67108864"),
+    ] {
+        let message = error_of(&format!("id = 1\n{text}\n"));
+        assert!(message.contains(expected), "{text}: {message}");
+    }
+}
+
 /// etcd's flags as given on a command line (none from the environment).
 fn etcd_flags(flags: &[(&'static str, &str)]) -> Overrides {
     let given = flags.iter().map(|(f, v)| (*f, v.to_string()));

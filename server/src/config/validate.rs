@@ -4,6 +4,7 @@
 use super::error::{id_list, ConfigError, ConfigErrorKind};
 use super::{ClusterState, NodeConfig, ReadsConfig, WatchConfig};
 use leasekv_kvstore::log::ReplicaConfigError;
+use leasekv_kvstore::Limits;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -33,6 +34,9 @@ pub const MIN_REQUEST_BYTES: usize = 1024;
 /// `max_watchers_per_stream`, `max_queued_requests`: beyond what any host serves, low
 /// enough to catch a typo.
 pub const MAX_CLIENT_COUNT_LIMIT: usize = 10_000_000;
+/// What `[limits] max_response_bytes` must leave beside a key of the largest value: the
+/// answer's header and the key-value's revisions and framing.
+pub const MIN_RESPONSE_SLACK_BYTES: u64 = 1024;
 /// Largest `[limits] max_leases`.
 pub const MAX_LEASES: usize = 100_000_000;
 
@@ -104,6 +108,16 @@ impl NodeConfig {
                 return Err(err(ConfigErrorKind::Limit { field, value, min, max }));
             }
         }
+        // One key of the largest value is always an answer that may be sent.
+        let one_key = (self.limits.max_key_bytes + self.limits.max_value_bytes) as u64 + MIN_RESPONSE_SLACK_BYTES;
+        let response = self.limits.max_response_bytes;
+        if !(one_key..=Limits::DEFAULT_MAX_RESPONSE_BYTES).contains(&response) {
+            return Err(err(ConfigErrorKind::ResponseLimit {
+                value: response,
+                min: one_key,
+                max: Limits::DEFAULT_MAX_RESPONSE_BYTES,
+            }));
+        }
 
         self.replica_config().validate().map_err(|e| err(ConfigErrorKind::Replica(e)))?;
         if self.watch.progress_notify_interval < WatchConfig::MIN_PROGRESS_NOTIFY_INTERVAL {
@@ -131,6 +145,13 @@ impl NodeConfig {
             return Err(err(ConfigErrorKind::WorkerThreads {
                 value: self.runtime.worker_threads,
                 max: MAX_WORKER_THREADS,
+            }));
+        }
+        let budget = self.reads.memory_budget_bytes;
+        if budget < super::ReadsConfig::MIN_MEMORY_BUDGET_BYTES {
+            return Err(err(ConfigErrorKind::ReadBudget {
+                value: budget,
+                min: super::ReadsConfig::MIN_MEMORY_BUDGET_BYTES,
             }));
         }
         let readers = self.reads.reader_threads;

@@ -109,7 +109,14 @@ where
             Err(status) => return errors::response(&status),
         };
         match call(gateway, grpc_request(parts, request)).await {
-            Ok(answer) => json_response(json::encode(resp, answer.get_ref())),
+            Ok(answer) => {
+                let mut response = json_response(json::encode(resp, answer.get_ref()));
+                // A Range answer's read budget stays held until its JSON is sent.
+                if let Some(hold) = answer.extensions().get::<crate::read_budget::AnswerHold>() {
+                    response.extensions_mut().insert(hold.clone());
+                }
+                response
+            }
             Err(status) => errors::response(&status),
         }
     })

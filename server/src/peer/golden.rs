@@ -283,6 +283,11 @@ fn kinds() -> Vec<Golden> {
         golden("answer-shutting-down", 2, answer(Err(RequestError::ShuttingDown))),
         golden("answer-peer-protocol", 2, answer(Err(RequestError::PeerProtocol("another kind".into())))),
         golden("answer-overloaded", 2, answer(Err(RequestError::Overloaded { queued: 10_000 }))),
+        golden(
+            "answer-response-too-large",
+            5,
+            answer(Err(RequestError::Invalid(KvError::ResponseTooLarge { size: 3 << 30, limit: (1 << 31) - 1 }))),
+        ),
         // Transfer notices.
         golden(
             "parked-snapshot",

@@ -28,6 +28,10 @@
 //! docs/read-leases.md). They go only over a link that speaks 4, and are asked for and
 //! granted only while the cluster's version is 4: a master of an earlier build neither
 //! holds back its writes for holders nor waits for an earlier master's holders.
+//! Version 5: a master may answer a forwarded read with `KvError::ResponseTooLarge` (the
+//! answer passed `[limits] max_response_bytes`). To a follower of an earlier version it
+//! sends the refusal as `RequestError::PeerProtocol` with the same text: the read fails
+//! there too, with an Internal status rather than etcd's ResourceExhausted.
 
 use super::refusal::PeerRefusal;
 use leasekv_lease::NodeId;
@@ -35,7 +39,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// The newest peer protocol version this build speaks (see the module docs for each).
-pub const PEER_PROTOCOL_VERSION: u32 = 4;
+pub const PEER_PROTOCOL_VERSION: u32 = 5;
 
 /// The oldest peer protocol version this build still speaks: the version of the previous
 /// release, so that releases can be mixed during a rolling upgrade.
@@ -53,6 +57,9 @@ pub enum Feature {
     RefuseForwardsWhenOverloaded,
     /// Read leases: their messages, and every member answering linearizable reads under one.
     ReadLeases,
+    /// A master refuses a forwarded read whose answer is too large with
+    /// `KvError::ResponseTooLarge`.
+    ResponseTooLarge,
 }
 
 impl Feature {
@@ -61,6 +68,7 @@ impl Feature {
         match self {
             Feature::RefuseForwardsWhenOverloaded => 3,
             Feature::ReadLeases => 4,
+            Feature::ResponseTooLarge => 5,
         }
     }
 

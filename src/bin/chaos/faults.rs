@@ -51,11 +51,14 @@ pub enum FaultClass {
     /// SIGSTOP of a follower for 0.5–3× the lease time, then SIGCONT: a read-lease holder
     /// whose lease ran out while it was stopped.
     PauseFollower,
+    /// Paginated scans, counts and whole-range reads against every node at once for 3–6 s
+    /// (storm.rs): alone, it must cost the master nothing.
+    ReadStorm,
 }
 
 impl FaultClass {
     /// Every class with its command-line name.
-    pub const ALL: [(&'static str, FaultClass); 18] = [
+    pub const ALL: [(&'static str, FaultClass); 19] = [
         ("kill-master", FaultClass::KillMaster),
         ("kill-majority", FaultClass::KillMajority),
         ("kill-all", FaultClass::KillAll),
@@ -74,6 +77,7 @@ impl FaultClass {
         ("power-loss", FaultClass::PowerLoss),
         ("isolate-follower", FaultClass::IsolateFollower),
         ("pause-follower", FaultClass::PauseFollower),
+        ("read-storm", FaultClass::ReadStorm),
     ];
 
     /// The command-line name.
@@ -242,6 +246,10 @@ pub async fn inject(
                 }
             };
             cluster.set_clock_rate(node, rate)?;
+        }
+        // The readers are started by the run (storm.rs), which checks the master after them.
+        FaultClass::ReadStorm => {
+            return Ok(Injected { hold: rng.duration_between(Duration::from_secs(3), Duration::from_secs(6)) });
         }
         FaultClass::SlowCpu => cluster.slow_cpu(master)?,
         FaultClass::DiskFull => cluster.fill_disk(master)?,

@@ -20,6 +20,7 @@ mod leases;
 mod net;
 mod proxy;
 mod snapshots;
+mod storm;
 mod takeovers;
 mod txns;
 mod watches;
@@ -59,7 +60,7 @@ struct Args {
     /// Fault classes: `all`, `none`, or a comma-separated list of kill-master, kill-majority,
     /// kill-all, pause-master, isolate-master, split-majority, bridge, one-way, clock-skew,
     /// slow-cpu, disk-full, slow-links, lossy-links, slow-fsync, fsync-error, power-loss,
-    /// isolate-follower, pause-follower.
+    /// isolate-follower, pause-follower, read-storm.
     #[arg(long, default_value = "all")]
     faults: String,
     /// A negative control the checks must catch: follower-reads, stale-lease-check,
@@ -241,6 +242,9 @@ struct Report {
     acked_writes: usize,
     lost: usize,
     anomalies: Vec<String>,
+    /// The read storms' answers checked, and their reads that failed (allowed under the
+    /// other faults).
+    storm_reads: (usize, usize),
     lease_intervals: usize,
     /// Leaders taking office, as seen by polling every node's status.
     takeovers: usize,
@@ -306,6 +310,15 @@ async fn run(
         clients.spawn(workload::open_reader(client, node, args.keys, seed, recorder.clone(), stop.clone()));
     }
 
+    let storm_log: storm::Log = Arc::default();
+    if classes.contains(&FaultClass::ReadStorm) {
+        let master = cluster
+            .wait_for_master(Duration::from_secs(30))
+            .await
+            .context("no leader to load the read storm's keys")?;
+        storm::load(master).await?;
+    }
+
     let mut rng = SplitMix64::new(seed);
     let mut figures: BTreeMap<FaultClass, ClassFigures> = BTreeMap::new();
     let began = tokio::time::Instant::now();
@@ -330,7 +343,13 @@ async fn run(
         eprintln!("[{:6.1}s] {} for {:.1}s", start as f64 / 1e9, class.name(), injected.hold.as_secs_f64());
         open_window(&mut figures, class, start);
         let mut hold = injected.hold;
+        let mut storms = Vec::new();
+        if class == FaultClass::ReadStorm {
+            storms.push(storm::start(cluster, tokio::time::Instant::now() + hold, &storm_log).await);
+        }
+        let mut alone = true;
         if rng.chance(args.overlap) {
+            alone = false;
             // A second fault on top of the first, from halfway through its hold; both are
             // healed together.
             let half = hold / 2;
@@ -340,9 +359,15 @@ async fn run(
             let more = faults::inject(second, cluster, net, &mut rng, clock_break).await?;
             eprintln!("[{:6.1}s]   and {} for {:.1}s", at as f64 / 1e9, second.name(), more.hold.as_secs_f64());
             open_window(&mut figures, second, at);
+            if second == FaultClass::ReadStorm {
+                storms.push(storm::start(cluster, tokio::time::Instant::now() + more.hold, &storm_log).await);
+            }
             hold = (hold - half).max(more.hold);
         }
         tokio::time::sleep(hold).await;
+        for storm in storms {
+            storm.end(cluster, alone, &storm_log).await;
+        }
         cluster.reap(recorder.now() as f64 / 1e9);
         faults::heal(cluster, net)?;
         fault_spans.push((start, recorder.now()));
@@ -395,6 +420,8 @@ async fn run(
     countdown_restarts.extend(takeovers.iter().map(|&at| (at, at)));
     let lease_verdict = leases::check(&lives, &countdown_restarts);
     anomalies.extend(lease_verdict.anomalies);
+    let storm = std::mem::take(&mut *storm_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    anomalies.extend(storm.anomalies);
     let mut lease_intervals = 0;
     if cluster.is_leasekv() {
         let (intervals, overlaps) = check::lease_overlaps(&cluster.lease_log());
@@ -416,6 +443,7 @@ async fn run(
         acked_writes: verdict.acked_writes,
         lost: verdict.lost,
         anomalies,
+        storm_reads: (storm.reads, storm.failed),
         lease_intervals,
         takeovers: takeovers.len(),
         longest_unavailable_s: verdict.longest_unavailable_s,
@@ -641,7 +669,7 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
     }
     let faults: Vec<_> = report.classes.keys().map(|c| c.name()).collect();
     println!(
-        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} serializable_reads={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} takeovers={} longest_unavailable_s={:.2} anomalies={}",
+        "seed={seed} duration_s={:.1} target={} nodes={} faults={} break={} ops={} ops_checked={} acked_writes={} lost={} txns={} serializable_reads={} watch_events={} watch_streams={} leases={} ttl_error_s={} lease_intervals={} takeovers={} longest_unavailable_s={:.2} storm_reads={}/{} anomalies={}",
         report.duration_s,
         target.name(),
         args.nodes,
@@ -660,6 +688,8 @@ fn print_report(args: &Args, seed: u64, target: &Target, report: &Report) {
         report.lease_intervals,
         report.takeovers,
         report.longest_unavailable_s,
+        report.storm_reads.0,
+        report.storm_reads.0 + report.storm_reads.1,
         report.anomalies.len()
     );
 }

@@ -242,7 +242,7 @@ impl World {
     }
 
     /// Runs a read the node decided, on its "reader thread", and answers its asker.
-    pub(super) fn run_read(&mut self, node: usize, job: &crate::log::ReadJob, asker: crate::node::Asker<Waiter>) {
+    pub(super) fn run_read(&mut self, node: usize, job: crate::log::ReadJob, asker: crate::node::Asker<Waiter>) {
         let result = crate::node::run_read(job);
         match asker {
             crate::node::Asker::Local((client, request_id, request)) => {
