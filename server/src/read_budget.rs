@@ -93,14 +93,23 @@ pub async fn hold_until_sent(
 ) -> axum::response::Response {
     let mut response = next.run(request).await;
     match response.extensions_mut().remove::<AnswerHold>() {
-        Some(hold) => response.map(|body| Body::new(HeldBody { body, _hold: hold })),
+        Some(hold) => response.map(|body| Body::new(HeldBody { body, pending: Bytes::new(), _hold: hold })),
         None => response,
     }
 }
 
-/// A response body with the budget its answer holds.
+/// The most of an answer handed to HTTP/2 at once. hyper asks a body for its next frame only
+/// when the stream has room to send again, but takes a whole frame into its send buffer: an
+/// answer encoded as one 200 MB frame would leave the body (and its hold) at once and wait
+/// in that buffer for a slow client. In pieces, the hold lasts until all but the last piece
+/// and the stream's window are sent.
+const PIECE_BYTES: usize = 256 * 1024;
+
+/// A response body with the budget its answer holds, handed over in pieces.
 struct HeldBody {
     body: Body,
+    /// What is left of the last data frame, handed over a piece at a time.
+    pending: Bytes,
     _hold: AnswerHold,
 }
 
@@ -112,15 +121,33 @@ impl http_body::Body for HeldBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        if self.pending.is_empty() {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => self.pending = data,
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+                other => return other,
+            }
+        }
+        let piece = self.pending.len().min(PIECE_BYTES);
+        let piece = self.pending.split_to(piece);
+        Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.pending.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let pending = self.pending.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(pending));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(pending));
+        }
+        hint
     }
 }
 
