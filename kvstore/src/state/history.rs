@@ -74,7 +74,16 @@ pub(super) struct Published {
     /// new values reach the engine with that flush all the same, and a view that read the
     /// engine then must find the change to know its revision.
     retained: Mutex<Vec<Event>>,
+    /// The last counts of the ranges counted lately, each at its revision: a later count of
+    /// the same range is that count plus the keys the changes since then created, less
+    /// those they deleted ([`super::read_view`]).
+    counts: Mutex<Vec<(KeyRange, Revision, usize)>>,
+    /// Overlays left by pages at past revisions for their scans' next pages.
+    pub(super) overlays: super::read_view::Overlays,
 }
+
+/// Ranges whose last count is kept.
+const COUNTS_KEPT: usize = 16;
 
 /// Changes applied since the last engine write, published for watch readers a node-loop turn
 /// at a time, so that their events need not wait for the engine write (which the node loop
@@ -113,6 +122,30 @@ impl Published {
     /// The store revision published.
     pub(super) fn head(&self) -> Revision {
         self.head.load(Ordering::Acquire)
+    }
+
+    /// The compaction point published: every change above it is retained.
+    pub(super) fn compaction_point(&self) -> Revision {
+        self.compacted.load(Ordering::Acquire)
+    }
+
+    /// The last count kept of `range`, with its revision.
+    pub(super) fn last_count(&self, range: &KeyRange) -> Option<(Revision, usize)> {
+        let counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.iter().find(|(r, ..)| r == range).map(|&(_, at, count)| (at, count))
+    }
+
+    /// Keeps `count` as `range`'s count at `revision`, unless a count at a later revision
+    /// is kept; the range counted longest ago makes room.
+    pub(super) fn keep_count(&self, range: &KeyRange, revision: Revision, count: usize) {
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match counts.iter().position(|(r, ..)| r == range) {
+            Some(i) if counts[i].1 > revision => return,
+            Some(i) => drop(counts.remove(i)),
+            None if counts.len() >= COUNTS_KEPT => drop(counts.remove(0)),
+            None => {}
+        }
+        counts.push((range.clone(), revision, count));
     }
 
     /// Registers a view at `revision`; returns its pin id.

@@ -38,6 +38,9 @@ use std::sync::Arc;
 const PAGE: usize = 256;
 /// Keys read per page once only the count is left to find.
 const COUNT_PAGE: usize = 4096;
+/// The most revisions a count of a range catches up on from its last count; further behind,
+/// the range is counted again (reading the changes would cost about as much).
+const COUNT_CATCH_UP: Revision = 65_536;
 
 /// The key space at one revision, readable from any thread (see the module docs). Dropping
 /// it lets compaction delete what it kept.
@@ -61,6 +64,10 @@ pub struct ReadView {
     /// Negative control of the view's tests: the history's changes are not read.
     #[cfg(test)]
     ignore_overlay: bool,
+    /// Negative control of the view's tests: a count kept at an earlier revision is given
+    /// as it was, without the changes since.
+    #[cfg(test)]
+    stale_counts: bool,
 }
 
 impl std::fmt::Debug for ReadView {
@@ -107,6 +114,8 @@ impl ReadView {
             damaged: parts.damaged,
             #[cfg(test)]
             ignore_overlay: false,
+            #[cfg(test)]
+            stale_counts: false,
         }
     }
 
@@ -127,23 +136,114 @@ impl ReadView {
     pub fn range_within(&self, request: &RangeRequest, max_bytes: u64) -> Result<RangeResponse, KvError> {
         let selection = Selection::of(&request.range)?;
         let mut answer = Answer::new(request, max_bytes);
-        let mut overlay = Overlay::new(self.base, self.revision, &request.range);
+        let mut overlay = self.overlay_for(&request.range);
+        let result = self.answer(selection, request, &mut overlay, &mut answer);
+        // A page at a past revision leaves its overlay for the scan's next page.
+        if self.base == self.revision && matches!(selection, Selection::Interval(_)) && result.is_ok() {
+            self.published.overlays.keep(overlay);
+        }
+        result?;
+        answer.finish()
+    }
+
+    /// The overlay a read of `range` starts from: the one a page before it at the same
+    /// revision left (client-go's paginated LIST reads every page at the first page's
+    /// revision), or a new one. Reused, a page reads only the changes since the page before,
+    /// not every change since the revision again: a scan under a write load costs
+    /// O(pages + changes), not O(pages × changes).
+    fn overlay_for(&self, range: &KeyRange) -> Overlay {
+        let compacted = self.published.compaction_point();
+        self.published.overlays.forget_through(compacted);
+        let reusable = self.base == self.revision && self.revision > compacted;
+        reusable
+            .then(|| self.published.overlays.take(self.revision, range))
+            .flatten()
+            .unwrap_or_else(|| Overlay::new(self.base, self.revision, range.clone()))
+    }
+
+    fn answer(
+        &self,
+        selection: Selection<'_>,
+        request: &RangeRequest,
+        overlay: &mut Overlay,
+        answer: &mut Answer,
+    ) -> Result<(), KvError> {
         match selection {
             Selection::Single(key) => {
                 let record = self.engine.get(&kv_key(key)).map_err(unreadable)?;
                 overlay.catch_up(self)?;
                 match overlay.changed.get(key) {
-                    Some(changed) => self.offer_changed(&mut answer, changed.clone()),
+                    Some(changed) => self.offer_changed(answer, changed.clone()),
                     None => {
                         if let Some(record) = record {
-                            self.offer_stored(&mut answer, key, &record)?;
+                            self.offer_stored(answer, key, &record)?;
                         }
                     }
                 }
             }
-            Selection::Interval(bounds) => self.scan(bounds, &mut overlay, &mut answer)?,
+            Selection::Interval(bounds) if request.count_only => match self.count_from_last(&request.range)? {
+                Some(count) => answer.count = count,
+                None => {
+                    self.scan(bounds, overlay, answer, None)?;
+                    self.published.keep_count(&request.range, self.revision, answer.count);
+                }
+            },
+            Selection::Interval(bounds) => {
+                // A page's count is the keys from its start: the page before it left it.
+                let known = if request.limit > 0 { self.count_from_last(&request.range)? } else { None };
+                self.scan(bounds, overlay, answer, known)?;
+                // And this page leaves the next page's: its own, less its keys.
+                if let (Some(last), true) = (answer.kvs.last(), answer.count > answer.taken) {
+                    let mut next = KeyRange { key: last.key.clone(), range_end: request.range.range_end.clone() };
+                    next.key.push(0);
+                    self.published.keep_count(&next, self.revision, answer.count - answer.taken);
+                }
+            }
         }
-        answer.finish()
+        Ok(())
+    }
+
+    /// The number of keys in `range` at the view's revision from the range's last count
+    /// (at `C`, at most the view's revision `R`): that count, plus the keys the changes in
+    /// `(C, R]` created, less those they deleted. A key existed at `C` if its first change
+    /// after `C` had a previous value, and exists at `R` if its last change through `R` is a
+    /// put. It reads only the changes of the range since `C`, where counting again reads
+    /// every key: `count_only` loops (Kubernetes counts every resource's prefix) cost
+    /// O(changes) instead of O(keys). `None`: no usable count (none kept, kept at a later
+    /// revision, below the compaction point, or too far behind).
+    fn count_from_last(&self, range: &KeyRange) -> Result<Option<usize>, KvError> {
+        let Some((at, count)) = self.published.last_count(range) else { return Ok(None) };
+        // Every change after the compaction point is retained, and the view's pin keeps
+        // them readable from here on.
+        let behind = self.revision - at;
+        if !(0..=COUNT_CATCH_UP).contains(&behind) || at < self.published.compaction_point() {
+            return Ok(None);
+        }
+        #[cfg(test)]
+        if self.stale_counts {
+            return Ok(Some(count));
+        }
+        self.published.settle();
+        let in_range = |event: &crate::types::Event| range.contains(&event.kv.key);
+        let (events, through) = self
+            .published
+            .pinned_changes_from(self.engine.as_ref(), &self.failure, at.saturating_add(1), in_range)
+            .map_err(unreadable)?;
+        if through < self.revision {
+            return Ok(None);
+        }
+        // Per key changed: whether it existed at `C`, and whether it exists at `R`.
+        let mut changed: BTreeMap<&[u8], (bool, bool)> = BTreeMap::new();
+        for event in events.iter().filter(|e| e.revision() <= self.revision) {
+            let entry = changed.entry(event.kv.key.as_slice()).or_insert((event.prev_kv.is_some(), false));
+            entry.1 = event.kind == EventKind::Put;
+        }
+        let created = changed.values().filter(|(before, after)| !before && *after).count();
+        let deleted = changed.values().filter(|(before, after)| *before && !after).count();
+        // More deleted than counted would be a wrong count kept: count again.
+        let Some(count) = (count + created).checked_sub(deleted) else { return Ok(None) };
+        self.published.keep_count(range, self.revision, count);
+        Ok(Some(count))
     }
 
     /// Reads the interval `bounds` page by page into `answer`, until it needs nothing more.
@@ -152,13 +252,19 @@ impl ReadView {
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         overlay: &mut Overlay,
         answer: &mut Answer,
+        known_count: Option<usize>,
     ) -> Result<(), KvError> {
         let everything = matches!(bounds, (Bound::Unbounded, Bound::Unbounded));
         let upper: Bound<Vec<u8>> = bounds.1.map(<[u8]>::to_vec);
         let mut lower: Bound<Vec<u8>> = bounds.0.map(<[u8]>::to_vec);
         loop {
-            if !answer.collecting() && everything {
-                if let Some(live) = self.live_keys {
+            if !answer.collecting() {
+                // The rest of the count is known: no key past the page is read.
+                if let Some(count) = known_count.filter(|&count| count >= answer.taken) {
+                    answer.count = count;
+                    return Ok(());
+                }
+                if let (true, Some(live)) = (everything, self.live_keys) {
                     answer.count = live;
                     return Ok(());
                 }
@@ -262,16 +368,61 @@ impl ReadView {
 
 /// The keys of a range changed after the view's base, each with its value at the view's
 /// revision (`None`: it did not exist then).
-struct Overlay<'r> {
+pub(super) struct Overlay {
     revision: Revision,
     /// The next revision to read from the history.
     next: Revision,
-    range: &'r KeyRange,
+    range: KeyRange,
     changed: BTreeMap<Vec<u8>, Option<KeyValue>>,
 }
 
-impl<'r> Overlay<'r> {
-    fn new(base: Revision, revision: Revision, range: &'r KeyRange) -> Self {
+/// Overlays left by pages at past revisions, for the next page of their scan (see
+/// [`ReadView::overlay_for`]); shared by a state's views.
+#[derive(Default)]
+pub(super) struct Overlays(std::sync::Mutex<Vec<Overlay>>);
+
+/// Overlays kept at most (one per scan in progress; a scan whose overlay was pushed out
+/// builds a new one at its next page).
+const OVERLAYS_KEPT: usize = 32;
+
+impl std::fmt::Debug for Overlays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Overlays")
+    }
+}
+
+impl Overlays {
+    /// Takes an overlay at `revision` whose range covers `range` (the same end, a start at
+    /// or before its start), if one is kept.
+    fn take(&self, revision: Revision, range: &KeyRange) -> Option<Overlay> {
+        let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let covers = |o: &Overlay| {
+            o.revision == revision
+                && o.range.range_end == range.range_end
+                && o.range.key <= range.key
+                && !range.range_end.is_empty()
+        };
+        let found = kept.iter().rposition(covers)?;
+        Some(kept.remove(found))
+    }
+
+    /// Keeps `overlay` for a later page; the overlay used longest ago makes room.
+    fn keep(&self, overlay: Overlay) {
+        let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() >= OVERLAYS_KEPT {
+            kept.remove(0);
+        }
+        kept.push(overlay);
+    }
+
+    /// Forgets the overlays at or below `revision` (compacted: no read reaches them).
+    pub(super) fn forget_through(&self, revision: Revision) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|o| o.revision > revision);
+    }
+}
+
+impl Overlay {
+    fn new(base: Revision, revision: Revision, range: KeyRange) -> Self {
         Overlay { revision, next: base.saturating_add(1), range, changed: BTreeMap::new() }
     }
 
@@ -284,7 +435,7 @@ impl<'r> Overlay<'r> {
             return Ok(());
         }
         view.published.settle();
-        let range = self.range;
+        let range = &self.range;
         let in_range = |event: &crate::types::Event| range.contains(&event.kv.key);
         let (events, through) = view
             .published

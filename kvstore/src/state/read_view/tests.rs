@@ -37,10 +37,21 @@ fn take(sm: &mut StateMachine, revision: i64) -> Taken {
     Taken { view: sm.read_view(revision).expect("readable"), expected }
 }
 
+/// What the views of [`views_over_a_moving_state`] get wrong on purpose.
+#[derive(Clone, Copy, PartialEq)]
+enum Control {
+    None,
+    /// The history's changes are not read.
+    IgnoreOverlay,
+    /// A range's last count is given again without the changes since.
+    StaleCounts,
+}
+
 /// Views taken between flushes, at the store revision and at past ones, while the state
 /// applies, flushes, sweeps revoked keys and compacts past them (once before a flush, so
-/// the compaction drops changes that never reach the engine).
-fn views_over_a_moving_state(ignore_overlay: bool) -> Vec<String> {
+/// the compaction drops changes that never reach the engine). They are read in the order
+/// taken, so each count of a range starts from the last count of it (an earlier view's).
+fn views_over_a_moving_state(control: Control) -> Vec<String> {
     let mut sm = StateMachine::new();
     sm.set_cleanup_budget(2);
     for step in 0..300 {
@@ -69,7 +80,8 @@ fn views_over_a_moving_state(ignore_overlay: bool) -> Vec<String> {
     assert!(sm.compacted_revision() > taken[0].view.revision(), "the state compacted past the first views");
     let mut wrong = Vec::new();
     for mut t in taken {
-        t.view.ignore_overlay = ignore_overlay;
+        t.view.ignore_overlay = control == Control::IgnoreOverlay;
+        t.view.stale_counts = control == Control::StaleCounts;
         for (request, expected) in requests().iter().zip(&t.expected) {
             let got = t.view.range(request).expect("a view reads");
             if &got != expected {
@@ -82,14 +94,66 @@ fn views_over_a_moving_state(ignore_overlay: bool) -> Vec<String> {
 
 #[test]
 fn a_read_view_answers_as_the_state_was_when_it_was_taken() {
-    let wrong = views_over_a_moving_state(false);
+    let wrong = views_over_a_moving_state(Control::None);
     assert!(wrong.is_empty(), "{} reads differ, first: {}", wrong.len(), wrong[0]);
 }
 
 /// The negative control: a view that reads the engine without the history's changes.
 #[test]
 fn a_view_without_its_overlay_is_caught() {
-    assert!(!views_over_a_moving_state(true).is_empty(), "the check must see the moved state");
+    assert!(!views_over_a_moving_state(Control::IgnoreOverlay).is_empty(), "the check must see the moved state");
+}
+
+/// The negative control of counts from the last count: one that leaves out the changes
+/// since is wrong as soon as they created or deleted a key of the range.
+#[test]
+fn a_count_that_misses_the_changes_since_the_last_is_caught() {
+    let wrong = views_over_a_moving_state(Control::StaleCounts);
+    assert!(wrong.iter().any(|w| w.contains("count_only: true")), "the check must see stale counts: {wrong:?}");
+}
+
+/// Counts of one range at rising revisions, each from the last, equal counting again,
+/// through puts, deletes, lease revokes (their keys buried, not yet swept) and a compaction.
+#[test]
+fn a_count_from_the_last_equals_counting_again() {
+    let mut sm = StateMachine::new();
+    sm.set_cleanup_budget(2);
+    let ranges = [KeyRange::between("k010", "k050"), KeyRange::between(vec![0], vec![0])];
+    let mut from_last = 0;
+    // A scan at the current revision, a page at each check: each page's count comes from
+    // the page before's, and the changes since.
+    let mut from = b"k".to_vec();
+    for step in 0..1500 {
+        sm.apply(&command(step));
+        if step % 11 == 0 {
+            sm.flush().unwrap();
+        }
+        if step == 900 {
+            sm.apply(&Command::Compact { revision: sm.revision() - 5 });
+        }
+        if step % 13 == 0 {
+            for range in &ranges {
+                let request = RangeRequest { range: range.clone(), count_only: true, ..Default::default() };
+                let expected = sm.range(&request).unwrap().count;
+                let view = sm.read_view(0).unwrap();
+                let kept = view.published.last_count(range).is_some_and(|(at, _)| at <= view.revision());
+                from_last += usize::from(kept);
+                assert_eq!(view.range(&request).unwrap().count, expected, "{range:?} at {}", view.revision());
+            }
+            let page = RangeRequest { range: KeyRange::between(from.clone(), "l"), limit: 4, ..Default::default() };
+            let expected = sm.range(&page).unwrap();
+            let got = sm.read_view(0).unwrap().range(&page).unwrap();
+            assert_eq!(got, expected, "page from {:?}", String::from_utf8_lossy(&from));
+            match (got.more, got.kvs.last()) {
+                (true, Some(last)) => {
+                    from = last.key.clone();
+                    from.push(0);
+                }
+                _ => from = b"k".to_vec(),
+            }
+        }
+    }
+    assert!(from_last > 150, "most counts came from the last one: {from_last}");
 }
 
 /// A reader thread reads one view again and again while the state applies and flushes.
@@ -149,4 +213,49 @@ fn pages_at_a_pinned_revision_cover_the_range_once() {
         from.push(0);
     }
     assert_eq!(seen.len(), 500);
+}
+
+/// A scan at a past revision while the state goes on changing the scanned keys: each page
+/// reuses the overlay the page before left and reads only the changes since. The pages
+/// together must be the range at that revision, each page's count the keys from its start.
+#[test]
+fn a_scan_at_a_past_revision_reuses_its_overlay_and_stays_exact() {
+    let mut sm = StateMachine::new();
+    for i in 0..400 {
+        sm.apply(&put(format!("s{i:04}"), format!("{i}"), 0));
+    }
+    sm.flush().unwrap();
+    let at = sm.revision();
+    let whole = RangeRequest { range: KeyRange::between("s", "t"), ..Default::default() };
+    let expected = sm.range_at(&whole, at).unwrap();
+    let mut seen = Vec::new();
+    let mut from = b"s".to_vec();
+    for page_number in 0.. {
+        // Between pages: keys of the range rewritten, deleted and created, and flushed.
+        for j in 0..30 {
+            let i = (page_number * 37 + j * 13) % 420;
+            match j % 3 {
+                0 => drop(sm.apply(&Command::DeleteRange(DeleteRangeRequest {
+                    range: KeyRange::single(format!("s{i:04}")),
+                    prev_kv: false,
+                }))),
+                _ => drop(sm.apply(&put(format!("s{i:04}"), format!("new{page_number}"), 0))),
+            }
+        }
+        if page_number % 2 == 0 {
+            sm.flush().unwrap();
+        }
+        let request = RangeRequest { range: KeyRange::between(from.clone(), "t"), limit: 50, ..Default::default() };
+        let page = sm.read_view(at).unwrap().range(&request).unwrap();
+        assert_eq!(page.count as usize, expected.kvs.len() - seen.len(), "page {page_number}: the keys from its start");
+        seen.extend(page.kvs.iter().cloned());
+        if !page.more {
+            break;
+        }
+        from = page.kvs.last().unwrap().key.clone();
+        from.push(0);
+    }
+    assert_eq!(seen, expected.kvs, "the pages are the range at the scan's revision");
+    let view = sm.read_view(at).unwrap();
+    assert_eq!(view.published.overlays.0.lock().unwrap().len(), 1, "one overlay, reused by every page");
 }
