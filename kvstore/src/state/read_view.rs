@@ -140,6 +140,10 @@ impl ReadView {
         let result = self.answer(selection, request, &mut overlay, &mut answer);
         // A page at a past revision leaves its overlay for the scan's next page.
         if self.base == self.revision && matches!(selection, Selection::Interval(_)) && result.is_ok() {
+            // The next page starts after this one's last key: what lies before it is let go.
+            if let (true, Some(last)) = (answer.count > answer.taken, answer.kvs.last()) {
+                overlay.start_after(&last.key);
+            }
             self.published.overlays.keep(overlay);
         }
         result?;
@@ -424,6 +428,16 @@ impl Overlays {
 impl Overlay {
     fn new(base: Revision, revision: Revision, range: KeyRange) -> Self {
         Overlay { revision, next: base.saturating_add(1), range, changed: BTreeMap::new() }
+    }
+
+    /// Narrows the overlay to the keys after `last`, for the page that starts there.
+    fn start_after(&mut self, last: &[u8]) {
+        let mut start = last.to_vec();
+        start.push(0);
+        if start > self.range.key {
+            self.changed = self.changed.split_off(start.as_slice());
+            self.range.key = start;
+        }
     }
 
     /// Reads the changes published since the last call. Waits first for every engine batch
