@@ -227,6 +227,11 @@ impl ReadView {
         if self.stale_counts {
             return Ok(Some(count));
         }
+        // Counted at this very revision (the page before, at a scan's revision): nothing to
+        // catch up on.
+        if behind == 0 {
+            return Ok(Some(count));
+        }
         self.published.settle();
         let in_range = |event: &crate::types::Event| range.contains(&event.kv.key);
         let (events, through) = self
