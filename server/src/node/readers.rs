@@ -53,10 +53,10 @@ impl ReaderPool {
     }
 
     /// Hands `job` to a reader; refused at once when every reader is busy and the queue is
-    /// full. A read of one key is answered here, on the caller's thread (the node loop): it
-    /// costs one engine lookup, as much as deciding it did, and the two thread hand-overs
-    /// of the pool halved the throughput of small reads (`benches/cluster.rs`: 25,700
-    /// linearizable gets/s at 64 clients against 54,000 before reads left the loop).
+    /// full. A job already answered (a read of one key, `ReadJob::is_cheap`) is answered
+    /// here, on the caller's thread (the node loop): the two thread hand-overs of the pool
+    /// halved the throughput of small reads (`benches/cluster.rs`: 25,700 linearizable
+    /// gets/s at 64 clients, against about 35,000 answered here).
     pub(super) fn submit(&self, job: ReadJob, asker: ReadAsker) {
         if job.is_cheap() {
             return answer(&self.peers, asker, job.run());
