@@ -11,6 +11,7 @@
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
 use super::graveyard::{Death, Graveyard};
+use super::key_index::{KeyIndex, KeyIndexBuilder};
 use super::layout::{attachment_key, decode_kv, encode_kv, kv_bounds, kv_key, user_key};
 use super::recent_writes::RecentWrites;
 use super::Failure;
@@ -85,6 +86,8 @@ pub(super) struct Keyspace {
     attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// Key-values flushed lately, read before the engine.
     recent: RecentWrites,
+    /// Every stored key (dead ones too), with ranks: counts without walking.
+    index: KeyIndex,
     failure: Failure,
     /// Negative control: the key whose value every read of this key space flips a bit of.
     #[cfg(feature = "negative-controls")]
@@ -108,19 +111,21 @@ pub(super) fn stored_bytes(kv: &KeyValue) -> u64 {
 const PAGE: usize = 256;
 /// Keys written to the engine per batch when a whole key space is loaded.
 const LOAD_BATCH: usize = 4096;
+/// Keys read from the engine per page when the key index is built.
+const INDEX_PAGE: usize = 4096;
 
 impl Keyspace {
     /// An empty key space over `engine`, which holds no key records.
     pub(super) fn new(engine: Arc<dyn Engine>, failure: Failure) -> Self {
-        Self::open(engine, failure, 0, 0, Graveyard::default())
+        Self::open(engine, failure, KeyIndex::default(), 0, Graveyard::default())
     }
 
-    /// The key space `engine` holds, of `stored` keys taking `bytes` (as recorded with
-    /// it), of which the ones in `graveyard` are dead.
+    /// The key space `engine` holds: the keys in `index` ([`Self::read_index`]), taking
+    /// `bytes` (as recorded with them), of which the ones in `graveyard` are dead.
     pub(super) fn open(
         engine: Arc<dyn Engine>,
         failure: Failure,
-        stored: usize,
+        index: KeyIndex,
         bytes: u64,
         graveyard: Graveyard,
     ) -> Self {
@@ -129,9 +134,10 @@ impl Keyspace {
             engine,
             dirty: BTreeMap::new(),
             graveyard,
-            stored,
+            stored: index.len(),
             bytes,
             attachments: BTreeMap::new(),
+            index,
             failure,
             #[cfg(feature = "negative-controls")]
             damaged: None,
@@ -150,7 +156,9 @@ impl Keyspace {
         let mut space = Keyspace::new(engine, failure);
         space.graveyard = graveyard;
         let mut batch = WriteBatch::new();
+        let mut index = KeyIndexBuilder::default();
         for kv in kvs {
+            index.push(&kv.key);
             space.stored += 1;
             space.bytes += stored_bytes(&kv);
             if kv.lease != NO_LEASE {
@@ -162,7 +170,26 @@ impl Keyspace {
             }
         }
         space.engine.write(batch)?;
+        space.index = index.finish();
         Ok(space)
+    }
+
+    /// The index of the keys `engine` holds, read from its key records (at start, as etcd
+    /// rebuilds its `treeIndex`): one pass over the keys.
+    pub(super) fn read_index(engine: &dyn Engine) -> Result<KeyIndex, EngineError> {
+        let mut index = KeyIndexBuilder::default();
+        let mut lower: Bound<Vec<u8>> = Bound::Unbounded;
+        loop {
+            let bounds = kv_bounds((lower.as_ref().map(Vec::as_slice), Bound::Unbounded));
+            let keys = engine.scan_keys(&bounds, INDEX_PAGE)?;
+            for key in &keys {
+                index.push(user_key(key));
+            }
+            match keys.last() {
+                Some(last) if keys.len() == INDEX_PAGE => lower = Bound::Excluded(user_key(last).to_vec()),
+                _ => return Ok(index.finish()),
+            }
+        }
     }
 
     /// An empty key space on an engine of its own in memory (tests).
@@ -181,6 +208,7 @@ impl Keyspace {
             bytes: self.bytes,
             attachments: self.attachments.clone(),
             recent: self.recent.empty_like(),
+            index: self.index.clone(),
             failure: failure.clone(),
             #[cfg(feature = "negative-controls")]
             damaged: self.damaged.clone(),
@@ -293,6 +321,7 @@ impl Keyspace {
         let kv = self.stored_get(key)?;
         self.dirty.insert(key.to_vec(), None);
         self.track_attachment(key, Some(kv.lease), None);
+        self.index.remove(key);
         self.stored -= 1;
         self.bytes -= stored_bytes(&kv);
         if self.graveyard.is_dead(&kv) {
@@ -308,6 +337,9 @@ impl Keyspace {
         let old = self.stored_get(&kv.key);
         self.bytes += stored_bytes(&kv);
         self.track_attachment(&kv.key, old.as_ref().map(|o| o.lease), Some(kv.lease));
+        if old.is_none() {
+            self.index.insert(&kv.key);
+        }
         self.dirty.insert(kv.key.clone(), Some(kv));
         let Some(old) = old else {
             self.stored += 1;
@@ -348,6 +380,7 @@ impl Keyspace {
             if let Some(kv) = self.stored_get(key).filter(|kv| kv.lease == id && kv.mod_revision < revision) {
                 self.dirty.insert(key.to_vec(), None);
                 self.track_attachment(key, Some(kv.lease), None);
+                self.index.remove(key);
                 self.stored -= 1;
                 self.bytes -= stored_bytes(&kv);
             }
@@ -369,6 +402,8 @@ impl Keyspace {
         }
         // Every dead key is listed once and the lists hold nothing else.
         assert_eq!(dead, self.graveyard.pending());
+        assert!(self.index.keys().eq(self.stored().map(|kv| kv.key).collect::<Vec<_>>().iter().map(Vec::as_slice)));
+        assert_eq!(self.index.len(), self.stored);
     }
 
     /// The stored key-values within `bounds`, dead ones included, in key order: the engine's
@@ -393,13 +428,20 @@ impl Keyspace {
         }
     }
 
-    /// How many live keys the selection matches; O(1) for "every key", else proportional to
-    /// the stored keys in the interval (a B-tree has no order statistics).
+    /// How many live keys the selection matches: from the key index (O(log n)) while no
+    /// dead key is stored, else proportional to the stored keys in the interval.
     pub(super) fn count(&self, selection: Selection<'_>) -> usize {
         match selection {
             Selection::Interval((Bound::Unbounded, Bound::Unbounded)) => self.len(),
+            Selection::Interval(bounds) if self.pending() == 0 => self.index.count(bounds),
             other => self.select(other).count(),
         }
+    }
+
+    /// A snapshot of the key index (O(1)) when it holds exactly the live keys: no dead key
+    /// is stored.
+    pub(super) fn live_index(&self) -> Option<KeyIndex> {
+        (self.pending() == 0).then(|| self.index.clone())
     }
 
     /// The keys of the selected entries, copied out so that the caller can then mutate.
@@ -427,10 +469,16 @@ impl Keyspace {
                     kv.value = Vec::new();
                 }
                 kvs.push(kv);
-            } else if let Selection::Interval((Bound::Unbounded, Bound::Unbounded)) = selection {
-                // Everything matches: the total is known without walking the rest.
-                count = self.len();
-                break;
+            } else if let Selection::Interval(bounds) = selection {
+                // The total is known without walking the rest.
+                if let (Bound::Unbounded, Bound::Unbounded) = bounds {
+                    count = self.len();
+                    break;
+                }
+                if self.pending() == 0 {
+                    count = self.index.count(bounds);
+                    break;
+                }
             }
             count += 1;
         }

@@ -467,6 +467,8 @@ impl StateMachine {
             failure: self.failure.clone(),
             revision,
             live_keys: (revision == self.revision).then(|| self.keys.len()),
+            index: self.keys.live_index(),
+            latest: self.revision,
             deaths: self.keys.deaths().collect(),
             #[cfg(feature = "negative-controls")]
             damaged: self.keys.damaged().map(<[u8]>::to_vec),

@@ -9,6 +9,7 @@ pub(crate) mod golden_access;
 mod graveyard;
 mod history;
 pub mod import;
+mod key_index;
 mod keyspace;
 mod layout;
 mod lease_keys;

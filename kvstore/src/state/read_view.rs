@@ -23,6 +23,7 @@
 
 use super::graveyard::Death;
 use super::history::Published;
+use super::key_index::KeyIndex;
 use super::keyspace::Selection;
 use super::layout::{decode_kv, decode_kv_without_value, kv_bounds, kv_key, user_key};
 use super::Failure;
@@ -56,6 +57,10 @@ pub struct ReadView {
     /// The number of live keys at `revision`, when it is the store revision the view was
     /// taken at (a count of every key is then known without a scan).
     live_keys: Option<usize>,
+    /// The live keys at `latest`, when no dead key was stored: counts from ranks.
+    index: Option<KeyIndex>,
+    /// The store revision when the view was taken (at least `revision`).
+    latest: Revision,
     /// Lease deaths whose keys were not all swept when the view was taken.
     deaths: Vec<Death>,
     /// Negative control: the key whose value reads see damaged.
@@ -68,6 +73,10 @@ pub struct ReadView {
     /// as it was, without the changes since.
     #[cfg(test)]
     stale_counts: bool,
+    /// Negative control of the view's tests: a count from the key index is given as it is
+    /// at the store revision, without undoing the changes after the view's revision.
+    #[cfg(test)]
+    stale_index: bool,
 }
 
 impl std::fmt::Debug for ReadView {
@@ -89,6 +98,8 @@ pub(super) struct ReadViewParts {
     pub(super) failure: Failure,
     pub(super) revision: Revision,
     pub(super) live_keys: Option<usize>,
+    pub(super) index: Option<KeyIndex>,
+    pub(super) latest: Revision,
     pub(super) deaths: Vec<Death>,
     #[cfg(feature = "negative-controls")]
     pub(super) damaged: Option<Vec<u8>>,
@@ -109,6 +120,8 @@ impl ReadView {
             revision: parts.revision,
             base,
             live_keys: parts.live_keys,
+            index: parts.index,
+            latest: parts.latest,
             deaths: parts.deaths,
             #[cfg(feature = "negative-controls")]
             damaged: parts.damaged,
@@ -116,6 +129,8 @@ impl ReadView {
             ignore_overlay: false,
             #[cfg(test)]
             stale_counts: false,
+            #[cfg(test)]
+            stale_index: false,
         }
     }
 
@@ -185,7 +200,7 @@ impl ReadView {
                     }
                 }
             }
-            Selection::Interval(bounds) if request.count_only => match self.count_from_last(&request.range)? {
+            Selection::Interval(bounds) if request.count_only => match self.known_count(&request.range, bounds)? {
                 Some(count) => answer.count = count,
                 None => {
                     self.scan(bounds, overlay, answer, None)?;
@@ -193,8 +208,9 @@ impl ReadView {
                 }
             },
             Selection::Interval(bounds) => {
-                // A page's count is the keys from its start: the page before it left it.
-                let known = if request.limit > 0 { self.count_from_last(&request.range)? } else { None };
+                // A page's count is every key from its start: known, the scan stops at the
+                // page's end.
+                let known = if request.limit > 0 { self.known_count(&request.range, bounds)? } else { None };
                 self.scan(bounds, overlay, answer, known)?;
                 // And this page leaves the next page's: its own, less its keys.
                 if let (Some(last), true) = (answer.kvs.last(), answer.count > answer.taken) {
@@ -207,52 +223,76 @@ impl ReadView {
         Ok(())
     }
 
-    /// The number of keys in `range` at the view's revision from the range's last count
-    /// (at `C`, at most the view's revision `R`): that count, plus the keys the changes in
-    /// `(C, R]` created, less those they deleted. A key existed at `C` if its first change
-    /// after `C` had a previous value, and exists at `R` if its last change through `R` is a
-    /// put. It reads only the changes of the range since `C`, where counting again reads
-    /// every key: `count_only` loops (Kubernetes counts every resource's prefix) cost
-    /// O(changes) instead of O(keys). `None`: no usable count (none kept, kept at a later
-    /// revision, below the compaction point, or too far behind).
-    fn count_from_last(&self, range: &KeyRange) -> Result<Option<usize>, KvError> {
-        let Some((at, count)) = self.published.last_count(range) else { return Ok(None) };
+    /// The number of keys in `range` (whose engine bounds are `bounds`) at the view's
+    /// revision without reading its keys, or `None` when only a scan can tell. In order of
+    /// cost: the key index at the store revision (a rank search); the range's last count
+    /// (the page before left it, or a `count_only` loop's last); the key index with the
+    /// changes after the view's revision undone. Each is kept as the range's last count.
+    fn known_count(&self, range: &KeyRange, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<Option<usize>, KvError> {
+        let indexed = || self.index.as_ref().map(|index| (self.latest, index.count(bounds)));
+        if self.revision == self.latest {
+            if let Some((_, count)) = indexed() {
+                return Ok(Some(count));
+            }
+        }
+        if let Some((at, count)) = self.published.last_count(range).filter(|&(at, _)| at <= self.revision) {
+            if let Some(count) = self.count_across(range, at, count)? {
+                return Ok(Some(count));
+            }
+        }
+        match indexed() {
+            Some((at, count)) => self.count_across(range, at, count),
+            None => Ok(None),
+        }
+    }
+
+    /// The number of keys in `range` at the view's revision `R` from `count`, its number
+    /// at revision `C` (before or after `R`): `count` with the changes of the range between
+    /// the two applied or undone. A key existed at the lower revision if its first change
+    /// after it had a previous value, and exists at the higher if its last change through
+    /// it is a put. It reads only the changes of the range between the two, where counting
+    /// again reads every key: `count_only` loops (Kubernetes counts every resource's
+    /// prefix) and pages at a LIST's revision cost O(changes) instead of O(keys). `None`:
+    /// `C` is compacted or too far from `R`.
+    fn count_across(&self, range: &KeyRange, at: Revision, count: usize) -> Result<Option<usize>, KvError> {
+        let (low, high) = (at.min(self.revision), at.max(self.revision));
         // Every change after the compaction point is retained, and the view's pin keeps
-        // them readable from here on.
-        let behind = self.revision - at;
-        if !(0..=COUNT_CATCH_UP).contains(&behind) || at < self.published.compaction_point() {
+        // the ones after its revision readable from here on.
+        if high - low > COUNT_CATCH_UP || low < self.published.compaction_point() {
             return Ok(None);
         }
         #[cfg(test)]
-        if self.stale_counts {
+        if (self.stale_counts && at < self.revision) || (self.stale_index && at > self.revision) {
             return Ok(Some(count));
         }
-        // Counted at this very revision (the page before, at a scan's revision): nothing to
-        // catch up on.
-        if behind == 0 {
+        if low == high {
             return Ok(Some(count));
         }
         self.published.settle();
         let in_range = |event: &crate::types::Event| range.contains(&event.kv.key);
         let (events, through) = self
             .published
-            .pinned_changes_from(self.engine.as_ref(), &self.failure, at.saturating_add(1), in_range)
+            .pinned_changes_from(self.engine.as_ref(), &self.failure, low.saturating_add(1), in_range)
             .map_err(unreadable)?;
-        if through < self.revision {
+        if through < high {
             return Ok(None);
         }
-        // Per key changed: whether it existed at `C`, and whether it exists at `R`.
+        // Per key changed: whether it existed at `low`, and whether it exists at `high`.
         let mut changed: BTreeMap<&[u8], (bool, bool)> = BTreeMap::new();
-        for event in events.iter().filter(|e| e.revision() <= self.revision) {
+        for event in events.iter().filter(|e| e.revision() <= high) {
             let entry = changed.entry(event.kv.key.as_slice()).or_insert((event.prev_kv.is_some(), false));
             entry.1 = event.kind == EventKind::Put;
         }
         let created = changed.values().filter(|(before, after)| !before && *after).count();
         let deleted = changed.values().filter(|(before, after)| *before && !after).count();
-        // More deleted than counted would be a wrong count kept: count again.
-        let Some(count) = (count + created).checked_sub(deleted) else { return Ok(None) };
-        self.published.keep_count(range, self.revision, count);
-        Ok(Some(count))
+        // A count that would go below zero was wrong where it was kept: count again.
+        let counted = match at < self.revision {
+            true => (count + created).checked_sub(deleted),
+            false => (count + deleted).checked_sub(created),
+        };
+        let Some(counted) = counted else { return Ok(None) };
+        self.published.keep_count(range, self.revision, counted);
+        Ok(Some(counted))
     }
 
     /// Reads the interval `bounds` page by page into `answer`, until it needs nothing more.

@@ -33,8 +33,18 @@ struct Taken {
 }
 
 fn take(sm: &mut StateMachine, revision: i64) -> Taken {
-    let expected = requests().iter().map(|r| sm.range_at(r, revision).expect("readable")).collect();
+    let expected = requests().iter().map(|r| expected(sm, r, revision)).collect();
     Taken { view: sm.read_view(revision).expect("readable"), expected }
+}
+
+/// The answer to `request` at `revision` from the state machine; a count from its keys,
+/// read (the state machine counts from the same key index as the views).
+fn expected(sm: &StateMachine, request: &RangeRequest, revision: i64) -> RangeResponse {
+    let whole = RangeRequest { count_only: false, limit: 0, ..request.clone() };
+    let counted = sm.range_at(&whole, revision).expect("readable").kvs.len() as i64;
+    let answer = sm.range_at(request, revision).expect("readable");
+    assert_eq!(answer.count, counted, "the state machine's count of {request:?} at {revision}");
+    answer
 }
 
 /// What the views of [`views_over_a_moving_state`] get wrong on purpose.
@@ -45,6 +55,8 @@ enum Control {
     IgnoreOverlay,
     /// A range's last count is given again without the changes since.
     StaleCounts,
+    /// A count from the key index is given as at the store revision.
+    StaleIndex,
 }
 
 /// Views taken between flushes, at the store revision and at past ones, while the state
@@ -82,6 +94,7 @@ fn views_over_a_moving_state(control: Control) -> Vec<String> {
     for mut t in taken {
         t.view.ignore_overlay = control == Control::IgnoreOverlay;
         t.view.stale_counts = control == Control::StaleCounts;
+        t.view.stale_index = control == Control::StaleIndex;
         for (request, expected) in requests().iter().zip(&t.expected) {
             let got = t.view.range(request).expect("a view reads");
             if &got != expected {
@@ -112,6 +125,15 @@ fn a_count_that_misses_the_changes_since_the_last_is_caught() {
     assert!(wrong.iter().any(|w| w.contains("count_only: true")), "the check must see stale counts: {wrong:?}");
 }
 
+/// The negative control of counts from the key index: a view at a past revision that
+/// counts as at the store revision is wrong once a key of the range was created or deleted
+/// since.
+#[test]
+fn a_count_from_the_index_that_keeps_later_changes_is_caught() {
+    let wrong = views_over_a_moving_state(Control::StaleIndex);
+    assert!(wrong.iter().any(|w| w.contains("count_only: true")), "the check must see stale counts: {wrong:?}");
+}
+
 /// Counts of one range at rising revisions, each from the last, equal counting again,
 /// through puts, deletes, lease revokes (their keys buried, not yet swept) and a compaction.
 #[test]
@@ -132,16 +154,19 @@ fn a_count_from_the_last_equals_counting_again() {
             sm.apply(&Command::Compact { revision: sm.revision() - 5 });
         }
         if step % 13 == 0 {
+            // One revision behind: the key index is at the store revision, so the count
+            // comes from the last one.
+            let at = sm.revision() - 1;
             for range in &ranges {
                 let request = RangeRequest { range: range.clone(), count_only: true, ..Default::default() };
-                let expected = sm.range(&request).unwrap().count;
-                let view = sm.read_view(0).unwrap();
+                let expected = expected(&sm, &request, at).count;
+                let view = sm.read_view(at).unwrap();
                 let kept = view.published.last_count(range).is_some_and(|(at, _)| at <= view.revision());
                 from_last += usize::from(kept);
                 assert_eq!(view.range(&request).unwrap().count, expected, "{range:?} at {}", view.revision());
             }
             let page = RangeRequest { range: KeyRange::between(from.clone(), "l"), limit: 4, ..Default::default() };
-            let expected = sm.range(&page).unwrap();
+            let expected = expected(&sm, &page, 0);
             let got = sm.read_view(0).unwrap().range(&page).unwrap();
             assert_eq!(got, expected, "page from {:?}", String::from_utf8_lossy(&from));
             match (got.more, got.kvs.last()) {
@@ -154,6 +179,48 @@ fn a_count_from_the_last_equals_counting_again() {
         }
     }
     assert!(from_last > 150, "most counts came from the last one: {from_last}");
+}
+
+/// Pages that start anywhere in a range, at the store revision and at past ones, with no
+/// page before them: each count comes from the key index (undoing the changes after a past
+/// revision) and equals counting the keys.
+#[test]
+fn a_page_at_any_position_counts_from_the_index() {
+    let mut sm = StateMachine::new();
+    for i in 0..3000 {
+        sm.apply(&put(format!("x{:05}", (i * 7919) % 3000), format!("{i}"), 0));
+    }
+    sm.flush().unwrap();
+    let mut revisions = Vec::new();
+    for round in 0..40 {
+        revisions.push(sm.revision());
+        for j in 0..25 {
+            let i = (round * 131 + j * 17) % 3200;
+            match j % 2 {
+                0 => drop(sm.apply(&Command::DeleteRange(DeleteRangeRequest {
+                    range: KeyRange::single(format!("x{i:05}")),
+                    prev_kv: false,
+                }))),
+                _ => drop(sm.apply(&put(format!("x{i:05}"), format!("r{round}"), 0))),
+            }
+        }
+        if round % 3 == 0 {
+            sm.flush().unwrap();
+        }
+    }
+    let mut checked = 0;
+    for (n, &at) in revisions.iter().enumerate().chain([(40, &sm.revision())]) {
+        let start = format!("x{:05}", (n * 373) % 3000);
+        let page = RangeRequest { range: KeyRange::between(start, "y"), limit: 10, ..Default::default() };
+        let count = RangeRequest { count_only: true, ..page.clone() };
+        // The count first: no count of its range is kept yet.
+        for request in [count, page] {
+            let view = sm.read_view(at).unwrap();
+            assert_eq!(view.range(&request).unwrap(), expected(&sm, &request, at), "{request:?} at {at}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 82);
 }
 
 /// A reader thread reads one view again and again while the state applies and flushes.
