@@ -312,3 +312,70 @@ fn big_reads_keep_to_the_response_limit_and_the_read_budget() {
         }
     });
 }
+
+/// A Txn that only reads is answered from reads at one revision, not through the log: its
+/// answers are a Txn's (both branches, a nested Txn, a read at a past revision, a future
+/// revision refused), and the log's commit index does not move while it runs.
+#[test]
+fn a_txn_that_only_reads_takes_no_log_slot() {
+    use leasekv::client::proto::etcdserverpb::{compare, request_op, response_op, Compare, RequestOp, TxnRequest};
+    let cluster = Cluster::start("paxoslease");
+    runtime().block_on(async {
+        let c = client(&cluster.endpoint(1)).await;
+        let first = c.put("/t/a", "1", 0, false).await.expect("put").header.expect("header").revision;
+        c.put("/t/a", "2", 0, false).await.expect("put");
+        c.put("/t/b", "3", 0, false).await.expect("put");
+        let range = |key: &str, revision: i64| RequestOp {
+            request: Some(request_op::Request::RequestRange(RangeRequest {
+                revision,
+                ..RangeRequest { key: key.as_bytes().to_vec(), ..Default::default() }
+            })),
+        };
+        let value_is = |key: &str, value: &str| Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Value as i32,
+            key: key.as_bytes().to_vec(),
+            target_union: Some(compare::TargetUnion::Value(value.as_bytes().to_vec())),
+            range_end: Vec::new(),
+        };
+        let txn = |expected: &str| TxnRequest {
+            compare: vec![value_is("/t/a", expected)],
+            success: vec![
+                RequestOp { request: Some(request_op::Request::RequestRange(prefix("/t/"))) },
+                range("/t/a", first),
+                RequestOp {
+                    request: Some(request_op::Request::RequestTxn(TxnRequest {
+                        compare: vec![value_is("/t/b", "3")],
+                        success: vec![range("/t/b", 0)],
+                        failure: vec![],
+                    })),
+                },
+            ],
+            failure: vec![range("/t/b", 0)],
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let commit = c.status().await.expect("status").raft_index;
+        let values = |r: &Option<response_op::Response>| match r {
+            Some(response_op::Response::ResponseRange(r)) => {
+                r.kvs.iter().map(|kv| String::from_utf8_lossy(&kv.value).into_owned()).collect::<Vec<_>>()
+            }
+            Some(response_op::Response::ResponseTxn(t)) => vec![format!("txn {}", t.succeeded)],
+            other => panic!("not a read: {other:?}"),
+        };
+        for _ in 0..10 {
+            let held = c.txn(txn("2")).await.expect("a read-only txn");
+            assert!(held.succeeded);
+            let answers: Vec<_> = held.responses.iter().map(|r| values(&r.response)).collect();
+            assert_eq!(answers, [vec!["2", "3"], vec!["1"], vec!["txn true"]], "{held:?}");
+            assert_eq!(held.header.expect("header").revision, first + 2);
+            let failed = c.txn(txn("1")).await.expect("a read-only txn");
+            assert!(!failed.succeeded);
+            assert_eq!(failed.responses.iter().map(|r| values(&r.response)).collect::<Vec<_>>(), [vec!["3"]]);
+        }
+        let future = TxnRequest { success: vec![range("/t/a", first + 100)], ..Default::default() };
+        let refused = status_of(c.txn(future).await.expect_err("a future revision"));
+        assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+        assert!(refused.message().contains("required revision is a future revision"), "{refused:?}");
+        assert_eq!(c.status().await.expect("status").raft_index, commit, "the reads took no log slot");
+    });
+}

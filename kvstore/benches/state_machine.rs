@@ -1,6 +1,8 @@
 //! State machine throughput: puts applied per second, revoking a lease with 100k keys (the
 //! revoking apply, and the worst apply while the dead keys are swept over the following
-//! applies), and snapshotting 100k keys to and from bytes.
+//! applies), snapshotting 100k keys to and from bytes, and counting over 1M keys (a
+//! `count_only` of the whole range, a page of 500 from the middle, a count at a revision
+//! 1,000 writes back) from the key index.
 //!
 //! Besides criterion's report, each figure is printed once as a `leasekv-bench:` line
 //! (median of a few direct timings) so that scripts and the README can pick them up.
@@ -8,7 +10,7 @@
 //! `cargo bench -p leasekv-kvstore --bench state_machine`
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use leasekv_kvstore::{Command, PutRequest, StateMachine};
+use leasekv_kvstore::{Command, KeyRange, PutRequest, RangeRequest, StateMachine};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -184,12 +186,72 @@ fn bench_snapshot(c: &mut Criterion) {
     group.finish();
 }
 
+/// Counts over 1M keys from the key index: each is a rank search, not a walk over the
+/// range (before the index, the first count of a range read every key of it).
+fn bench_counts(c: &mut Criterion) {
+    const MANY: usize = 1_000_000;
+    let mut sm = StateMachine::new();
+    for i in 0..MANY {
+        sm.apply(&Command::Put(PutRequest { key: key(i), value: vec![b'c'; 16], lease: 0, prev_kv: false }))
+            .result
+            .expect("put");
+    }
+    sm.flush().expect("flush");
+    let past = sm.revision();
+    for i in 0..1000 {
+        let command = match i % 2 {
+            0 => Command::Put(PutRequest { key: key(MANY + i), value: vec![b'n'; 16], lease: 0, prev_kv: false }),
+            _ => Command::DeleteRange(leasekv_kvstore::DeleteRangeRequest {
+                range: KeyRange::single(key(i * 997)),
+                prev_kv: false,
+            }),
+        };
+        sm.apply(&command).result.expect("write");
+    }
+    let whole =
+        RangeRequest { range: KeyRange::between("/bench/key/", "/bench/key0"), count_only: true, ..Default::default() };
+    let page =
+        RangeRequest { range: KeyRange::between(key(MANY / 2), "/bench/key0"), limit: 500, ..Default::default() };
+    let mut time = |request: &RangeRequest, revision: i64, expected: i64| -> Duration {
+        median(
+            (0..7)
+                .map(|_| {
+                    let view = sm.read_view(revision).expect("readable");
+                    let start = Instant::now();
+                    let answer = view.range(request).expect("read");
+                    let elapsed = start.elapsed();
+                    assert_eq!(answer.count, expected);
+                    elapsed
+                })
+                .collect(),
+        )
+    };
+    let count_now = time(&whole, 0, MANY as i64);
+    // From the middle: half the keys, less the deletes there, plus the 500 new keys (after
+    // every old one).
+    let deleted_after = (1..1000).step_by(2).filter(|i| i * 997 >= MANY / 2).count();
+    let page_now = time(&page, 0, (MANY / 2 - deleted_after + 500) as i64);
+    let count_past = time(&whole, past, MANY as i64);
+    println!(
+        "leasekv-bench: count over {MANY} keys {:.1} us; page of 500 from the middle {:.2} ms; count 1,000 writes back {:.2} ms",
+        count_now.as_secs_f64() * 1e6,
+        page_now.as_secs_f64() * 1e3,
+        count_past.as_secs_f64() * 1e3
+    );
+
+    let mut group = c.benchmark_group("state_machine");
+    group.bench_function("count_only_1m_keys", |b| {
+        b.iter_batched(|| sm.read_view(0).expect("view"), |view| view.range(&whole), BatchSize::SmallInput)
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = bench_put, bench_revoke, bench_snapshot
+    targets = bench_put, bench_revoke, bench_snapshot, bench_counts
 }
 criterion_main!(benches);

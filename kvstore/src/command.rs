@@ -127,6 +127,19 @@ pub struct TxnRequest {
     pub failure: Vec<TxnOp>,
 }
 
+impl TxnRequest {
+    /// Whether every operation of both branches, nested Txns' included, is a read (etcd's
+    /// `isTxnReadonly`): such a Txn changes nothing and is answered from reads at one
+    /// revision instead of through the log.
+    pub fn reads_only(&self) -> bool {
+        self.success.iter().chain(&self.failure).all(|op| match op {
+            TxnOp::Range(_) | TxnOp::RangeAt(..) => true,
+            TxnOp::Txn(inner) => inner.reads_only(),
+            TxnOp::Put(_) | TxnOp::PutKeeping(..) | TxnOp::DeleteRange(_) => false,
+        })
+    }
+}
+
 /// Everything that changes the store. Applied in log order, identically on every replica.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Command {

@@ -223,7 +223,7 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
         me,
         start.cluster_id,
         tracker,
-        config.client_limits.clone(),
+        (config.client_limits.clone(), config.limits.clone()),
         config.reads.memory_budget_bytes,
     );
     for warning in &config.warnings {

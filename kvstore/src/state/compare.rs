@@ -23,6 +23,18 @@ pub(super) fn holds(keys: &Keyspace, compare: &Compare) -> Result<bool, KvError>
     Ok(matched || holds_for(None, &compare.target, compare.result))
 }
 
+impl Compare {
+    /// Whether this compare holds over `kvs`, the live keys of its range (read elsewhere:
+    /// a read-only Txn is answered from reads, not applied): for every one of them, or, for
+    /// none, as for a missing key.
+    pub fn holds_over(&self, kvs: &[KeyValue]) -> bool {
+        match kvs {
+            [] => holds_for(None, &self.target, self.result),
+            kvs => kvs.iter().all(|kv| holds_for(Some(kv), &self.target, self.result)),
+        }
+    }
+}
+
 /// Whether the comparison holds for one key (`None`: the key does not exist).
 fn holds_for(kv: Option<&KeyValue>, target: &CompareTarget, result: CompareResult) -> bool {
     let ordering = match (target, kv) {
@@ -103,6 +115,25 @@ mod tests {
         assert!(cmp(all(), CompareTarget::ModRevision(8), Less));
         assert!(!cmp(all(), CompareTarget::ModRevision(7), Less));
         assert!(cmp(KeyRange::between("a", "c"), CompareTarget::Value(b"c".to_vec()), Less));
+    }
+
+    /// Over the keys read, a compare decides as it does over the key space.
+    #[test]
+    fn holds_over_read_keys_as_over_the_key_space() {
+        use CompareResult::*;
+        let space = space();
+        let ranges =
+            [KeyRange::single("b"), KeyRange::single("zz"), KeyRange::between("a", "d"), KeyRange::prefix("q")];
+        let targets = [CompareTarget::Value(b"b".to_vec()), CompareTarget::Version(1), CompareTarget::ModRevision(6)];
+        for range in ranges {
+            let kvs: Vec<KeyValue> = space.select(Selection::of(&range).unwrap()).collect();
+            for target in &targets {
+                for result in [Equal, NotEqual, Greater, Less] {
+                    let compare = Compare { range: range.clone(), target: target.clone(), result };
+                    assert_eq!(compare.holds_over(&kvs), holds(&space, &compare).unwrap(), "{compare:?}");
+                }
+            }
+        }
     }
 
     #[test]

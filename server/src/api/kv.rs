@@ -16,6 +16,11 @@ pub struct KvService(pub Arc<Shared>);
 impl KvService {
     async fn serve_txn(&self, caller: &Caller, request: pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
         let (txn, shapes) = txn_in(request)?;
+        if txn.reads_only() {
+            let shared = &self.0;
+            let (response, revision) = shared.serve(|| super::read_txn::answer(shared, &txn)).await?;
+            return Ok(txn_out(response, shared.header(revision), &shapes));
+        }
         let reply = self.0.serve_command(caller.command(Command::Txn(txn)), move |response, header| match response {
             CommandResponse::Txn(t) => Some(txn_out(t, header, &shapes)),
             _ => None,

@@ -15,6 +15,7 @@ mod lock;
 mod maintenance;
 mod range_shape;
 mod range_stream;
+mod read_txn;
 mod recipe;
 mod watch;
 
@@ -75,6 +76,9 @@ pub struct Shared {
     /// What one client may cost this node (`[limits]`): the request size the services and
     /// the gateway check, the watchers per stream.
     pub limits: ClientLimits,
+    /// What one request may hold (`[limits]`, the store's): a read-only Txn, answered
+    /// without the log, is checked against them here.
+    pub kv_limits: leasekv_kvstore::Limits,
     /// The bytes of Range answers this node may hold at once (`crate::read_budget`).
     pub read_budget: Arc<crate::read_budget::ReadBudget>,
 }
@@ -83,20 +87,21 @@ impl Shared {
     /// Builds the shared state, with the default client limits.
     pub fn new(node: NodeHandle, me: NodeId, cluster_id: u64, tracker: Option<NodeId>) -> Arc<Self> {
         let budget = crate::config::ReadsConfig::DEFAULT_MEMORY_BUDGET_BYTES;
-        Self::with_limits(node, me, cluster_id, tracker, ClientLimits::default(), budget)
+        let limits = (ClientLimits::default(), leasekv_kvstore::Limits::default());
+        Self::with_limits(node, me, cluster_id, tracker, limits, budget)
     }
 
-    /// Builds the shared state with the configured client limits.
+    /// Builds the shared state with the configured client and store limits.
     pub fn with_limits(
         node: NodeHandle,
         me: NodeId,
         cluster_id: u64,
         tracker: Option<NodeId>,
-        limits: ClientLimits,
+        (limits, kv_limits): (ClientLimits, leasekv_kvstore::Limits),
         read_budget_bytes: u64,
     ) -> Arc<Self> {
         let read_budget = crate::read_budget::ReadBudget::new(read_budget_bytes);
-        Arc::new(Shared { node, me, cluster_id, tracker, limits, read_budget })
+        Arc::new(Shared { node, me, cluster_id, tracker, limits, kv_limits, read_budget })
     }
 
     /// etcd's check of `--max-request-bytes` on a write: a request whose encoding is larger

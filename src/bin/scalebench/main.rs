@@ -5,6 +5,7 @@
 //! cargo run --release -p leasekv --bin scalebench -- leases --system leasekv --count 100000
 //! cargo run --release -p leasekv --bin scalebench -- leases --system etcd --count 100000
 //! cargo run --release -p leasekv --bin scalebench -- reads --system leasekv --count 200000
+//! cargo run --release -p leasekv --bin scalebench -- check-perf --system etcd --load xl
 //! cargo run --release -p leasekv --bin scalebench -- all          # every row, both systems, plots
 //! cargo run --release -p leasekv --bin scalebench -- plot         # redraw from the JSON
 //! ```
@@ -14,6 +15,7 @@
 //! directory and removes it afterwards. docs/performance.md explains the rows and reports
 //! the figures.
 
+mod check_perf;
 mod cluster;
 mod compaction;
 mod keys;
@@ -101,6 +103,15 @@ enum Task {
         /// Storms to run (comma-separated: scan, count, full); all by default.
         #[arg(long, value_delimiter = ',')]
         storms: Vec<String>,
+    },
+    /// `etcdctl check perf --load=<load>` against a fresh cluster: completed, passed, its
+    /// figures, master changes.
+    CheckPerf {
+        #[command(flatten)]
+        row: RowArgs,
+        /// etcdctl's load: s, m, l or xl.
+        #[arg(long, default_value = "l", value_parser = ["s", "m", "l", "xl"])]
+        load: String,
     },
     /// Every row for leasekv and etcd in turn, then the plots.
     All {
@@ -225,6 +236,10 @@ async fn run(args: Args) -> Result<()> {
         Task::Reads { row, storms } => {
             let count = row.count.unwrap_or_else(|| default_count("reads"));
             let report = reads::reads(system_of(&row), count.max(1), &storms).await?;
+            return publish(vec![report], &row.out);
+        }
+        Task::CheckPerf { row, load } => {
+            let report = check_perf::check_perf(system_of(&row), &load).await?;
             return publish(vec![report], &row.out);
         }
     };
