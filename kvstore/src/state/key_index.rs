@@ -17,8 +17,9 @@
 //! ranks. `imbl`'s persistent `Vector` has ranks but inserts in its middle by split and
 //! append: measured at 188 µs per insert over 1M random keys, where this takes a few.
 
+use crate::engine::EngineError;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 /// Keys a chunk is built with, and is split into halves of when it reaches twice as many.
 const CHUNK_KEYS: usize = 512;
@@ -141,6 +142,7 @@ impl KeyIndex {
     }
 
     /// Number of keys.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
@@ -232,6 +234,99 @@ impl KeyIndex {
     /// (the first chunk for a key below every key). The index is not empty.
     fn chunk_of(&self, key: &[u8]) -> usize {
         self.chunks.partition_point(|chunk| chunk.key(0) <= key).saturating_sub(1)
+    }
+}
+
+/// A key space's index, or its build from the engine's keys on a thread of its own, with
+/// the changes made meanwhile, replayed when the build is done. A node opens at once with a
+/// million keys and more (reading every key takes seconds); until the index is ready,
+/// counts read the range as they did before it existed.
+pub(super) enum Indexing {
+    /// The index, up to date.
+    Ready(KeyIndex),
+    /// The build, and every key added (`true`) or removed since it began, in order.
+    Building { done: mpsc::Receiver<Result<KeyIndex, EngineError>>, changes: Vec<(Vec<u8>, bool)> },
+    /// The build failed (the failure is recorded): counts read their range.
+    Failed,
+}
+
+impl std::fmt::Debug for Indexing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Indexing::Ready(index) => index.fmt(f),
+            Indexing::Building { changes, .. } => write!(f, "Building({} changes)", changes.len()),
+            Indexing::Failed => f.write_str("Failed"),
+        }
+    }
+}
+
+impl Indexing {
+    /// Builds the index with `read` on a thread of its own. Nothing may change the keys `read` reads but through [`Self::insert`]
+    /// and [`Self::remove`] from here on.
+    pub(super) fn build(read: impl FnOnce() -> Result<KeyIndex, EngineError> + Send + 'static) -> Self {
+        let (sender, done) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("key-index".into()).spawn(move || {
+            let _ = sender.send(read());
+        });
+        match spawned {
+            Ok(_) => Indexing::Building { done, changes: Vec::new() },
+            Err(error) => {
+                tracing::warn!(%error, "no thread to build the key index on; counts read their range");
+                Indexing::Failed
+            }
+        }
+    }
+
+    /// Records that `key` is stored now.
+    pub(super) fn insert(&mut self, key: &[u8]) {
+        match self {
+            Indexing::Ready(index) => drop(index.insert(key)),
+            Indexing::Building { changes, .. } => changes.push((key.to_vec(), true)),
+            Indexing::Failed => {}
+        }
+    }
+
+    /// Records that `key` is not stored any more.
+    pub(super) fn remove(&mut self, key: &[u8]) {
+        match self {
+            Indexing::Ready(index) => drop(index.remove(key)),
+            Indexing::Building { changes, .. } => changes.push((key.to_vec(), false)),
+            Indexing::Failed => {}
+        }
+    }
+
+    /// The index if it is ready, taking the build's result first if it is done.
+    pub(super) fn get(&mut self, failure: &super::Failure) -> Option<&KeyIndex> {
+        if let Indexing::Building { done, changes } = self {
+            match done.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => return None,
+                Ok(Ok(mut index)) => {
+                    // Whatever the engine showed of a key changed meanwhile, its last change
+                    // decides.
+                    for (key, stored) in changes.drain(..) {
+                        match stored {
+                            true => drop(index.insert(&key)),
+                            false => drop(index.remove(&key)),
+                        }
+                    }
+                    *self = Indexing::Ready(index);
+                }
+                Ok(Err(error)) => {
+                    failure.check::<()>(Err(error));
+                    *self = Indexing::Failed;
+                }
+                Err(mpsc::TryRecvError::Disconnected) => *self = Indexing::Failed,
+            }
+        }
+        self.ready()
+    }
+
+    /// The index if it is ready, without looking at a build.
+    pub(super) fn ready(&self) -> Option<&KeyIndex> {
+        match self {
+            Indexing::Ready(index) => Some(index),
+            _ => None,
+        }
     }
 }
 
@@ -336,6 +431,40 @@ mod tests {
             built.count((Bound::Included(b"/registry/001/".as_slice()), Bound::Excluded(b"/registry/002"))),
             286
         );
+    }
+
+    /// Changes made while the index is built from the engine are replayed on it, in order;
+    /// a build that fails leaves no index and records the failure.
+    #[test]
+    fn an_index_built_on_its_own_thread_takes_the_changes_made_meanwhile() {
+        let failure = crate::state::Failure::default();
+        let (release, wait) = mpsc::channel::<()>();
+        let mut indexing = Indexing::build(move || {
+            let _ = wait.recv();
+            Ok(KeyIndex::from_sorted([b"a".as_slice(), b"b", b"c"]))
+        });
+        indexing.insert(b"d");
+        indexing.remove(b"a");
+        indexing.insert(b"a");
+        indexing.remove(b"c");
+        assert!(indexing.get(&failure).is_none(), "not built yet");
+        release.send(()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while indexing.get(&failure).is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let keys: Vec<&[u8]> = indexing.ready().expect("built").keys().collect();
+        assert_eq!(keys, [b"a".as_slice(), b"b", b"d"]);
+        indexing.insert(b"e");
+        assert_eq!(indexing.ready().map(KeyIndex::len), Some(4), "changed in place once ready");
+
+        let mut failed = Indexing::build(|| Err(EngineError::Corrupt { what: "a key".into(), detail: "test".into() }));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !matches!(failed, Indexing::Failed) && std::time::Instant::now() < deadline {
+            failed.get(&failure);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(matches!(failed, Indexing::Failed) && failure.get().is_some());
     }
 
     /// Long keys split chunks by bytes, not only by count.

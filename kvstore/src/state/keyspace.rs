@@ -11,7 +11,7 @@
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
 use super::graveyard::{Death, Graveyard};
-use super::key_index::{KeyIndex, KeyIndexBuilder};
+use super::key_index::{Indexing, KeyIndex, KeyIndexBuilder};
 use super::layout::{attachment_key, decode_kv, encode_kv, kv_bounds, kv_key, user_key};
 use super::recent_writes::RecentWrites;
 use super::Failure;
@@ -87,7 +87,7 @@ pub(super) struct Keyspace {
     /// Key-values flushed lately, read before the engine.
     recent: RecentWrites,
     /// Every stored key (dead ones too), with ranks: counts without walking.
-    index: KeyIndex,
+    index: Indexing,
     failure: Failure,
     /// Negative control: the key whose value every read of this key space flips a bit of.
     #[cfg(feature = "negative-controls")]
@@ -117,24 +117,31 @@ const INDEX_PAGE: usize = 4096;
 impl Keyspace {
     /// An empty key space over `engine`, which holds no key records.
     pub(super) fn new(engine: Arc<dyn Engine>, failure: Failure) -> Self {
-        Self::open(engine, failure, KeyIndex::default(), 0, Graveyard::default())
+        let mut space = Self::open(engine, failure, 0, 0, Graveyard::default());
+        space.index = Indexing::Ready(KeyIndex::default());
+        space
     }
 
-    /// The key space `engine` holds: the keys in `index` ([`Self::read_index`]), taking
-    /// `bytes` (as recorded with them), of which the ones in `graveyard` are dead.
+    /// The key space `engine` holds, of `stored` keys taking `bytes` (as recorded with
+    /// it), of which the ones in `graveyard` are dead. Its key index is built from the
+    /// engine's keys on a thread of its own.
     pub(super) fn open(
         engine: Arc<dyn Engine>,
         failure: Failure,
-        index: KeyIndex,
+        stored: usize,
         bytes: u64,
         graveyard: Graveyard,
     ) -> Self {
+        let index = Indexing::build({
+            let engine = Arc::clone(&engine);
+            move || Self::read_index(engine.as_ref())
+        });
         Keyspace {
             recent: RecentWrites::new(engine.write_cache_bytes()),
             engine,
             dirty: BTreeMap::new(),
             graveyard,
-            stored: index.len(),
+            stored,
             bytes,
             attachments: BTreeMap::new(),
             index,
@@ -170,7 +177,7 @@ impl Keyspace {
             }
         }
         space.engine.write(batch)?;
-        space.index = index.finish();
+        space.index = Indexing::Ready(index.finish());
         Ok(space)
     }
 
@@ -208,11 +215,27 @@ impl Keyspace {
             bytes: self.bytes,
             attachments: self.attachments.clone(),
             recent: self.recent.empty_like(),
-            index: self.index.clone(),
+            index: self.index_of_copy(engine),
             failure: failure.clone(),
             #[cfg(feature = "negative-controls")]
             damaged: self.damaged.clone(),
         }
+    }
+
+    /// The key index of a copy of this key space onto `engine`: this one's if it is
+    /// ready, else read from the copy's keys, with the writes not yet flushed.
+    fn index_of_copy(&self, engine: &Arc<dyn Engine>) -> Indexing {
+        if let Some(index) = self.index.ready() {
+            return Indexing::Ready(index.clone());
+        }
+        let Ok(mut index) = Self::read_index(engine.as_ref()) else { return Indexing::Failed };
+        for (key, kv) in &self.dirty {
+            match kv {
+                Some(_) => drop(index.insert(key)),
+                None => drop(index.remove(key)),
+            }
+        }
+        Indexing::Ready(index)
     }
 
     /// Adds the writes since the last flush to `batch` (which the caller writes, or fails
@@ -402,8 +425,11 @@ impl Keyspace {
         }
         // Every dead key is listed once and the lists hold nothing else.
         assert_eq!(dead, self.graveyard.pending());
-        assert!(self.index.keys().eq(self.stored().map(|kv| kv.key).collect::<Vec<_>>().iter().map(Vec::as_slice)));
-        assert_eq!(self.index.len(), self.stored);
+        if let Some(index) = self.index.ready() {
+            let stored: Vec<Vec<u8>> = self.stored().map(|kv| kv.key).collect();
+            assert!(index.keys().eq(stored.iter().map(Vec::as_slice)), "the key index holds the stored keys");
+            assert_eq!(index.len(), self.stored);
+        }
     }
 
     /// The stored key-values within `bounds`, dead ones included, in key order: the engine's
@@ -433,15 +459,20 @@ impl Keyspace {
     pub(super) fn count(&self, selection: Selection<'_>) -> usize {
         match selection {
             Selection::Interval((Bound::Unbounded, Bound::Unbounded)) => self.len(),
-            Selection::Interval(bounds) if self.pending() == 0 => self.index.count(bounds),
+            Selection::Interval(bounds) => match self.index.ready().filter(|_| self.pending() == 0) {
+                Some(index) => index.count(bounds),
+                None => self.select(selection).count(),
+            },
             other => self.select(other).count(),
         }
     }
 
-    /// A snapshot of the key index (O(1)) when it holds exactly the live keys: no dead key
-    /// is stored.
-    pub(super) fn live_index(&self) -> Option<KeyIndex> {
-        (self.pending() == 0).then(|| self.index.clone())
+    /// A snapshot of the key index (O(1)) when it holds exactly the live keys (no dead key
+    /// is stored) and is built.
+    pub(super) fn live_index(&mut self) -> Option<KeyIndex> {
+        let no_dead_keys = self.pending() == 0;
+        let index = self.index.get(&self.failure)?;
+        no_dead_keys.then(|| index.clone())
     }
 
     /// The keys of the selected entries, copied out so that the caller can then mutate.
@@ -475,8 +506,8 @@ impl Keyspace {
                     count = self.len();
                     break;
                 }
-                if self.pending() == 0 {
-                    count = self.index.count(bounds);
+                if let Some(index) = self.index.ready().filter(|_| self.pending() == 0) {
+                    count = index.count(bounds);
                     break;
                 }
             }

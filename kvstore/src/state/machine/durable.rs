@@ -222,17 +222,13 @@ impl StateMachine {
         }
         buried.retain(|_, keys| !keys.is_empty());
         let failure = Failure::default();
-        let index = Keyspace::read_index(engine.as_ref())?;
-        // The records are what a read finds: they are the truth if the two ever differ.
-        if u64::try_from(index.len()).ok() != Some(meta.keys_stored) {
-            tracing::warn!(
-                records = index.len(),
-                recorded = meta.keys_stored,
-                "the key records and the state's count of them differ"
-            );
-        }
-        let keys =
-            Keyspace::open(Arc::clone(&engine), failure.clone(), index, meta.keys_bytes, Graveyard::from_parts(buried));
+        let keys = Keyspace::open(
+            Arc::clone(&engine),
+            failure.clone(),
+            usize::try_from(meta.keys_stored).unwrap_or(usize::MAX),
+            meta.keys_bytes,
+            Graveyard::from_parts(buried),
+        );
         let mut history = History::open(Arc::clone(&engine), failure.clone(), meta.history);
         // A view being read when the node stopped kept compacted changes.
         history.drop_leftovers();
