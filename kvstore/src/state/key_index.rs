@@ -19,7 +19,7 @@
 
 use crate::engine::EngineError;
 use std::ops::Bound;
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Keys a chunk is built with, and is split into halves of when it reaches twice as many.
 const CHUNK_KEYS: usize = 512;
@@ -245,10 +245,13 @@ pub(super) enum Indexing {
     /// The index, up to date.
     Ready(KeyIndex),
     /// The build, and every key added (`true`) or removed since it began, in order.
-    Building { done: mpsc::Receiver<Result<KeyIndex, EngineError>>, changes: Vec<(Vec<u8>, bool)> },
+    Building { done: Arc<Mutex<Option<Built>>>, changes: Vec<(Vec<u8>, bool)> },
     /// The build failed (the failure is recorded): counts read their range.
     Failed,
 }
+
+/// What a build of the index ends with.
+type Built = Result<KeyIndex, EngineError>;
 
 impl std::fmt::Debug for Indexing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -264,9 +267,14 @@ impl Indexing {
     /// Builds the index with `read` on a thread of its own. Nothing may change the keys `read` reads but through [`Self::insert`]
     /// and [`Self::remove`] from here on.
     pub(super) fn build(read: impl FnOnce() -> Result<KeyIndex, EngineError> + Send + 'static) -> Self {
-        let (sender, done) = mpsc::channel();
-        let spawned = std::thread::Builder::new().name("key-index".into()).spawn(move || {
-            let _ = sender.send(read());
+        // A mutex, not a channel: a state machine is shared between threads (`Sync`).
+        let done = Arc::new(Mutex::new(None));
+        let spawned = std::thread::Builder::new().name("key-index".into()).spawn({
+            let done = Arc::clone(&done);
+            move || {
+                let built = read();
+                *done.lock().unwrap_or_else(PoisonError::into_inner) = Some(built);
+            }
         });
         match spawned {
             Ok(_) => Indexing::Building { done, changes: Vec::new() },
@@ -298,9 +306,10 @@ impl Indexing {
     /// The index if it is ready, taking the build's result first if it is done.
     pub(super) fn get(&mut self, failure: &super::Failure) -> Option<&KeyIndex> {
         if let Indexing::Building { done, changes } = self {
-            match done.try_recv() {
-                Err(mpsc::TryRecvError::Empty) => return None,
-                Ok(Ok(mut index)) => {
+            let built = done.lock().unwrap_or_else(PoisonError::into_inner).take();
+            match built {
+                None => return None,
+                Some(Ok(mut index)) => {
                     // Whatever the engine showed of a key changed meanwhile, its last change
                     // decides.
                     for (key, stored) in changes.drain(..) {
@@ -311,11 +320,10 @@ impl Indexing {
                     }
                     *self = Indexing::Ready(index);
                 }
-                Ok(Err(error)) => {
+                Some(Err(error)) => {
                     failure.check::<()>(Err(error));
                     *self = Indexing::Failed;
                 }
-                Err(mpsc::TryRecvError::Disconnected) => *self = Indexing::Failed,
             }
         }
         self.ready()
@@ -438,7 +446,7 @@ mod tests {
     #[test]
     fn an_index_built_on_its_own_thread_takes_the_changes_made_meanwhile() {
         let failure = crate::state::Failure::default();
-        let (release, wait) = mpsc::channel::<()>();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
         let mut indexing = Indexing::build(move || {
             let _ = wait.recv();
             Ok(KeyIndex::from_sorted([b"a".as_slice(), b"b", b"c"]))
