@@ -82,8 +82,12 @@ pub(super) struct Published {
     pub(super) overlays: super::read_view::Overlays,
 }
 
-/// Ranges whose last count is kept.
-const COUNTS_KEPT: usize = 16;
+/// Ranges whose last count is kept. Every page of a paginated scan leaves one (the count of
+/// the next page's range), so the table must outlast a round of pages of every scan in
+/// progress: with 16, sixteen scanners (one per Kubernetes informer relisting) pushed each
+/// other's counts out, and a page whose count was gone counted the rest of its range again,
+/// O(keys) (seconds a page at 1M keys). An entry is a range's two keys and two numbers.
+const COUNTS_KEPT: usize = 1024;
 
 /// Changes applied since the last engine write, published for watch readers a node-loop turn
 /// at a time, so that their events need not wait for the engine write (which the node loop

@@ -22,13 +22,16 @@ fn etcdctl() -> Result<std::path::PathBuf> {
         .context("etcdctl is not on PATH (Debian: apt-get install etcd-client) and ETCDCTL_BIN is not set")
 }
 
-/// The number etcdctl prints in the line that contains `label` (`Throughput is 150
-/// writes/s`, `Slowest request took 0.087589s`, `Stddev is 0.011084s`).
-fn figure_after(output: &str, label: &str) -> Option<f64> {
-    let line = output.lines().find(|line| line.contains(label))?;
-    let rest = &line[line.find(label)? + label.len()..];
-    let number: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-    number.parse().ok()
+/// The number etcdctl prints after the first of `labels` found in its output: each
+/// verdict is worded one way when it passes and another when it fails (`Throughput is
+/// 150 writes/s` or `Throughput too low: 150 writes/s`, etcdctl's `check.go`).
+fn figure_after(output: &str, labels: &[&str]) -> Option<f64> {
+    labels.iter().find_map(|label| {
+        let line = output.lines().find(|line| line.contains(label))?;
+        let rest = &line[line.find(label)? + label.len()..];
+        let number: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        number.parse().ok()
+    })
 }
 
 /// Runs `etcdctl check perf --load=<load>` against a fresh cluster of `system`.
@@ -61,13 +64,13 @@ pub async fn check_perf(system: System, load: &str) -> Result<Report> {
     report.figure("passed", f64::from(u8::from(output.status.success())));
     report.figure("seconds", took.as_secs_f64());
     report.figure("master_changes", term_after.saturating_sub(term_before) as f64);
-    if let Some(throughput) = figure_after(&text, "Throughput is") {
+    if let Some(throughput) = figure_after(&text, &["Throughput is", "Throughput too low:"]) {
         report.figure("writes_per_s", throughput);
     }
-    if let Some(slowest) = figure_after(&text, "Slowest request took") {
+    if let Some(slowest) = figure_after(&text, &["Slowest request took too long:", "Slowest request took"]) {
         report.figure("slowest_ms", slowest * 1000.0);
     }
-    if let Some(stddev) = figure_after(&text, "Stddev is") {
+    if let Some(stddev) = figure_after(&text, &["Stddev is", "Stddev too high:"]) {
         report.figure("stddev_ms", stddev * 1000.0);
     }
     Ok(report)
@@ -79,10 +82,17 @@ mod tests {
 
     #[test]
     fn etcdctls_verdicts_are_read() {
-        let text = " 60 / 60 Boooooo! 100.00% 1m0s\nPASS: Throughput is 1447 writes/s\nFAIL: Slowest request took 1.234567s\nPASS: Stddev is 0.011084s\nFAIL\n";
-        assert_eq!(figure_after(text, "Throughput is"), Some(1447.0));
-        assert_eq!(figure_after(text, "Slowest request took"), Some(1.234567));
-        assert_eq!(figure_after(text, "Stddev is"), Some(0.011084));
-        assert_eq!(figure_after("Error: etcdserver: request timed out", "Throughput is"), None);
+        let passed = " 60 / 60 Boooooo! 100.00% 1m0s\nPASS: Throughput is 1447 writes/s\nPASS: Slowest request took 0.087589s\nPASS: Stddev is 0.011084s\nPASS\n";
+        let failed = "FAIL: Throughput too low: 3261 writes/s\nFAIL: Slowest request took too long: 1.234567s\nFAIL: Stddev too high: 0.5s\nFAIL\n";
+        let throughput = ["Throughput is", "Throughput too low:"];
+        let slowest = ["Slowest request took too long:", "Slowest request took"];
+        let stddev = ["Stddev is", "Stddev too high:"];
+        assert_eq!(figure_after(passed, &throughput), Some(1447.0));
+        assert_eq!(figure_after(passed, &slowest), Some(0.087589));
+        assert_eq!(figure_after(passed, &stddev), Some(0.011084));
+        assert_eq!(figure_after(failed, &throughput), Some(3261.0));
+        assert_eq!(figure_after(failed, &slowest), Some(1.234567));
+        assert_eq!(figure_after(failed, &stddev), Some(0.5));
+        assert_eq!(figure_after("Error: etcdserver: request timed out", &throughput), None);
     }
 }
