@@ -47,6 +47,15 @@ fn expected(sm: &StateMachine, request: &RangeRequest, revision: i64) -> RangeRe
     answer
 }
 
+/// Deletes `key`, or puts `value` at it.
+fn delete_or_put(sm: &mut StateMachine, key: String, delete: bool, value: String) {
+    let command = match delete {
+        true => Command::DeleteRange(DeleteRangeRequest { range: KeyRange::single(key), prev_kv: false }),
+        false => put(key, value, 0),
+    };
+    sm.apply(&command);
+}
+
 /// What the views of [`views_over_a_moving_state`] get wrong on purpose.
 #[derive(Clone, Copy, PartialEq)]
 enum Control {
@@ -196,13 +205,7 @@ fn a_page_at_any_position_counts_from_the_index() {
         revisions.push(sm.revision());
         for j in 0..25 {
             let i = (round * 131 + j * 17) % 3200;
-            match j % 2 {
-                0 => drop(sm.apply(&Command::DeleteRange(DeleteRangeRequest {
-                    range: KeyRange::single(format!("x{i:05}")),
-                    prev_kv: false,
-                }))),
-                _ => drop(sm.apply(&put(format!("x{i:05}"), format!("r{round}"), 0))),
-            }
+            delete_or_put(&mut sm, format!("x{i:05}"), j % 2 == 0, format!("r{round}"));
         }
         if round % 3 == 0 {
             sm.flush().unwrap();
@@ -301,13 +304,7 @@ fn a_scan_at_a_past_revision_reuses_its_overlay_and_stays_exact() {
         // Between pages: keys of the range rewritten, deleted and created, and flushed.
         for j in 0..30 {
             let i = (page_number * 37 + j * 13) % 420;
-            match j % 3 {
-                0 => drop(sm.apply(&Command::DeleteRange(DeleteRangeRequest {
-                    range: KeyRange::single(format!("s{i:04}")),
-                    prev_kv: false,
-                }))),
-                _ => drop(sm.apply(&put(format!("s{i:04}"), format!("new{page_number}"), 0))),
-            }
+            delete_or_put(&mut sm, format!("s{i:04}"), j % 3 == 0, format!("new{page_number}"));
         }
         if page_number % 2 == 0 {
             sm.flush().unwrap();
