@@ -1,6 +1,6 @@
 //! The chaos harness (`src/bin/chaos`) in CI: every fault class at least once on a 3-node
 //! cluster of real kvserver processes (both election backends) and of etcd, and every
-//! negative control caught. About seven and a half minutes in all.
+//! negative control caught. About seven minutes in all.
 //!
 //! Needs root (network namespaces and FUSE mounts), `/dev/fuse`, `ip` (iproute2), `nft` (nftables) and, for the etcd
 //! run, `etcd` (etcd-server). Without them the tests are skipped with a note, except under
@@ -121,11 +121,16 @@ fn every_fault_class_on_leasekv_with_paxoslease() {
 }
 
 /// The tracker is a single point of failure: its faults show as unavailability, never as
-/// an anomaly.
+/// an anomaly. The faults that reach the election (the master's and the tracker's node
+/// stopped, cut off, restarted or slowed, and a read storm); the others act on the log and
+/// the storage, which the two backends share and the PaxosLease run covers. Kept short:
+/// the tracker is the comparison backend, and CI's budget is the two runs together.
 #[test]
-fn every_fault_class_on_leasekv_with_the_lease_tracker() {
+fn the_election_faults_on_leasekv_with_the_lease_tracker() {
     if can_run(false) {
-        assert_passed(&["--nodes", "3", "--duration", "25", "--faults", "all", "--backend", "lease-tracker"]);
+        let faults =
+            "kill-master,kill-all,pause-master,isolate-master,split-majority,clock-skew,slow-cpu,power-loss,read-storm";
+        assert_passed(&["--nodes", "3", "--duration", "12", "--faults", faults, "--backend", "lease-tracker"]);
     }
 }
 

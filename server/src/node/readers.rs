@@ -28,7 +28,11 @@ pub(super) enum ReadAsker {
 struct ReadTask {
     job: ReadJob,
     asker: ReadAsker,
+    queued: Instant,
 }
+
+/// A read that waited longer than this for a reader is logged (every reader was busy).
+const SLOW_QUEUE: Duration = Duration::from_secs(1);
 
 /// The reader threads and their queue.
 pub(super) struct ReaderPool {
@@ -61,7 +65,7 @@ impl ReaderPool {
         if job.is_cheap() {
             return answer(&self.peers, asker, job.run());
         }
-        match self.queue.try_send(ReadTask { job, asker }) {
+        match self.queue.try_send(ReadTask { job, asker, queued: Instant::now() }) {
             Ok(()) => crate::metrics::metrics().read_queued(),
             Err(TrySendError::Full(task)) => {
                 crate::metrics::metrics().read_refused();
@@ -106,6 +110,13 @@ fn serve_reads(incoming: &Mutex<Receiver<ReadTask>>, peers: &PeerNetwork) {
         };
         let Ok(task) = task else { return };
         let started = Instant::now();
+        let waited = started - task.queued;
+        if waited >= SLOW_QUEUE {
+            tracing::warn!(
+                waited_ms = waited.as_secs_f64() * 1e3,
+                "a read waited long for a reader thread (all were busy)"
+            );
+        }
         let result = task.job.run();
         crate::metrics::metrics().read_served(started.elapsed());
         answer(peers, task.asker, result);

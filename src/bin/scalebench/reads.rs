@@ -65,11 +65,17 @@ fn prefix_request(count_only: bool) -> RangeRequest {
     RangeRequest { key: b"/keys/".to_vec(), range_end: prefix_range_end(b"/keys/"), count_only, ..Default::default() }
 }
 
-/// One whole paginated scan of the prefix at the revision of its first page.
-async fn paginated_scan(client: &Client, expected: u64) -> Result<Duration> {
+/// One whole paginated scan of the prefix at the revision of its first page; a scan not
+/// done by `until` fails, naming how far it got.
+async fn paginated_scan(client: &Client, expected: u64, until: Instant) -> Result<Duration> {
     let started = Instant::now();
     let (mut from, mut revision, mut seen) = (b"/keys/".to_vec(), 0, 0u64);
     loop {
+        anyhow::ensure!(
+            Instant::now() < until,
+            "the scan saw {seen} of {expected} keys in {:.0} s, the storm's deadline",
+            started.elapsed().as_secs_f64()
+        );
         let request = RangeRequest { key: from.clone(), limit: PAGE, revision, ..prefix_request(false) };
         let page = client.range(request).await.context("a page")?;
         if revision == 0 {
@@ -149,7 +155,7 @@ pub async fn reads(system: System, count: u64, storms: &[String]) -> Result<Repo
                 tokio::spawn(async move {
                     let until = from + if storm == "scan" { SCAN_DEADLINE } else { PHASE };
                     if storm == "scan" {
-                        tally.record(paginated_scan(&client, count).await);
+                        tally.record(paginated_scan(&client, count, until).await);
                         return;
                     }
                     while Instant::now() < until {

@@ -323,3 +323,50 @@ fn a_scan_at_a_past_revision_reuses_its_overlay_and_stays_exact() {
     let view = sm.read_view(at).unwrap();
     assert_eq!(view.published.overlays.0.lock().unwrap().len(), 1, "one overlay, reused by every page");
 }
+
+/// Two scans at one revision, their pages interleaved, while the state changes: each page
+/// reuses its own scan's overlay (one overlay built per scan), not the other's, and both
+/// read the range exactly. Before, a page took the overlay kept last that covered it, the
+/// other scan's, and that scan built a new one at its next page (reading every change since
+/// the revision again): caught here by the count of overlays built.
+#[test]
+fn scans_at_one_revision_keep_their_own_overlays() {
+    let mut sm = StateMachine::new();
+    for i in 0..400 {
+        sm.apply(&put(format!("s{i:04}"), format!("{i}"), 0));
+    }
+    sm.flush().unwrap();
+    let at = sm.revision();
+    let expected = |from: &str| {
+        let whole = RangeRequest { range: KeyRange::between(from, "t"), ..Default::default() };
+        sm.range_at(&whole, at).unwrap().kvs
+    };
+    let (expected_a, expected_b) = (expected("s"), expected("s0200"));
+    let mut scans = [(b"s".to_vec(), Vec::new(), true), (b"s0200".to_vec(), Vec::new(), true)];
+    for round in 0..20 {
+        for (n, (from, seen, going)) in scans.iter_mut().enumerate() {
+            if !*going {
+                continue;
+            }
+            for j in 0..10 {
+                let i = (round * 37 + j * 13 + n) % 420;
+                delete_or_put(&mut sm, format!("s{i:04}"), j % 3 == 0, format!("new{round}"));
+            }
+            sm.flush().unwrap();
+            let request = RangeRequest { range: KeyRange::between(from.clone(), "t"), limit: 40, ..Default::default() };
+            let page = sm.read_view(at).unwrap().range(&request).unwrap();
+            seen.extend(page.kvs.iter().cloned());
+            *going = page.more;
+            if let Some(last) = page.kvs.last() {
+                *from = last.key.clone();
+                from.push(0);
+            }
+        }
+    }
+    assert!(scans.iter().all(|(_, _, going)| !going), "both scans ended");
+    assert_eq!(scans[0].1, expected_a, "the first scan is the range at the revision");
+    assert_eq!(scans[1].1, expected_b, "the second scan is its range at the revision");
+    let view = sm.read_view(at).unwrap();
+    let built = view.published.overlays.1.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(built <= 2, "at most one overlay built per scan (the second may start from a copy of the first's), not {built}");
+}
