@@ -88,6 +88,8 @@ pub(super) struct Published {
 /// other's counts out, and a page whose count was gone counted the rest of its range again,
 /// O(keys) (seconds a page at 1M keys). An entry is a range's two keys and two numbers.
 const COUNTS_KEPT: usize = 1024;
+/// Revisions at which one range's count is kept (see [`Published::keep_count`]).
+const COUNTS_PER_RANGE: usize = 4;
 
 /// Changes applied since the last engine write, published for watch readers a node-loop turn
 /// at a time, so that their events need not wait for the engine write (which the node loop
@@ -133,21 +135,30 @@ impl Published {
         self.compacted.load(Ordering::Acquire)
     }
 
-    /// The last count kept of `range`, with its revision.
-    pub(super) fn last_count(&self, range: &KeyRange) -> Option<(Revision, usize)> {
+    /// The count kept of `range` at the revision nearest to `revision` (before or after
+    /// it), with that revision.
+    pub(super) fn nearest_count(&self, range: &KeyRange, revision: Revision) -> Option<(Revision, usize)> {
         let counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        counts.iter().find(|(r, ..)| r == range).map(|&(_, at, count)| (at, count))
+        let kept = counts.iter().filter(|(r, ..)| r == range);
+        kept.min_by_key(|(_, at, _)| at.abs_diff(revision)).map(|&(_, at, count)| (at, count))
     }
 
-    /// Keeps `count` as `range`'s count at `revision`, unless a count at a later revision
-    /// is kept; the range counted longest ago makes room.
+    /// Keeps `count` as `range`'s count at `revision`. A range keeps counts at up to
+    /// [`COUNTS_PER_RANGE`] revisions (the one kept longest ago makes room), the table up to
+    /// [`COUNTS_KEPT`] (likewise). Why several: scans that began together at revisions a few
+    /// writes apart page through the same ranges in step; with one count per range, the
+    /// scan at the later revision kept its count and the other, finding none at or before
+    /// its own, counted the rest of the range again at every page (O(keys), seconds at 1M).
     pub(super) fn keep_count(&self, range: &KeyRange, revision: Revision, count: usize) {
         let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match counts.iter().position(|(r, ..)| r == range) {
-            Some(i) if counts[i].1 > revision => return,
-            Some(i) => drop(counts.remove(i)),
-            None if counts.len() >= COUNTS_KEPT => drop(counts.remove(0)),
-            None => {}
+        counts.retain(|(r, at, _)| !(r == range && *at == revision));
+        let of_range = counts.iter().filter(|(r, ..)| r == range).count();
+        if of_range >= COUNTS_PER_RANGE {
+            if let Some(oldest) = counts.iter().position(|(r, ..)| r == range) {
+                counts.remove(oldest);
+            }
+        } else if counts.len() >= COUNTS_KEPT {
+            counts.remove(0);
         }
         counts.push((range.clone(), revision, count));
     }

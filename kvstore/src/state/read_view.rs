@@ -236,9 +236,10 @@ impl ReadView {
 
     /// The number of keys in `range` (whose engine bounds are `bounds`) at the view's
     /// revision without reading its keys, or `None` when only a scan can tell. In order of
-    /// cost: the key index at the store revision (a rank search); the range's last count
-    /// (the page before left it, or a `count_only` loop's last); the key index with the
-    /// changes after the view's revision undone. Each is kept as the range's last count.
+    /// cost: the key index at the store revision (a rank search); a count of the range kept
+    /// at the revision nearest the view's (the page before left it, or a `count_only`
+    /// loop's last), with the changes between; the key index with the changes after the
+    /// view's revision undone. Each is kept as the range's count at the view's revision.
     fn known_count(&self, range: &KeyRange, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<Option<usize>, KvError> {
         let indexed = || self.index.as_ref().map(|index| (self.latest, index.count(bounds)));
         if self.revision == self.latest {
@@ -246,7 +247,7 @@ impl ReadView {
                 return Ok(Some(count));
             }
         }
-        if let Some((at, count)) = self.published.last_count(range).filter(|&(at, _)| at <= self.revision) {
+        if let Some((at, count)) = self.published.nearest_count(range, self.revision) {
             if let Some(count) = self.count_across(range, at, count)? {
                 return Ok(Some(count));
             }

@@ -47,6 +47,12 @@ pub(crate) fn timed<T>(phase: Phase, work: impl FnOnce() -> T, items: impl FnOnc
     result
 }
 
+/// The history's changes in the read's range that the last read on this thread read.
+#[cfg(test)]
+pub(crate) fn changes_read() -> usize {
+    FIGURES.with(|figures| figures.borrow().items[Phase::History as usize])
+}
+
 /// The trace of one read, begun on its thread.
 pub(crate) struct ReadTrace {
     started: Instant,
