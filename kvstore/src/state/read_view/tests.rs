@@ -170,7 +170,8 @@ fn a_count_from_the_last_equals_counting_again() {
                 let request = RangeRequest { range: range.clone(), count_only: true, ..Default::default() };
                 let expected = expected(&sm, &request, at).count;
                 let view = sm.read_view(at).unwrap();
-                let kept = view.published.nearest_count(range, view.revision()).is_some_and(|(at, _)| at <= view.revision());
+                let kept =
+                    view.published.nearest_count(range, view.revision()).is_some_and(|(at, _)| at <= view.revision());
                 from_last += usize::from(kept);
                 assert_eq!(view.range(&request).unwrap().count, expected, "{range:?} at {}", view.revision());
             }
