@@ -28,6 +28,7 @@ pub mod limits;
 pub mod log;
 pub mod membership;
 pub mod node;
+pub mod progress;
 pub mod sim;
 pub mod state;
 pub mod storage;

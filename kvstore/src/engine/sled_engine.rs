@@ -223,6 +223,7 @@ impl Engine for SledEngine {
         // them, made a joining member's install slower and its RSS 3.1 GB).
         let mut written_pieces: std::collections::HashMap<Vec<u8>, u32> = Default::default();
         for write in batch.into_writes() {
+            crate::progress::tick();
             let key = match &write {
                 Write::Put(k, _) | Write::Delete(k) => k.clone(),
             };

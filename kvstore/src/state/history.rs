@@ -460,6 +460,7 @@ impl History {
         }
         let mut pages = PageWriter::default();
         for (position, event) in self.pending.drain(..) {
+            crate::progress::tick();
             pages.push(batch, position, &event, event_bytes(&event));
         }
         // The tail keeps what it published until `published` resets it with the new head.

@@ -242,6 +242,7 @@ impl Keyspace {
     /// the state machine).
     pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
         for (key, kv) in std::mem::take(&mut self.dirty) {
+            crate::progress::tick();
             match &kv {
                 Some(kv) => batch.put(kv_key(&key), encode_kv(kv)),
                 None => batch.delete(kv_key(&key)),
@@ -341,6 +342,7 @@ impl Keyspace {
     /// Removes one key and hands it back if it was live. A dead key is removed too (it is
     /// there anyway) but reported as absent, as it is for readers.
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
+        crate::progress::tick();
         let kv = self.stored_get(key)?;
         self.dirty.insert(key.to_vec(), None);
         self.track_attachment(key, Some(kv.lease), None);
@@ -357,6 +359,7 @@ impl Keyspace {
     /// Stores `kv` (a live key: written now), replacing and returning any live key-value
     /// with the same key; a dead one it replaces is dropped silently.
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
+        crate::progress::tick();
         let old = self.stored_get(&kv.key);
         self.bytes += stored_bytes(&kv);
         self.track_attachment(&kv.key, old.as_ref().map(|o| o.lease), Some(kv.lease));
@@ -438,6 +441,7 @@ impl Keyspace {
         let failure = &self.failure;
         let engine_bounds = kv_bounds(bounds);
         let from_engine = Scan::new(self.engine.as_ref(), engine_bounds, false, PAGE).map_while(move |entry| {
+            crate::progress::tick();
             let (key, record) = failure.check(entry)?;
             failure.check(decode_kv(user_key(&key), &record))
         });

@@ -53,6 +53,10 @@ pub async fn check_perf(system: System, load: &str) -> Result<Report> {
         .context("waiting for etcdctl")?
         .context("running etcdctl check perf")?;
     let took = started.elapsed();
+    // The check ends on its DeleteRange's answer, and the members may still be writing it
+    // (a step-down can come seconds later): master changes count once a write goes through
+    // again, and a stall bound later.
+    settle(&cluster).await;
     let term_after = cluster.term().await;
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     // The progress bar rewrites one line; the verdicts follow it.
@@ -74,6 +78,21 @@ pub async fn check_perf(system: System, load: &str) -> Result<Report> {
         report.figure("stddev_ms", stddev * 1000.0);
     }
     Ok(report)
+}
+
+/// Waits until a put succeeds (at most two minutes), then five seconds more.
+async fn settle(cluster: &Cluster) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    if let Ok(client) = leasekv::client::Client::connect(&cluster.endpoints()).await {
+        while Instant::now() < deadline {
+            let put = client.put(b"/scalebench/settled".to_vec(), b"1".to_vec(), 0, false);
+            if let Ok(Ok(_)) = tokio::time::timeout(std::time::Duration::from_secs(10), put).await {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
 }
 
 #[cfg(test)]
