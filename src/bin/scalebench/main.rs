@@ -100,7 +100,7 @@ enum Task {
     Reads {
         #[command(flatten)]
         row: RowArgs,
-        /// Storms to run (comma-separated: scan, count, full); all by default.
+        /// Storms to run (comma-separated: scan, stream, count, full); all by default.
         #[arg(long, value_delimiter = ',')]
         storms: Vec<String>,
     },

@@ -2,6 +2,8 @@
 //! load runs. Three storms, one after the other, each against every member:
 //! - `scan`: 16 clients each read the whole prefix once, in pages of 500 at the revision of
 //!   their first page (client-go's paginated LIST);
+//! - `stream`: 16 clients each read the whole prefix once with etcd 3.7's RangeStream (etcd
+//!   3.4 answers Unimplemented: every stream fails there);
 //! - `count`: 4 clients loop `count_only` over the prefix;
 //! - `full`: 4 clients loop an unpaginated read of the whole prefix.
 //!
@@ -94,6 +96,25 @@ async fn paginated_scan(client: &Client, expected: u64, until: Instant) -> Resul
     Ok(started.elapsed())
 }
 
+/// One RangeStream (etcd 3.7's) of the whole prefix, its chunks counted and let go; a
+/// stream not done by `until` fails.
+async fn streamed_scan(client: &Client, expected: u64, until: Instant) -> Result<Duration> {
+    let started = Instant::now();
+    let mut stream = client.range_stream(prefix_request(false)).await.context("opening the stream")?;
+    let mut seen = 0u64;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, stream.message())
+            .await
+            .with_context(|| format!("the stream saw {seen} of {expected} keys by the storm's deadline"))?
+            .context("a chunk")?;
+        let Some(chunk) = chunk else { break };
+        seen += chunk.range_response.map_or(0, |r| r.kvs.len() as u64);
+    }
+    anyhow::ensure!(seen == expected, "the stream saw {seen} keys, not {expected}");
+    Ok(started.elapsed())
+}
+
 /// Samples every member's RSS every 200 ms until `stop`; returns each one's peak.
 fn sample_rss(cluster: &Cluster, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<u64>> {
     let pids: Vec<Option<u32>> = (0..cluster.len()).map(|i| cluster.pid(i)).collect();
@@ -137,7 +158,7 @@ pub async fn reads(system: System, count: u64, storms: &[String]) -> Result<Repo
     let quiet_to = Instant::now();
     let readers = connections(&cluster.endpoints(), 6).await?;
     let mut windows = Vec::new();
-    for storm in ["scan", "count", "full"] {
+    for storm in ["scan", "stream", "count", "full"] {
         if !storms.is_empty() && !storms.iter().any(|s| s == storm) {
             continue;
         }
@@ -148,14 +169,19 @@ pub async fn reads(system: System, count: u64, storms: &[String]) -> Result<Repo
         let rss = sample_rss(&cluster, stop_rss.clone());
         let tally = Arc::new(Tally::default());
         let from = Instant::now();
-        let clients = if storm == "scan" { SCANNERS } else { LOOPS };
+        let one_each = storm == "scan" || storm == "stream";
+        let clients = if one_each { SCANNERS } else { LOOPS };
         let tasks: Vec<_> = (0..clients)
             .map(|n| {
                 let (client, tally) = (readers[n % readers.len()].clone(), tally.clone());
                 tokio::spawn(async move {
-                    let until = from + if storm == "scan" { SCAN_DEADLINE } else { PHASE };
+                    let until = from + if one_each { SCAN_DEADLINE } else { PHASE };
                     if storm == "scan" {
                         tally.record(paginated_scan(&client, count, until).await);
+                        return;
+                    }
+                    if storm == "stream" {
+                        tally.record(streamed_scan(&client, count, until).await);
                         return;
                     }
                     while Instant::now() < until {
@@ -185,6 +211,9 @@ pub async fn reads(system: System, count: u64, storms: &[String]) -> Result<Repo
         report.figure(&format!("{storm}_p50_ms"), quantile_ms(&mut took, 0.5));
         report.figure(&format!("{storm}_max_ms"), quantile_ms(&mut took, 1.0));
         report.figure(&format!("{storm}_peak_rss_growth_bytes"), growth as f64);
+        if one_each {
+            report.figure(&format!("{storm}_peak_rss_growth_per_client_bytes"), growth as f64 / clients as f64);
+        }
         if let Some(error) = tally.first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
             eprintln!("[{}] {storm}: first failure: {error}", system.name());
         }
