@@ -56,6 +56,17 @@ fn delete_or_put(sm: &mut StateMachine, key: String, delete: bool, value: String
     sm.apply(&command);
 }
 
+/// A state holding `count` keys `{prefix}0000`, `{prefix}0001`, … (value: the number),
+/// flushed.
+fn filled(prefix: &str, count: usize) -> StateMachine {
+    let mut sm = StateMachine::new();
+    for i in 0..count {
+        sm.apply(&put(format!("{prefix}{i:04}"), format!("{i}"), 0));
+    }
+    sm.flush().unwrap();
+    sm
+}
+
 /// What the views of [`views_over_a_moving_state`] get wrong on purpose.
 #[derive(Clone, Copy, PartialEq)]
 enum Control {
@@ -256,11 +267,7 @@ fn a_view_reads_the_same_on_another_thread_while_the_state_moves() {
 /// are right at every position.
 #[test]
 fn pages_at_a_pinned_revision_cover_the_range_once() {
-    let mut sm = StateMachine::new();
-    for i in 0..500 {
-        sm.apply(&put(format!("p{i:04}"), format!("{i}"), 0));
-    }
-    sm.flush().unwrap();
+    let mut sm = filled("p", 500);
     let at = sm.revision();
     for i in 0..100 {
         sm.apply(&put(format!("p{:04}", i * 3), "new".into(), 0));
@@ -291,11 +298,7 @@ fn pages_at_a_pinned_revision_cover_the_range_once() {
 /// together must be the range at that revision, each page's count the keys from its start.
 #[test]
 fn a_scan_at_a_past_revision_reuses_its_overlay_and_stays_exact() {
-    let mut sm = StateMachine::new();
-    for i in 0..400 {
-        sm.apply(&put(format!("s{i:04}"), format!("{i}"), 0));
-    }
-    sm.flush().unwrap();
+    let mut sm = filled("s", 400);
     let at = sm.revision();
     let whole = RangeRequest { range: KeyRange::between("s", "t"), ..Default::default() };
     let expected = sm.range_at(&whole, at).unwrap();
@@ -332,11 +335,7 @@ fn a_scan_at_a_past_revision_reuses_its_overlay_and_stays_exact() {
 /// the revision again): caught here by the count of overlays built.
 #[test]
 fn scans_at_one_revision_keep_their_own_overlays() {
-    let mut sm = StateMachine::new();
-    for i in 0..400 {
-        sm.apply(&put(format!("s{i:04}"), format!("{i}"), 0));
-    }
-    sm.flush().unwrap();
+    let mut sm = filled("s", 400);
     let at = sm.revision();
     let expected = |from: &str| {
         let whole = RangeRequest { range: KeyRange::between(from, "t"), ..Default::default() };
@@ -383,11 +382,7 @@ fn scans_at_one_revision_keep_their_own_overlays() {
 /// page (at 1M keys, past its bound, it counted the rest of the range again).
 #[test]
 fn scans_in_step_at_nearby_revisions_count_from_each_other() {
-    let mut sm = StateMachine::new();
-    for i in 0..1000 {
-        sm.apply(&put(format!("s{i:04}"), format!("{i}"), 0));
-    }
-    sm.flush().unwrap();
+    let mut sm = filled("s", 1000);
     let first = sm.revision();
     sm.apply(&put("s0000".to_string(), "moved".to_string(), 0));
     let second = sm.revision();
