@@ -82,7 +82,7 @@ pub(super) struct Published {
     pub(super) overlays: super::read_view::Overlays,
 }
 
-/// Ranges whose last count is kept. Every page of a paginated scan leaves one (the count of
+/// Counts kept in all (a range at up to [`COUNTS_PER_RANGE`] revisions). Every page of a paginated scan leaves one (the count of
 /// the next page's range), so the table must outlast a round of pages of every scan in
 /// progress: with 16, sixteen scanners (one per Kubernetes informer relisting) pushed each
 /// other's counts out, and a page whose count was gone counted the rest of its range again,
