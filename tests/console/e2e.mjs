@@ -1,5 +1,5 @@
 // The console's end-to-end test: Playwright drives Debian's Chromium against a three-node
-// leasekv cluster of real kvserver processes (and a single TLS node), which tests/console.rs
+// leasekv cluster of real kvserver processes (and a single TLS node), which tests/integration/console.rs
 // starts and describes in LEASEKV_CONSOLE_E2E (JSON):
 //   { nodes: [{ url, id, pid }], tls_url, kvcli, etcdctl, chromium, screenshots }
 // Every wait is bounded; a failure saves a screenshot of the page and exits non-zero.

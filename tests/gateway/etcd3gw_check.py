@@ -1,7 +1,7 @@
 """etcd3gw, OpenStack's etcd client for etcd's HTTP/JSON gateway, used unchanged against a
 leasekv cluster: keys, transactions, leases, locks, watch, status and members.
 
-Run by tests/gateway.rs with the cluster's client endpoints (host:port, comma-separated);
+Run by tests/integration/gateway.rs with the cluster's client endpoints (host:port, comma-separated);
 prints what failed and exits 1 on the first failure, prints "etcd3gw: ok" on success.
 """
 import sys

@@ -6,7 +6,7 @@ fn every_read_only_path_is_a_gateway_route_and_none_of_them_writes() {
     for path in READ_ONLY_PATHS {
         assert!(paths.contains(path), "{path} is not a gateway route");
     }
-    // The exact list: a path added here must be one that cannot change anything (tests/console.rs
+    // The exact list: a path added here must be one that cannot change anything (tests/integration/console.rs
     // checks that every other gateway path is refused).
     let mut allowed = READ_ONLY_PATHS.to_vec();
     allowed.sort_unstable();
@@ -52,12 +52,12 @@ fn the_page_loads_nothing_from_outside() {
 
 #[test]
 fn every_gateway_route_is_counted_as_reading_or_writing() {
-    // tests/console.rs lists the 41 writing paths and expects each refused by a read-only
+    // tests/integration/console.rs lists the 41 writing paths and expects each refused by a read-only
     // console; a route added to the gateway must join one list or the other.
     let routes = crate::gateway::routes().len();
     assert_eq!(
         routes,
         READ_ONLY_PATHS.len() + 41,
-        "a new gateway route: add it to READ_ONLY_PATHS if it only reads, else to WRITING_PATHS in tests/console.rs"
+        "a new gateway route: add it to READ_ONLY_PATHS if it only reads, else to WRITING_PATHS in tests/integration/console.rs"
     );
 }

@@ -40,7 +40,7 @@
 //! Without etcd or etcdctl on PATH the test skips, except under `CI=true`, where it fails.
 //! `SHOW_ETCDCTL_TRANSCRIPT=1` prints leasekv's normalised transcript (run with `--nocapture`).
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -5,7 +5,7 @@
 //! forwards takes a place in the master's client queue like a client's own (peer protocol
 //! version 3): refused the same way when it is full, and then never applied.
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, eventually, master_index, runtime, Cluster};
 use leasekv::client::proto::etcdserverpb as pb;

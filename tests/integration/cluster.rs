@@ -3,7 +3,7 @@
 //! by it (by pid, on drop). etcdctl against the cluster, compared with a real etcd, is in
 //! `etcdctl_conformance.rs`.
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, eventually, master_index, runtime, value, Cluster, KVSERVER};
 use leasekv::client::{Client, GetOptions};

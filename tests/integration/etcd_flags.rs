@@ -7,7 +7,7 @@
 //! Each member has a loopback address of its own (127.0.0.x, as the guide's hosts have
 //! their own IPs), on ports found free there.
 
-mod common;
+use crate::common;
 
 use common::cluster::KVSERVER;
 use common::process::{run, succeeded};

@@ -9,7 +9,7 @@
 //!   land in `target/tmp/console-screenshots/`.
 //! - Over plain HTTP: `[console] mode = "read-only"` and `"off"`, and `/health` with auth on.
 
-mod common;
+use crate::common;
 
 use common::cluster::{master_index, runtime, Cluster, KVSERVER};
 use common::http::{get, post};

@@ -3,7 +3,7 @@
 //! write-between-chunks and compaction cases define it), and a read storm that must not
 //! cost the master its lease.
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, runtime, Cluster};
 use leasekv::client::proto::etcdserverpb::{RangeRequest, RangeResponse};

@@ -5,7 +5,7 @@
 //!
 //! Needs openssl (for the script) and etcdctl: skipped without them, failing under CI=true.
 
-mod common;
+use crate::common;
 
 use common::cluster::{eventually, runtime, Cluster};
 use leasekv::client::{Client, ClientTls, GetOptions, RetryPolicy};

@@ -7,7 +7,7 @@
 //! Needs etcd and etcdctl (Debian: etcd-server, etcd-client); without them the test skips,
 //! except under `CI=true`, where it fails.
 
-mod common;
+use crate::common;
 
 use common::cluster::{runtime, Cluster};
 use common::etcd::Etcd;

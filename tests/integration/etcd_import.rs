@@ -10,7 +10,7 @@
 //! without them, and fails without them under `CI=true`. The second uses the etcd 3.4.23
 //! snapshot committed as a fuzz seed and needs nothing else.
 
-mod common;
+use crate::common;
 
 use common::cluster::{Cluster, KVSERVER};
 use common::etcd::Etcd;

@@ -20,7 +20,7 @@
 //! key `peer_protocol_version = 3`, with which a node sends and accepts only version 3
 //! messages, as a node of the previous release does. Upgrading a node is restarting it
 //! without that line (this release's default, version 5) on the same data dir; the data-dir
-//! format did not change in this release, so the same files serve both (`tests/upgrade.rs`
+//! format did not change in this release, so the same files serve both (`tests/integration/upgrade.rs`
 //! opens data dirs of older releases).
 //!
 //! With `LEASEKV_PREVIOUS_KVSERVER=/path/to/kvserver` (a build of the previous release, e.g.
@@ -30,7 +30,7 @@
 //! such line, and an upgrade restarts a node on this build's binary: the same test against
 //! the real previous release.
 
-mod common;
+use crate::common;
 
 use common::cluster::{eventually, runtime, Cluster};
 use leasekv::client::{prefix_range_end, Client, GetOptions, RetryPolicy, Watch, WatchOptions, WatchUpdate};

@@ -5,11 +5,11 @@
 //! it the test is skipped with a note, except under `CI=true`, where it fails: CI must not
 //! silently lose the only check that the protocol matches.
 
+use crate::common;
 use leasekv::client::proto::etcdserverpb::{
     compare, request_op, response_op, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 use leasekv::client::{Client, GetOptions, RetryPolicy};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -24,10 +24,9 @@ fn find_etcd() -> Option<PathBuf> {
     std::env::split_paths(&path).map(|dir| dir.join("etcd")).find(|candidate| candidate.is_file())
 }
 
-/// A port nobody listens on right now (the OS picks it; we release it for etcd).
+/// A free port on 127.0.0.1, below the ephemeral range (see [`common::free_ports`]).
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port on 127.0.0.1");
-    listener.local_addr().expect("local address of the ephemeral listener").port()
+    common::free_ports(1)[0]
 }
 
 /// A single-member etcd on loopback in a temporary directory, killed (by pid) when dropped.

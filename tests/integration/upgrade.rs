@@ -15,7 +15,7 @@
 //! times; `/servers/2` deleted; compacted at revision 30; `/after-compact`. Store revision
 //! 68, with a snapshot taken and slots logged after it.
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, eventually, runtime, KVSERVER};
 use leasekv::client::{GetOptions, WatchOptions, WatchUpdate};

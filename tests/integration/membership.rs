@@ -2,7 +2,7 @@
 //! a dead member is replaced, etcd's errors, a removed node refusing to start, and etcdctl
 //! driving the change (docs/membership.md, docs/operations.md "Add a member").
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
 use leasekv::client::{Client, ClientError, GetOptions};

@@ -1,7 +1,7 @@
 //! What operators do to a running cluster, on real `kvserver` processes: back it up and
 //! restore the backup into a new cluster, and compare the members' hashes.
 
-mod common;
+use crate::common;
 
 use common::cluster::{client, eventually, runtime, Cluster, KVSERVER};
 use common::process::{run, succeeded};

@@ -11,7 +11,7 @@
 //! Needs `etcd` (Debian etcd-server) and Python's `etcd3gw` (PyPI; `.ci/run` installs both).
 //! Without them these tests are skipped with a note, except under `CI=true`, where they fail.
 
-mod common;
+use crate::common;
 
 use common::http::{agent, get, post};
 use leasekv::node_config::NodeFile;

@@ -10,7 +10,7 @@
 //!
 //! Without etcd the test skips, except under `CI=true`, where it fails.
 
-mod common;
+use crate::common;
 
 use common::cluster::runtime;
 use leasekv::client::proto::authpb::{permission::Type, Permission, UserAddOptions};

@@ -10,7 +10,7 @@
 //!
 //! Without etcd or etcdctl the tests skip, except under `CI=true`, where they fail.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

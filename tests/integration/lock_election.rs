@@ -16,7 +16,7 @@
 //!
 //! Without etcd the test skips, except under `CI=true`, where it fails.
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::cluster::{runtime, Cluster};

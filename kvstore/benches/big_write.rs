@@ -1,0 +1,83 @@
+//! One big write on the store's real engine: a DeleteRange of 200,000 keys on sled, as
+//! `etcdctl check perf` ends (it deletes every key it wrote in one request). Times the
+//! apply (in memory, on the node loop) and the flush (the records built and written to
+//! sled in one batch, also on the node loop) separately, at two value sizes, with the
+//! server's default engine cache.
+//!
+//! The flush of such a batch stalls every member at once (the closing DeleteRange of
+//! `check perf --load=l` took 20 s on each). This bench is its baseline: the flush is
+//! dominated by sled 0.34's `apply_batch`, which clones a key's whole leaf (up to 16
+//! records, values inline) for every delete, so it grows with the value size.
+//!
+//! Prints one `leasekv-bench:` line per value size (median of [`RUNS`] runs).
+//!
+//! `cargo bench -p leasekv-kvstore --bench big_write`
+
+use leasekv_kvstore::engine::SledEngine;
+use leasekv_kvstore::storage::DEFAULT_STATE_CACHE_BYTES;
+use leasekv_kvstore::{Command, DeleteRangeRequest, KeyRange, PutRequest, StateMachine};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Keys written, then deleted in one DeleteRange.
+const KEYS: usize = 200_000;
+/// Value sizes, bytes: check perf's (1 KiB) and a small one.
+const VALUE_SIZES: &[usize] = &[1024, 100];
+/// Puts per engine write while loading (about what a loaded node loop flushes at once).
+const PUTS_PER_FLUSH: usize = 4096;
+/// Runs per value size; the median is printed.
+const RUNS: usize = 3;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// One run: a fresh engine loaded with `KEYS` keys, then the DeleteRange's apply and flush.
+fn run(value_size: usize) -> (Duration, Duration) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let engine = SledEngine::open(dir.path(), DEFAULT_STATE_CACHE_BYTES).expect("sled opens");
+    let mut sm = StateMachine::on_engine(Arc::new(engine)).expect("an empty engine");
+    let mut applied = 0;
+    for i in 0..KEYS {
+        let key = format!("/check-perf/{i:012}").into_bytes();
+        sm.apply(&Command::Put(PutRequest { key, value: vec![b'v'; value_size], lease: 0, prev_kv: false }))
+            .result
+            .expect("put");
+        applied += 1;
+        if i % PUTS_PER_FLUSH == PUTS_PER_FLUSH - 1 {
+            sm.flush_through(applied).expect("load flush");
+        }
+    }
+    sm.flush_through(applied).expect("load flush");
+    let delete = Command::DeleteRange(DeleteRangeRequest {
+        range: KeyRange { key: b"/check-perf/".to_vec(), range_end: b"/check-perf0".to_vec() },
+        prev_kv: false,
+    });
+    let start = Instant::now();
+    sm.apply(&delete).result.expect("delete");
+    let apply = start.elapsed();
+    applied += 1;
+    let start = Instant::now();
+    sm.flush_through(applied).expect("the delete's flush");
+    let flush = start.elapsed();
+    assert_eq!(sm.key_count(), 0);
+    (apply, flush)
+}
+
+fn main() {
+    // `cargo test --benches` runs bench targets with `--test`: nothing to check here.
+    if std::env::args().any(|arg| arg == "--test") {
+        return;
+    }
+    for &value_size in VALUE_SIZES {
+        let (applies, flushes): (Vec<_>, Vec<_>) = (0..RUNS).map(|_| run(value_size)).unzip();
+        println!(
+            "leasekv-bench: DeleteRange of {KEYS} keys x {value_size} B on sled ({} MiB cache): apply {:.2} s, \
+             flush {:.2} s (median of {RUNS})",
+            DEFAULT_STATE_CACHE_BYTES >> 20,
+            median(applies).as_secs_f64(),
+            median(flushes).as_secs_f64()
+        );
+    }
+}
