@@ -1,0 +1,6 @@
+//! The crate's integration tests, as modules of one test binary (one link of the crate and
+//! its dependencies instead of one per file). `cargo test -p <crate> --test integration <module>::`
+//! runs one module.
+
+mod etcdctl_against_stub;
+mod indeterminate_write;
