@@ -15,7 +15,6 @@ use crate::common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const KVSERVER: &str = env!("CARGO_BIN_EXE_kvserver");
@@ -95,18 +94,9 @@ fn etcdctl(bin: &Path, endpoint: &str, args: &[&str], stdin: Option<&str>) -> St
     if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
         let _ = pipe.write_all(input.as_bytes());
     }
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let output = match rx.recv_timeout(RUN_LIMIT) {
-        Ok(output) => output.expect("etcdctl output"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
-            panic!("etcdctl {args:?} did not finish within {RUN_LIMIT:?}");
-        }
-    };
+    let output = common::process::output_within(child, RUN_LIMIT)
+        .unwrap_or_else(|| panic!("etcdctl {args:?} did not finish within {RUN_LIMIT:?}"))
+        .expect("etcdctl output");
     let errors: Vec<&str> =
         std::str::from_utf8(&output.stderr).unwrap_or("").lines().filter(|l| !l.starts_with('{')).collect();
     format!(

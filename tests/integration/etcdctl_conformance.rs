@@ -47,7 +47,6 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const KVSERVER: &str = env!("CARGO_BIN_EXE_kvserver");
@@ -167,7 +166,6 @@ fn etcdctl(bin: &Path, endpoints: &str, timeout: &str, args: &[String], stdin: O
         .stderr(Stdio::piped())
         .spawn()
         .expect("etcdctl starts");
-    let pid = child.id();
     let writer = child.stdin.take().map(|mut pipe| {
         let input = stdin.unwrap_or_default().to_vec();
         std::thread::spawn(move || {
@@ -175,18 +173,9 @@ fn etcdctl(bin: &Path, endpoints: &str, timeout: &str, args: &[String], stdin: O
             let _ = pipe.write_all(&input);
         })
     });
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let output = match rx.recv_timeout(RUN_LIMIT) {
-        Ok(output) => output.expect("etcdctl's output is readable"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
-            let _ = rx.recv_timeout(Duration::from_secs(5));
-            panic!("etcdctl {args:?} against {endpoints} did not finish within {RUN_LIMIT:?}");
-        }
-    };
+    let output = common::process::output_within(child, RUN_LIMIT)
+        .unwrap_or_else(|| panic!("etcdctl {args:?} against {endpoints} did not finish within {RUN_LIMIT:?}"))
+        .expect("etcdctl's output is readable");
     if let Some(writer) = writer {
         let _ = writer.join();
     }

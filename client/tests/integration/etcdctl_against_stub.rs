@@ -38,12 +38,7 @@ fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
 
 #[tonic::async_trait]
 impl Kv for StubKv {
-    type RangeStreamStream = std::pin::Pin<
-        Box<
-            dyn tokio_stream::Stream<Item = Result<leasekv_client::proto::etcdserverpb::RangeStreamResponse, Status>>
-                + Send,
-        >,
-    >;
+    type RangeStreamStream = crate::NoRangeStream;
 
     async fn range_stream(&self, _: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         Err(Status::unimplemented("range stream"))

@@ -22,12 +22,7 @@ struct FailingKv {
 
 #[tonic::async_trait]
 impl Kv for FailingKv {
-    type RangeStreamStream = std::pin::Pin<
-        Box<
-            dyn tokio_stream::Stream<Item = Result<leasekv_client::proto::etcdserverpb::RangeStreamResponse, Status>>
-                + Send,
-        >,
-    >;
+    type RangeStreamStream = crate::NoRangeStream;
 
     async fn range_stream(&self, _: Request<RangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         Err(Status::unimplemented("range stream"))

@@ -4,3 +4,11 @@
 
 mod etcdctl_against_stub;
 mod indeterminate_write;
+
+/// The RangeStream answer type of the stub servers, which refuse RangeStream.
+type NoRangeStream = std::pin::Pin<
+    Box<
+        dyn tokio_stream::Stream<Item = Result<leasekv_client::proto::etcdserverpb::RangeStreamResponse, tonic::Status>>
+            + Send,
+    >,
+>;
