@@ -123,6 +123,14 @@ pub trait ElectionCore: Send + 'static {
     fn configuration_seen(&self) -> u64 {
         0
     }
+    /// The driver's candidacy switch: whether this node offers itself as master. A node
+    /// that could not serve as master (it is catching up from its peers, its last snapshot
+    /// install failed, or it held mastership without becoming ready) turns it off; it then
+    /// starts no round and gives up mastership at once if it holds it, but goes on voting
+    /// (its acceptors keep answering), so the others elect among themselves. Turned on
+    /// again, it competes after the usual hold-off. Every node starts as a candidate; only
+    /// liveness depends on the switch, never safety.
+    fn set_candidacy(&mut self, now: Instant, candidate: bool);
     /// Gives up mastership (if held) so that `to` takes over next (etcd's leader transfer),
     /// then keeps competing after the hold-off. Only timing: safety never depends on who
     /// takes over. A backend that cannot direct the next master just steps down.

@@ -263,6 +263,20 @@ impl ElectionCore for NaiveMajorityElection {
         self.wanted = false;
     }
 
+    /// The naive baseline has no switch of its own: off, it steps down and stops asking, as
+    /// a shutdown; on, it asks again after the hold-off.
+    fn set_candidacy(&mut self, now: Instant, candidate: bool) {
+        if candidate == self.wanted {
+            return;
+        }
+        if candidate {
+            self.wanted = true;
+            self.next_attempt = Some(now.max(self.hold_off_until));
+        } else {
+            self.shut_down(now);
+        }
+    }
+
     /// The deliberately unsafe baseline just asks the new voters from then on: it has no
     /// epochs, so nothing stops an old majority granting meanwhile.
     fn set_configuration(&mut self, _now: Instant, configuration: &crate::members::Configuration) {

@@ -157,6 +157,8 @@ pub struct LeaseTrackerElection {
     tracker: Option<Tracker>,
     counter: u64,
     wanted: bool,
+    /// The driver's candidacy switch (see [`ElectionCore::set_candidacy`]).
+    candidate: bool,
     outstanding: Option<Outstanding>,
     last_granted: Option<Ballot>,
     lease: Option<Mastership>,
@@ -198,6 +200,7 @@ impl LeaseTrackerElection {
             tracker,
             counter: 0,
             wanted: true,
+            candidate: true,
             outstanding: None,
             last_granted: None,
             lease: None,
@@ -300,7 +303,7 @@ impl LeaseTrackerElection {
     /// applied the change keeps granting to nodes that have not applied it either), so the
     /// server refuses such a change; should one be applied anyway, nobody asks.
     fn competing(&self) -> bool {
-        self.wanted && self.voters.contains(&self.me) && self.voters.contains(&self.tracker_node)
+        self.wanted && self.candidate && self.voters.contains(&self.me) && self.voters.contains(&self.tracker_node)
     }
 
     fn release(&mut self, now: Instant, keep_competing: bool) {
@@ -419,6 +422,19 @@ impl ElectionCore for LeaseTrackerElection {
 
     fn step_down(&mut self, now: Instant) {
         self.release(now, true);
+    }
+
+    fn set_candidacy(&mut self, now: Instant, candidate: bool) {
+        if candidate == self.candidate {
+            return;
+        }
+        self.candidate = candidate;
+        if !candidate {
+            let wanted = self.wanted;
+            self.release(now, wanted);
+        } else if self.wanted && self.next_attempt.is_none() {
+            self.next_attempt = Some(now.max(self.hold_off_until));
+        }
     }
 
     fn shut_down(&mut self, now: Instant) {

@@ -58,6 +58,8 @@ pub struct ReplicaConfig {
     /// A deliberately broken variant (simulator negative controls only).
     #[cfg(feature = "negative-controls")]
     pub breakage: LogBreakage,
+    /// When this node offers itself as master (see [`super::CandidacyConfig`]).
+    pub candidacy: super::CandidacyConfig,
 }
 
 impl ReplicaConfig {
@@ -86,6 +88,7 @@ impl ReplicaConfig {
             point_reads_in_place: true,
             #[cfg(feature = "negative-controls")]
             breakage: LogBreakage::None,
+            candidacy: super::CandidacyConfig::for_lease_time(lease_time),
         }
     }
 }

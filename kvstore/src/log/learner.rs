@@ -301,6 +301,7 @@ impl<S: Storage> Replica<S> {
     /// when this replica accepted it in that same ballot (the leader proposes one value per
     /// slot per ballot); anything else must be fetched.
     pub(super) fn learn_commit(&mut self, now: Instant, from: NodeId, ballot: LogBallot, commit: Slot) {
+        self.candidacy_announced(now, commit);
         let mut slot = self.learner.commit() + 1;
         while slot <= commit && self.acceptor.learn_chosen(slot, ballot) {
             slot += 1;
@@ -586,6 +587,7 @@ impl<S: Storage> Replica<S> {
         }
         self.learner.install_snapshot(machine, index, snapshot_bytes);
         self.counts.snapshots_installed += 1;
+        self.candidacy_installed();
         self.acceptor.forget_through(index);
         if self.config.trace_applies {
             self.outbox.trace(AppliedTrace {

@@ -30,7 +30,10 @@ pub use config::{LogBreakage, ReplicaConfig, ReplicaConfigError};
 pub use message::LogMessage;
 pub use read_job::ReadJob;
 pub use read_lease::ReadLeaseConfig;
-pub use replica::{AppliedTrace, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket};
+pub use replica::{
+    AppliedTrace, CandidacyConfig, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket,
+    Withdrawal,
+};
 pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};
 pub use staged::StagedSnapshot;
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

@@ -11,6 +11,7 @@
 //! batch of accepts.
 
 mod admission;
+mod candidacy;
 mod durability;
 mod read_leases;
 mod reports;
@@ -44,6 +45,7 @@ const LEARNER_SLACK_SLOTS: u64 = 16;
 /// How soon a node proposes raising an alarm again while the first proposal is on its way.
 const ALARM_RETRY: Duration = Duration::from_secs(1);
 
+pub use candidacy::{CandidacyConfig, Withdrawal};
 pub use reports::{AppliedTrace, LeaseStatus, OpenError, ReplicaCounts, ReplicaOutput, SyncTicket};
 
 /// One node's share of the replicated store. See the module documentation.
@@ -103,6 +105,10 @@ pub struct Replica<S: Storage> {
     /// Whether read leases may be asked for and granted now (every member speaks their
     /// protocol; see [`Replica::set_read_leases_allowed`]).
     pub(super) read_leases_allowed: bool,
+    /// Whether this node should offer itself as master (see [`Replica::update_candidacy`]).
+    candidacy: candidacy::Candidacy,
+    /// The reason of the last [`Replica::update_candidacy`], if it withdrew.
+    withdrawal: Option<Withdrawal>,
 }
 
 impl<S: Storage> Replica<S> {
@@ -196,6 +202,7 @@ impl<S: Storage> Replica<S> {
             tracing::info!(node = %me, applied, first, "the log starts after the state; catching up from peers");
         }
         let compacted = applied;
+        let candidacy_config = config.candidacy;
         let mut replica = Replica {
             me,
             seed,
@@ -228,6 +235,8 @@ impl<S: Storage> Replica<S> {
             grants: Grants::default(),
             held_lease: Held::default(),
             read_leases_allowed: true,
+            candidacy: candidacy::Candidacy::new(candidacy_config),
+            withdrawal: None,
         };
         replica.advance_commit();
         replica.apply_chosen(Instant::from_nanos(0));
@@ -522,7 +531,48 @@ impl<S: Storage> Replica<S> {
             consider(self.lessor.next_deadline());
         }
         consider(self.next_lease_expiry());
+        consider(self.candidacy.next_deadline());
         next
+    }
+
+    /// Decides whether this node should offer itself as master now (see
+    /// [`CandidacyConfig`]): `None` when it should, else why not. The driver hands the
+    /// answer to the election's candidacy switch; a master that withdraws gives mastership
+    /// up through it.
+    pub fn update_candidacy(&mut self, now: Instant) -> Option<&Withdrawal> {
+        let master = self.is_master(Some(now));
+        self.candidacy.mastership(now, master, self.role.is_ready());
+        let withdrawal = self.candidacy.withdrawal(now, self.learner.applied());
+        if withdrawal != self.withdrawal {
+            match &withdrawal {
+                Some(why) => tracing::warn!(node = %self.me, reason = %why, "withdrawing from the election"),
+                None => tracing::info!(node = %self.me, "a candidate for master again"),
+            }
+            self.withdrawal = withdrawal;
+        }
+        self.withdrawal.as_ref()
+    }
+
+    /// Why this node withdrew from the election at the last [`Replica::update_candidacy`].
+    pub fn withdrawal(&self) -> Option<&Withdrawal> {
+        self.withdrawal.as_ref()
+    }
+
+    /// A snapshot sent to this node could not be installed (the driver installs the
+    /// snapshots that arrive in chunks, off the replica): the node withdraws from the
+    /// election until an install succeeds or the log catches it up; it asks again as usual.
+    pub fn snapshot_install_failed(&mut self, reason: String) {
+        self.candidacy.install_failed(reason);
+    }
+
+    /// A master announced every slot through `commit` chosen.
+    pub(super) fn candidacy_announced(&mut self, now: Instant, commit: Slot) {
+        self.candidacy.announced(now, commit);
+    }
+
+    /// A snapshot was installed.
+    pub(super) fn candidacy_installed(&mut self) {
+        self.candidacy.installed();
     }
 
     /// Proposes a client command. It is validated first; on success the result arrives as a

@@ -116,6 +116,10 @@ pub struct NodeOutput<W> {
     pub step_downs: Vec<Asker<W>>,
     /// The configuration in force changed: hand it to the election and the peer network.
     pub configuration: Option<Membership>,
+    /// Whether this node should offer itself as master changed: hand it to the election's
+    /// candidacy switch (`ElectionCore::set_candidacy`); the reason is
+    /// [`Replica::withdrawal`].
+    pub candidacy: Option<bool>,
     /// This node applied its own removal, at this configuration epoch (reported once).
     pub removed: Option<u64>,
     /// Storage holds writes that outputs wait for: sync, then [`Replica::finish_sync`].
@@ -136,6 +140,7 @@ impl<W> Default for NodeOutput<W> {
             reads: Vec::new(),
             step_downs: Vec::new(),
             configuration: None,
+            candidacy: None,
             removed: None,
             needs_sync: false,
             applied: Vec::new(),
@@ -187,6 +192,8 @@ pub struct Node<S: Storage, W> {
     /// The configuration epoch last reported in [`NodeOutput::configuration`].
     seen_epoch: Option<u64>,
     removal_reported: bool,
+    /// The candidacy last reported in [`NodeOutput::candidacy`].
+    candidacy_reported: Option<bool>,
     gauges: ElectionGauges,
     /// Produced by the handlers, handed over by [`Node::take_output`] (the answers and
     /// forwards also by [`Node::drain_ready`]).
@@ -209,6 +216,7 @@ impl<S: Storage, W> Node<S, W> {
             known_master: None,
             seen_epoch: None,
             removal_reported: false,
+            candidacy_reported: None,
             gauges: ElectionGauges::default(),
             pending: NodeOutput::default(),
             breakage: NodeBreakage::None,
@@ -440,6 +448,12 @@ impl<S: Storage, W> Node<S, W> {
         .min()
     }
 
+    /// A snapshot the driver received could not be installed (see
+    /// [`Replica::snapshot_install_failed`]).
+    pub fn snapshot_install_failed(&mut self, reason: String) {
+        self.replica.snapshot_install_failed(reason);
+    }
+
     /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
     pub fn step_down_finished(&mut self, asker: Asker<W>, result: MasterResult) {
         self.answer(asker, result);
@@ -470,6 +484,11 @@ impl<S: Storage, W> Node<S, W> {
             self.replica.catch_up(now);
         }
         self.follow_membership();
+        let candidate = self.replica.update_candidacy(now).is_none();
+        if self.candidacy_reported != Some(candidate) {
+            self.candidacy_reported = Some(candidate);
+            self.pending.candidacy = Some(candidate);
+        }
         let output = self.replica.take_output_before_flush();
         self.pending.log.extend(output.messages);
         self.pending.needs_sync |= output.needs_sync;

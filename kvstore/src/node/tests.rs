@@ -23,6 +23,8 @@ struct Cluster {
     now: Instant,
     answers: Vec<(NodeId, Waiter, MasterResult)>,
     step_downs: Vec<(NodeId, Asker<Waiter>)>,
+    /// Every candidacy each node reported, in order.
+    candidacies: Vec<(NodeId, bool)>,
     /// Messages to these nodes are lost.
     cut: Vec<NodeId>,
 }
@@ -58,6 +60,7 @@ impl Cluster {
             now,
             answers: Vec::new(),
             step_downs: Vec::new(),
+            candidacies: Vec::new(),
             cut: Vec::new(),
         };
         cluster.elect(NodeId(1), 1);
@@ -113,6 +116,7 @@ impl Cluster {
                     }
                 }
                 self.step_downs.extend(out.step_downs.into_iter().map(|a| (from, a)));
+                self.candidacies.extend(out.candidacy.map(|c| (from, c)));
             }
             let Some((from, to, wire)) = self.queue.pop_front() else { return };
             if self.cut.contains(&to) {
@@ -137,6 +141,11 @@ impl Cluster {
             }
         }
         self.settle();
+    }
+
+    /// The candidacy `node` reported last (every node reports `true` first).
+    fn candidate(&self, node: NodeId) -> Option<bool> {
+        self.candidacies.iter().rev().find(|(n, _)| *n == node).map(|(_, c)| *c)
     }
 
     fn answer(&self, node: NodeId, waiter: Waiter) -> Option<&MasterResult> {
@@ -349,4 +358,77 @@ fn an_answer_held_for_a_follower_that_cannot_catch_up_goes_after_the_wait() {
     cluster.advance(Duration::from_millis(1));
     assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::Read(_, 2)))), "late, never lost");
     assert_eq!(cluster.node(NodeId(2)).replica().state().revision(), 1);
+}
+
+#[test]
+fn a_member_far_behind_the_master_withdraws_from_the_election_until_it_caught_up() {
+    let mut cluster = Cluster::ready();
+    assert_eq!(cluster.candidate(NodeId(3)), Some(true), "every node starts as a candidate");
+    cluster.cut.push(NodeId(3));
+    for i in 0..40 {
+        let now = cluster.now;
+        cluster.node(NodeId(1)).handle_client(now, put(&format!("/k{i}")), i, |_| false);
+        cluster.settle();
+    }
+    // Node 3 hears the master again but its fetches are lost: it knows it is far behind.
+    cluster.cut = vec![NodeId(1)];
+    cluster.advance(Duration::from_millis(300));
+    assert_eq!(cluster.candidate(NodeId(3)), Some(false), "a member 40 slots behind withdraws");
+    let why = cluster.node(NodeId(3)).replica().withdrawal().map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains("catching up"), "{why}");
+    assert_eq!(cluster.candidate(NodeId(2)), Some(true), "an up-to-date member stays a candidate");
+    // Its fetches get through: it catches up and competes again.
+    cluster.cut.clear();
+    cluster.advance(Duration::from_millis(300));
+    assert_eq!(cluster.node(NodeId(3)).replica().state().key_count(), 40);
+    assert_eq!(cluster.candidate(NodeId(3)), Some(true), "caught up: a candidate again");
+}
+
+#[test]
+fn a_failed_snapshot_install_withdraws_the_member_and_says_why() {
+    let mut cluster = Cluster::ready();
+    cluster.cut.push(NodeId(3));
+    for i in 0..40 {
+        let now = cluster.now;
+        cluster.node(NodeId(1)).handle_client(now, put(&format!("/k{i}")), i, |_| false);
+        cluster.settle();
+    }
+    cluster.cut = vec![NodeId(1)];
+    cluster.advance(Duration::from_millis(300));
+    cluster.node(NodeId(3)).snapshot_install_failed("No space left on device (os error 28)".into());
+    cluster.settle();
+    assert_eq!(cluster.candidate(NodeId(3)), Some(false));
+    let why = cluster.node(NodeId(3)).replica().withdrawal().map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains("No space left on device"), "{why}");
+    // The master falls silent: a member that is merely behind would compete again, one
+    // whose install failed has nothing to serve from and stays out.
+    cluster.cut = vec![NodeId(1), NodeId(3)];
+    cluster.advance(Duration::from_secs(3));
+    assert_eq!(cluster.candidate(NodeId(3)), Some(false));
+    // Its next fetch brings the log (here the entries; a snapshot that installs alike).
+    cluster.cut.clear();
+    cluster.advance(Duration::from_millis(300));
+    assert_eq!(cluster.node(NodeId(3)).replica().state().key_count(), 40);
+    assert_eq!(cluster.candidate(NodeId(3)), Some(true));
+}
+
+#[test]
+fn a_master_that_cannot_take_over_the_log_gives_mastership_up_and_holds_off() {
+    let mut cluster = Cluster::ready();
+    // Node 3 wins the election but reaches nobody: its phase 1 never completes.
+    cluster.cut = vec![NodeId(1), NodeId(2)];
+    cluster.elect(NodeId(3), 2);
+    cluster.settle();
+    let ready_within = ReplicaConfig::for_lease_time(Duration::from_secs(1)).candidacy.ready_within;
+    cluster.advance(ready_within - Duration::from_millis(100));
+    assert_eq!(cluster.candidate(NodeId(3)), Some(true), "within the bound it keeps trying");
+    cluster.advance(Duration::from_millis(200));
+    assert_eq!(cluster.candidate(NodeId(3)), Some(false), "past the bound it gives mastership up");
+    let why = cluster.node(NodeId(3)).replica().withdrawal().map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains("without taking over the log"), "{why}");
+    // The election releases the lease (the driver's switch); later it competes again.
+    cluster.elect(NodeId(1), 3);
+    cluster.cut.clear();
+    cluster.advance(ready_within * 2 + Duration::from_millis(100));
+    assert_eq!(cluster.candidate(NodeId(3)), Some(true), "a candidate again after the hold-off");
 }

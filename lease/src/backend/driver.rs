@@ -97,6 +97,8 @@ pub struct DrivenBackend {
     change_allowed: ChangeAllowed,
     /// The configuration the core takes before its next step (latest wins).
     configuration: watch::Sender<Option<Configuration>>,
+    /// The candidacy the core takes before its next step (latest wins).
+    candidacy: watch::Sender<bool>,
     /// The core's `configuration_seen` after its latest step.
     configuration_seen: Arc<AtomicU64>,
 }
@@ -170,6 +172,7 @@ impl DrivenBackend {
         let change_allowed = Arc::new(std::sync::Mutex::new(core.change_allowed_after()));
         let configuration_seen = Arc::new(AtomicU64::new(core.configuration_seen()));
         let (configuration, configurations) = watch::channel(None);
+        let (candidacy, candidacies) = watch::channel(true);
         let driver = Driver {
             name,
             id,
@@ -181,7 +184,7 @@ impl DrivenBackend {
             change_allowed: change_allowed.clone(),
             configuration_seen: configuration_seen.clone(),
         };
-        let run = driver.run(inbox, commands_rx, configurations);
+        let run = driver.run(inbox, commands_rx, configurations, candidacies);
         match own_thread {
             None => drop(tokio::spawn(run)),
             Some(runtime) => {
@@ -198,6 +201,7 @@ impl DrivenBackend {
             counts,
             change_allowed,
             configuration,
+            candidacy,
             configuration_seen,
         }))
     }
@@ -266,6 +270,10 @@ impl ElectionBackend for DrivenBackend {
         self.configuration_seen.load(Ordering::Acquire)
     }
 
+    fn set_candidacy(&self, candidate: bool) {
+        self.candidacy.send_if_modified(|current| std::mem::replace(current, candidate) != candidate);
+    }
+
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
         *self.change_allowed.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -332,6 +340,7 @@ impl<C: ElectionCore> Driver<C> {
         inbox: Inbox,
         mut commands: mpsc::Receiver<Command>,
         mut configurations: watch::Receiver<Option<Configuration>>,
+        mut candidacies: watch::Receiver<bool>,
     ) {
         let mut inbox = Some(inbox);
         // The core may have produced output when it was built (PaxosLease starts its first
@@ -383,6 +392,13 @@ impl<C: ElectionCore> Driver<C> {
                         self.core.set_configuration(self.clock.now(), &configuration);
                         self.flush().await;
                     }
+                }
+                Ok(()) = candidacies.changed() => {
+                    let candidate = *candidacies.borrow_and_update();
+                    tracing::info!(backend = self.name, node = %self.id, candidate,
+                        "election: candidacy {}", if candidate { "resumed" } else { "withdrawn" });
+                    self.core.set_candidacy(self.clock.now(), candidate);
+                    self.flush().await;
                 }
                 () = sleep => {
                     let now = self.clock.now();

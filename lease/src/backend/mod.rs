@@ -124,6 +124,11 @@ pub trait ElectionBackend: Send + Sync {
     /// before its next step (a later call replaces one it has not taken yet). The caller
     /// (the node loop) must not wait for the election's task.
     fn configure(&self, configuration: crate::members::Configuration);
+    /// Turns this node's candidacy on or off (see
+    /// [`crate::core::ElectionCore::set_candidacy`]) without waiting: the core takes it
+    /// before its next step (a later call replaces one it has not taken yet). The caller
+    /// (the node loop) must not wait for the election's task.
+    fn set_candidacy(&self, candidate: bool);
     /// The highest configuration epoch the core saw in a peer's message, as of its latest
     /// step (see [`crate::core::ElectionCore::configuration_seen`]).
     fn configuration_seen(&self) -> u64;
@@ -247,6 +252,9 @@ impl ElectionCore for Box<dyn ElectionCore> {
     }
     fn shut_down(&mut self, now: Instant) {
         (**self).shut_down(now)
+    }
+    fn set_candidacy(&mut self, now: Instant, candidate: bool) {
+        (**self).set_candidacy(now, candidate)
     }
     fn hand_over(&mut self, now: Instant, to: NodeId) {
         (**self).hand_over(now, to)

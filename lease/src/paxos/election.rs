@@ -80,6 +80,10 @@ impl ElectionCore for PaxosLeaseElection {
         self.node.release(now, ResourceId::MASTER, false);
     }
 
+    fn set_candidacy(&mut self, now: Instant, candidate: bool) {
+        self.node.set_candidacy(now, candidate);
+    }
+
     fn set_configuration(&mut self, now: Instant, configuration: &crate::members::Configuration) {
         let c = configuration;
         self.node.set_configuration(now, c.epoch, c.voters.as_slice(), c.learners.as_slice());

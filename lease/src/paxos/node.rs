@@ -32,6 +32,8 @@ pub struct LeaseNode {
     /// competes: that follows only the applied configuration, which is durable (design v2 in
     /// docs/membership.md).
     seen_epoch: u64,
+    /// The driver's candidacy switch ([`LeaseNode::set_candidacy`]).
+    candidate: bool,
     config: LeaseConfig,
     epoch: u32,
     /// The acceptor role stays silent until then (restart quarantine, rule 1).
@@ -67,6 +69,7 @@ impl LeaseNode {
             learners: Vec::new(),
             conf_epoch: 0,
             seen_epoch: 0,
+            candidate: true,
             config,
             epoch: epoch.value,
             quarantine_until,
@@ -118,8 +121,38 @@ impl LeaseNode {
     /// it applied. A node that has seen a later configuration may still try: acceptors that
     /// applied the later one refuse it, and rule 5 makes sure a majority of its own
     /// configuration includes such an acceptor once a second change is under way.
+    /// It must also be a candidate ([`LeaseNode::set_candidacy`]).
     pub fn may_compete(&self) -> bool {
-        self.voters.contains(self.me)
+        self.candidate && self.voters.contains(self.me)
+    }
+
+    /// Turns the driver's candidacy switch (see
+    /// [`ElectionCore::set_candidacy`](crate::core::ElectionCore::set_candidacy)): off, every
+    /// proposer gives up what it holds and starts no round, remembering whether the driver
+    /// wants the resource; on, competing resumes after the hold-off. The acceptors are
+    /// untouched either way.
+    pub fn set_candidacy(&mut self, now: Instant, candidate: bool) {
+        if candidate == self.candidate {
+            return;
+        }
+        self.candidate = candidate;
+        let eligible = self.may_compete();
+        let resources: Vec<ResourceId> = self.proposers.keys().copied().collect();
+        for resource in resources {
+            let mut out = ProposerOutput::default();
+            if let Some(p) = self.proposers.get_mut(&resource) {
+                if !candidate {
+                    p.retire(now, &mut out);
+                }
+                p.set_eligible(now, eligible, &mut out);
+            }
+            self.emit(now, resource, out);
+        }
+    }
+
+    /// Whether the driver's candidacy switch is on.
+    pub fn is_candidate(&self) -> bool {
+        self.candidate
     }
 
     /// Starts competing for `resource` (as soon as the configuration allows).

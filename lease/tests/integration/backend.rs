@@ -162,6 +162,36 @@ async fn step_down_hands_mastership_over_quickly() {
     assert!(new_term > old_term, "terms must grow: {old_term} then {new_term}");
 }
 
+/// The candidacy switch, on both configurable backends: a master that withdraws gives up
+/// at once and is not elected again while withdrawn (the others still elect among
+/// themselves, so it keeps voting); resumed, it can win again.
+#[tokio::test(start_paused = true)]
+async fn a_withdrawn_candidate_gives_up_mastership_and_never_takes_it_until_it_resumes() {
+    for kind in BackendKind::CONFIGURABLE {
+        let cluster = kind_cluster(kind, 3);
+        let old = cluster.wait_for_settled_master(Duration::from_secs(10), &[]).await;
+        cluster.nodes[old].set_candidacy(false);
+        let new = cluster.wait_for_master_other_than(old, "a master other than the withdrawn one").await;
+        // The next master steps down over and over: the withdrawn node never takes over.
+        let mut current = new;
+        for _ in 0..3 {
+            cluster.nodes[current].step_down().await.expect("running backend steps down");
+            current = cluster.wait_for_master_other_than(old, "another master, never the withdrawn one").await;
+            assert_ne!(current, old, "{}: a withdrawn candidate became master", kind.name());
+        }
+        cluster.observe(Duration::from_secs(2)).await;
+        assert!(cluster.nodes[old].status().master.is_none(), "{}: withdrawn and master", kind.name());
+        // Resumed: with every other node withdrawn, the old master is elected again.
+        cluster.nodes[old].set_candidacy(true);
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            if i != old {
+                node.set_candidacy(false);
+            }
+        }
+        cluster.wait_for(Duration::from_secs(10), "the resumed candidate elected", |c| c.master() == Some(old)).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn isolated_master_expires_and_another_takes_over() {
     let cluster = paxos_cluster(3);
@@ -377,6 +407,7 @@ impl ElectionCore for ScriptedCore {
         self.shut_down = true;
     }
     fn set_configuration(&mut self, _: Instant, _: &leasekv_lease::Configuration) {}
+    fn set_candidacy(&mut self, _: Instant, _: bool) {}
     fn change_allowed_after(&self) -> Option<(u64, Instant)> {
         None
     }

@@ -340,6 +340,9 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
                 .then(|| "etcdserver: no leader".to_string())
                 .into_iter()
                 .chain(node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, a.kind.etcd_name())))
+                // Why this member does not offer itself as master (catching up, a failed
+                // snapshot install): what an operator looking at `endpoint status` needs.
+                .chain(node.withdrawal.iter().map(ToString::to_string))
                 .collect(),
             ..Default::default()
         }))

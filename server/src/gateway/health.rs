@@ -7,14 +7,15 @@
 //! has applied the log as far as that read saw: a node cut off from the master, one that
 //! cannot reach a majority, and one that lags behind answer false. So does a cluster with
 //! a raised alarm (`ALARM NOSPACE`, `ALARM CORRUPT`), as etcd 3.5 answers, unless the
-//! prober excludes it (`/health?exclude=NOSPACE`).
+//! prober excludes it (`/health?exclude=NOSPACE`), and a member whose last snapshot install
+//! failed (`SNAPSHOT INSTALL FAILED: …`, a full disk: see docs/operations.md).
 
 use super::Handle;
 use axum::extract::State;
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use leasekv_client::proto::etcdserverpb as pb;
-use leasekv_kvstore::log::ReadConsistency;
+use leasekv_kvstore::log::{ReadConsistency, Withdrawal};
 use std::time::Duration;
 
 /// How long the health read may take: etcd's default request timeout is 5 s, but a health
@@ -41,6 +42,11 @@ pub(crate) async fn check(gateway: &Handle, excluded: &[String]) -> Result<(), S
         let mut raised = node.alarms.iter().map(|a| a.kind.etcd_name());
         if let Some(alarm) = raised.find(|name| !excluded.iter().any(|e| e == name)) {
             return Err(format!("ALARM {alarm}"));
+        }
+        // Catching up and a mastership given up show in the read below (or are no harm to
+        // a follower); a failed install would only show as "not caught up" without its cause.
+        if let Some(failed @ Withdrawal::InstallFailed { .. }) = &node.withdrawal {
+            return Err(format!("SNAPSHOT INSTALL FAILED: {failed}"));
         }
     }
     // The node's own read, not the KV service's: with auth on, the service would refuse a

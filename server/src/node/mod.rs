@@ -57,6 +57,9 @@ pub enum Request {
     /// A snapshot received from peer `.0`, installed, checked and synced in a staged engine
     /// as it arrived: adopted in one step.
     StagedSnapshot(NodeId, Box<leasekv_kvstore::log::StagedSnapshot>),
+    /// A snapshot from peer `.0` could not be installed, for reason `.1` (a full disk): the
+    /// node withdraws from the election until an install succeeds.
+    SnapshotInstallFailed(NodeId, String),
     /// A checkpoint's engine sync ran on a blocking thread, taking `.2`.
     CheckpointSynced(
         leasekv_kvstore::log::CheckpointTicket,
@@ -102,6 +105,9 @@ pub struct NodeStatus {
     pub lease_reads: leasekv_kvstore::node::lease_reads::LeaseReadCounts,
     /// Whether this node holds a valid read lease now.
     pub read_lease_held: bool,
+    /// Why this node does not offer itself as master, if it does not (catching up, a
+    /// failed snapshot install, a mastership given up unready).
+    pub withdrawal: Option<leasekv_kvstore::log::Withdrawal>,
 }
 
 /// Resolves when the node's storage failed (disk full, an I/O error), with the failure:

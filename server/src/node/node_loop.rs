@@ -466,6 +466,7 @@ impl NodeLoop {
                     forwards: self.node.forwards_pending(),
                     lease_reads: self.node.lease_read_counts(),
                     read_lease_held: replica.read_lease_until(now).is_some(),
+                    withdrawal: replica.withdrawal().cloned(),
                 });
             }
             Request::View(reply) => {
@@ -484,6 +485,10 @@ impl NodeLoop {
                 self.node.replica_mut().handle_staged_snapshot(now, *snapshot);
                 tracing::info!(peer = %from, index, applied = self.node.replica().applied_index(),
                     took_ms = started.elapsed().as_millis() as u64, "staged snapshot adopted");
+            }
+            Request::SnapshotInstallFailed(from, reason) => {
+                tracing::warn!(peer = %from, %reason, "the snapshot from the peer could not be installed; asking again");
+                self.node.snapshot_install_failed(reason);
             }
         }
         self.send_ready();
@@ -628,6 +633,9 @@ impl NodeLoop {
             // Before sending: a member just added must be reachable for what goes to it.
             if let Some(for_election) = output.configuration.take() {
                 self.follow_membership(for_election);
+            }
+            if let Some(candidate) = output.candidacy.take() {
+                self.election.set_candidacy(candidate);
             }
             if let Some(removed_at) = output.removed.take() {
                 self.follow_removal(removed_at);

@@ -193,6 +193,11 @@ pub enum PullError {
     /// Where it was going failed: the staged install reading it, or the engine staged for it.
     #[error("{0}")]
     Write(String),
+    /// The snapshot arrived (or was arriving) whole but this node could not install it: its
+    /// disk is full, its staged engine failed. Unlike a failed transfer, asking again does
+    /// not help until the cause is gone, so the node withdraws from the election meanwhile.
+    #[error("{0}")]
+    Install(String),
 }
 
 impl From<Status> for PullError {

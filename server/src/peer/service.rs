@@ -241,6 +241,10 @@ impl Inner {
                     "parked transfer no longer there; dropped");
                 return false;
             }
+            Err(PullError::Install(reason)) => {
+                self.node.deliver(NodeRequest::SnapshotInstallFailed(from, reason));
+                return false;
+            }
             Err(error) => {
                 tracing::warn!(peer = %from, kind = notice.kind.name(), index = notice.kind.index(), bytes = notice.size,
                     %error, "transfer from peer failed; dropped (the log asks again)");
@@ -318,10 +322,15 @@ impl Inner {
                 let pulled = reassemble(reassembly, stream, CHUNK_TIMEOUT).await;
                 // A failed transfer ended the reader's input: the install fails. Waited for
                 // either way; a staged engine not handed on is given up when dropped.
-                let installed = install.await.map_err(|e| PullError::Write(format!("the install stopped: {e}")))?;
-                let Pulled { chunks, .. } = pulled?;
-                let snapshot = installed.map_err(PullError::Write)?;
-                Ok((Fetched::Staged(Box::new(snapshot)), chunks))
+                let installed = install.await.map_err(|e| PullError::Install(format!("the install stopped: {e}")))?;
+                match (pulled, installed) {
+                    (Ok(Pulled { chunks, .. }), Ok(snapshot)) => Ok((Fetched::Staged(Box::new(snapshot)), chunks)),
+                    // The transfer ended because the install stopped reading: the install's
+                    // error is the cause.
+                    (Ok(_) | Err(PullError::Write(_)), Err(install)) => Err(PullError::Install(install)),
+                    // A transfer cut short: the install failed only for lack of input.
+                    (Err(transfer), _) => Err(transfer),
+                }
             }
             _ => {
                 let Pulled { data, chunks } = reassemble(Reassembly::new(notice)?, stream, CHUNK_TIMEOUT).await?;

@@ -288,6 +288,16 @@ impl World {
         let output = kv.take_output(now);
         let deadline = kv.poll_timeout();
         let id = self.nodes[node].id;
+        // As the server: the candidacy goes to the election's switch, which acts on it at
+        // its next step (a master that withdraws releases its lease there).
+        let candidacy_changed = match (output.candidacy, self.nodes[node].election.as_mut()) {
+            (Some(candidate), Some(core)) => {
+                core.set_candidacy(now, candidate);
+                self.trace(|| format!("{id} candidacy {candidate}"));
+                true
+            }
+            _ => false,
+        };
         for trace in &output.applied {
             if trace.from_snapshot {
                 self.report.snapshots_installed += 1;
@@ -352,7 +362,7 @@ impl World {
         if self.watch.clients() > 0 {
             self.observe_history(node);
         }
-        if self.sync_configuration(node) {
+        if self.sync_configuration(node) || candidacy_changed {
             self.after_election(node);
         }
     }
