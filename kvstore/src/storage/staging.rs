@@ -128,6 +128,28 @@ impl Stager {
         staged
     }
 
+    /// Whether the data dir's file system has room to install a snapshot of
+    /// `snapshot_bytes`: the staged engine is written beside the one in use, and holds at
+    /// least the snapshot's bytes. Refused with what is needed and what is free, so that a
+    /// member on a full disk says why it cannot catch up instead of failing deep inside the
+    /// engine, and asks again once there is room.
+    pub fn check_room(&self, snapshot_bytes: u64) -> Result<(), StorageError> {
+        let free = match rustix::fs::statvfs(&self.data_dir) {
+            Ok(stat) => stat.f_bavail.saturating_mul(stat.f_frsize),
+            // Unknown: the install finds out.
+            Err(_) => return Ok(()),
+        };
+        if free >= snapshot_bytes {
+            return Ok(());
+        }
+        Err(StorageError::Io(format!(
+            "no room for the snapshot: it is {} MB and the staged state it is installed into needs at least as much free on {}, where {} MB are free",
+            snapshot_bytes.div_ceil(1_000_000),
+            self.data_dir.display(),
+            free / 1_000_000
+        )))
+    }
+
     fn open_staged(&self) -> Result<StagedEngine, StorageError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nonce = std::time::SystemTime::now()
@@ -235,5 +257,19 @@ fn remove(path: &Path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => tracing::warn!(path = %path.display(), %error, "cannot delete a staged or replaced state"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_install_the_disk_cannot_hold_is_refused_with_what_it_needs() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let stager = Stager::new(dir.path(), 1 << 20);
+        assert!(stager.check_room(1 << 20).is_ok(), "a MiB fits");
+        let refused = stager.check_room(1 << 62).expect_err("4 EiB does not fit").to_string();
+        assert!(refused.contains("no room for the snapshot") && refused.contains("MB are free"), "{refused}");
     }
 }

@@ -312,6 +312,9 @@ impl Inner {
                 // Installed into a staged engine as the chunks arrive, on a thread of its
                 // own: a state of any size passes through this node in bounded memory,
                 // and the replica goes on serving until it adopts the result.
+                if notice.size != SIZE_UNKNOWN {
+                    stager.check_room(notice.size).map_err(|e| PullError::Install(e.to_string()))?;
+                }
                 let (reassembly, reader) = Reassembly::into_pipe(notice)?;
                 let stager = stager.clone();
                 let install = tokio::task::spawn_blocking(move || {
