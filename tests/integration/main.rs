@@ -13,6 +13,7 @@ mod against_etcd;
 mod auth;
 mod cluster;
 mod console;
+mod disk_full;
 mod etcd_flags;
 mod etcd_import;
 mod etcdctl_conformance;

@@ -165,7 +165,7 @@ pub(super) fn import(buckets: &Buckets<'_>, origin: [u8; 32]) -> Result<StateMac
         auth,
         origin: u64::from_le_bytes(origin[..8].try_into().unwrap_or_default()),
     };
-    StateMachine::from_imported(imported).map_err(|e| EtcdSnapshotError::Inconsistent(e.0))
+    StateMachine::from_imported(imported).map_err(|e| EtcdSnapshotError::Inconsistent(e.detail().to_string()))
 }
 
 /// Replays the `key` bucket in revision order: the live keys after the last change, the

@@ -58,6 +58,8 @@ pub(super) struct Learner {
     applied_bytes_since_snapshot: u64,
     compacted: Slot,
     fetch_sent: Option<Instant>,
+    /// No fetch before then (see [`Learner::hold_fetches_until`]).
+    fetches_held_until: Option<Instant>,
     /// Whether storage holds a snapshot record (an installed one, or one from a data dir
     /// of a release before the state engine) that the next checkpoint drops.
     stored_snapshot: bool,
@@ -136,6 +138,7 @@ impl Learner {
             applied_bytes_since_snapshot: 0,
             compacted: compacted.min(snapshot_index),
             fetch_sent: None,
+            fetches_held_until: None,
             stored_snapshot: false,
             installs: 0,
             checkpoint_in_flight: false,
@@ -251,8 +254,17 @@ impl Learner {
         if self.fetch_sent.is_some_and(|sent| now < sent.saturating_add(retry)) {
             return false;
         }
+        if self.fetches_held_until.is_some_and(|until| now < until) {
+            return false;
+        }
         self.fetch_sent = Some(now);
         true
+    }
+
+    /// No fetch goes out before `until` (a snapshot install failed: asking again at once
+    /// would have a master build another snapshot that fails alike).
+    pub(super) fn hold_fetches_until(&mut self, until: Instant) {
+        self.fetches_held_until = Some(until);
     }
 
     /// A fetch was answered: the next one may go out at once.
@@ -497,7 +509,7 @@ impl<S: Storage> Replica<S> {
             machine
                 .flush_through(index)
                 .map(|()| machine)
-                .map_err(|e| crate::state::SnapshotError(format!("cannot write the installed state: {e}")))
+                .map_err(|e| crate::state::SnapshotError::Corrupt(format!("cannot write the installed state: {e}")))
         });
         match installed {
             Ok(machine) => self.take_installed(now, index, machine, snapshot_bytes),

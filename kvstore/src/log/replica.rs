@@ -42,6 +42,10 @@ use std::time::Duration;
 /// etcd's 10%).
 const LEARNER_SLACK_SLOTS: u64 = 16;
 
+/// How long a node whose snapshot install failed waits before it asks for another (the
+/// cause, a full disk, takes an operator to fix).
+const INSTALL_RETRY: Duration = Duration::from_secs(2);
+
 /// How soon a node proposes raising an alarm again while the first proposal is on its way.
 const ALARM_RETRY: Duration = Duration::from_secs(1);
 
@@ -560,9 +564,11 @@ impl<S: Storage> Replica<S> {
 
     /// A snapshot sent to this node could not be installed (the driver installs the
     /// snapshots that arrive in chunks, off the replica): the node withdraws from the
-    /// election until an install succeeds or the log catches it up; it asks again as usual.
-    pub fn snapshot_install_failed(&mut self, reason: String) {
+    /// election until an install succeeds or the log catches it up, and asks again after
+    /// [`INSTALL_RETRY`] (at once, a master would build another snapshot that fails alike).
+    pub fn snapshot_install_failed(&mut self, now: Instant, reason: String) {
         self.candidacy.install_failed(reason);
+        self.learner.hold_fetches_until(now.saturating_add(INSTALL_RETRY));
     }
 
     /// A master announced every slot through `commit` chosen.

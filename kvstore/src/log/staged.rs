@@ -53,7 +53,7 @@ impl StagedSnapshot {
                 .engine()
                 .clear()
                 .and_then(|()| StateMachine::on_engine(staged.engine()))
-                .map_err(|e| SnapshotError(e.to_string()))?,
+                .map_err(|e| SnapshotError::Corrupt(e.to_string()))?,
         };
         Self::seal(index, counted.bytes, machine, staged)
     }
@@ -63,7 +63,7 @@ impl StagedSnapshot {
         if let Err(error) = written {
             drop(machine);
             staged.discard();
-            return Err(SnapshotError(format!("cannot write the staged state: {error}")));
+            return Err(SnapshotError::Corrupt(format!("cannot write the staged state: {error}")));
         }
         Ok(StagedSnapshot { index, bytes, machine, staged })
     }

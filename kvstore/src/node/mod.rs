@@ -450,8 +450,8 @@ impl<S: Storage, W> Node<S, W> {
 
     /// A snapshot the driver received could not be installed (see
     /// [`Replica::snapshot_install_failed`]).
-    pub fn snapshot_install_failed(&mut self, reason: String) {
-        self.replica.snapshot_install_failed(reason);
+    pub fn snapshot_install_failed(&mut self, now: Instant, reason: String) {
+        self.replica.snapshot_install_failed(now, reason);
     }
 
     /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).

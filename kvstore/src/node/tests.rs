@@ -395,7 +395,8 @@ fn a_failed_snapshot_install_withdraws_the_member_and_says_why() {
     }
     cluster.cut = vec![NodeId(1)];
     cluster.advance(Duration::from_millis(300));
-    cluster.node(NodeId(3)).snapshot_install_failed("No space left on device (os error 28)".into());
+    let now = cluster.now;
+    cluster.node(NodeId(3)).snapshot_install_failed(now, "No space left on device (os error 28)".into());
     cluster.settle();
     assert_eq!(cluster.candidate(NodeId(3)), Some(false));
     let why = cluster.node(NodeId(3)).replica().withdrawal().map(ToString::to_string).unwrap_or_default();

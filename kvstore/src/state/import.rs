@@ -56,19 +56,22 @@ impl StateMachine {
         let mut keys = imported.keys;
         keys.sort_by(|a, b| a.key.cmp(&b.key));
         if let Some(pair) = keys.windows(2).find(|w| w[0].key == w[1].key) {
-            return Err(SnapshotError(format!("key {:?} appears twice", String::from_utf8_lossy(&pair[0].key))));
+            return Err(SnapshotError::Corrupt(format!(
+                "key {:?} appears twice",
+                String::from_utf8_lossy(&pair[0].key)
+            )));
         }
         let mut leases = BTreeMap::new();
         for ImportedLease { id, ttl } in imported.leases {
             // Key sets are not part of the snapshot: the decoder rebuilds them from the keys.
             if leases.insert(id, Lease { id, name: None, ttl, keys: LeaseKeys::new() }).is_some() {
-                return Err(SnapshotError(format!("lease {id} appears twice")));
+                return Err(SnapshotError::Corrupt(format!("lease {id} appears twice")));
             }
         }
         // Laid out in an engine of their own and encoded as a snapshot, so that the state is
         // checked exactly as a restored snapshot is.
         let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
-        let stored = |e: EngineError| SnapshotError(format!("cannot store the imported state: {e}"));
+        let stored = |e: EngineError| SnapshotError::Corrupt(format!("cannot store the imported state: {e}"));
         let keys =
             Keyspace::load(Arc::clone(&engine), Failure::default(), keys, Graveyard::default()).map_err(stored)?;
         let leases = LeaseTable::from_parts(leases, 0);
@@ -86,7 +89,7 @@ impl StateMachine {
             membership: &Membership::default(),
             auth: &imported.auth,
         })
-        .map_err(|e| SnapshotError(format!("cannot encode the imported state: {e}")))?;
+        .map_err(|e| SnapshotError::Corrupt(format!("cannot encode the imported state: {e}")))?;
         StateMachine::from_snapshot_bytes(&bytes)
     }
 }

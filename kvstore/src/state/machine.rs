@@ -636,7 +636,7 @@ impl StateMachine {
             return Self::from_snapshot_bytes_on(&read_snapshot(path)?, engine);
         }
         let failure = Failure::default();
-        engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
+        engine.clear().map_err(|e| SnapshotError::Corrupt(format!("cannot clear the state engine: {e}")))?;
         let restored = stream::load_from(open_snapshot(path)?, &engine, &failure)?;
         Ok(Self::restored(engine, failure, restored))
     }
@@ -661,7 +661,7 @@ impl StateMachine {
     /// the slot it reaches with [`Self::flush_through`]).
     pub fn install_snapshot(checked: CheckedSnapshot, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
         let failure = Failure::default();
-        engine.clear().map_err(|e| SnapshotError(format!("cannot clear the state engine: {e}")))?;
+        engine.clear().map_err(|e| SnapshotError::Corrupt(format!("cannot clear the state engine: {e}")))?;
         let restored = checked.0.load(&engine, &failure)?;
         Ok(Self::restored(engine, failure, restored))
     }
@@ -692,12 +692,13 @@ impl StateMachine {
 fn open_snapshot(path: &Path) -> Result<std::io::BufReader<std::fs::File>, SnapshotError> {
     std::fs::File::open(path)
         .map(|file| std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|e| SnapshotError(format!("cannot open the snapshot file {}: {e}", path.display())))
+        .map_err(|e| SnapshotError::Corrupt(format!("cannot open the snapshot file {}: {e}", path.display())))
 }
 
 /// A snapshot file read whole (formats before 8, which are decoded from one buffer).
 fn read_snapshot(path: &Path) -> Result<Vec<u8>, SnapshotError> {
-    std::fs::read(path).map_err(|e| SnapshotError(format!("cannot read the snapshot file {}: {e}", path.display())))
+    std::fs::read(path)
+        .map_err(|e| SnapshotError::Corrupt(format!("cannot read the snapshot file {}: {e}", path.display())))
 }
 
 mod authorize;

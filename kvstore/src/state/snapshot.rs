@@ -33,10 +33,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-/// A snapshot could not be decoded.
+/// A snapshot could not be decoded, or the state it holds could not be stored.
 #[derive(Debug, thiserror::Error)]
-#[error("state machine snapshot is corrupt: {0}")]
-pub struct SnapshotError(pub String);
+pub enum SnapshotError {
+    /// The snapshot does not decode or does not hold a consistent state.
+    #[error("state machine snapshot is corrupt: {0}")]
+    Corrupt(String),
+    /// The state decoded but could not be written to the engine (a full disk, an I/O
+    /// error): the snapshot is fine, the place it was installed into is not.
+    #[error("cannot store the state of the snapshot: {0}")]
+    Storage(String),
+}
+
+impl SnapshotError {
+    /// What went wrong, without the kind's prefix (for errors that wrap it).
+    pub fn detail(&self) -> &str {
+        match self {
+            SnapshotError::Corrupt(detail) | SnapshotError::Storage(detail) => detail,
+        }
+    }
+}
 
 /// Bumped whenever the layout below changes, so that an old snapshot is refused with a
 /// clear message instead of being misread.
@@ -284,27 +300,27 @@ pub(super) fn encode(parts: &Parts<'_>) -> Result<Vec<u8>, postcard::Error> {
 
 /// Decodes the alarms section of a format 5 or 6 snapshot; returns what follows it.
 fn decode_alarms(bytes: &[u8]) -> Result<(BTreeSet<Alarm>, &[u8]), SnapshotError> {
-    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the alarms: {e}")))
+    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Corrupt(format!("cannot decode the alarms: {e}")))
 }
 
 /// Decodes the membership section of a format 6 or 7 snapshot; returns what follows it.
 fn decode_membership(bytes: &[u8]) -> Result<(Membership, &[u8]), SnapshotError> {
-    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the membership: {e}")))
+    postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Corrupt(format!("cannot decode the membership: {e}")))
 }
 
 /// Decodes and checks the auth section of a format 7 snapshot, which ends it.
 fn decode_auth(bytes: &[u8]) -> Result<AuthStore, SnapshotError> {
-    let (auth, rest): (AuthStore, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the auth store: {e}")))?;
+    let (auth, rest): (AuthStore, _) = postcard::take_from_bytes(bytes)
+        .map_err(|e| SnapshotError::Corrupt(format!("cannot decode the auth store: {e}")))?;
     no_trailing(rest)?;
-    auth.check().map_err(|problem| SnapshotError(format!("the auth store is inconsistent: {problem}")))?;
+    auth.check().map_err(|problem| SnapshotError::Corrupt(format!("the auth store is inconsistent: {problem}")))?;
     Ok(auth)
 }
 
 fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
     match rest.is_empty() {
         true => Ok(()),
-        false => Err(SnapshotError(format!("{} unexpected trailing bytes", rest.len()))),
+        false => Err(SnapshotError::Corrupt(format!("{} unexpected trailing bytes", rest.len()))),
     }
 }
 
@@ -312,15 +328,18 @@ fn no_trailing(rest: &[u8]) -> Result<(), SnapshotError> {
 /// revision: changes in `(main, sub)` order, none below the compaction point or above the
 /// store. Returns what follows it.
 fn decode_history(bytes: &[u8], revision: Revision) -> Result<(DecodedHistory, &[u8]), SnapshotError> {
-    let (section, rest): (HistoryIn, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode the history: {e}")))?;
+    let (section, rest): (HistoryIn, _) = postcard::take_from_bytes(bytes)
+        .map_err(|e| SnapshotError::Corrupt(format!("cannot decode the history: {e}")))?;
     Ok((check_history(section, revision)?, rest))
 }
 
 /// Checks the history section against the store revision.
 pub(super) fn check_history(section: HistoryIn, revision: Revision) -> Result<DecodedHistory, SnapshotError> {
     if !(0..=revision).contains(&section.compacted) {
-        return Err(SnapshotError(format!("compaction point {} is outside 0..={revision}", section.compacted)));
+        return Err(SnapshotError::Corrupt(format!(
+            "compaction point {} is outside 0..={revision}",
+            section.compacted
+        )));
     }
     let mut events = Vec::with_capacity(section.events.len());
     let mut last = section.compacted;
@@ -342,12 +361,12 @@ pub(super) fn checked_event(
     let kind = match kind {
         0 => EventKind::Put,
         1 => EventKind::Delete,
-        other => return Err(SnapshotError(format!("history event kind {other} is unknown"))),
+        other => return Err(SnapshotError::Corrupt(format!("history event kind {other} is unknown"))),
     };
     let kv = key_value(kv);
     let at = kv.mod_revision;
     if at < last || at > revision || at < 1 {
-        return Err(SnapshotError(format!(
+        return Err(SnapshotError::Corrupt(format!(
             "history event at revision {at} is out of order (previous {last}, store {revision})"
         )));
     }
@@ -361,16 +380,19 @@ pub(super) fn checked_leases(records: Vec<LeaseRecord>) -> Result<BTreeMap<Lease
     let mut names = BTreeSet::new();
     for l in records {
         if l.id <= NO_LEASE || l.ttl <= 0 {
-            return Err(SnapshotError(format!("lease {} has an invalid id or ttl {}", l.id, l.ttl)));
+            return Err(SnapshotError::Corrupt(format!("lease {} has an invalid id or ttl {}", l.id, l.ttl)));
         }
         if let Some(name) = &l.name {
             if name.is_empty() || name.len() > MAX_LEASE_NAME_BYTES || !names.insert(name.clone()) {
-                return Err(SnapshotError(format!("lease {} has an invalid or duplicate name {name:?}", l.id)));
+                return Err(SnapshotError::Corrupt(format!(
+                    "lease {} has an invalid or duplicate name {name:?}",
+                    l.id
+                )));
             }
         }
         let lease = Lease { id: l.id, name: l.name, ttl: l.ttl, keys: LeaseKeys::new() };
         if leases.insert(l.id, lease).is_some() {
-            return Err(SnapshotError(format!("lease {} appears twice", l.id)));
+            return Err(SnapshotError::Corrupt(format!("lease {} appears twice", l.id)));
         }
     }
     Ok(leases)
@@ -381,10 +403,13 @@ pub(super) fn checked_leases(records: Vec<LeaseRecord>) -> Result<BTreeMap<Lease
 pub(super) fn checked_key(kv: KvIn, previous: Option<&[u8]>, revision: Revision) -> Result<KeyValue, SnapshotError> {
     let KvIn(ByteBuf(key), ByteBuf(value), create_revision, mod_revision, version, lease) = kv;
     if previous.is_some_and(|p| p >= key.as_slice()) {
-        return Err(SnapshotError(format!("key {:?} is out of order or repeated", String::from_utf8_lossy(&key))));
+        return Err(SnapshotError::Corrupt(format!(
+            "key {:?} is out of order or repeated",
+            String::from_utf8_lossy(&key)
+        )));
     }
     if !(1..=mod_revision).contains(&create_revision) || mod_revision > revision || version < 1 {
-        return Err(SnapshotError(format!(
+        return Err(SnapshotError::Corrupt(format!(
             "key {:?} has inconsistent revisions (create {create_revision}, mod {mod_revision}, version \
              {version}, store {revision})",
             String::from_utf8_lossy(&key),
@@ -395,7 +420,7 @@ pub(super) fn checked_key(kv: KvIn, previous: Option<&[u8]>, revision: Revision)
 
 /// The error for a key attached to a lease the snapshot does not hold.
 pub(super) fn unknown_lease(key: &[u8], lease: LeaseId) -> SnapshotError {
-    SnapshotError(format!(
+    SnapshotError::Corrupt(format!(
         "key {:?} is attached to lease {lease}, which the snapshot does not hold",
         String::from_utf8_lossy(key)
     ))
@@ -416,15 +441,15 @@ pub(super) struct DecodedHistory {
 /// Decodes and checks a snapshot of any format this build reads.
 pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
     let (format, _): (u32, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Corrupt(format!("cannot decode: {e}")))?;
     if format == super::stream::FORMAT {
         let parts = super::stream::parse(bytes)?;
         return validate(parts.snap, parts.history, parts.alarms, parts.membership, parts.auth);
     }
     let (snap, rest): (SnapshotIn, _) =
-        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError(format!("cannot decode: {e}")))?;
+        postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Corrupt(format!("cannot decode: {e}")))?;
     if snap.revision < 1 {
-        return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
+        return Err(SnapshotError::Corrupt(format!("revision {} is below 1", snap.revision)));
     }
     let (history, alarms, membership, auth) = match snap.format {
         FORMAT => {
@@ -457,7 +482,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
             (history, BTreeSet::new(), Membership::default(), AuthStore::default())
         }
         other => {
-            return Err(SnapshotError(format!(
+            return Err(SnapshotError::Corrupt(format!(
                 "unsupported format {other} (this build reads {FORMAT_WITHOUT_HISTORY} to {})",
                 super::stream::FORMAT
             )))
@@ -476,17 +501,19 @@ pub(super) fn validate(
     auth: AuthStore,
 ) -> Result<Checked, SnapshotError> {
     if snap.revision < 1 {
-        return Err(SnapshotError(format!("revision {} is below 1", snap.revision)));
+        return Err(SnapshotError::Corrupt(format!("revision {} is below 1", snap.revision)));
     }
     let mut leases = checked_leases(snap.leases)?;
     let mut buried: BTreeMap<Death, BTreeSet<Vec<u8>>> = BTreeMap::new();
     for (id, revision) in snap.deaths {
         // A death with keys moved the revision to `revision`, so it lies in 2..=store.
         if id <= NO_LEASE || !(2..=snap.revision).contains(&revision) {
-            return Err(SnapshotError(format!("lease death ({id}, {revision}) has an invalid id or revision")));
+            return Err(SnapshotError::Corrupt(format!(
+                "lease death ({id}, {revision}) has an invalid id or revision"
+            )));
         }
         if buried.insert((id, revision), BTreeSet::new()).is_some() {
-            return Err(SnapshotError(format!("lease death ({id}, {revision}) appears twice")));
+            return Err(SnapshotError::Corrupt(format!("lease death ({id}, {revision}) appears twice")));
         }
     }
     let mut kvs: Vec<KeyValue> = Vec::with_capacity(snap.kvs.len());
@@ -510,7 +537,7 @@ pub(super) fn validate(
     }
     if let Some(((id, revision), _)) = buried.iter().find(|(_, keys)| keys.is_empty()) {
         // The sweep drops a death with its last key; an empty one is not a state we produce.
-        return Err(SnapshotError(format!("lease death ({id}, {revision}) has no keys left")));
+        return Err(SnapshotError::Corrupt(format!("lease death ({id}, {revision}) has no keys left")));
     }
     Ok(Checked {
         revision: snap.revision,
@@ -544,7 +571,7 @@ pub(super) struct Checked {
 impl Checked {
     /// Writes the keys and the history to `engine`, which holds no state.
     pub(super) fn load(self, engine: &Arc<dyn Engine>, failure: &Failure) -> Result<Restored, SnapshotError> {
-        let stored = |e: crate::engine::EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
+        let stored = |e: crate::engine::EngineError| SnapshotError::Storage(e.to_string());
         let keys = Keyspace::load(Arc::clone(engine), failure.clone(), self.kvs, self.graveyard).map_err(stored)?;
         let history = History::load(
             Arc::clone(engine),

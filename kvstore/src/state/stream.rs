@@ -145,7 +145,7 @@ pub(super) struct Parts {
 
 /// Reads a format 8 snapshot; the caller validates what it holds.
 pub(super) fn parse(bytes: &[u8]) -> Result<Parts, SnapshotError> {
-    let bad = |detail: String| SnapshotError(detail);
+    let bad = |detail: String| SnapshotError::Corrupt(detail);
     let (format, mut rest): (u32, _) =
         postcard::take_from_bytes(bytes).map_err(|e| bad(format!("cannot decode: {e}")))?;
     if format != FORMAT {
@@ -219,17 +219,17 @@ impl<R: Read> Frames<R> {
         loop {
             let mut byte = [0u8];
             if read_up_to(&mut inner, &mut byte)? == 0 {
-                return Err(SnapshotError("the stream is cut before its format".into()));
+                return Err(SnapshotError::Corrupt("the stream is cut before its format".into()));
             }
             varint.push(byte[0]);
             if byte[0] & 0x80 == 0 || varint.len() == 5 {
                 break;
             }
         }
-        let format: u32 =
-            postcard::from_bytes(&varint).map_err(|e| SnapshotError(format!("cannot decode the format: {e}")))?;
+        let format: u32 = postcard::from_bytes(&varint)
+            .map_err(|e| SnapshotError::Corrupt(format!("cannot decode the format: {e}")))?;
         if format != FORMAT {
-            return Err(SnapshotError(format!("format {format} is not {FORMAT}")));
+            return Err(SnapshotError::Corrupt(format!("format {format} is not {FORMAT}")));
         }
         Ok(Frames { inner })
     }
@@ -240,22 +240,27 @@ impl<R: Read> Frames<R> {
         match read_up_to(&mut self.inner, &mut len)? {
             0 => return Ok(None),
             4 => {}
-            _ => return Err(SnapshotError("a frame's length is cut".into())),
+            _ => return Err(SnapshotError::Corrupt("a frame's length is cut".into())),
         }
         let len = u32::from_le_bytes(len) as usize;
         if len > MAX_FRAME {
-            return Err(SnapshotError(format!("a frame of {len} bytes is longer than any this build writes")));
+            return Err(SnapshotError::Corrupt(format!("a frame of {len} bytes is longer than any this build writes")));
         }
         // Grown as the bytes arrive: the length is the sender's word.
         let mut body = Vec::new();
         (&mut self.inner)
             .take(len as u64)
             .read_to_end(&mut body)
-            .map_err(|e| SnapshotError(format!("cannot read the snapshot: {e}")))?;
+            .map_err(|e| SnapshotError::Corrupt(format!("cannot read the snapshot: {e}")))?;
         if body.len() < len {
-            return Err(SnapshotError(format!("a frame of {len} bytes runs past the end ({} left)", body.len())));
+            return Err(SnapshotError::Corrupt(format!(
+                "a frame of {len} bytes runs past the end ({} left)",
+                body.len()
+            )));
         }
-        postcard::from_bytes(&body).map(Some).map_err(|e| SnapshotError(format!("a frame does not decode: {e}")))
+        postcard::from_bytes(&body)
+            .map(Some)
+            .map_err(|e| SnapshotError::Corrupt(format!("a frame does not decode: {e}")))
     }
 }
 
@@ -267,7 +272,7 @@ fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize, SnapshotE
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(SnapshotError(format!("cannot read the snapshot: {e}"))),
+            Err(e) => return Err(SnapshotError::Corrupt(format!("cannot read the snapshot: {e}"))),
         }
     }
     Ok(filled)
@@ -299,19 +304,22 @@ impl<R: Read> Incoming<R> {
         let mut frames = Frames::open(reader)?;
         let mut header = match frames.next()? {
             Some(FrameIn::Header(header)) => *header,
-            Some(_) => return Err(SnapshotError("the stream does not start with its header".into())),
-            None => return Err(SnapshotError("the stream is cut: no header".into())),
+            Some(_) => return Err(SnapshotError::Corrupt("the stream does not start with its header".into())),
+            None => return Err(SnapshotError::Corrupt("the stream is cut: no header".into())),
         };
         if header.revision < 1 {
-            return Err(SnapshotError(format!("revision {} is below 1", header.revision)));
+            return Err(SnapshotError::Corrupt(format!("revision {} is below 1", header.revision)));
         }
         if !(0..=header.revision).contains(&header.compacted) {
-            return Err(SnapshotError(format!(
+            return Err(SnapshotError::Corrupt(format!(
                 "compaction point {} is outside 0..={}",
                 header.compacted, header.revision
             )));
         }
-        header.auth.check().map_err(|problem| SnapshotError(format!("the auth store is inconsistent: {problem}")))?;
+        header
+            .auth
+            .check()
+            .map_err(|problem| SnapshotError::Corrupt(format!("the auth store is inconsistent: {problem}")))?;
         let leases = checked_leases(std::mem::take(&mut header.leases))?;
         let last_change = header.compacted;
         Ok(Incoming {
@@ -332,9 +340,9 @@ impl<R: Read> Incoming<R> {
     /// Reads the next frame after the header.
     fn advance(&mut self) -> Result<(), SnapshotError> {
         match self.frames.next()? {
-            None => Err(SnapshotError("the stream is cut: no end".into())),
-            Some(FrameIn::Header(_)) => Err(SnapshotError("a second header".into())),
-            Some(FrameIn::Keys(_)) if self.in_history => Err(SnapshotError("keys after the history".into())),
+            None => Err(SnapshotError::Corrupt("the stream is cut: no end".into())),
+            Some(FrameIn::Header(_)) => Err(SnapshotError::Corrupt("a second header".into())),
+            Some(FrameIn::Keys(_)) if self.in_history => Err(SnapshotError::Corrupt("keys after the history".into())),
             Some(FrameIn::Keys(page)) => {
                 self.keys = page.into_iter();
                 Ok(())
@@ -418,16 +426,16 @@ impl<R: Read> Incoming<R> {
         if let Some(error) = self.error {
             return Err(error);
         }
-        let (keys, events) = self.end.ok_or_else(|| SnapshotError("the stream is cut: no end".into()))?;
+        let (keys, events) = self.end.ok_or_else(|| SnapshotError::Corrupt("the stream is cut: no end".into()))?;
         if (keys, events) != self.counted {
-            return Err(SnapshotError(format!(
+            return Err(SnapshotError::Corrupt(format!(
                 "the end counts {keys} keys and {events} changes, the stream holds {} and {}",
                 self.counted.0, self.counted.1
             )));
         }
         let mut rest = [0u8; 1];
         if read_up_to(&mut self.frames.inner, &mut rest)? != 0 {
-            return Err(SnapshotError("unexpected bytes after the end".into()));
+            return Err(SnapshotError::Corrupt("unexpected bytes after the end".into()));
         }
         Ok((self.header, self.leases))
     }
@@ -447,7 +455,7 @@ pub(super) fn load_from(
     engine: &Arc<dyn Engine>,
     failure: &Failure,
 ) -> Result<Restored, SnapshotError> {
-    let stored = |e: EngineError| SnapshotError(format!("cannot store the restored state: {e}"));
+    let stored = |e: EngineError| SnapshotError::Storage(e.to_string());
     let mut incoming = Incoming::open(reader)?;
     let keys = Keyspace::load(
         Arc::clone(engine),

@@ -488,7 +488,7 @@ impl NodeLoop {
             }
             Request::SnapshotInstallFailed(from, reason) => {
                 tracing::warn!(peer = %from, %reason, "the snapshot from the peer could not be installed; asking again");
-                self.node.snapshot_install_failed(reason);
+                self.node.snapshot_install_failed(now, reason);
             }
         }
         self.send_ready();
