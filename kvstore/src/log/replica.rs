@@ -547,13 +547,16 @@ impl<S: Storage> Replica<S> {
         let master = self.is_master(Some(now));
         self.candidacy.mastership(now, master, self.role.is_ready());
         let withdrawal = self.candidacy.withdrawal(now, self.learner.applied());
-        if withdrawal != self.withdrawal {
+        // One line per change of reason, not per new figure in it (the commit a node that
+        // catches up is behind moves with every announcement).
+        let kind = |w: &Option<Withdrawal>| w.as_ref().map(std::mem::discriminant);
+        if kind(&withdrawal) != kind(&self.withdrawal) {
             match &withdrawal {
                 Some(why) => tracing::warn!(node = %self.me, reason = %why, "withdrawing from the election"),
                 None => tracing::info!(node = %self.me, "a candidate for master again"),
             }
-            self.withdrawal = withdrawal;
         }
+        self.withdrawal = withdrawal;
         self.withdrawal.as_ref()
     }
 
