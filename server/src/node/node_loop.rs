@@ -396,7 +396,10 @@ impl NodeLoop {
             for &peer in &job.peers {
                 self.peers.send_snapshot(peer, job.index, Arc::clone(&payload));
             }
-            tokio::task::spawn_blocking(move || {
+            // At the background priority: on a host the members share (and on a busy one),
+            // building a snapshot of a large state at the loops' priority took their CPU and
+            // the others' puts waited (scalebench catch-up).
+            drop(crate::blocking::spawn_background("peer-snapshot", move || {
                 let started = Instant::now();
                 match build_peer_snapshot(&job.view, writer) {
                     Ok(len) => tracing::info!(
@@ -407,7 +410,7 @@ impl NodeLoop {
                     ),
                     Err(error) => tracing::warn!(%error, "cannot build a snapshot for peers; they will ask again"),
                 }
-            });
+            }));
         }
         self.flush(false);
     }

@@ -77,32 +77,12 @@ impl ReaderPool {
     }
 }
 
-/// How much lower a reader thread's scheduling priority is than the node's other threads
-/// (a nice value; Linux schedules each thread by its own). A storm of large reads keeps
-/// every reader busy; at the same priority they share the CPUs evenly with the election's
-/// and the peer runtime's threads, and on a two-core host a master lost its lease to a
-/// storm (chaos `read-storm`). At +10 the kernel gives a runnable thread of the default
-/// priority about ten times a reader's share, so renewals and replication run first and the
-/// reads take whatever CPU is left. Raising one's own nice value needs no privilege.
-const READER_NICENESS: i32 = 10;
-
-/// Lowers the calling thread's scheduling priority by [`READER_NICENESS`]; a failure (no
-/// such call on this platform) leaves it as it is.
-fn lower_own_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `gettid` has no preconditions; `setpriority` on this thread's own id only
-    // changes its nice value, and its result is checked.
-    unsafe {
-        let tid = libc::gettid();
-        if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, READER_NICENESS) != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "a reader thread kept its priority");
-        }
-    }
-}
-
 /// One reader thread: takes reads until the pool is dropped (the node loop ended).
 fn serve_reads(incoming: &Mutex<Receiver<ReadTask>>, peers: &PeerNetwork) {
-    lower_own_priority();
+    // A storm of large reads keeps every reader busy; at the loops' priority they shared the
+    // CPUs evenly with the election's and the peer runtime's threads, and on a two-core host
+    // a master lost its lease to a storm (chaos `read-storm`).
+    crate::blocking::lower_own_priority();
     loop {
         let task = {
             let incoming = incoming.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -317,7 +317,9 @@ impl Inner {
                 }
                 let (reassembly, reader) = Reassembly::into_pipe(notice)?;
                 let stager = stager.clone();
-                let install = tokio::task::spawn_blocking(move || {
+                // At the background priority: a member that catches up must not take the
+                // CPU of the loops serving the cluster (on a host they share).
+                let install = crate::blocking::spawn_background("snapshot-install", move || {
                     let staged = stager.stage().map_err(|e| e.to_string())?;
                     StagedSnapshot::install(index, reader, staged)
                         .map_err(|e| format!("the snapshot does not install: {e}"))
@@ -325,7 +327,7 @@ impl Inner {
                 let pulled = reassemble(reassembly, stream, CHUNK_TIMEOUT).await;
                 // A failed transfer ended the reader's input: the install fails. Waited for
                 // either way; a staged engine not handed on is given up when dropped.
-                let installed = install.await.map_err(|e| PullError::Install(format!("the install stopped: {e}")))?;
+                let installed = install.await.map_err(|_| PullError::Install("the install stopped".into()))?;
                 match (pulled, installed) {
                     (Ok(Pulled { chunks, .. }), Ok(snapshot)) => Ok((Fetched::Staged(Box::new(snapshot)), chunks)),
                     // The transfer ended because the install stopped reading: the install's
