@@ -48,6 +48,12 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        // The cluster's temporary directory is removed before this (it could not remove a
+        // mount point): the mount point and, if nothing else is left, its parent go here.
+        let _ = std::fs::remove_dir(&self.0);
+        if let Some(parent) = self.0.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }
 
