@@ -1,7 +1,7 @@
 //! The chaos harness (`src/bin/chaos`) in CI: every fault class at least once on a 3-node
 //! cluster of real kvserver processes (both election backends) and of etcd, and every
-//! negative control caught (four control runs at a time, the etcd run beside them). About
-//! five minutes in all.
+//! negative control caught (four control runs at a time, the etcd run beside the second
+//! wave). About five minutes in all.
 //!
 //! Needs root (network namespaces and FUSE mounts), `/dev/fuse`, `ip` (iproute2), `nft` (nftables) and, for the etcd
 //! run, `etcd` (etcd-server). Without them the tests are skipped with a note, except under
@@ -164,13 +164,18 @@ const ETCD_RUN: &[&str] = &[
 /// its own namespaces (named after its process id). A control only has to be caught, which
 /// a busier machine does not prevent.
 ///
-/// The etcd run ([`ETCD_RUN`]) goes beside them, and must pass.
+/// The etcd run ([`ETCD_RUN`]) goes beside the second wave, and must pass. Not beside the
+/// first: its faults include `slow-cpu`, and under it `read-lease-expired` (which needs
+/// reads to reach an isolated follower after its lease ran out) went uncaught once in CI
+/// with 4 controls beside it (caught alone at the same seed, and at three others, 10-12
+/// anomalies each). The controls of the second wave were each caught with etcd beside.
 #[test]
 fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
     if !can_run(true) {
         return;
     }
     let controls = [
+        ("read-lease-expired", "isolate-follower"),
         ("follower-reads", "isolate-master"),
         ("stale-lease-check", "pause-master"),
         ("fast-clock", "clock-skew"),
@@ -178,12 +183,14 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
         ("watch-resume-gap", "kill-master"),
         ("skip-fdatasync", "power-loss"),
         ("split-txn", "kill-master"),
-        ("read-lease-expired", "isolate-follower"),
     ];
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let etcd = std::thread::spawn(|| chaos_beside_others(ETCD_RUN));
+    let mut etcd = None;
     let mut missed = Vec::new();
-    for wave in controls.chunks(CONTROLS_AT_ONCE) {
+    for (index, wave) in controls.chunks(CONTROLS_AT_ONCE).enumerate() {
+        if index == 1 {
+            etcd = Some(std::thread::spawn(|| chaos_beside_others(ETCD_RUN)));
+        }
         let runs: Vec<_> = wave
             .iter()
             .map(|&(control, faults)| {
@@ -207,6 +214,7 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
             }
         }
     }
+    let etcd = etcd.unwrap_or_else(|| std::thread::spawn(|| chaos_beside_others(ETCD_RUN)));
     let (code, stdout) = etcd.join().unwrap_or_else(|_| (-1, String::new()));
     assert!(missed.is_empty(), "negative controls not caught: {}", missed.join(", "));
     assert_passed_on_etcd(ETCD_RUN, code, &stdout);
