@@ -31,7 +31,12 @@ impl Cluster {
 
     /// Three nodes; `extra` is appended to every node's configuration (e.g. a `[log]` section).
     pub fn start_with(backend: &str, extra: &str) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Cluster::start_in(tempfile::tempdir().expect("tempdir"), backend, extra)
+    }
+
+    /// [`Cluster::start_with`] in `dir`, which a test may have prepared (e.g. a data dir
+    /// mounted on a small file system).
+    pub fn start_in(dir: tempfile::TempDir, backend: &str, extra: &str) -> Cluster {
         let ports = super::free_ports(6);
         let (client_ports, peer_ports) = (ports[..3].to_vec(), ports[3..].to_vec());
         super::write_configs(dir.path(), &client_ports, &peer_ports, backend, extra);

@@ -91,13 +91,7 @@ fn a_member_whose_disk_cannot_hold_the_snapshot_says_why_never_takes_mastership_
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    let ports = common::free_ports(6);
-    let (client_ports, peer_ports) = (ports[..3].to_vec(), ports[3..].to_vec());
-    common::write_configs(dir.path(), &client_ports, &peer_ports, "paxoslease", LOG);
-    let mut cluster = Cluster { dir, nodes: vec![None, None, None], client_ports, peer_ports };
-    for i in 0..3 {
-        cluster.start_node(i);
-    }
+    let mut cluster = Cluster::start_in(dir, "paxoslease", LOG);
     runtime().block_on(async {
         let first = client(&cluster.endpoint(0)).await;
         eventually(Duration::from_secs(15), || first.put("/disk/ready", "1", 0, false)).await;

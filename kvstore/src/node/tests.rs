@@ -143,6 +143,17 @@ impl Cluster {
         self.settle();
     }
 
+    /// Cuts node 3 off while the master writes 40 keys, a slot each: past the slack a member
+    /// may be behind and still compete.
+    fn leave_node_3_behind(&mut self) {
+        self.cut.push(NodeId(3));
+        for i in 0..40 {
+            let now = self.now;
+            self.node(NodeId(1)).handle_client(now, put(&format!("/k{i}")), i, |_| false);
+            self.settle();
+        }
+    }
+
     /// The candidacy `node` reported last (every node reports `true` first).
     fn candidate(&self, node: NodeId) -> Option<bool> {
         self.candidacies.iter().rev().find(|(n, _)| *n == node).map(|(_, c)| *c)
@@ -364,12 +375,7 @@ fn an_answer_held_for_a_follower_that_cannot_catch_up_goes_after_the_wait() {
 fn a_member_far_behind_the_master_withdraws_from_the_election_until_it_caught_up() {
     let mut cluster = Cluster::ready();
     assert_eq!(cluster.candidate(NodeId(3)), Some(true), "every node starts as a candidate");
-    cluster.cut.push(NodeId(3));
-    for i in 0..40 {
-        let now = cluster.now;
-        cluster.node(NodeId(1)).handle_client(now, put(&format!("/k{i}")), i, |_| false);
-        cluster.settle();
-    }
+    cluster.leave_node_3_behind();
     // Node 3 hears the master again but its fetches are lost: it knows it is far behind.
     cluster.cut = vec![NodeId(1)];
     cluster.advance(Duration::from_millis(300));
@@ -387,12 +393,7 @@ fn a_member_far_behind_the_master_withdraws_from_the_election_until_it_caught_up
 #[test]
 fn a_failed_snapshot_install_withdraws_the_member_and_says_why() {
     let mut cluster = Cluster::ready();
-    cluster.cut.push(NodeId(3));
-    for i in 0..40 {
-        let now = cluster.now;
-        cluster.node(NodeId(1)).handle_client(now, put(&format!("/k{i}")), i, |_| false);
-        cluster.settle();
-    }
+    cluster.leave_node_3_behind();
     cluster.cut = vec![NodeId(1)];
     cluster.advance(Duration::from_millis(300));
     let now = cluster.now;
