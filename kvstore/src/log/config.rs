@@ -214,11 +214,14 @@ pub enum LogBreakage {
     /// A read handed to a reader thread gets a view one revision before the one it was
     /// decided at (the read index, or the revision under a read lease).
     StaleReadView,
+    /// Compaction deletes a history page wholly below its point although a key's record
+    /// names a change in it as its value: the key's value is lost.
+    LiveValueDropped,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 20] = [
+    pub const ALL: [LogBreakage; 21] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -239,6 +242,7 @@ impl LogBreakage {
         LogBreakage::ReadThroughPending,
         LogBreakage::NoTakeoverWait,
         LogBreakage::StaleReadView,
+        LogBreakage::LiveValueDropped,
     ];
 
     /// The variant's command-line name.
@@ -265,6 +269,7 @@ impl LogBreakage {
             LogBreakage::ReadThroughPending => "read-through-pending",
             LogBreakage::NoTakeoverWait => "no-takeover-wait",
             LogBreakage::StaleReadView => "stale-read-view",
+            LogBreakage::LiveValueDropped => "live-value-dropped",
         }
     }
 

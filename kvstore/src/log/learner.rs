@@ -583,6 +583,8 @@ impl<S: Storage> Replica<S> {
                 machine.break_recent_writes();
             } else if self.config.broken(super::config::LogBreakage::TailWithoutCompaction) {
                 machine.break_tail_compaction();
+            } else if self.config.broken(super::config::LogBreakage::LiveValueDropped) {
+                machine.break_live_values();
             }
             machine
         };

@@ -191,6 +191,10 @@ impl<S: Storage> Replica<S> {
         if config.broken(super::config::LogBreakage::TailWithoutCompaction) {
             machine.break_tail_compaction();
         }
+        #[cfg(feature = "negative-controls")]
+        if config.broken(super::config::LogBreakage::LiveValueDropped) {
+            machine.break_live_values();
+        }
         #[cfg(not(feature = "negative-controls"))]
         let _ = &mut machine;
         // The state reflects every slot through `applied`, so those slots are what a

@@ -18,10 +18,13 @@
 //! splits longer ones into pieces); a change longer than that is a page of its own. The
 //! records of the layout before pages (one change each, format 1) read as pages of one.
 
-use super::layout::{decode_event, encode_event_body, event_key, event_position, EVENT, PAGE_FORMAT};
+use super::history::Retiring;
+use super::layout::{
+    decode_event, encode_event_body, event_key, event_position, search_page, StoredKv, EVENT, PAGE_FORMAT,
+};
 use super::size_runs::{RunWriter, SizeEntry, RUN_LEN};
 use crate::engine::{prefix_end, Engine, EngineError, KeyBounds, Scan, WriteBatch};
-use crate::types::{Event, Revision};
+use crate::types::{Event, KeyValue, Revision};
 use std::ops::Bound;
 
 /// A page's length at most, once it holds more than one change: below the engine's piece
@@ -84,6 +87,89 @@ pub(super) fn decode_page(engine_key: &[u8], record: &[u8]) -> Result<Vec<Event>
             Ok(events)
         }
         _ => Ok(vec![decode_event(engine_key, record)?]),
+    }
+}
+
+/// Looks up the values that key records leave in the history: a put's value is stored once,
+/// in its change, and the key's record names its revision ([`super::layout::StoredKv`]).
+///
+/// It keeps the last page it read: the keys of a range written together (a load, a
+/// transaction, a burst of registrations) sit in the same pages, so a range read decodes
+/// each page once, not once per key.
+pub(super) struct ValueReader<'e> {
+    engine: &'e dyn Engine,
+    /// The page read last: its position, the newest revision it holds, and its record.
+    page: Option<((Revision, u32), Revision, Vec<u8>)>,
+}
+
+impl<'e> ValueReader<'e> {
+    /// A reader of `engine`'s pages.
+    pub(super) fn new(engine: &'e dyn Engine) -> Self {
+        ValueReader { engine, page: None }
+    }
+
+    /// The key-value `stored` is, with its value looked up if the history holds it.
+    pub(super) fn resolve(&mut self, stored: StoredKv) -> Result<KeyValue, EngineError> {
+        let StoredKv { mut kv, value_in_history } = stored;
+        if value_in_history {
+            kv.value = self.value_of(&kv.key, kv.mod_revision)?;
+        }
+        Ok(kv)
+    }
+
+    /// The value of `key`'s put at `revision`, from the page holding that change.
+    pub(super) fn value_of(&mut self, key: &[u8], revision: Revision) -> Result<Vec<u8>, EngineError> {
+        // The page read last holds every change of `revision` if it starts at or before its
+        // first one and goes past it.
+        if let Some((start, newest, record)) = &self.page {
+            if (start.0 < revision || *start == (revision, 0)) && *newest > revision {
+                let (found, _) = search(start, record, key, revision)?;
+                return found.ok_or_else(|| missing(key, revision));
+            }
+        }
+        let from = page_start(self.engine, revision)?;
+        let bounds = (Bound::Included(from), Bound::Included(event_key(revision, u32::MAX)));
+        let mut value = None;
+        for entry in Scan::new(self.engine, bounds, false, 2) {
+            let (page_key, record) = entry?;
+            let Some(start) = event_position(&page_key) else { continue };
+            let (found, newest) = search(&start, &record, key, revision)?;
+            if found.is_some() {
+                value = found;
+            }
+            self.page = Some((start, newest, record));
+        }
+        value.ok_or_else(|| missing(key, revision))
+    }
+}
+
+/// The put of `key` at `revision` in the history record at `start`, if it holds it, and
+/// the newest revision the record holds.
+fn search(
+    start: &(Revision, u32),
+    record: &[u8],
+    key: &[u8],
+    revision: Revision,
+) -> Result<(Option<Vec<u8>>, Revision), EngineError> {
+    let what = || format!("history page at {start:?}");
+    match record.split_first() {
+        Some((&PAGE_FORMAT, body)) => {
+            let found = search_page(body, key, revision, &what)?;
+            Ok((found.value.map(<[u8]>::to_vec), found.newest))
+        }
+        _ => {
+            let event = decode_event(&event_key(start.0, start.1), record)?;
+            let wanted =
+                event.kind == crate::types::EventKind::Put && event.revision() == revision && event.kv.key == key;
+            Ok((wanted.then_some(event.kv.value), start.0))
+        }
+    }
+}
+
+fn missing(key: &[u8], revision: Revision) -> EngineError {
+    EngineError::Corrupt {
+        what: format!("key {:?}", String::from_utf8_lossy(key)),
+        detail: format!("its value, written at revision {revision}, is missing from the history"),
     }
 }
 
@@ -151,25 +237,43 @@ pub(super) fn changes_newest_first(engine: &dyn Engine) -> impl Iterator<Item = 
     })
 }
 
-/// The engine keys of the history records wholly below revision `below`: every record
-/// before that revision's first position but the last, which is kept if it is a page
-/// reaching `below` (it is read to know).
-pub(super) fn records_below(engine: &dyn Engine, below: Revision) -> Result<Vec<Vec<u8>>, EngineError> {
-    let bounds = (Bound::Included(vec![EVENT]), Bound::Excluded(event_key(below.max(0), 0)));
-    let mut keys = Vec::new();
-    let mut last = None;
-    for entry in Scan::new(engine, bounds, false, SCAN_PAGE) {
-        let (key, record) = entry?;
-        if let Some((key, _)) = last.replace((key, record)) {
-            keys.push(key);
+/// Keys read per engine page while the records below a revision are listed.
+const KEYS_PAGE: usize = 4096;
+
+/// The history records wholly below revision `below`, with the revisions they span: every
+/// record before that revision's first position but the last, which is kept if it is a
+/// page reaching `below` (it is read to know). Only keys are read for the others, so that a
+/// start reads no value of the pages kept for the keys whose values they hold; the span of
+/// each of those reaches the next record's first revision (one too many at most).
+pub(super) fn records_below(engine: &dyn Engine, below: Revision) -> Result<Vec<Retiring>, EngineError> {
+    let end = Bound::Excluded(event_key(below.max(0), 0));
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let lower = keys.last().map_or(Bound::Included(vec![EVENT]), |k| Bound::Excluded(k.clone()));
+        let page = engine.scan_keys(&(lower, end.clone()), KEYS_PAGE)?;
+        let full = page.len() == KEYS_PAGE;
+        keys.extend(page);
+        if !full {
+            break;
         }
     }
-    if let Some((key, record)) = last {
-        if decode_page(&key, &record)?.iter().all(|e| e.revision() < below) {
-            keys.push(key);
-        }
+    let first_of = |key: &[u8]| event_position(key).map_or(0, |(main, _)| main);
+    let mut retiring = Vec::with_capacity(keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        let last = match keys.get(i + 1) {
+            Some(next) => first_of(next),
+            None => {
+                let Some(record) = engine.get(key)? else { continue };
+                let events = decode_page(key, &record)?;
+                if !events.iter().all(|e| e.revision() < below) {
+                    continue;
+                }
+                events.iter().map(Event::revision).max().unwrap_or_else(|| first_of(key))
+            }
+        };
+        retiring.push(Retiring { key: key.clone(), first: first_of(key), last });
     }
-    Ok(keys)
+    Ok(retiring)
 }
 
 #[cfg(test)]
@@ -203,6 +307,10 @@ mod tests {
         engine
     }
 
+    fn below(engine: &MemoryEngine, revision: Revision) -> Vec<Vec<u8>> {
+        records_below(engine, revision).unwrap().into_iter().map(|r| r.key).collect()
+    }
+
     fn revisions(events: impl Iterator<Item = Result<Event, EngineError>>) -> Vec<Revision> {
         events.map(|e| e.unwrap().revision()).collect()
     }
@@ -233,11 +341,11 @@ mod tests {
     fn records_below_a_revision_keep_the_page_that_reaches_it() {
         let engine = engine_with(40, 2000);
         // Pages start at 1, 13, 25, 37.
-        assert_eq!(records_below(&engine, 13).unwrap(), vec![event_key(1, 0)]);
-        assert_eq!(records_below(&engine, 20).unwrap(), vec![event_key(1, 0)]);
-        assert_eq!(records_below(&engine, 25).unwrap(), vec![event_key(1, 0), event_key(13, 0)]);
-        assert!(records_below(&engine, 1).unwrap().is_empty());
-        assert_eq!(records_below(&engine, 41).unwrap().len(), 4);
+        assert_eq!(below(&engine, 13), vec![event_key(1, 0)]);
+        assert_eq!(below(&engine, 20), vec![event_key(1, 0)]);
+        assert_eq!(below(&engine, 25), vec![event_key(1, 0), event_key(13, 0)]);
+        assert!(below(&engine, 1).is_empty());
+        assert_eq!(below(&engine, 41).len(), 4);
     }
 
     /// 30 changes of one revision (a transaction) over three pages: a read from that
@@ -259,8 +367,8 @@ mod tests {
         assert_eq!(starts, vec![(4, 0), (5, 12), (5, 24)]);
         assert_eq!(revisions(changes(&engine, 5, 5)), vec![5; 30]);
         assert_eq!(revisions(changes(&engine, 6, 6)), vec![6]);
-        assert!(records_below(&engine, 5).unwrap().is_empty(), "the first page holds revision 5");
-        assert_eq!(records_below(&engine, 6).unwrap(), vec![event_key(4, 0), event_key(5, 12)]);
+        assert!(below(&engine, 5).is_empty(), "the first page holds revision 5");
+        assert_eq!(below(&engine, 6), vec![event_key(4, 0), event_key(5, 12)]);
     }
 
     /// A record of the layout before pages (one change, format 1) just before the revision
@@ -281,8 +389,8 @@ mod tests {
         assert_eq!(revisions(changes(&engine, 3, 5)), vec![3, 4, 5]);
         assert_eq!(revisions(changes(&engine, 2, 2)), vec![2]);
         assert_eq!(revisions(changes_newest_first(&engine)), vec![6, 5, 4, 3, 2, 1]);
-        assert_eq!(records_below(&engine, 4).unwrap(), vec![event_key(1, 0), event_key(2, 0), event_key(3, 0)]);
-        assert_eq!(records_below(&engine, 5).unwrap().len(), 3, "the page from 4 reaches 5");
+        assert_eq!(below(&engine, 4), vec![event_key(1, 0), event_key(2, 0), event_key(3, 0)]);
+        assert_eq!(below(&engine, 5).len(), 3, "the page from 4 reaches 5");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::change_pages::decode_page;
 use super::layout::{
-    attachment_of_key, decode_framed, decode_kv, encode_event, event_key, lease_of_key, user_key, LeaseRecord,
+    attachment_of_key, decode_framed, decode_stored, encode_event, event_key, lease_of_key, user_key, LeaseRecord,
     ATTACHMENT, EVENT, KEY, LEASE, META_AUTH, META_STATE,
 };
 use super::size_runs::{decode_legacy, decode_run, RunWriter};
@@ -59,9 +59,10 @@ pub(crate) fn kind_of(engine_key: &[u8]) -> Option<RecordKind> {
     }
 }
 
-/// A key's record, decoded as the key space reads it.
+/// A key's record, decoded as the key space reads it (its value empty when the history
+/// holds it).
 pub(crate) fn decode_key(engine_key: &[u8], value: &[u8]) -> Result<KeyValue, EngineError> {
-    decode_kv(user_key(engine_key), value)
+    decode_stored(user_key(engine_key), value).map(|stored| stored.kv)
 }
 
 /// A history record (a page, or a single change of the layout before pages), decoded.

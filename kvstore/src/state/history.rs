@@ -26,11 +26,12 @@
 use super::change_pages::{changes, changes_newest_first, decode_page, records_below, PageWriter};
 use super::keyspace::stored_bytes;
 use super::layout::{event_bounds, event_position};
+use super::live_changes::LiveChanges;
 use super::size_runs::{all_runs, decode_legacy, decode_run, legacy_sizes, runs_starting_below, RunWriter};
 use super::Failure;
 use crate::engine::{Engine, EngineError, Scan, WriteBatch};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, Revision};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -46,6 +47,19 @@ fn event_bytes(event: &Event) -> u64 {
 
 /// Compacted records deleted per flush at most (see [`History::flush_into`]).
 const DELETES_PER_FLUSH: usize = 256;
+/// Retiring pages checked against the live changes per flush at most: each check is a
+/// lookup in memory, but a page held by a long-lived key is checked again and again.
+const RETIRING_CHECKS_PER_FLUSH: usize = 64;
+
+/// A history page wholly below the compaction point, waiting for no key to name a change
+/// in it: its engine key and the revisions of its first and last changes (or a revision
+/// past its last: the check may hold it longer, never release it early).
+#[derive(Debug, Clone)]
+pub(super) struct Retiring {
+    pub(super) key: Vec<u8>,
+    pub(super) first: Revision,
+    pub(super) last: Revision,
+}
 
 /// What readers on other threads may read: the changes through `head`, from `compacted` on.
 /// The state machine publishes the head when its writes reach the engine
@@ -257,6 +271,14 @@ pub(super) struct History {
     tail_without_compaction: bool,
     /// Engine keys of compacted changes to delete at the next flush with no view pinned.
     dropped: Vec<Vec<u8>>,
+    /// Pages wholly below the compaction point, deleted at a flush with no view pinned once
+    /// no key's record names a change in them ([`super::live_changes`]); checked a few per
+    /// flush, round robin.
+    retiring: VecDeque<Retiring>,
+    /// Negative control: pages below the compaction point are deleted even while a key's
+    /// record names a change in them.
+    #[cfg(feature = "negative-controls")]
+    forget_live_values: bool,
     /// The position of the last change recorded (the next one at the same revision follows
     /// it; one at a new revision starts at 0).
     last: (Revision, u32),
@@ -301,6 +323,9 @@ impl History {
             #[cfg(feature = "negative-controls")]
             tail_without_compaction: false,
             dropped: Vec::new(),
+            retiring: VecDeque::new(),
+            #[cfg(feature = "negative-controls")]
+            forget_live_values: false,
             last: (0, 0),
             compacted,
             head,
@@ -338,6 +363,9 @@ impl History {
             #[cfg(feature = "negative-controls")]
             tail_without_compaction: false,
             dropped: Vec::new(),
+            retiring: VecDeque::new(),
+            #[cfg(feature = "negative-controls")]
+            forget_live_values: false,
             last: recorded.last,
             compacted: recorded.compacted,
             head: recorded.head,
@@ -385,6 +413,9 @@ impl History {
             #[cfg(feature = "negative-controls")]
             tail_without_compaction: self.tail_without_compaction,
             dropped: self.dropped.clone(),
+            retiring: self.retiring.clone(),
+            #[cfg(feature = "negative-controls")]
+            forget_live_values: self.forget_live_values,
             last: self.last,
             compacted: self.compacted,
             head: self.head,
@@ -446,16 +477,39 @@ impl History {
     }
 
     /// Adds the changes since the last flush, and the deletions of compacted ones, to
-    /// `batch`. Once the caller wrote it, [`Self::published`] lets readers see them.
-    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
+    /// `batch`. `live` names the changes that key records hold as their values, after the
+    /// key space's part of the same batch: their pages stay. Once the caller wrote the
+    /// batch, [`Self::published`] lets readers see it.
+    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch, live: &mut LiveChanges) {
         if !self.published.pinned() {
             // A few at a time: deleting a change loads its page, long out of sled's cache,
             // and the auto-compactor's thousands at once stalled the node loop for 60-220 ms
             // every second. The rest wait for the next flush (or, after a crash, for
             // `drop_leftovers`); reads below the compaction point are refused meanwhile.
             let now = self.dropped.len().min(DELETES_PER_FLUSH);
+            let mut deletes = now;
             for key in self.dropped.drain(..now) {
                 batch.delete(key);
+            }
+            for _ in 0..self.retiring.len().min(RETIRING_CHECKS_PER_FLUSH) {
+                if deletes >= DELETES_PER_FLUSH {
+                    break;
+                }
+                let Some(page) = self.retiring.pop_front() else { break };
+                #[cfg(feature = "negative-controls")]
+                if self.forget_live_values {
+                    batch.delete(page.key);
+                    deletes += 1;
+                    continue;
+                }
+                match live.any_between(page.first, page.last) {
+                    Some(false) => {
+                        batch.delete(page.key);
+                        deletes += 1;
+                    }
+                    // A key's value is in it (or that is not known yet): checked again later.
+                    _ => self.retiring.push_back(page),
+                }
             }
         }
         let mut pages = PageWriter::default();
@@ -482,11 +536,17 @@ impl History {
         self.tail_without_compaction = true;
     }
 
+    /// Negative control: compaction deletes pages that hold the value of a key.
+    #[cfg(feature = "negative-controls")]
+    pub(super) fn break_live_values(&mut self) {
+        self.forget_live_values = true;
+    }
+
     /// Writes what is pending straight to the engine and publishes it (tests).
     #[cfg(test)]
     pub(super) fn flush(&mut self) {
         let mut batch = WriteBatch::new();
-        self.flush_into(&mut batch);
+        self.flush_into(&mut batch, &mut LiveChanges::default());
         self.engine.write(batch).expect("a memory engine does not fail");
         self.published();
     }
@@ -501,8 +561,8 @@ impl History {
     /// that did not happen), and of the size runs wholly below it: deleted at the next
     /// flushes.
     pub(super) fn drop_leftovers(&mut self) {
-        if let Some(keys) = self.failure.check(records_below(self.engine.as_ref(), self.compacted)) {
-            self.dropped.extend(keys);
+        if let Some(pages) = self.failure.check(records_below(self.engine.as_ref(), self.compacted)) {
+            self.retiring.extend(pages);
         }
         for entry in Scan::new(self.engine.as_ref(), runs_starting_below(self.compacted), false, PAGE) {
             let Some((key, record)) = self.failure.check(entry) else { break };
@@ -674,7 +734,10 @@ impl History {
             }
             if run.last().is_none_or(|last| last.main < revision) {
                 // A page that reaches the point stays whole; readers skip what is below it.
-                self.dropped.extend(run.page_key());
+                // A page wholly below it goes once no key's value is in it.
+                if let (Some(page), Some(first), Some(last)) = (run.page_key(), run.entries.first(), run.last()) {
+                    self.retiring.push_back(Retiring { key: page, first: first.main, last: last.main });
+                }
                 self.dropped.push(key);
             }
         }

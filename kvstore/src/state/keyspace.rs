@@ -1,6 +1,9 @@
 //! The key space: every live key with its value and etcd bookkeeping, in key order.
 //!
-//! Keys live in the state [`crate::engine`] (one record per key, [`super::layout`]); the
+//! Keys live in the state [`crate::engine`] (one record per key, [`super::layout`]); a key
+//! written by a put names its change in the history, which holds the value, rather than
+//! holding the value a second time ([`super::live_changes`] says which changes that keeps
+//! through compaction). The
 //! writes of the commands applied since the last flush are held in memory over it, so that
 //! a command (and a transaction reading its own writes) sees them before they reach the
 //! engine in one batch. Reads by key or by range are engine lookups and ordered scans,
@@ -10,9 +13,11 @@
 //! [`Graveyard`] has not swept yet. Every method except the ones named "stored" hides them, so
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
+use super::change_pages::ValueReader;
 use super::graveyard::{Death, Graveyard};
 use super::key_index::{Indexing, KeyIndex, KeyIndexBuilder};
-use super::layout::{attachment_key, decode_kv, encode_kv, kv_bounds, kv_key, user_key};
+use super::layout::{attachment_key, decode_stored, encode_kv, encode_kv_in_history, kv_bounds, kv_key, user_key};
+use super::live_changes::LiveChanges;
 use super::recent_writes::RecentWrites;
 use super::Failure;
 use crate::command::{RangeRequest, RangeResponse};
@@ -75,6 +80,11 @@ pub(super) struct Keyspace {
     engine: Arc<dyn Engine>,
     /// The writes since the last flush: a key's new record, or `None` where it was removed.
     dirty: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// For each key in `dirty` that the engine holds: the `mod_revision` of its record
+    /// there, which the flush stops naming as a live change.
+    replaced: BTreeMap<Vec<u8>, Revision>,
+    /// The changes in the history that hold the value of a key record.
+    live: LiveChanges,
     /// Which stored keys are dead.
     graveyard: Graveyard,
     /// Number of stored keys, dead ones included.
@@ -119,6 +129,7 @@ impl Keyspace {
     pub(super) fn new(engine: Arc<dyn Engine>, failure: Failure) -> Self {
         let mut space = Self::open(engine, failure, 0, 0, Graveyard::default());
         space.index = Indexing::Ready(KeyIndex::default());
+        space.live = LiveChanges::default();
         space
     }
 
@@ -138,8 +149,10 @@ impl Keyspace {
         });
         Keyspace {
             recent: RecentWrites::new(engine.write_cache_bytes()),
+            live: LiveChanges::build(Arc::clone(&engine)),
             engine,
             dirty: BTreeMap::new(),
+            replaced: BTreeMap::new(),
             graveyard,
             stored,
             bytes,
@@ -207,9 +220,15 @@ impl Keyspace {
 
     /// This key space on `engine`, a copy of its engine ([`crate::StateMachine::copy_in_memory`]).
     pub(super) fn copy_onto(&self, engine: &Arc<dyn Engine>, failure: &Failure) -> Self {
+        let live = match self.live.ready_copy() {
+            Some(live) => live,
+            None => failure.check(LiveChanges::read_now(engine.as_ref())).unwrap_or_else(LiveChanges::failed),
+        };
         Keyspace {
             engine: Arc::clone(engine),
             dirty: self.dirty.clone(),
+            replaced: self.replaced.clone(),
+            live,
             graveyard: self.graveyard.clone(),
             stored: self.stored,
             bytes: self.bytes,
@@ -238,12 +257,21 @@ impl Keyspace {
         Indexing::Ready(index)
     }
 
-    /// Adds the writes since the last flush to `batch` (which the caller writes, or fails
-    /// the state machine).
-    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch) {
+    /// Adds the writes since the last flush to `batch` (which the caller writes with the
+    /// history's pending changes, or fails the state machine). `compacted` is the history's
+    /// compaction point: a change below it was dropped before it reached a page, so its
+    /// key's record holds the value.
+    pub(super) fn flush_into(&mut self, batch: &mut WriteBatch, compacted: Revision) {
         for (key, kv) in std::mem::take(&mut self.dirty) {
             crate::progress::tick();
+            if let Some(old) = self.replaced.remove(&key) {
+                self.live.remove(&key, old);
+            }
             match &kv {
+                Some(kv) if kv.mod_revision >= compacted => {
+                    batch.put(kv_key(&key), encode_kv_in_history(kv));
+                    self.live.insert(&key, kv.mod_revision);
+                }
                 Some(kv) => batch.put(kv_key(&key), encode_kv(kv)),
                 None => batch.delete(kv_key(&key)),
             }
@@ -255,6 +283,12 @@ impl Keyspace {
                 false => batch.delete(attachment_key(lease, &key)),
             }
         }
+    }
+
+    /// The changes in the history that hold the value of a key record (compaction keeps
+    /// their pages).
+    pub(super) fn live_changes(&mut self) -> &mut LiveChanges {
+        &mut self.live
     }
 
     /// Records the attachment changes of `key` going from `old` to `new`.
@@ -301,7 +335,8 @@ impl Keyspace {
             return Some(self.as_read(recent.clone()));
         }
         let record = self.failure.check(self.engine.get(&kv_key(key)))??;
-        self.failure.check(decode_kv(key, &record)).map(|kv| self.as_read(kv))
+        let stored = self.failure.check(decode_stored(key, &record))?;
+        self.failure.check(ValueReader::new(self.engine.as_ref()).resolve(stored)).map(|kv| self.as_read(kv))
     }
 
     /// `kv` as this key space's reads see it: as stored, except under the corruption
@@ -344,6 +379,7 @@ impl Keyspace {
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
         crate::progress::tick();
         let kv = self.stored_get(key)?;
+        self.note_replaced(key, &kv);
         self.dirty.insert(key.to_vec(), None);
         self.track_attachment(key, Some(kv.lease), None);
         self.index.remove(key);
@@ -356,6 +392,15 @@ impl Keyspace {
         Some(kv)
     }
 
+    /// Notes that the record of `key`, which is `stored` now, is about to be replaced: if the
+    /// engine holds it (it is not a write since the last flush), the flush stops naming its
+    /// change as live.
+    fn note_replaced(&mut self, key: &[u8], stored: &KeyValue) {
+        if !self.dirty.contains_key(key) {
+            self.replaced.insert(key.to_vec(), stored.mod_revision);
+        }
+    }
+
     /// Stores `kv` (a live key: written now), replacing and returning any live key-value
     /// with the same key; a dead one it replaces is dropped silently.
     pub(super) fn replace(&mut self, kv: KeyValue) -> Option<KeyValue> {
@@ -363,8 +408,9 @@ impl Keyspace {
         let old = self.stored_get(&kv.key);
         self.bytes += stored_bytes(&kv);
         self.track_attachment(&kv.key, old.as_ref().map(|o| o.lease), Some(kv.lease));
-        if old.is_none() {
-            self.index.insert(&kv.key);
+        match &old {
+            Some(old) => self.note_replaced(&kv.key, old),
+            None => self.index.insert(&kv.key),
         }
         self.dirty.insert(kv.key.clone(), Some(kv));
         let Some(old) = old else {
@@ -404,6 +450,7 @@ impl Keyspace {
             // The graveyard's invariant says the stored key is still the dead one; checking
             // costs one lookup and guarantees a live key is never swept.
             if let Some(kv) = self.stored_get(key).filter(|kv| kv.lease == id && kv.mod_revision < revision) {
+                self.note_replaced(key, &kv);
                 self.dirty.insert(key.to_vec(), None);
                 self.track_attachment(key, Some(kv.lease), None);
                 self.index.remove(key);
@@ -440,10 +487,12 @@ impl Keyspace {
     fn stored_in<'s>(&'s self, bounds: Bounds<'_>) -> impl Iterator<Item = KeyValue> + 's {
         let failure = &self.failure;
         let engine_bounds = kv_bounds(bounds);
+        let mut values = ValueReader::new(self.engine.as_ref());
         let from_engine = Scan::new(self.engine.as_ref(), engine_bounds, false, PAGE).map_while(move |entry| {
             crate::progress::tick();
             let (key, record) = failure.check(entry)?;
-            failure.check(decode_kv(user_key(&key), &record))
+            let stored = failure.check(decode_stored(user_key(&key), &record))?;
+            failure.check(values.resolve(stored))
         });
         let dirty: Vec<(Vec<u8>, Option<KeyValue>)> =
             self.dirty.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone())).collect();

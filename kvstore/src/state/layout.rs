@@ -3,7 +3,7 @@
 //!
 //! | engine key | value |
 //! |---|---|
-//! | `k ++ key` | a live (or not yet swept) key: [`encode_kv`] |
+//! | `k ++ key` | a live (or not yet swept) key: its fields, and its value unless the history holds it ([`encode_kv_in_history`]); else the value too ([`encode_kv`]) |
 //! | `e ++ main (u64 BE) ++ sub (u32 BE)` | a page of the history's changes from that one on ([`super::change_pages`]); before pages, one change ([`encode_event`]) |
 //! | `r ++ main (u64 BE) ++ sub (u32 BE)` | the sizes of a run of changes from that one on ([`super::size_runs`]) |
 //! | `l ++ id (u64 BE)` | a lease ([`LEASE`]) |
@@ -24,6 +24,10 @@ pub(super) const KEY: u8 = b'k';
 pub(super) const EVENT: u8 = b'e';
 /// The format byte of every value written by this layout.
 const FORMAT: u8 = 1;
+/// The format byte of a key's record that holds no value: the value is the one of the key's
+/// change at its `mod_revision` in the history's pages ([`super::change_pages::ValueReader`]),
+/// which compaction keeps while this record names it ([`super::live_changes`]).
+pub(super) const IN_HISTORY_FORMAT: u8 = 3;
 /// The format byte of a history page ([`super::change_pages`]): the records of its changes,
 /// one after the other.
 pub(super) const PAGE_FORMAT: u8 = 2;
@@ -86,8 +90,56 @@ pub(super) fn encode_kv(kv: &KeyValue) -> Vec<u8> {
     postcard::to_extend(&record, out).unwrap_or_default()
 }
 
-/// The key-value stored as `record` under `key`.
-pub(super) fn decode_kv(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineError> {
+/// The record of `kv` without its value, which the change at `kv.mod_revision` in the
+/// history's pages holds: a put writes its value once.
+pub(super) fn encode_kv_in_history(kv: &KeyValue) -> Vec<u8> {
+    let record = KvFields {
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        lease: kv.lease,
+    };
+    postcard::to_extend(&record, vec![IN_HISTORY_FORMAT]).unwrap_or_default()
+}
+
+/// A key's fields, as a record whose value is in the history stores them.
+#[derive(Serialize, Deserialize)]
+struct KvFields {
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: i64,
+    lease: i64,
+}
+
+/// A key's record as stored: its key-value, whose value is empty when the history holds it.
+#[derive(Debug)]
+pub(super) struct StoredKv {
+    /// The key-value; its value is empty if `value_in_history`.
+    pub(super) kv: KeyValue,
+    /// Whether the value is the one of the key's change at its `mod_revision`.
+    pub(super) value_in_history: bool,
+}
+
+/// The key's record stored as `record` under `key`, without looking the value up.
+pub(super) fn decode_stored(key: &[u8], record: &[u8]) -> Result<StoredKv, EngineError> {
+    if record.first() == Some(&IN_HISTORY_FORMAT) {
+        let r: KvFields = postcard::from_bytes(&record[1..])
+            .map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
+        let kv = KeyValue {
+            key: key.to_vec(),
+            value: Vec::new(),
+            create_revision: r.create_revision,
+            mod_revision: r.mod_revision,
+            version: r.version,
+            lease: r.lease,
+        };
+        return Ok(StoredKv { kv, value_in_history: true });
+    }
+    Ok(StoredKv { kv: decode_kv(key, record)?, value_in_history: false })
+}
+
+/// The key-value stored as `record` under `key`, when the record holds its value.
+fn decode_kv(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineError> {
     let body = format_body(record, || format!("key {:?}", String::from_utf8_lossy(key)))?;
     let r: KvRecordOwned =
         postcard::from_bytes(body).map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
@@ -95,8 +147,11 @@ pub(super) fn decode_kv(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineErr
 }
 
 /// The key-value stored as `record` under `key`, without its value (`keys_only` and
-/// `count_only` reads): the value is skipped in place, never copied.
+/// `count_only` reads): the value is skipped in place, never copied, or not looked up.
 pub(super) fn decode_kv_without_value(key: &[u8], record: &[u8]) -> Result<KeyValue, EngineError> {
+    if record.first() == Some(&IN_HISTORY_FORMAT) {
+        return decode_stored(key, record).map(|stored| stored.kv);
+    }
     #[derive(Deserialize)]
     struct KvRecordSkipped<'a> {
         #[serde(borrow, with = "serde_bytes_compat")]
@@ -217,6 +272,59 @@ pub(super) fn decode_event_body<'a>(
 ) -> Result<(Event, &'a [u8]), EngineError> {
     let (r, rest): (EventRecordOwned, &[u8]) = postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
     Ok((event_of_record(r, what)?, rest))
+}
+
+/// A change's record read in place: what a value lookup needs, nothing copied.
+#[derive(Deserialize)]
+struct EventRecordRef<'a> {
+    kind: u8,
+    #[serde(borrow, with = "serde_bytes_compat")]
+    key: &'a [u8],
+    #[serde(borrow)]
+    kv: KvRecordRef<'a>,
+    #[serde(borrow)]
+    _prev: Option<KvRecordRef<'a>>,
+}
+
+#[derive(Deserialize)]
+struct KvRecordRef<'a> {
+    #[serde(borrow, with = "serde_bytes_compat")]
+    value: &'a [u8],
+    _create_revision: Revision,
+    mod_revision: Revision,
+    _version: i64,
+    _lease: i64,
+}
+
+/// What a page's changes say about `key`'s value at `revision`.
+#[derive(Debug, Default)]
+pub(super) struct PageSearch<'a> {
+    /// The value the put of `key` at `revision` wrote, if the page holds that put (the last
+    /// one, should a revision hold two).
+    pub(super) value: Option<&'a [u8]>,
+    /// The newest revision of a change in the page.
+    pub(super) newest: Revision,
+}
+
+/// Looks for the put of `key` at `revision` among the changes of a page's `body` (after its
+/// format byte), reading each in place.
+pub(super) fn search_page<'a>(
+    mut body: &'a [u8],
+    key: &[u8],
+    revision: Revision,
+    what: &dyn Fn() -> String,
+) -> Result<PageSearch<'a>, EngineError> {
+    let mut found = PageSearch::default();
+    while !body.is_empty() {
+        let (r, rest): (EventRecordRef<'a>, &'a [u8]) =
+            postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
+        if r.kind == 0 && r.kv.mod_revision == revision && r.key == key {
+            found.value = Some(r.kv.value);
+        }
+        found.newest = found.newest.max(r.kv.mod_revision);
+        body = rest;
+    }
+    Ok(found)
 }
 
 fn event_of_record(r: EventRecordOwned, what: &dyn Fn() -> String) -> Result<Event, EngineError> {

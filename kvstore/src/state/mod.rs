@@ -14,6 +14,7 @@ mod keyspace;
 mod layout;
 mod lease_keys;
 mod lease_table;
+mod live_changes;
 mod machine;
 pub mod read_view;
 mod recent_writes;

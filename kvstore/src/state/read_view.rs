@@ -22,11 +22,12 @@
 //! of the range changed since `B`.
 
 use self::trace::{timed, Phase, ReadTrace};
+use super::change_pages::ValueReader;
 use super::graveyard::Death;
 use super::history::Published;
 use super::key_index::KeyIndex;
 use super::keyspace::Selection;
-use super::layout::{decode_kv, decode_kv_without_value, kv_bounds, kv_key, user_key};
+use super::layout::{decode_kv_without_value, decode_stored, kv_bounds, kv_key, user_key};
 use super::Failure;
 use crate::command::{RangeRequest, RangeResponse};
 use crate::engine::{Engine, EngineError};
@@ -206,7 +207,7 @@ impl ReadView {
                     Some(changed) => self.offer_changed(answer, changed.clone()),
                     None => {
                         if let Some(record) = record {
-                            self.offer_stored(answer, key, &record)?;
+                            self.offer_stored(answer, key, &record, &mut ValueReader::new(self.engine.as_ref()))?;
                         }
                     }
                 }
@@ -320,6 +321,7 @@ impl ReadView {
         let everything = matches!(bounds, (Bound::Unbounded, Bound::Unbounded));
         let upper: Bound<Vec<u8>> = bounds.1.map(<[u8]>::to_vec);
         let mut lower: Bound<Vec<u8>> = bounds.0.map(<[u8]>::to_vec);
+        let mut values = ValueReader::new(self.engine.as_ref());
         loop {
             if !answer.collecting() {
                 // The rest of the count is known: no key past the page is read.
@@ -365,7 +367,7 @@ impl ReadView {
                             self.offer_changed(answer, kv.clone());
                         }
                     }
-                    _ => self.offer_stored(answer, key, record)?,
+                    _ => self.offer_stored(answer, key, record, &mut values)?,
                 }
             }
             for (_, kv) in changed {
@@ -390,24 +392,36 @@ impl ReadView {
     }
 
     /// A key the history did not change since the base: its record is its value.
-    fn offer_stored(&self, answer: &mut Answer, key: &[u8], record: &[u8]) -> Result<(), KvError> {
+    fn offer_stored(
+        &self,
+        answer: &mut Answer,
+        key: &[u8],
+        record: &[u8],
+        values: &mut ValueReader<'_>,
+    ) -> Result<(), KvError> {
         if !answer.collecting() && self.deaths.is_empty() {
             answer.count += 1;
             return Ok(());
         }
-        let decoded = match answer.collecting() && !answer.keys_only {
-            true => decode_kv(key, record),
-            false => decode_kv_without_value(key, record),
+        let with_value = answer.collecting() && !answer.keys_only;
+        let decoded = match with_value {
+            true => decode_stored(key, record),
+            false => {
+                decode_kv_without_value(key, record).map(|kv| super::layout::StoredKv { kv, value_in_history: false })
+            }
         };
         // A record that does not decode stops the replica, as on any read of the state.
-        let kv = self.failure.check(decoded).ok_or_else(|| {
-            KvError::StateUnreadable(self.failure.get().unwrap_or("a key record is corrupt").to_string())
-        })?;
-        if self.is_dead(&kv) {
+        let unreadable =
+            || KvError::StateUnreadable(self.failure.get().unwrap_or("a key record is corrupt").to_string());
+        let stored = self.failure.check(decoded).ok_or_else(unreadable)?;
+        if self.is_dead(&stored.kv) {
             return Ok(());
         }
         match answer.collecting() {
-            true => answer.take(self.as_read(kv)),
+            true => {
+                let kv = self.failure.check(values.resolve(stored)).ok_or_else(unreadable)?;
+                answer.take(self.as_read(kv))
+            }
             false => answer.count += 1,
         }
         Ok(())

@@ -20,9 +20,10 @@
 //! plus one entry per key written since `R`.
 
 use super::change_pages::changes;
+use super::change_pages::ValueReader;
 use super::graveyard::Death;
 use super::history::Published;
-use super::layout::{decode_kv, kv_bounds, user_key};
+use super::layout::{decode_stored, kv_bounds, user_key};
 use super::lease_table::Lease;
 use super::machine::consistency::hash_key_value;
 use crate::auth::AuthStore;
@@ -135,6 +136,7 @@ impl StateView {
     ) -> Result<(), EngineError> {
         let mut undo = Undo { since: revision, next: revision.saturating_add(1), before: BTreeMap::new() };
         let mut after: Bound<Vec<u8>> = Bound::Unbounded;
+        let mut values = ValueReader::new(self.engine.as_ref());
         loop {
             let bounds = match &after {
                 Bound::Excluded(k) => kv_bounds((Bound::Excluded(k.as_slice()), Bound::Unbounded)),
@@ -157,7 +159,7 @@ impl StateView {
             for (k, record) in page {
                 let key = user_key(&k).to_vec();
                 if !undo.before.contains_key(&key) {
-                    kvs.insert(key.clone(), decode_kv(&key, &record)?);
+                    kvs.insert(key.clone(), values.resolve(decode_stored(&key, &record)?)?);
                 }
             }
             let range = (after.clone(), end.clone());

@@ -146,6 +146,14 @@ fn a_tail_published_without_the_compaction_point_is_caught() {
     caught_by(LogBreakage::TailWithoutCompaction, ViolationKind::WatchSequence, 3, 300);
 }
 
+/// A put's value is stored once, in its change in the history's pages, and its key's record
+/// names it: compaction must keep a page while a key's value is in it. Deleting it anyway
+/// loses the value, which the next snapshot built from the state fails to read.
+#[test]
+fn a_page_deleted_while_it_holds_a_live_value_is_caught() {
+    caught_by(LogBreakage::LiveValueDropped, ViolationKind::SnapshotUnbuilt, 3, 20);
+}
+
 #[test]
 fn an_applied_point_written_before_its_state_is_caught() {
     caught_by(LogBreakage::AppliedBeforeState, ViolationKind::NoConvergence, 3, 100);

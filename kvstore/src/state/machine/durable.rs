@@ -16,8 +16,8 @@ use crate::state::graveyard::{Death, Graveyard};
 use crate::state::history::{History, HistoryMeta};
 use crate::state::keyspace::Keyspace;
 use crate::state::layout::{
-    attachment_of_key, decode_framed, decode_kv, encode_framed, kv_key, lease_of_key, LeaseRecord, ATTACHMENT, LEASE,
-    META_AUTH, META_STATE,
+    attachment_of_key, decode_framed, decode_kv_without_value, encode_framed, kv_key, lease_of_key, LeaseRecord,
+    ATTACHMENT, LEASE, META_AUTH, META_STATE,
 };
 use crate::state::lease_keys::LeaseKeys;
 use crate::state::lease_table::{Lease, LeaseTable};
@@ -63,8 +63,8 @@ impl StateMachine {
     /// itself see every applied command whether flushed or not.
     pub fn flush_through(&mut self, applied: u64) -> Result<(), EngineError> {
         let mut batch = WriteBatch::new();
-        self.keys.flush_into(&mut batch);
-        self.history.flush_into(&mut batch);
+        self.keys.flush_into(&mut batch, self.history.compacted());
+        self.history.flush_into(&mut batch, self.keys.live_changes());
         self.leases.flush_into(&mut batch);
         if self.auth_changed {
             batch.put(META_AUTH.to_vec(), encode_framed(&self.auth));
@@ -173,6 +173,12 @@ impl StateMachine {
         self.history.break_tail_compaction();
     }
 
+    /// Negative control: compaction deletes history pages that hold a key's value.
+    #[cfg(feature = "negative-controls")]
+    pub fn break_live_values(&mut self) {
+        self.history.break_live_values();
+    }
+
     /// The state `engine` holds, with the log slot it reflects; `None` if the engine holds
     /// no state (a new node, or one whose state was being replaced when it stopped).
     pub fn open(engine: Arc<dyn Engine>) -> Result<Option<(StateMachine, u64)>, EngineError> {
@@ -202,7 +208,7 @@ impl StateMachine {
                 let record = engine.get(&kv_key(key))?.ok_or_else(|| {
                     corrupt("an attachment", format!("key {:?} has none", String::from_utf8_lossy(key)))
                 })?;
-                let kv = decode_kv(key, &record)?;
+                let kv = decode_kv_without_value(key, &record)?;
                 let after_write = (lease, kv.mod_revision.saturating_add(1))..=(lease, Revision::MAX);
                 if let Some((_, keys)) = buried.range_mut(after_write).next() {
                     keys.insert(key.to_vec());
@@ -367,6 +373,7 @@ mod tests {
             }
 
             let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
+            assert!(sm.keys.live_changes().wait(), "the live changes are found");
             assert_eq!(count(&engine, legacy_sizes()), 0, "{start}: converted");
             assert_eq!(runs(&engine).concat(), (2..=41).collect::<Vec<_>>(), "{start}");
             let before = sm.bytes_in_use();
@@ -380,6 +387,7 @@ mod tests {
             assert!(sm.bytes_in_use() < before);
             // Again through the run that straddled the point, from a reopened state.
             let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
+            assert!(sm.keys.live_changes().wait(), "the live changes are found");
             sm.apply(&Command::Compact { revision: 35 });
             sm.flush_through(6).unwrap();
             let expected = if paged { vec![32] } else { (35..=41).collect() };
@@ -393,6 +401,70 @@ mod tests {
             let fresh = StateMachine::from_snapshot_bytes(&sm.to_snapshot_bytes()).unwrap();
             assert_eq!(fresh.bytes_in_use(), sm.bytes_in_use(), "{start}");
         }
+    }
+
+    /// A put's value is stored once, in its change; the key's record names the change. So
+    /// compaction keeps a page wholly below its point while a key's value is in it, and
+    /// deletes it once the key was written again, whether the state was reopened between
+    /// or not. With the page deleted anyway (the negative control below), the key's value
+    /// is gone and reading it fails the state.
+    fn live_values_through_compaction(forget_live_values: bool) -> Result<(), String> {
+        use crate::state::layout::{event_bounds, event_position};
+        let records = |engine: &Arc<dyn Engine>| -> Vec<Revision> {
+            crate::engine::Scan::new(engine.as_ref(), event_bounds(0, Revision::MAX), false, 64)
+                .map(|e| event_position(&e.unwrap().0).unwrap().0)
+                .collect()
+        };
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let mut sm = StateMachine::on_engine(Arc::clone(&engine)).unwrap();
+        #[cfg(feature = "negative-controls")]
+        if forget_live_values {
+            sm.history.break_live_values();
+        }
+        #[cfg(not(feature = "negative-controls"))]
+        let _ = forget_live_values;
+        // Revision 2: "kept", alone in its page; 3..=22: "churn", a page a flush.
+        sm.apply(&put("kept", "the value", 0));
+        sm.flush_through(1).unwrap();
+        for i in 0..20u64 {
+            sm.apply(&put("churn", &format!("v{i}"), 0));
+            sm.flush_through(2 + i).unwrap();
+        }
+        assert_eq!(records(&engine), (2..=22).collect::<Vec<_>>());
+        sm.apply(&Command::Compact { revision: 22 });
+        sm.flush_through(22).unwrap();
+        sm.flush_through(22).unwrap();
+        // Reopened (no cache of recent writes): the value is read from its page, and the
+        // live changes are found again.
+        let (mut sm, _) = StateMachine::open(Arc::clone(&engine)).unwrap().expect("a state");
+        let kept = sm.get(b"kept").map(|kv| kv.value).unwrap_or_default();
+        if kept != b"the value" {
+            return Err(format!("the value read after compaction is {kept:?} (failure: {:?})", sm.failure.get()));
+        }
+        assert_eq!(records(&engine), vec![2, 22], "the page of the live value stays, the others go");
+        assert!(sm.keys.live_changes().wait(), "the live changes are found");
+        sm.flush_through(22).unwrap();
+        assert_eq!(records(&engine), vec![2, 22]);
+        // Written again, and compacted past: the page goes.
+        sm.apply(&put("kept", "another", 0));
+        sm.apply(&Command::Compact { revision: 23 });
+        sm.flush_through(23).unwrap();
+        sm.flush_through(23).unwrap();
+        assert_eq!(records(&engine), vec![22, 23], "churn's value is at 22, kept's at 23");
+        assert_eq!(sm.get(b"kept").map(|kv| kv.value), Some(b"another".to_vec()));
+        Ok(())
+    }
+
+    #[test]
+    fn compaction_keeps_a_page_while_a_keys_value_is_in_it() {
+        live_values_through_compaction(false).unwrap();
+    }
+
+    #[cfg(feature = "negative-controls")]
+    #[test]
+    fn a_page_deleted_while_a_keys_value_is_in_it_is_caught() {
+        let err = live_values_through_compaction(true).expect_err("the value must be lost");
+        assert!(err.contains("missing from the history"), "{err}");
     }
 
     #[test]
