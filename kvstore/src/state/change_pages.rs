@@ -93,19 +93,23 @@ pub(super) fn decode_page(engine_key: &[u8], record: &[u8]) -> Result<Vec<Event>
 /// Looks up the values that key records leave in the history: a put's value is stored once,
 /// in its change, and the key's record names its revision ([`super::layout::StoredKv`]).
 ///
-/// It keeps the last page it read: the keys of a range written together (a load, a
-/// transaction, a burst of registrations) sit in the same pages, so a range read decodes
-/// each page once, not once per key.
+/// It keeps the last few pages it read: the keys of a range written together (a load, a
+/// transaction, a burst of registrations) sit in the same pages, so a range read reads
+/// each page from the engine once, not once per key.
 pub(super) struct ValueReader<'e> {
     engine: &'e dyn Engine,
-    /// The page read last: its position, the newest revision it holds, and its record.
-    page: Option<((Revision, u32), Revision, Vec<u8>)>,
+    /// The pages read last, most recently used first: position, the newest revision each
+    /// holds, and its record.
+    pages: Vec<((Revision, u32), Revision, Vec<u8>)>,
 }
+
+/// Pages a [`ValueReader`] keeps.
+const PAGES_KEPT: usize = 8;
 
 impl<'e> ValueReader<'e> {
     /// A reader of `engine`'s pages.
     pub(super) fn new(engine: &'e dyn Engine) -> Self {
-        ValueReader { engine, page: None }
+        ValueReader { engine, pages: Vec::new() }
     }
 
     /// The key-value `stored` is, with its value looked up if the history holds it.
@@ -121,23 +125,31 @@ impl<'e> ValueReader<'e> {
     pub(super) fn value_of(&mut self, key: &[u8], revision: Revision) -> Result<Vec<u8>, EngineError> {
         // The page read last holds every change of `revision` if it starts at or before its
         // first one and goes past it.
-        if let Some((start, newest, record)) = &self.page {
-            if (start.0 < revision || *start == (revision, 0)) && *newest > revision {
-                let (found, _) = search(start, record, key, revision)?;
-                return found.ok_or_else(|| missing(key, revision));
-            }
+        let holds = |(start, newest, _): &((Revision, u32), Revision, Vec<u8>)| {
+            (start.0 < revision || *start == (revision, 0)) && *newest > revision
+        };
+        if let Some(at) = self.pages.iter().position(holds) {
+            let page = self.pages.remove(at);
+            let (found, _) = search(&page.0, &page.2, key, revision)?;
+            self.pages.insert(0, page);
+            return found.ok_or_else(|| missing(key, revision));
         }
-        let from = page_start(self.engine, revision)?;
-        let bounds = (Bound::Included(from), Bound::Included(event_key(revision, u32::MAX)));
+        // Newest first from the revision's last position: the first page read holds the
+        // revision's last change, and one that starts inside the revision has the ones
+        // before it in the pages before.
+        let bounds = (Bound::Included(vec![EVENT]), Bound::Included(event_key(revision, u32::MAX)));
         let mut value = None;
-        for entry in Scan::new(self.engine, bounds, false, 2) {
+        for entry in Scan::new(self.engine, bounds, true, 2) {
             let (page_key, record) = entry?;
-            let Some(start) = event_position(&page_key) else { continue };
+            let Some(start) = event_position(&page_key) else { break };
             let (found, newest) = search(&start, &record, key, revision)?;
-            if found.is_some() {
+            let whole = start.0 < revision || start == (revision, 0);
+            self.pages.truncate(PAGES_KEPT - 1);
+            self.pages.insert(0, (start, newest, record));
+            if found.is_some() || whole {
                 value = found;
+                break;
             }
-            self.page = Some((start, newest, record));
         }
         value.ok_or_else(|| missing(key, revision))
     }
@@ -369,6 +381,39 @@ mod tests {
         assert_eq!(revisions(changes(&engine, 6, 6)), vec![6]);
         assert!(below(&engine, 5).is_empty(), "the first page holds revision 5");
         assert_eq!(below(&engine, 6), vec![event_key(4, 0), event_key(5, 12)]);
+    }
+
+    /// A key's value is found in the page of its change, also for a revision split over
+    /// pages and in any order of lookups (the reader's kept pages only answer for what
+    /// they hold whole); a value that is not there is an error, not an empty value.
+    #[test]
+    fn values_are_found_in_the_page_of_their_change() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        let mut writer = PageWriter::default();
+        let valued = |key: &str, revision: Revision, value: &str| {
+            let mut event = put(key, revision, 0);
+            event.kv.value = value.as_bytes().to_vec();
+            event
+        };
+        writer.push(&mut batch, (4, 0), &valued("before", 4, "b"), 1);
+        for sub in 0..30 {
+            writer.push(&mut batch, (5, sub), &put(&format!("t{sub}"), 5, 2000), 1);
+        }
+        writer.push(&mut batch, (6, 0), &valued("after", 6, "a"), 1);
+        writer.finish(&mut batch);
+        engine.write(batch).unwrap();
+        let mut reader = ValueReader::new(&engine);
+        let order = [29, 0, 13, 12, 11, 24, 23, 1, 28, 5];
+        for sub in order.into_iter().chain(0..30) {
+            assert_eq!(reader.value_of(format!("t{sub}").as_bytes(), 5).unwrap(), vec![b'v'; 2000], "t{sub}");
+        }
+        assert_eq!(reader.value_of(b"before", 4).unwrap(), b"b");
+        assert_eq!(reader.value_of(b"after", 6).unwrap(), b"a");
+        assert_eq!(ValueReader::new(&engine).value_of(b"after", 6).unwrap(), b"a");
+        let err = reader.value_of(b"t3", 4).unwrap_err();
+        assert!(err.to_string().contains("missing from the history"), "{err}");
+        assert!(reader.value_of(b"nowhere", 5).is_err());
     }
 
     /// A record of the layout before pages (one change, format 1) just before the revision

@@ -91,6 +91,11 @@ async fn spread_puts(conns: &[Client]) -> (f64, f64, f64) {
     (rate, quantile_ms(&mut latencies, 0.5), quantile_ms(&mut latencies, 0.99))
 }
 
+/// CPU seconds the cluster's members have used so far, summed.
+fn members_cpu_seconds(cluster: &Cluster) -> f64 {
+    (0..cluster.endpoints().len()).filter_map(|i| cluster.cpu_seconds(i)).sum()
+}
+
 /// `clients`: put throughput and p99 with 1 to 256 clients over 8 connections to every
 /// member, median of runs; the curves behind the put figures.
 pub async fn clients(system: System) -> Result<Report> {
@@ -99,14 +104,19 @@ pub async fn clients(system: System) -> Result<Report> {
     let term_at_start = cluster.term().await;
     let conns = connections(&cluster.endpoints(), 8).await?;
     for clients in [1usize, 4, 16, 64, 256] {
-        let (mut rates, mut p99s) = (Vec::new(), Vec::new());
+        let (mut rates, mut p99s, mut cpus) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..RUNS {
+            let cpu_before = members_cpu_seconds(&cluster);
             let (rate, _, p99) = puts(&conns, clients).await;
+            let cpu = members_cpu_seconds(&cluster) - cpu_before;
             rates.push(rate);
             p99s.push(p99);
+            // The members' CPU time per put: microseconds, summed over the members.
+            cpus.push(cpu * 1e6 / (rate * RUN.as_secs_f64()).max(1.0));
         }
-        let (rate, p99) = (median(rates), median(p99s));
-        eprintln!("[{}] {clients} clients: {rate:.0} puts/s, p99 {p99:.2} ms", system.name());
+        let (rate, p99, cpu) = (median(rates), median(p99s), median(cpus));
+        eprintln!("[{}] {clients} clients: {rate:.0} puts/s, p99 {p99:.2} ms, {cpu:.0} µs CPU/put", system.name());
+        report.figure(&format!("cpu_us_per_put_{clients}"), cpu);
         report.point("puts_per_s_vs_clients", "clients", "puts/s", clients as f64, rate);
         report.point("put_p99_ms_vs_clients", "clients", "put p99 (ms)", clients as f64, p99);
         report.figure(&format!("puts_per_s_{clients}"), rate);
