@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// One chaos run at a time: they share the machine's two cores and its namespaces' names.
@@ -71,10 +71,36 @@ fn chaos_beside_others(args: &[&str]) -> (i32, String) {
         command.args(["--program", env!("CARGO_BIN_EXE_kvserver")]);
     }
     eprintln!("running chaos {} --seed {seed}", args.join(" "));
-    let output = command.output().expect("the chaos binary runs");
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the chaos binary runs");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("the chaos binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    LAST_RUN_DIRS.lock().unwrap_or_else(|e| e.into_inner()).push((args.join(" "), run_dir(pid)));
     (output.status.code().unwrap_or(-1), stdout)
+}
+
+/// Where the chaos run of process `pid` keeps its nodes' data and logs (`chaos`'s
+/// `leasekv-chaos-<pid>`): removed by the binary when a run passes, kept when it finds an
+/// anomaly, so that a failure can be looked at.
+fn run_dir(pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("leasekv-chaos-{pid}"))
+}
+
+/// The directories of the runs started so far, by their arguments.
+static LAST_RUN_DIRS: Mutex<Vec<(String, std::path::PathBuf)>> = Mutex::new(Vec::new());
+
+/// Removes what the run with `args` kept: a negative control's anomalies are expected, and
+/// twelve runs' data dirs a CI run were left in the temp dir.
+fn discard_run_dir(args: &[&str]) {
+    let args = args.join(" ");
+    let mut dirs = LAST_RUN_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    dirs.retain(|(run, dir)| {
+        if *run == args {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        *run != args
+    });
 }
 
 /// Asserts a run passed: exit 0 and a last line with no anomaly and no lost write.
@@ -194,9 +220,7 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
         let runs: Vec<_> = wave
             .iter()
             .map(|&(control, faults)| {
-                let handle = std::thread::spawn(move || {
-                    chaos_beside_others(&["--nodes", "3", "--duration", "12", "--faults", faults, "--break", control])
-                });
+                let handle = std::thread::spawn(move || chaos_beside_others(&control_args(control, faults)));
                 (control, handle)
             })
             .collect();
@@ -211,6 +235,8 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
             });
             if code != 1 || !caught {
                 missed.push(format!("{control} (exit {code})"));
+            } else if let Some(&(_, faults)) = wave.iter().find(|(c, _)| *c == control) {
+                discard_run_dir(&control_args(control, faults));
             }
         }
     }
@@ -218,6 +244,11 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
     let (code, stdout) = etcd.join().unwrap_or_else(|_| (-1, String::new()));
     assert!(missed.is_empty(), "negative controls not caught: {}", missed.join(", "));
     assert_passed_on_etcd(ETCD_RUN, code, &stdout);
+}
+
+/// The arguments of the run of negative control `control` under `faults`.
+fn control_args(control: &'static str, faults: &'static str) -> [&'static str; 8] {
+    ["--nodes", "3", "--duration", "12", "--faults", faults, "--break", control]
 }
 
 /// Negative-control runs at once (see [`every_negative_control_is_caught_and_etcd_passes_every_fault_class`]).

@@ -409,6 +409,11 @@ fn move_leader_hands_mastership_to_the_member_asked_for() {
     let endpoints = (0..3).map(|i| cluster.endpoint(i)).collect::<Vec<_>>().join(",");
     rt.block_on(async {
         let c = client(&cluster.endpoint(0)).await;
+        // A write first: the cluster's first mastership settled. Just after start a member
+        // can hold it for a moment before another wins (in CI under load, the first
+        // hand-over went out from such a master, and the member that won next was not its
+        // target, so the hand-over rightly timed out).
+        eventually(Duration::from_secs(10), || async { c.put("/settled", "x", 0, false).await }).await;
         let first = master_id(&c).await;
         // Refusals first: a member that is not master, and a member that does not exist.
         let follower = client(&cluster.endpoint(if first == 1 { 1 } else { 0 })).await;

@@ -6,9 +6,14 @@
 //!   the state engine and the log after it replayed;
 //! - `data-dir-9d37095.tar.gz`, the release before history pages (the state engine with one
 //!   record per change of the history): its changes are read as they are, and compacted
-//!   change by change; new changes are written in pages.
+//!   change by change; new changes are written in pages;
+//! - `data-dir-d869768.tar.gz`, the release before values were stored once (every key's
+//!   record holding its value, the history its changes): the key records are read as they
+//!   are, and the keys written after take the new record that names the change holding the
+//!   value.
 //!
-//! Both fixtures were written by their release's kvserver and `kvcli` (single node,
+//! The fixtures were written by their release's kvserver and `kvcli` (the last one with
+//! `tests/fixtures/make-data-dir.sh`; single node,
 //! `[log] snapshot_every = 40`, `retain_after_snapshot = 10`):
 //! a lease `server1` (TTL 3600 s) holding `/servers/lease1`; `/servers/1` … `/servers/60`;
 //! `/big` (133,336 bytes, over the engine's piece size); `/servers/1` written three more
@@ -24,6 +29,7 @@ use std::time::Duration;
 
 const BEFORE_ENGINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-977dc1a.tar.gz");
 const BEFORE_PAGES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-9d37095.tar.gz");
+const BEFORE_VALUES_ONCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-d869768.tar.gz");
 
 struct Node(Child);
 
@@ -99,6 +105,11 @@ fn a_data_dir_of_the_release_before_the_state_engine_opens_with_everything_in_it
 #[test]
 fn a_data_dir_of_the_release_before_history_pages_opens_with_everything_in_it() {
     opens_with_everything_in_it(BEFORE_PAGES);
+}
+
+#[test]
+fn a_data_dir_of_the_release_before_values_were_stored_once_opens_with_everything_in_it() {
+    opens_with_everything_in_it(BEFORE_VALUES_ONCE);
 }
 
 /// Starts a node on the data dir of `fixture`, checks it, writes, restarts and checks again.
