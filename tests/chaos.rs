@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 
 /// One chaos run at a time: they share the machine's two cores and its namespaces' names.
@@ -71,20 +71,23 @@ fn chaos_beside_others(args: &[&str]) -> (i32, String) {
         command.args(["--program", env!("CARGO_BIN_EXE_kvserver")]);
     }
     eprintln!("running chaos {} --seed {seed}", args.join(" "));
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the chaos binary runs");
-    let pid = child.id();
-    let output = child.wait_with_output().expect("the chaos binary runs");
+    let output = command.output().expect("the chaos binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    LAST_RUN_DIRS.lock().unwrap_or_else(|e| e.into_inner()).push((args.join(" "), run_dir(pid)));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}\n{stderr}");
+    if let Some(dir) = kept_dir(&stderr) {
+        LAST_RUN_DIRS.lock().unwrap_or_else(|e| e.into_inner()).push((args.join(" "), dir));
+    }
     (output.status.code().unwrap_or(-1), stdout)
 }
 
-/// Where the chaos run of process `pid` keeps its nodes' data and logs (`chaos`'s
-/// `leasekv-chaos-<pid>`): removed by the binary when a run passes, kept when it finds an
-/// anomaly, so that a failure can be looked at.
-fn run_dir(pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("leasekv-chaos-{pid}"))
+/// The directory a chaos run kept its nodes' data and logs in, as it says on its last
+/// words: the binary removes it when a run passes and keeps it when it finds an anomaly,
+/// so that a failure can be looked at.
+fn kept_dir(stderr: &str) -> Option<std::path::PathBuf> {
+    let line = stderr.lines().rev().find(|line| line.contains(" are kept in "))?;
+    let (_, dir) = line.rsplit_once(" are kept in ")?;
+    Some(std::path::PathBuf::from(dir.trim()))
 }
 
 /// The directories of the runs started so far, by their arguments.
