@@ -117,7 +117,8 @@ fn assert_passed(args: &[&str]) {
     );
 }
 
-/// [`assert_passed`] for etcd, but for etcd 3.4's known lease bug: a leader stuck (paused,
+/// [`assert_passed`] for etcd, but for a master change during the read storm (an
+/// availability target of leasekv's, see below) and etcd 3.4's known lease bug: a leader stuck (paused,
 /// or blocked on its disk) goes on renewing keepalives and revoking leases after the others
 /// elected a new one (etcd-io/etcd#12528 and #15247, fixed by #16822 in releases later than
 /// Debian's 3.4.23). The harness sees it as a key gone earlier than its TTL after an
@@ -129,10 +130,16 @@ fn assert_passed_on_etcd(args: &[&str], code: i32, stdout: &str) {
     let counted = last.rsplit_once(" anomalies=").and_then(|(_, n)| n.parse::<usize>().ok());
     let anomalies: Vec<&str> = stdout.lines().filter_map(|line| line.strip_prefix("anomaly: ")).collect();
     let etcds_lease_bug = |a: &&str| a.contains(" seen gone ") && a.ends_with("earlier than TTL/(1+ε)");
+    // Availability, not safety: leasekv must keep its master through a read storm (the
+    // reads issue), etcd 3.4 need not. Once in CI, beside four negative-control clusters,
+    // etcd's term went from 3 to 11 during the storm (one of its members had exited by
+    // itself earlier in the run).
+    let etcds_storm_elections = |a: &&str| a.starts_with("the read storm alone cost a master change");
+    let known = |a: &&str| etcds_lease_bug(a) || etcds_storm_elections(a);
     let clean = code == 0 && counted == Some(0);
-    // Every anomaly printed (at most 20 are) and each of them the known one.
+    // Every anomaly printed (at most 20 are) and each of them a known one.
     let only_the_known_bug =
-        code == 1 && counted == Some(anomalies.len()) && !anomalies.is_empty() && anomalies.iter().all(etcds_lease_bug);
+        code == 1 && counted == Some(anomalies.len()) && !anomalies.is_empty() && anomalies.iter().all(known);
     assert!(
         last.contains(" lost=0 ") && (clean || only_the_known_bug),
         "chaos {} failed (exit {code}): {last}",
@@ -140,7 +147,8 @@ fn assert_passed_on_etcd(args: &[&str], code: i32, stdout: &str) {
     );
     if only_the_known_bug {
         eprintln!(
-            "note: etcd renewed or revoked a lease on a stale leader ({} times), etcd 3.4's known bug; not a harness failure",
+            "note: etcd showed {} known anomalies (a lease renewed or revoked on a stale leader, etcd 3.4's bug; \
+             a master change in the read storm); not a harness failure",
             anomalies.len()
         );
     }
