@@ -188,6 +188,17 @@ fn engine_file(kind: RecordKind) -> String {
     format!("state_engine_{kind:?}.bin").to_lowercase()
 }
 
+/// The kinds of record the sample state leaves in its engine, in engine key order.
+const ENGINE_KINDS: [RecordKind; 7] = [
+    RecordKind::Key,
+    RecordKind::History,
+    RecordKind::SizeRun,
+    RecordKind::Lease,
+    RecordKind::Attachment,
+    RecordKind::State,
+    RecordKind::Auth,
+];
+
 /// Every kind of record the sample state leaves in its engine: one golden file each, and
 /// all of them together reopen as the sample state.
 #[test]
@@ -200,15 +211,7 @@ fn state_engine_records() {
             .unwrap_or_else(|| panic!("engine key {key:?} is of no known kind: give the new kind a golden file"));
         by_kind.entry(kind).or_default().push((key, value));
     }
-    let expected = [
-        RecordKind::Key,
-        RecordKind::History,
-        RecordKind::SizeRun,
-        RecordKind::Lease,
-        RecordKind::Attachment,
-        RecordKind::State,
-        RecordKind::Auth,
-    ];
+    let expected = ENGINE_KINDS;
     assert_eq!(by_kind.keys().copied().collect::<Vec<_>>(), expected, "the sample writes other kinds than expected");
     for (&kind, entries) in &by_kind {
         let sample = decode_records(kind, &pack(entries)).unwrap();
@@ -234,15 +237,7 @@ fn state_engine_records() {
 fn state_engine_records_of_the_release_before_reopen_as_the_same_state() {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     let machine = sample_machine(Arc::clone(&engine));
-    let kinds = [
-        RecordKind::Key,
-        RecordKind::History,
-        RecordKind::SizeRun,
-        RecordKind::Lease,
-        RecordKind::Attachment,
-        RecordKind::State,
-        RecordKind::Auth,
-    ];
+    let kinds = ENGINE_KINDS;
     let mut old = Vec::new();
     for kind in kinds {
         let bytes = std::fs::read(dir(1).join(engine_file(kind))).unwrap();

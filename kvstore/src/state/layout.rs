@@ -111,6 +111,20 @@ struct KvFields {
     lease: i64,
 }
 
+impl KvFields {
+    /// `key`'s key-value with these fields and an empty value.
+    fn without_value(self, key: &[u8]) -> KeyValue {
+        KeyValue {
+            key: key.to_vec(),
+            value: Vec::new(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            lease: self.lease,
+        }
+    }
+}
+
 /// A key's record as stored: its key-value, whose value is empty when the history holds it.
 #[derive(Debug)]
 pub(super) struct StoredKv {
@@ -125,15 +139,7 @@ pub(super) fn decode_stored(key: &[u8], record: &[u8]) -> Result<StoredKv, Engin
     if record.first() == Some(&IN_HISTORY_FORMAT) {
         let r: KvFields = postcard::from_bytes(&record[1..])
             .map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
-        let kv = KeyValue {
-            key: key.to_vec(),
-            value: Vec::new(),
-            create_revision: r.create_revision,
-            mod_revision: r.mod_revision,
-            version: r.version,
-            lease: r.lease,
-        };
-        return Ok(StoredKv { kv, value_in_history: true });
+        return Ok(StoredKv { kv: r.without_value(key), value_in_history: true });
     }
     Ok(StoredKv { kv: decode_kv(key, record)?, value_in_history: false })
 }
@@ -152,26 +158,17 @@ pub(super) fn decode_kv_without_value(key: &[u8], record: &[u8]) -> Result<KeyVa
     if record.first() == Some(&IN_HISTORY_FORMAT) {
         return decode_stored(key, record).map(|stored| stored.kv);
     }
+    // postcard is positional: the value, then the fields as a record in history holds them.
     #[derive(Deserialize)]
     struct KvRecordSkipped<'a> {
         #[serde(borrow, with = "serde_bytes_compat")]
         _value: &'a [u8],
-        create_revision: Revision,
-        mod_revision: Revision,
-        version: i64,
-        lease: i64,
+        fields: KvFields,
     }
     let body = format_body(record, || format!("key {:?}", String::from_utf8_lossy(key)))?;
     let r: KvRecordSkipped<'_> =
         postcard::from_bytes(body).map_err(|e| corrupt(format!("key {:?}", String::from_utf8_lossy(key)), e))?;
-    Ok(KeyValue {
-        key: key.to_vec(),
-        value: Vec::new(),
-        create_revision: r.create_revision,
-        mod_revision: r.mod_revision,
-        version: r.version,
-        lease: r.lease,
-    })
+    Ok(r.fields.without_value(key))
 }
 
 /// The engine key of the change `sub` of revision `main`; big-endian, so that engine order
