@@ -849,6 +849,32 @@ fn a_higher_ballot_ends_a_read_lease_and_a_new_master_waits_for_the_old_ones_hol
     assert_eq!(c.ok_completions(), 1, "then the write is chosen");
 }
 
+/// A follower far behind the master (a replaced member installing a snapshot, one back
+/// from a cut) asks for no read lease: as a holder it would hold every write back for its
+/// receipt, and it could not answer a read before catching up anyway. Once caught up it
+/// asks again.
+#[test]
+fn a_follower_far_behind_asks_for_no_read_lease_until_it_has_caught_up() {
+    let mut c = leased_cluster();
+    c.cut.insert(NodeId(3));
+    c.advance(Duration::from_millis(300));
+    assert!(!c.holds(3), "its lease ran out while cut off");
+    c.put_each(1, "k", 40);
+    assert_eq!(c.ok_completions(), 40);
+    // The master's heartbeat reaches node 3, 40 slots behind: it fetches and asks nothing.
+    let (ballot, commit, now) = (c.replica(1).known_ballot(), c.replica(1).commit_index(), c.now);
+    c.replica(3).handle_message(now, NodeId(1), LogMessage::Commit { ballot, commit });
+    let sent = c.replica(3).take_output().messages;
+    assert!(sent.iter().any(|(_, m)| matches!(m, LogMessage::Fetch { .. })), "it fetches: {sent:?}");
+    assert!(!sent.iter().any(|(_, m)| matches!(m, LogMessage::ReadLeaseAsk { .. })), "no ask while behind: {sent:?}");
+    // Caught up (the fetch answered), the next heartbeat's ask is granted.
+    c.cut.remove(&NodeId(3));
+    c.settle();
+    c.advance(Duration::from_millis(100));
+    c.advance(Duration::from_millis(100));
+    assert!(c.holds(3), "caught up, it holds a lease again");
+}
+
 #[test]
 fn a_grant_answers_only_an_ask_of_this_run_of_the_node() {
     let mut c = leased_cluster();

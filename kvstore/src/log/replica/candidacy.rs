@@ -166,6 +166,14 @@ impl Candidacy {
         behind.map(|(commit, _)| Withdrawal::CatchingUp { applied, commit })
     }
 
+    /// Whether this node, having applied through `applied`, is behind the commit index a
+    /// master announced lately by more than the slack, or its last snapshot install failed:
+    /// its state is not the cluster's yet (it asks for no read lease either).
+    pub(super) fn catching_up(&self, applied: Slot) -> bool {
+        self.install_failure.is_some()
+            || self.announced.is_some_and(|(commit, _)| commit > applied.saturating_add(CATCH_UP_SLACK))
+    }
+
     /// When the decision may change by time alone: the ready bound runs out, the hold-off
     /// ends, an announcement is forgotten.
     pub(super) fn next_deadline(&self) -> Option<Instant> {

@@ -42,6 +42,13 @@ impl<S: Storage> Replica<S> {
     /// The master's commit heartbeat reached this follower: ask it for a read lease, at
     /// most once per quarter of the lease time or retry interval, whichever is shorter
     /// (the heartbeat comes every retry interval, so a lease outlives two lost ones).
+    ///
+    /// Not while this node is catching up (it applied less than the master announced, by
+    /// more than the candidacy's slack) or its last snapshot install failed: it could not
+    /// answer a read before catching up anyway (a read waits for `through`, then goes to
+    /// the master), and as a holder it would hold every write back for its receipt. A
+    /// replaced member installing a 1 GB snapshot held the others' puts to 15–21 % of their
+    /// rate that way (`scalebench catch-up`); with no lease it holds nothing up.
     pub(in crate::log) fn ask_read_lease(&mut self, now: Instant, ballot: LogBallot) {
         let Some(reads) = &self.config.read_leases else { return };
         if !reads.grant || !self.read_leases_allowed {
@@ -54,6 +61,7 @@ impl<S: Storage> Replica<S> {
             || ballot.node == self.me
             || ballot != self.acceptor.highest_seen()
             || !self.may_hold_read_lease(self.me)
+            || self.candidacy.catching_up(self.learner.applied())
             || !self.held_lease.ask_due(now, every)
         {
             return;
