@@ -72,8 +72,8 @@ impl StateMachine {
         // checked exactly as a restored snapshot is.
         let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
         let stored = |e: EngineError| SnapshotError::Corrupt(format!("cannot store the imported state: {e}"));
-        let keys =
-            Keyspace::load(Arc::clone(&engine), Failure::default(), keys, Graveyard::default()).map_err(stored)?;
+        let keys = Keyspace::load(Arc::clone(&engine), Failure::default(), keys, Graveyard::default(), Revision::MAX)
+            .map_err(stored)?;
         let leases = LeaseTable::from_parts(leases, 0);
         let history =
             History::load(engine, Failure::default(), imported.history, imported.compacted, imported.revision)

@@ -166,12 +166,16 @@ impl Keyspace {
 
     /// A key space holding `kvs`, which are in strictly increasing key order, of which the
     /// ones in `graveyard` are dead (the caller checked that they agree), written to
-    /// `engine` (which holds no key records) in batches.
+    /// `engine` (which holds no key records) in batches. A key changed at or after
+    /// `in_history_from` is stored naming its change, whose value the caller loads into the
+    /// history and checks is there ([`Self::named_changes`]); `Revision::MAX` keeps every
+    /// value in its key's record.
     pub(super) fn load(
         engine: Arc<dyn Engine>,
         failure: Failure,
         kvs: impl IntoIterator<Item = KeyValue>,
         graveyard: Graveyard,
+        in_history_from: Revision,
     ) -> Result<Self, EngineError> {
         let mut space = Keyspace::new(engine, failure);
         space.graveyard = graveyard;
@@ -184,7 +188,12 @@ impl Keyspace {
             if kv.lease != NO_LEASE {
                 batch.put(attachment_key(kv.lease, &kv.key), Vec::new());
             }
-            batch.put(kv_key(&kv.key), encode_kv(&kv));
+            if kv.mod_revision >= in_history_from {
+                batch.put(kv_key(&kv.key), encode_kv_in_history(&kv));
+                space.live.insert(&kv.key, kv.mod_revision);
+            } else {
+                batch.put(kv_key(&kv.key), encode_kv(&kv));
+            }
             if batch.len() >= LOAD_BATCH {
                 space.engine.write(std::mem::take(&mut batch))?;
             }
@@ -192,6 +201,12 @@ impl Keyspace {
         space.engine.write(batch)?;
         space.index = Indexing::Ready(index.finish());
         Ok(space)
+    }
+
+    /// The revisions of the changes this key space's records name for their values, in
+    /// order, each once (`None` unless the set is known: right after [`Self::load`]).
+    pub(super) fn named_changes(&self) -> Option<impl Iterator<Item = Revision> + '_> {
+        self.live.revisions()
     }
 
     /// The index of the keys `engine` holds, read from its key records (at start, as etcd

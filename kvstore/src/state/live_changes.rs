@@ -141,6 +141,15 @@ impl LiveChanges {
         }
     }
 
+    /// The revisions in the set, in order, each once; `None` unless it is built.
+    pub(super) fn revisions(&self) -> Option<impl Iterator<Item = Revision> + '_> {
+        let State::Ready(set) = &self.state else { return None };
+        let mut last = None;
+        Some(
+            set.iter().filter_map(move |&(revision, _)| (last.replace(revision) != Some(revision)).then_some(revision)),
+        )
+    }
+
     /// Whether some key's record names a change from revision `first` through `last`:
     /// `None` while that is not known (the set is being built, or its build failed), when
     /// the caller must assume so.

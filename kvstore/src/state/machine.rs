@@ -528,6 +528,12 @@ impl StateMachine {
         self.revision
     }
 
+    /// How many key records name their change for their value (tests).
+    #[cfg(test)]
+    pub(super) fn named_changes(&mut self) -> Option<usize> {
+        self.keys.live_changes().len()
+    }
+
     /// One live key.
     pub fn get(&self, key: &[u8]) -> Option<KeyValue> {
         self.keys.get(key)

@@ -572,7 +572,8 @@ impl Checked {
     /// Writes the keys and the history to `engine`, which holds no state.
     pub(super) fn load(self, engine: &Arc<dyn Engine>, failure: &Failure) -> Result<Restored, SnapshotError> {
         let stored = |e: crate::engine::EngineError| SnapshotError::Storage(e.to_string());
-        let keys = Keyspace::load(Arc::clone(engine), failure.clone(), self.kvs, self.graveyard).map_err(stored)?;
+        let keys = Keyspace::load(Arc::clone(engine), failure.clone(), self.kvs, self.graveyard, Revision::MAX)
+            .map_err(stored)?;
         let history = History::load(
             Arc::clone(engine),
             failure.clone(),

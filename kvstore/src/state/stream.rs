@@ -457,23 +457,45 @@ pub(super) fn load_from(
 ) -> Result<Restored, SnapshotError> {
     let stored = |e: EngineError| SnapshotError::Storage(e.to_string());
     let mut incoming = Incoming::open(reader)?;
+    let (compacted, revision) = (incoming.header.compacted, incoming.header.revision);
+    // A key whose change is in the history is stored naming it, as the state machine's
+    // own flush stores it (each value written once: half the install's writes).
     let keys = Keyspace::load(
         Arc::clone(engine),
         failure.clone(),
         std::iter::from_fn(|| incoming.next_key()),
         Graveyard::default(),
+        compacted,
     )
     .map_err(stored)?;
-    let (compacted, revision) = (incoming.header.compacted, incoming.header.revision);
+    // Every change a key names must come in the history: checked as the changes pass,
+    // against the named revisions in order.
+    let mut named =
+        keys.named_changes().ok_or_else(|| SnapshotError::Corrupt("the loaded keys' changes are unknown".into()))?;
+    let mut next_named = named.next();
+    let mut missing = None;
     let history = History::load(
         Arc::clone(engine),
         failure.clone(),
-        std::iter::from_fn(|| incoming.next_change()),
+        std::iter::from_fn(|| incoming.next_change()).inspect(|change| {
+            while let Some(wanted) = next_named.filter(|&wanted| wanted <= change.revision()) {
+                if wanted < change.revision() {
+                    missing.get_or_insert(wanted);
+                }
+                next_named = named.next();
+            }
+        }),
         compacted,
         revision,
     )
     .map_err(stored)?;
     let (header, leases) = incoming.finish()?;
+    if let Some(missing) = missing.or(next_named) {
+        return Err(SnapshotError::Corrupt(format!(
+            "a key's value is its change at revision {missing}, which the snapshot's history (from revision {compacted}) does not hold"
+        )));
+    }
+    drop(named);
     let mut leases = LeaseTable::from_parts(leases, header.grant_counter);
     leases.mark_all_changed();
     Ok(Restored {
@@ -528,6 +550,68 @@ mod tests {
         assert_eq!(restored.hash_kv(0).unwrap(), sm.hash_kv(0).unwrap());
         assert_eq!(restored.lease(7).map(|l| l.keys.len()), Some(500));
         assert_eq!(restored.to_snapshot_bytes(), sm.to_snapshot_bytes());
+    }
+
+    /// A key installed from a stream (a peer's snapshot) whose change is in the history
+    /// names it instead of holding the value again (one write per value, as the state
+    /// machine's own flush), and reads the same value.
+    #[test]
+    fn installed_keys_name_their_changes_and_read_the_same_values() {
+        let mut sm = sample();
+        let mut bytes = Vec::new();
+        super::write(&sm.view().unwrap(), &mut bytes).unwrap();
+        let engine: std::sync::Arc<dyn crate::engine::Engine> = std::sync::Arc::new(crate::engine::MemoryEngine::new());
+        let mut restored = StateMachine::install_snapshot_stream(&bytes[..], engine).unwrap();
+        // Keys written at or after the compaction point (revision 1000): k0998 (revision
+        // 1000) through k1499.
+        assert_eq!(restored.named_changes(), Some(502));
+        for key in ["k0000", "k0998", "k0999", "k1499"] {
+            assert_eq!(restored.get(key.as_bytes()), sm.get(key.as_bytes()), "{key}");
+        }
+        assert_eq!(restored.hash_kv(0).unwrap(), sm.hash_kv(0).unwrap());
+    }
+
+    /// The frames of a format 8 snapshot, after its format number.
+    fn frames(bytes: &[u8]) -> Vec<&[u8]> {
+        let mut rest = &bytes[1..];
+        let mut out = Vec::new();
+        while rest.len() >= 4 {
+            let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+            out.push(&rest[4..4 + len]);
+            rest = &rest[4 + len..];
+        }
+        out
+    }
+
+    /// A snapshot whose history lacks the change a key's value is in (a damaged or hostile
+    /// peer's: its counts made to agree) is refused, not installed with a key whose value
+    /// cannot be read.
+    #[test]
+    fn a_snapshot_whose_history_lacks_a_keys_change_is_refused() {
+        let mut sm = sample();
+        let mut bytes = Vec::new();
+        super::write(&sm.view().unwrap(), &mut bytes).unwrap();
+        let frames = frames(&bytes);
+        let decoded: Vec<super::FrameIn> = frames.iter().map(|f| postcard::from_bytes(f).unwrap()).collect();
+        let last_events = decoded.iter().rposition(|f| matches!(f, super::FrameIn::Events(_))).unwrap();
+        let super::FrameIn::Events(dropped) = &decoded[last_events] else { unreachable!() };
+        let super::FrameIn::End { keys, events } = decoded.last().unwrap() else { panic!("ends with End") };
+        let end =
+            postcard::to_stdvec(&super::FrameOut::End { keys: *keys, events: events - dropped.len() as u64 }).unwrap();
+        let mut damaged = bytes[..1].to_vec();
+        for (i, frame) in frames.iter().enumerate() {
+            let frame: &[u8] = match i {
+                i if i == last_events => continue,
+                i if i == frames.len() - 1 => &end,
+                _ => frame,
+            };
+            damaged.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            damaged.extend_from_slice(frame);
+        }
+        let engine: std::sync::Arc<dyn crate::engine::Engine> = std::sync::Arc::new(crate::engine::MemoryEngine::new());
+        let Err(error) = StateMachine::install_snapshot_stream(&damaged[..], engine) else { panic!("installed") };
+        let error = error.to_string();
+        assert!(error.contains("which the snapshot's history"), "{error}");
     }
 
     /// Cut anywhere, or with its counts wrong, the stream is refused, never half restored.
