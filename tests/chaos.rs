@@ -164,9 +164,14 @@ fn every_fault_class_on_leasekv_with_paxoslease() {
 /// The tracker is a single point of failure: its faults show as unavailability, never as
 /// an anomaly. The faults that reach the election (the master's and the tracker's node
 /// stopped, cut off, restarted or slowed, and a read storm); the others act on the log and
-/// the storage, which the two backends share and the PaxosLease run covers. Kept short:
-/// the tracker is the comparison backend, and CI's budget is the two runs together.
+/// the storage, which the two backends share and the PaxosLease run covers.
+///
+/// Not in the default run: the tracker is the comparison backend, its run took 51 s of a
+/// CI run that must stay under 30 minutes (it was 31.4), and its election is covered by
+/// `lease/tests/integration/backend.rs` on every backend. Run it with
+/// `cargo test --all-features --test chaos -- --ignored` (as root).
 #[test]
+#[ignore = "the comparison backend's chaos run, on demand: cargo test --all-features --test chaos -- --ignored"]
 fn the_election_faults_on_leasekv_with_the_lease_tracker() {
     if can_run(false) {
         let faults =

@@ -459,7 +459,8 @@ pub(super) fn load_from(
     let mut incoming = Incoming::open(reader)?;
     let (compacted, revision) = (incoming.header.compacted, incoming.header.revision);
     // A key whose change is in the history is stored naming it, as the state machine's
-    // own flush stores it (each value written once: half the install's writes).
+    // own flush stores it: its value is written once, in the change (the history holds
+    // the changes from the compaction point on).
     let keys = Keyspace::load(
         Arc::clone(engine),
         failure.clone(),
