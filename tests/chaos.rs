@@ -203,8 +203,9 @@ const ETCD_RUN: &[&str] = &[
 ///
 /// [`CONTROLS_AT_ONCE`] runs at a time: a run of three nodes kept a fifth of the two cores
 /// busy (eight runs one after another: 270 s of wall time, 97 s of CPU), and each run has
-/// its own namespaces (named after its process id). A control only has to be caught, which
-/// a busier machine does not prevent.
+/// its own namespaces (named after its process id). A busier machine can hide a control's
+/// window (seen once: `ack-before-fsync`), so a control missed beside the others runs once
+/// more alone; missed twice, the test fails.
 ///
 /// The etcd run ([`ETCD_RUN`]) goes beside the second wave, and must pass. Not beside the
 /// first: its faults include `slow-cpu`, and under it `read-lease-expired` (which needs
@@ -228,7 +229,7 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
     ];
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut etcd = None;
-    let mut missed = Vec::new();
+    let mut missed: Vec<(&str, &str, i32)> = Vec::new();
     for (index, wave) in controls.chunks(CONTROLS_AT_ONCE).enumerate() {
         if index == 1 {
             etcd = Some(std::thread::spawn(|| chaos_beside_others(ETCD_RUN)));
@@ -237,29 +238,49 @@ fn every_negative_control_is_caught_and_etcd_passes_every_fault_class() {
             .iter()
             .map(|&(control, faults)| {
                 let handle = std::thread::spawn(move || chaos_beside_others(&control_args(control, faults)));
-                (control, handle)
+                (control, faults, handle)
             })
             .collect();
-        for (control, handle) in runs {
+        for (control, faults, handle) in runs {
             let (code, stdout) = handle.join().unwrap_or_else(|_| (-1, String::new()));
-            let caught = stdout.lines().any(|l| {
-                l.starts_with("anomaly: not linearizable")
-                    || l.starts_with("anomaly: lost write")
-                    || l.starts_with("anomaly: master leases overlap")
-                    || (l.starts_with("anomaly: watcher") && l.contains("committed between revisions"))
-                    || l.starts_with("anomaly: txn not atomic")
-            });
-            if code != 1 || !caught {
-                missed.push(format!("{control} (exit {code})"));
-            } else if let Some(&(_, faults)) = wave.iter().find(|(c, _)| *c == control) {
+            if code == 1 && caught(&stdout) {
                 discard_run_dir(&control_args(control, faults));
+            } else {
+                missed.push((control, faults, code));
             }
         }
     }
     let etcd = etcd.unwrap_or_else(|| std::thread::spawn(|| chaos_beside_others(ETCD_RUN)));
     let (code, stdout) = etcd.join().unwrap_or_else(|_| (-1, String::new()));
+    // A control missed beside the others runs once more, alone (after the etcd run): `ack-before-fsync` went
+    // uncaught once in CI beside three controls and etcd (0 anomalies at its seed there),
+    // and was caught alone at that seed (26 anomalies). The check must still catch it.
+    let missed: Vec<String> = missed
+        .into_iter()
+        .filter(|&(control, faults, _)| {
+            let (code, stdout) = chaos_beside_others(&control_args(control, faults));
+            let caught_alone = code == 1 && caught(&stdout);
+            if caught_alone {
+                discard_run_dir(&control_args(control, faults));
+            }
+            !caught_alone
+        })
+        .map(|(control, _, code)| format!("{control} (exit {code} beside the others, and missed alone too)"))
+        .collect();
     assert!(missed.is_empty(), "negative controls not caught: {}", missed.join(", "));
     assert_passed_on_etcd(ETCD_RUN, code, &stdout);
+}
+
+/// Whether a control's run was caught by a safety check (not merely by a missing verdict
+/// or a slow convergence).
+fn caught(stdout: &str) -> bool {
+    stdout.lines().any(|l| {
+        l.starts_with("anomaly: not linearizable")
+            || l.starts_with("anomaly: lost write")
+            || l.starts_with("anomaly: master leases overlap")
+            || (l.starts_with("anomaly: watcher") && l.contains("committed between revisions"))
+            || l.starts_with("anomaly: txn not atomic")
+    })
 }
 
 /// The arguments of the run of negative control `control` under `faults`.
