@@ -38,9 +38,10 @@ pub(crate) fn lower_own_priority() {
 /// CPU time no other thread of the default class wants, and a waking thread of that class
 /// takes the CPU from it at once. A nice value is not enough for catch-up work: the kernel's
 /// scheduler (EEVDF) lets a running thread of any weight finish its slice before a waking
-/// one, and a put wakes several threads on its way through the members, so a snapshot
-/// build at +10 beside them cut the others' puts to 15 % (`scalebench catch-up`). Needs no
-/// privilege; a failure leaves the thread at [`BACKGROUND_NICENESS`].
+/// one, and a put wakes several threads on its way through the members. (The 15 % of puts
+/// kept during a `scalebench catch-up` had another cause, a read lease held by the member
+/// catching up; this class alone moved it to 21 %.) Needs no privilege; a failure leaves
+/// the thread at [`BACKGROUND_NICENESS`].
 pub(crate) fn idle_own_priority() {
     #[cfg(target_os = "linux")]
     // SAFETY: `sched_setscheduler` with pid 0 changes only the calling thread's policy; the

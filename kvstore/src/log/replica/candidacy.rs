@@ -152,7 +152,7 @@ impl Candidacy {
         if self.given_up.is_some_and(|(_, until)| now >= until) {
             self.given_up = None;
         }
-        let behind = self.announced.filter(|(commit, _)| *commit > applied.saturating_add(CATCH_UP_SLACK));
+        let behind = self.behind(applied);
         if self.install_failure.is_some() && self.announced.is_some() && behind.is_none() {
             // Caught up some other way (entries from the log, a later install).
             self.install_failure = None;
@@ -170,8 +170,12 @@ impl Candidacy {
     /// master announced lately by more than the slack, or its last snapshot install failed:
     /// its state is not the cluster's yet (it asks for no read lease either).
     pub(super) fn catching_up(&self, applied: Slot) -> bool {
-        self.install_failure.is_some()
-            || self.announced.is_some_and(|(commit, _)| commit > applied.saturating_add(CATCH_UP_SLACK))
+        self.install_failure.is_some() || self.behind(applied).is_some()
+    }
+
+    /// The announcement that `applied` is more than the slack behind, if any.
+    fn behind(&self, applied: Slot) -> Option<(Slot, Instant)> {
+        self.announced.filter(|(commit, _)| *commit > applied.saturating_add(CATCH_UP_SLACK))
     }
 
     /// When the decision may change by time alone: the ready bound runs out, the hold-off
