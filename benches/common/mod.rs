@@ -44,8 +44,20 @@ impl Target {
     }
 }
 
+/// A free port on 127.0.0.1 that this benchmark has not handed out before: the listener is
+/// dropped, and the system may offer the same port again before a server binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..100 {
+        let port =
+            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 that this benchmark has not used already, in 100 tries")
 }
 
 pub fn binary(name: &str, env: &str) -> PathBuf {

@@ -127,7 +127,11 @@ pub async fn run(config: NodeConfig, shutdown: impl Future<Output = ()> + Send +
     }
     #[cfg(feature = "fault-injection")]
     faults.start_clock();
-    let options = StorageOptions { state_cache_bytes: config.state_cache_bytes, ..StorageOptions::default() };
+    let options = StorageOptions {
+        state_cache_bytes: config.state_cache_bytes,
+        state_flush_every: config.state_flush_every,
+        ..StorageOptions::default()
+    };
     let storage = SledStorage::open_with(&config.data_dir, options)
         .map_err(|source| ServerError::Storage { dir: dir.clone(), source })?;
     let stager = storage.stager();

@@ -24,7 +24,7 @@ mod sled_engine;
 mod tests;
 
 pub use memory::MemoryEngine;
-pub use sled_engine::SledEngine;
+pub use sled_engine::{SledEngine, DEFAULT_FLUSH_EVERY};
 
 use std::ops::Bound;
 use thiserror::Error;

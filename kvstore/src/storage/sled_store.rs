@@ -125,6 +125,9 @@ pub struct StorageOptions {
     /// The state engine's page cache, bytes: how much of the key space and history stays
     /// in memory (sled's own accounting; its resident memory runs somewhat above it).
     pub state_cache_bytes: u64,
+    /// How often the state engine writes out and syncs its buffers on its own
+    /// ([`crate::engine::SledEngine::open_flushing_every`]).
+    pub state_flush_every: std::time::Duration,
 }
 
 /// The state engine's page cache when nothing else is configured.
@@ -132,7 +135,11 @@ pub const DEFAULT_STATE_CACHE_BYTES: u64 = 128 << 20;
 
 impl Default for StorageOptions {
     fn default() -> Self {
-        StorageOptions { log_segment_bytes: DEFAULT_SEGMENT_LIMIT, state_cache_bytes: DEFAULT_STATE_CACHE_BYTES }
+        StorageOptions {
+            log_segment_bytes: DEFAULT_SEGMENT_LIMIT,
+            state_cache_bytes: DEFAULT_STATE_CACHE_BYTES,
+            state_flush_every: crate::engine::DEFAULT_FLUSH_EVERY,
+        }
     }
 }
 
@@ -278,9 +285,10 @@ impl SledStorage {
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
         let state_dir = staging::current_state_dir(dir)?;
-        let engine = SledEngine::open(&state_dir, options.state_cache_bytes).map_err(|e| {
-            StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
-        })?;
+        let engine = SledEngine::open_flushing_every(&state_dir, options.state_cache_bytes, options.state_flush_every)
+            .map_err(|e| {
+                StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
+            })?;
         for sub in [SNAPSHOTS_DIR, INCOMING_DIR] {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path)
@@ -295,7 +303,7 @@ impl SledStorage {
             piece: pieces::piece_len(segment_size),
             engine: Arc::new(engine),
             state_dir,
-            stager: Stager::new(dir, options.state_cache_bytes),
+            stager: Stager::new(dir, options.state_cache_bytes, options.state_flush_every),
             snapshot_file: None,
         })
     }

@@ -106,13 +106,14 @@ impl Drop for StagedEngine {
 pub struct Stager {
     data_dir: PathBuf,
     cache_bytes: u64,
+    flush_every: std::time::Duration,
     /// Set while an engine is staged and not yet adopted or given up.
     staging: Arc<AtomicBool>,
 }
 
 impl Stager {
-    pub(super) fn new(data_dir: &Path, cache_bytes: u64) -> Self {
-        Stager { data_dir: data_dir.to_path_buf(), cache_bytes, staging: Arc::new(AtomicBool::new(false)) }
+    pub(super) fn new(data_dir: &Path, cache_bytes: u64, flush_every: std::time::Duration) -> Self {
+        Stager { data_dir: data_dir.to_path_buf(), cache_bytes, flush_every, staging: Arc::new(AtomicBool::new(false)) }
     }
 
     /// A new, empty engine in a state directory of its own. Refused while another is
@@ -160,7 +161,7 @@ impl Stager {
         std::fs::create_dir(&dir).map_err(|e| StorageError::backend(format!("cannot create {}", dir.display()), e))?;
         // The state cache setting is the engine's; the staged one takes as much while it
         // exists, for the install's own writes.
-        let engine = SledEngine::open(&dir, self.cache_bytes).map_err(|e| {
+        let engine = SledEngine::open_flushing_every(&dir, self.cache_bytes, self.flush_every).map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             StorageError::backend(format!("cannot open a staged state engine in {}", dir.display()), e)
         })?;
@@ -267,7 +268,7 @@ mod tests {
     #[test]
     fn an_install_the_disk_cannot_hold_is_refused_with_what_it_needs() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let stager = Stager::new(dir.path(), 1 << 20);
+        let stager = Stager::new(dir.path(), 1 << 20, crate::engine::DEFAULT_FLUSH_EVERY);
         assert!(stager.check_room(1 << 20).is_ok(), "a MiB fits");
         let refused = stager.check_room(1 << 62).expect_err("4 EiB does not fit").to_string();
         assert!(refused.contains("no room for the snapshot") && refused.contains("MB are free"), "{refused}");

@@ -190,6 +190,14 @@ pub enum ConfigErrorKind {
         /// The most allowed: T.
         max: u64,
     },
+    /// `[storage] engine_flush_ms` is outside what works.
+    #[error(
+        "[storage] engine_flush_ms = {0} is out of range: it must be from {min} to {max} (how often the state \
+         engine writes out and syncs its buffers on its own; default 500)",
+        min = super::ENGINE_FLUSH_MS.start(),
+        max = super::ENGINE_FLUSH_MS.end()
+    )]
+    EngineFlush(u64),
     /// `[election] tracker` is not a member.
     #[error("[election] tracker = {tracker} is not a member; expected one of the [[peers]] ids: {members}")]
     TrackerNotMember {

@@ -156,6 +156,7 @@ struct FileStorage {
     quota_bytes: Option<u64>,
     corrupt_check_interval_ms: Option<u64>,
     cache_bytes: Option<u64>,
+    engine_flush_ms: Option<u64>,
 }
 
 /// `[log]`.
@@ -488,6 +489,11 @@ pub(super) fn resolve(
         log,
         compaction,
         state_cache_bytes: file.storage.cache_bytes.unwrap_or(leasekv_kvstore::storage::DEFAULT_STATE_CACHE_BYTES),
+        state_flush_every: match file.storage.engine_flush_ms {
+            Some(ms) if super::ENGINE_FLUSH_MS.contains(&ms) => Duration::from_millis(ms),
+            Some(ms) => return Err(err(ConfigErrorKind::EngineFlush(ms))),
+            None => leasekv_kvstore::engine::DEFAULT_FLUSH_EVERY,
+        },
         corrupt_check_interval: match file.storage.corrupt_check_interval_ms {
             Some(0) => None,
             Some(ms) => Some(Duration::from_millis(ms)),

@@ -277,6 +277,17 @@ fn limits_and_log_settings_reach_the_store_configs() {
     assert!(message.contains("[storage] corrupt_check_interval_ms = 5 is too short; at least 100 ms"), "{message}");
     let unchecked = parse("id = 1\n[storage]\ncorrupt_check_interval_ms = 0\n").expect("valid");
     assert_eq!(unchecked.corrupt_check_interval, None);
+    assert_eq!(config.state_flush_every, leasekv_kvstore::engine::DEFAULT_FLUSH_EVERY);
+    let flushing = parse("id = 1\n[storage]\nengine_flush_ms = 100\n").expect("valid");
+    assert_eq!(flushing.state_flush_every, Duration::from_millis(100));
+    for wrong in [0, 9, 10_001] {
+        let message = error_of(&format!("id = 1\n[storage]\nengine_flush_ms = {wrong}\n"));
+        assert!(
+            message
+                .contains(&format!("[storage] engine_flush_ms = {wrong} is out of range: it must be from 10 to 10000")),
+            "{message}"
+        );
+    }
     let message = error_of("id = 1\n[storage]\nquota = 5\n");
     assert!(message.contains("unknown field `quota`"), "{message}");
     let replica = config.replica_config();

@@ -71,10 +71,20 @@ pub struct Cluster {
     kvserver: PathBuf,
 }
 
-/// A free TCP port on 127.0.0.1 (the listener is dropped; the system rarely hands it out again
-/// before the server binds it).
+/// A free TCP port on 127.0.0.1 that this process has not handed out before. The listener
+/// is dropped, so the system may offer the same port again before a server binds it: a
+/// cluster once got one port for a member's peer address and another's client address.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(anyhow!("no free port on 127.0.0.1 that this run has not used already, in 100 tries"))
 }
 
 /// The `etcd` binary: `ETCD_BIN`, else the first on PATH.
