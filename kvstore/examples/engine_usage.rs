@@ -23,7 +23,7 @@ fn kind(first: u8) -> &'static str {
         b's' => "history sizes (the layout before runs)",
         b'l' => "leases",
         b'a' => "lease attachments",
-        b'm' => "the state's meta record",
+        b'm' => "meta records (the state's, auth's)",
         _ => "other",
     }
 }

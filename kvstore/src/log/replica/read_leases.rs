@@ -63,7 +63,8 @@ impl<S: Storage> Replica<S> {
             || self.candidacy.catching_up(self.learner.applied())
             || !self.held_lease.ask_due(now, every)
             // Last: it reads every slot accepted and not applied, and this runs on each of
-            // the master's commits (6 % of a member's CPU while it caught up, asked first).
+            // the master's commits (asked first, it took 6 % of all CPU samples while a
+            // member caught up: performance.md).
             || !self.may_hold_read_lease(self.me)
         {
             return;
