@@ -14,7 +14,7 @@
 //! way never holds up an Accept.
 
 use crate::peer::cluster::ClusterId;
-use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES};
+use crate::peer::parked::{Inbox, Outbox, ParkedKind, Payload, CHUNK_BYTES, CHUNK_TIMEOUT};
 use crate::peer::proto::peer_client::PeerClient;
 use crate::peer::proto::{HelloRequest, PeerEnvelope};
 use crate::peer::refusal::PeerRefusal;
@@ -147,12 +147,33 @@ struct PeerLinks {
     log: LaneQueue,
     /// Whether its log lane is known to be down (see [`PeerNetwork::log_lane_down`]).
     log_down: Arc<AtomicBool>,
-    /// Client for pulling parked messages from it (same channel as the lanes).
+    /// Client for pulling parked messages from it, on a connection apart from the lanes'.
     puller: PeerClient<Channel>,
 }
 
 /// Encoded messages waiting for one lane of one peer.
 type LaneQueue = mpsc::Sender<Vec<u8>>;
+
+/// A channel to the peer at `addr` that connects when first used, over TLS when `tls` is
+/// given, and counts its connection dead once a probe sent after `keepalive` of quiet goes
+/// unanswered for `keepalive` (a peer behind a partition sends no reset).
+fn connect_lazy(
+    addr: &str,
+    tls: Option<&Arc<Current<ClientConfig>>>,
+    keepalive: Duration,
+) -> Result<Channel, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(keepalive)
+        .keep_alive_timeout(keepalive)
+        .keep_alive_while_idle(true);
+    Ok(match tls {
+        // The URI stays http://: the connector runs the TLS handshake itself.
+        Some(tls) => endpoint.connect_with_connector_lazy(PeerTlsConnector::new(tls.clone())),
+        None => endpoint.connect_lazy(),
+    })
+}
 
 impl PeerLinks {
     /// Starts the sender tasks of both lanes to `peer` at `addr`, which connect at once to
@@ -166,19 +187,14 @@ impl PeerLinks {
         versions: &LinkVersions,
         cluster: Option<ClusterId>,
     ) -> Option<PeerLinks> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}")).map(|e| {
-            e.connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(KEEPALIVE)
-                .keep_alive_timeout(KEEPALIVE)
-                .keep_alive_while_idle(true)
-        });
-        let channel = match endpoint {
-            Ok(endpoint) => match tls {
-                // The URI stays http://: the connector runs the TLS handshake itself.
-                Some(tls) => endpoint.connect_with_connector_lazy(PeerTlsConnector::new(tls.clone())),
-                None => endpoint.connect_lazy(),
-            },
+        // Pulls (a snapshot of the whole state, minutes long at 10M keys) go on a connection
+        // of their own, probed at the pace of their chunk timeout: a peer too busy to answer
+        // a 1 s probe cut a 7-minute transfer to a new member, which started over
+        // (performance.md, the 10M row). A stalled pull still ends within CHUNK_TIMEOUT.
+        let channels =
+            connect_lazy(addr, tls, KEEPALIVE).and_then(|lanes| Ok((lanes, connect_lazy(addr, tls, CHUNK_TIMEOUT)?)));
+        let (channel, bulk) = match channels {
+            Ok(channels) => channels,
             Err(error) => {
                 tracing::error!(%peer, %addr, %error, "peer address is not usable");
                 return None;
@@ -205,7 +221,7 @@ impl PeerLinks {
         let election = lane(Lane::Election, Arc::new(AtomicBool::new(false)));
         let log = lane(Lane::Log, log_down.clone());
         // Chunks are CHUNK_BYTES of payload; the margin covers the chunk's own fields.
-        let puller = PeerClient::new(channel).max_decoding_message_size(2 * CHUNK_BYTES);
+        let puller = PeerClient::new(bulk).max_decoding_message_size(2 * CHUNK_BYTES);
         Some(PeerLinks { addr: addr.to_string(), election, log, log_down, puller })
     }
 

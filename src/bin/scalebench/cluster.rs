@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The space quota both systems run with: the 4M-key row holds 4 GiB of values, past either
-/// default (2 GiB), and the rows must not hit a quota one system has and the other has not.
-const QUOTA_BYTES: u64 = 8 << 30;
+/// The space quota both systems run with unless a row sets its own: the 4M-key row holds
+/// 4 GiB of values, past either default (2 GiB), and the rows must not hit a quota one
+/// system has and the other has not.
+pub const QUOTA_BYTES: u64 = 8 << 30;
 
 /// The system under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub struct Settings {
     pub compaction_retention: Option<u64>,
     /// Extra TOML for every leasekv node (`SCALEBENCH_LEASEKV_CONFIG` adds to it).
     pub leasekv_toml: String,
+    /// The space quota of both systems, or none for [`QUOTA_BYTES`].
+    pub quota_bytes: Option<u64>,
 }
 
 /// One member: its ports, files and process.
@@ -239,7 +242,7 @@ impl Cluster {
                 }
                 // The quota etcd is given below; the settings of the run and then
                 // SCALEBENCH_LEASEKV_CONFIG are merged over it, table by table.
-                let mut settings = format!("[storage]\nquota_bytes = {QUOTA_BYTES}\n");
+                let mut settings = format!("[storage]\nquota_bytes = {}\n", self.quota_bytes());
                 if let Some(retention) = self.settings.compaction_retention {
                     settings.push_str(&format!("[compaction]\nmode = \"revision\"\nretention = {retention}\n"));
                 }
@@ -274,7 +277,7 @@ impl Cluster {
                     .arg(format!("--initial-cluster-state={}", if joining { "existing" } else { "new" }))
                     // The 1 GiB key space needs more than the 2 GiB default quota with its
                     // history; etcd refuses writes past the quota.
-                    .arg(format!("--quota-backend-bytes={QUOTA_BYTES}"))
+                    .arg(format!("--quota-backend-bytes={}", self.quota_bytes()))
                     .arg("--log-level=error");
                 if let Some(retention) = self.settings.compaction_retention {
                     c.arg("--auto-compaction-mode=revision").arg(format!("--auto-compaction-retention={retention}"));
@@ -289,6 +292,11 @@ impl Cluster {
             .with_context(|| format!("starting {}", self.kvserver.display()))?;
         self.members[i].child = Some(child);
         Ok(())
+    }
+
+    /// The space quota both systems run with in this cluster.
+    fn quota_bytes(&self) -> u64 {
+        self.settings.quota_bytes.unwrap_or(QUOTA_BYTES)
     }
 
     /// The last lines member `i` logged, to explain a member that did not come up.
@@ -372,12 +380,16 @@ impl Cluster {
 
     /// Replaces stopped member `old` with a new member with an empty data directory, as an
     /// operator replaces a lost machine: remove it, add the new one (a voter), start it.
+    /// The old member's data directory is deleted once it is removed, as a lost machine's
+    /// disk is gone: the 10M row's fourth copy would not fit this machine's disk.
     /// Returns the new member's slot; it has just been started (not yet serving).
     pub async fn replace(&mut self, old: usize) -> Result<usize> {
         let via = (0..self.len()).find(|&j| j != old && self.is_running(j)).ok_or_else(|| anyhow!("no member left"))?;
         let client = self.client(via).await?;
         let old_id = self.members[old].id;
         retry("member remove", || client.member_remove(old_id)).await?;
+        let old_dir = &self.members[old].data_dir;
+        std::fs::remove_dir_all(old_dir).with_context(|| format!("deleting {}", old_dir.display()))?;
         let slot = self.members.len();
         let name = format!("n{}", slot + 1);
         self.members.push(Member {

@@ -86,6 +86,9 @@ enum Task {
     CatchUp(RowArgs),
     /// The keys, restart and catch-up rows on one loaded key space.
     KeySpace(RowArgs),
+    /// The keys and restart rows on one loaded key space, without the catch-up (whose new
+    /// member needs a fourth copy of the data on the machine's disk: the 10M row here).
+    KeysRestart(RowArgs),
     /// Overwrites of 10,000 keys with auto-compaction: the data dir's size over time.
     Compaction(RowArgs),
     /// One client's put latency, at the master and spread over the members.
@@ -143,7 +146,7 @@ enum Task {
 fn default_count(workload: &str) -> u64 {
     match workload {
         "leases" | "expiry-storm" => 100_000,
-        "keys" | "restart" | "catch-up" | "key-space" => 1_000_000,
+        "keys" | "restart" | "catch-up" | "key-space" | "keys-restart" => 1_000_000,
         "compaction" => 10_000_000,
         "stalls" | "reads" => 200_000,
         _ => 1,
@@ -180,6 +183,7 @@ async fn run_row(workload: &str, system: System, count: u64, ttl: u64) -> Result
         "restart" => keys::key_space(system, count, Rows { keys: false, restart: true, catch_up: false }).await?,
         "catch-up" => keys::key_space(system, count, Rows { keys: false, restart: false, catch_up: true }).await?,
         "key-space" => keys::key_space(system, count, Rows { keys: true, restart: true, catch_up: true }).await?,
+        "keys-restart" => keys::key_space(system, count, Rows { keys: true, restart: true, catch_up: false }).await?,
         "compaction" => vec![compaction::compaction(system, count).await?],
         "put-latency" => vec![latency::put_latency(system).await?],
         "clients" => vec![latency::clients(system).await?],
@@ -229,6 +233,7 @@ async fn run(args: Args) -> Result<()> {
         Task::Restart(a) => ("restart", a),
         Task::CatchUp(a) => ("catch-up", a),
         Task::KeySpace(a) => ("key-space", a),
+        Task::KeysRestart(a) => ("keys-restart", a),
         Task::Compaction(a) => ("compaction", a),
         Task::PutLatency(a) => ("put-latency", a),
         Task::Clients(a) => ("clients", a),
