@@ -77,7 +77,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
             return Err(anyhow!("the prefix range returned {returned} keys, not {RANGE_KEYS}"));
         }
         report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
-        reports.push(report);
+        finished(&mut reports, report);
     }
 
     if rows.restart {
@@ -90,7 +90,7 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         report.figure("restart_to_serving_s", serving.as_secs_f64());
         report.figure("rss_after_restart_bytes", cluster.rss_bytes(member).unwrap_or_default() as f64);
         report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
-        reports.push(report);
+        finished(&mut reports, report);
     }
 
     if rows.catch_up {
@@ -146,9 +146,16 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         report.figure("new_member_data_dir_bytes", disk_bytes(cluster.data_dir(slot)) as f64);
         report.figure("new_member_rss_bytes", cluster.rss_bytes(slot).unwrap_or_default() as f64);
         report.figure("leader_changes", cluster.term().await.saturating_sub(term_at_start) as f64);
-        reports.push(report);
+        finished(&mut reports, report);
     }
     Ok(reports)
+}
+
+/// Keeps a finished row's report, and shows its figures at once: a later row of the same
+/// load may take half an hour or be stopped.
+fn finished(reports: &mut Vec<Report>, report: Report) {
+    eprintln!("{}", report.summary_line());
+    reports.push(report);
 }
 
 /// How long a replaced member may take to serve `count` keys: 15 minutes, or a second per

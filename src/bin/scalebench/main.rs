@@ -87,7 +87,7 @@ enum Task {
     /// The keys, restart and catch-up rows on one loaded key space.
     KeySpace(RowArgs),
     /// The keys and restart rows on one loaded key space, without the catch-up (whose new
-    /// member needs a fourth copy of the data on the machine's disk: the 10M row here).
+    /// member's copy, beside the two that stay, may not fit a machine's disk at 10M keys).
     KeysRestart(RowArgs),
     /// Overwrites of 10,000 keys with auto-compaction: the data dir's size over time.
     Compaction(RowArgs),
