@@ -217,11 +217,19 @@ pub enum LogBreakage {
     /// Compaction deletes a history page wholly below its point although a key's record
     /// names a change in it as its value: the key's value is lost.
     LiveValueDropped,
+    /// The state engine's value log hands a batch to the engine underneath before the
+    /// history pages it names are synced: a power loss may keep a record whose page is gone
+    /// ([`crate::engine::ValueLogBreakage::PointerBeforeValue`]).
+    PageAfterPointer,
+    /// The state engine's value log deletes a file of history pages as soon as no record
+    /// names it, before that is durable: a crash brings back records naming pages in a file
+    /// that is gone ([`crate::engine::ValueLogBreakage::FileRemovedEarly`]).
+    PageFileRemovedEarly,
 }
 
 impl LogBreakage {
     /// Every broken variant, for tests.
-    pub const ALL: [LogBreakage; 21] = [
+    pub const ALL: [LogBreakage; 23] = [
         LogBreakage::FollowerReads,
         LogBreakage::EarlyAck,
         LogBreakage::SkipPhase1,
@@ -243,6 +251,8 @@ impl LogBreakage {
         LogBreakage::NoTakeoverWait,
         LogBreakage::StaleReadView,
         LogBreakage::LiveValueDropped,
+        LogBreakage::PageAfterPointer,
+        LogBreakage::PageFileRemovedEarly,
     ];
 
     /// The variant's command-line name.
@@ -270,6 +280,8 @@ impl LogBreakage {
             LogBreakage::NoTakeoverWait => "no-takeover-wait",
             LogBreakage::StaleReadView => "stale-read-view",
             LogBreakage::LiveValueDropped => "live-value-dropped",
+            LogBreakage::PageAfterPointer => "page-after-pointer",
+            LogBreakage::PageFileRemovedEarly => "page-file-removed-early",
         }
     }
 

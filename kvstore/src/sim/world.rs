@@ -383,7 +383,7 @@ impl World {
                     incarnation: 0,
                     election: None,
                     kv: None,
-                    disk: Some(MemoryStorage::new()),
+                    disk: Some(storage_for(&config.replica)),
                     epochs: MemoryEpochStore::default(),
                     sync_in_flight: None,
                     checkpoint_in_flight: None,
@@ -767,4 +767,19 @@ fn reply_for_error(error: RequestError) -> Reply {
         RequestError::NotReady => Reply::NotMaster(None),
         other => Reply::Refused(other.to_string()),
     }
+}
+
+/// A node's blank disk, its state engine running the value log's negative control if the
+/// seed's control is one of them.
+fn storage_for(replica: &crate::log::ReplicaConfig) -> MemoryStorage {
+    let mut disk = MemoryStorage::new();
+    let value_log = if replica.broken(LogBreakage::PageAfterPointer) {
+        crate::engine::ValueLogBreakage::PointerBeforeValue
+    } else if replica.broken(LogBreakage::PageFileRemovedEarly) {
+        crate::engine::ValueLogBreakage::FileRemovedEarly
+    } else {
+        crate::engine::ValueLogBreakage::None
+    };
+    disk.break_value_log(value_log);
+    disk
 }

@@ -25,6 +25,20 @@ mod validate;
 pub mod view;
 
 pub use history::{HistoryRead, HistoryReader};
+
+/// Where the state engine keeps the history's pages: in the value files of a
+/// [`crate::engine::ValueLog`] over the keys of the history's records (a page is written
+/// once, read by watches and past-revision reads, and deleted whole once retired).
+pub fn value_log_config() -> crate::engine::ValueLogConfig {
+    crate::engine::ValueLogConfig::for_prefix(layout::EVENT)
+}
+
+/// [`value_log_config`] with files of 16 KiB and values from 64 bytes on, for the
+/// simulator and the tests: their histories are small, and every page should go through
+/// files that fill, seal, get rewritten and deleted.
+pub fn small_value_log_config() -> crate::engine::ValueLogConfig {
+    crate::engine::ValueLogConfig { prefix: layout::EVENT, min_separated: 64, file_bytes: 16 << 10 }
+}
 pub use lease_keys::LeaseKeys;
 pub use machine::{CheckedSnapshot, KvHash, Lease, SnapshotError, StateMachine};
 pub use read_view::ReadView;

@@ -1,7 +1,7 @@
 //! In-memory storage with crash semantics, for the simulator.
 use super::staging::Home;
 use super::{normalize, Recovered, SnapshotRecord, StagedEngine, Storage, StorageError};
-use crate::engine::{Engine, MemoryEngine};
+use crate::engine::{Engine, MemoryStateEngine, ValueLogBreakage};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// unsynced writes lost) or [`MemoryStorage::crash_keeping`] (a torn write: a prefix of them
 /// reached the disk). A node only calls [`Storage::recover`] right after such a crash (or on
 /// a blank disk), so `recover` simply returns the current view, pending writes included.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStorage {
     /// What survives any crash.
     durable: Image,
@@ -21,7 +21,25 @@ pub struct MemoryStorage {
     /// Number of [`Storage::sync`] calls.
     syncs: u64,
     /// The state engine beside the log, with crash semantics of its own.
-    engine: Arc<MemoryEngine>,
+    engine: Arc<MemoryStateEngine>,
+    /// What the state engine found wrong when it was opened again after the last crash
+    /// (its value files do not hold what its records name): [`Storage::recover`] fails.
+    reopen_failure: Option<String>,
+    /// The negative control the state engines of this storage run with.
+    value_logbreakage: ValueLogBreakage,
+}
+
+impl Default for MemoryStorage {
+    fn default() -> Self {
+        MemoryStorage {
+            durable: Image::default(),
+            pending: Vec::new(),
+            syncs: 0,
+            engine: Arc::new(MemoryStateEngine::in_memory(crate::state::small_value_log_config())),
+            reopen_failure: None,
+            value_logbreakage: ValueLogBreakage::None,
+        }
+    }
 }
 
 impl Clone for MemoryStorage {
@@ -32,6 +50,8 @@ impl Clone for MemoryStorage {
             pending: self.pending.clone(),
             syncs: self.syncs,
             engine: Arc::new(self.engine.fork()),
+            reopen_failure: self.reopen_failure.clone(),
+            value_logbreakage: self.value_logbreakage,
         }
     }
 }
@@ -99,14 +119,29 @@ impl MemoryStorage {
     /// state engine.
     pub fn crash(&mut self) {
         self.pending.clear();
-        self.engine.crash();
+        self.crash_engine(0);
+    }
+
+    /// The state engine's part of a crash: it keeps the first `kept` unsynced batches, and
+    /// is opened again as a restarted node opens it.
+    fn crash_engine(&mut self, kept: usize) {
+        if let Err(e) = self.engine.crash_keeping(kept) {
+            self.reopen_failure = Some(e.to_string());
+        }
+    }
+
+    /// Runs the state engines of this storage (this one and those staged later) as the
+    /// negative control `breakage`.
+    pub fn break_value_log(&mut self, breakage: ValueLogBreakage) {
+        self.value_logbreakage = breakage;
+        self.engine.break_as(breakage);
     }
 
     /// [`Self::crash_keeping`] the first `log_kept` unsynced log writes and the first
     /// `state_kept` unsynced batches of the state engine: the two are separate files, so a
     /// power loss tears each at its own point.
     pub fn crash_torn(&mut self, log_kept: usize, state_kept: usize) {
-        self.engine.crash_keeping(state_kept);
+        self.crash_engine(state_kept);
         self.crash_keeping_log(log_kept);
     }
 
@@ -117,7 +152,7 @@ impl MemoryStorage {
 
     /// Number of state engine batches written since its last sync.
     pub fn state_pending_len(&self) -> usize {
-        self.engine.unsynced_batches()
+        self.engine.inner().unsynced_batches()
     }
     /// Simulates a torn write at a crash: the first `n` unsynced writes reached the disk (in
     /// order, as a log-structured store recovers a prefix), the rest are lost. `n` larger than
@@ -125,7 +160,7 @@ impl MemoryStorage {
     /// The state engine loses every unsynced batch.
     pub fn crash_keeping(&mut self, n: usize) {
         self.crash_keeping_log(n);
-        self.engine.crash();
+        self.crash_engine(0);
     }
 
     /// The log's part of a torn crash.
@@ -148,6 +183,9 @@ impl MemoryStorage {
 
 impl Storage for MemoryStorage {
     fn recover(&mut self) -> Result<Recovered, StorageError> {
+        if let Some(detail) = &self.reopen_failure {
+            return Err(StorageError::Corrupt { what: "the state engine".into(), detail: detail.clone() });
+        }
         if self.pending.is_empty() {
             return Ok(self.durable.to_recovered());
         }
@@ -193,7 +231,7 @@ impl Storage for MemoryStorage {
         self.engine.clone()
     }
     fn stage(&self) -> Result<StagedEngine, StorageError> {
-        Ok(StagedEngine::in_memory())
+        Ok(StagedEngine::in_memory(self.value_logbreakage))
     }
     fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError> {
         match staged.into_home() {

@@ -55,7 +55,7 @@ use super::pieces::{self, PieceError};
 use super::segments::{SegmentLog, DEFAULT_SEGMENT_LIMIT};
 use super::staging::{self, Home};
 use super::{normalize, upgrade, Recovered, SnapshotData, SnapshotRecord, StagedEngine, Stager, Storage, StorageError};
-use crate::engine::{Engine, SledEngine};
+use crate::engine::{DiskStateEngine, Engine};
 use crate::log::{AcceptedSlot, LogBallot, Slot};
 use leasekv_lease::{epoch::EpochError, EpochStore, RestartEpoch};
 use std::fs::File;
@@ -285,7 +285,8 @@ impl SledStorage {
         };
         let log = upgrade::open_log(dir, &durable.db, &durable.meta, limit, || durable.sync())?;
         let state_dir = staging::current_state_dir(dir)?;
-        let engine = SledEngine::open_flushing_every(&state_dir, options.state_cache_bytes, options.state_flush_every)
+        let config = crate::state::value_log_config();
+        let engine = DiskStateEngine::open_in(&state_dir, options.state_cache_bytes, options.state_flush_every, config)
             .map_err(|e| {
                 StorageError::backend(format!("cannot open the state engine in {}", state_dir.display()), e)
             })?;

@@ -17,7 +17,7 @@
 //! directory and sled's `conf` in it are synced by the adoption, so a crash finds either the
 //! old state or the new one, each whole. One engine is staged at a time.
 
-use crate::engine::{Engine, MemoryEngine, SledEngine};
+use crate::engine::{DiskStateEngine, Engine, MemoryStateEngine, ValueLogBreakage};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,7 +46,7 @@ pub struct StagedEngine {
 /// Where a staged engine lives, which says which storage can adopt it.
 pub(super) enum Home {
     /// In memory ([`super::MemoryStorage`]).
-    Memory(Arc<MemoryEngine>),
+    Memory(Arc<MemoryStateEngine>),
     /// In its own directory of a data directory ([`super::SledStorage`]), with the flag
     /// that keeps a second one from being staged meanwhile.
     Dir { dir: PathBuf, staging: Arc<AtomicBool> },
@@ -63,9 +63,10 @@ impl std::fmt::Debug for StagedEngine {
 }
 
 impl StagedEngine {
-    /// A staged engine in memory, for [`super::MemoryStorage`].
-    pub fn in_memory() -> Self {
-        let engine = Arc::new(MemoryEngine::new());
+    /// A staged engine in memory, for [`super::MemoryStorage`], running as `breakage`.
+    pub fn in_memory(breakage: ValueLogBreakage) -> Self {
+        let engine = Arc::new(MemoryStateEngine::in_memory(crate::state::small_value_log_config()));
+        engine.break_as(breakage);
         StagedEngine { engine: Some(engine.clone()), home: Some(Home::Memory(engine)) }
     }
 
@@ -161,7 +162,8 @@ impl Stager {
         std::fs::create_dir(&dir).map_err(|e| StorageError::backend(format!("cannot create {}", dir.display()), e))?;
         // The state cache setting is the engine's; the staged one takes as much while it
         // exists, for the install's own writes.
-        let engine = SledEngine::open_flushing_every(&dir, self.cache_bytes, self.flush_every).map_err(|e| {
+        let config = crate::state::value_log_config();
+        let engine = DiskStateEngine::open_in(&dir, self.cache_bytes, self.flush_every, config).map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             StorageError::backend(format!("cannot open a staged state engine in {}", dir.display()), e)
         })?;

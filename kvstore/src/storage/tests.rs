@@ -560,7 +560,8 @@ fn a_damaged_state_pointer_is_refused_with_its_path() {
 fn a_staged_engine_is_adopted_only_by_its_own_kind_of_storage() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut store = SledStorage::open(dir.path()).expect("open");
-    let error = store.adopt_staged(StagedEngine::in_memory()).expect_err("refused");
+    let error =
+        store.adopt_staged(StagedEngine::in_memory(crate::engine::ValueLogBreakage::None)).expect_err("refused");
     assert!(error.to_string().contains("in memory cannot replace one on disk"), "{error}");
     let mut memory = MemoryStorage::new();
     let staged = store.stager().stage().expect("stage");

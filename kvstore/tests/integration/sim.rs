@@ -329,3 +329,19 @@ fn a_renewal_applied_after_the_timeouts_of_its_turn_is_caught() {
     let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_node_breakage(NodeBreakage::RenewalAfterTimeout);
     config_caught_by(config, "renewal-after-timeout", ViolationKind::RoundGivenUpWhileRenewed, 150);
 }
+
+/// The history's pages live in value files, each synced before the records naming its
+/// pages go to the engine underneath (which may make them durable on its own): a batch
+/// sent first leaves, after a power loss, a record whose page is gone, and the node does
+/// not open again.
+#[test]
+fn a_page_record_durable_before_its_page_is_caught() {
+    caught_by(LogBreakage::PageAfterPointer, ViolationKind::RestartFailed, 3, 100);
+}
+
+/// A value file is deleted only after a sync made durable that no record names it: deleted
+/// at once, a crash brings back records naming pages in a file that is gone.
+#[test]
+fn a_page_file_deleted_before_its_records_are_is_caught() {
+    caught_by(LogBreakage::PageFileRemovedEarly, ViolationKind::RestartFailed, 3, 100);
+}
