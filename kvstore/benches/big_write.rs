@@ -13,7 +13,7 @@
 //!
 //! `cargo bench -p leasekv-kvstore --bench big_write`
 
-use leasekv_kvstore::engine::SledEngine;
+use leasekv_kvstore::engine::{DiskStateEngine, DEFAULT_FLUSH_EVERY};
 use leasekv_kvstore::storage::DEFAULT_STATE_CACHE_BYTES;
 use leasekv_kvstore::{Command, DeleteRangeRequest, KeyRange, PutRequest, StateMachine};
 use std::sync::Arc;
@@ -36,7 +36,13 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 /// One run: a fresh engine loaded with `KEYS` keys, then the DeleteRange's apply and flush.
 fn run(value_size: usize) -> (Duration, Duration) {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let engine = SledEngine::open(dir.path(), DEFAULT_STATE_CACHE_BYTES).expect("sled opens");
+    let engine = DiskStateEngine::open_in(
+        dir.path(),
+        DEFAULT_STATE_CACHE_BYTES,
+        DEFAULT_FLUSH_EVERY,
+        leasekv_kvstore::state::value_log_config(),
+    )
+    .expect("the engine opens");
     let mut sm = StateMachine::on_engine(Arc::new(engine)).expect("an empty engine");
     let mut applied = 0;
     for i in 0..KEYS {

@@ -90,17 +90,25 @@ fn main() {
 }
 
 /// What stays in memory per live key and per history entry when the state is on disk, as
-/// in production: a state machine on a [`SledEngine`] with a small page cache, loaded in
+/// in production: a state machine on the [`DiskStateEngine`] with a small page cache, loaded in
 /// steps. Once the cache is full, the growth of the heap from one step to the next is what
 /// a key (or an overwrite's history entry) keeps in memory beyond the cache: sled's page
 /// table and node headers, and the state machine's own bookkeeping.
 fn engine_memory() {
-    use leasekv_kvstore::engine::{Engine, SledEngine};
+    use leasekv_kvstore::engine::{DiskStateEngine, Engine, DEFAULT_FLUSH_EVERY};
     use std::sync::Arc;
     const CACHE_BYTES: u64 = 16 << 20;
     const STEP: usize = 100_000;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(dir.path(), CACHE_BYTES).expect("sled opens"));
+    let engine: Arc<dyn Engine> = Arc::new(
+        DiskStateEngine::open_in(
+            dir.path(),
+            CACHE_BYTES,
+            DEFAULT_FLUSH_EVERY,
+            leasekv_kvstore::state::value_log_config(),
+        )
+        .expect("the engine opens"),
+    );
     let mut sm = StateMachine::on_engine(engine).expect("an empty state");
     let mut slot = 0;
     let mut load = |sm: &mut StateMachine, keys: std::ops::Range<usize>, round: u8| {

@@ -7,9 +7,10 @@
 //!
 //! `DATA_DIR` is a member's data directory (holding `state/` and `log/`), or its `state/`
 //! directory alone. The member must be stopped: sled takes the directory's lock. Nothing is
-//! written.
+//! written, except that opening the engine deletes value files no record names (what a
+//! restart of the member would delete).
 
-use leasekv_kvstore::engine::{Engine, Scan, SledEngine};
+use leasekv_kvstore::engine::{DiskStateEngine, Engine, Scan, DEFAULT_FLUSH_EVERY};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 fn kind(first: u8) -> &'static str {
     match first {
         b'k' => "key records",
-        b'e' => "history pages (and changes of the layout before pages)",
+        b'e' => "history pages (pointers into state/values/ for pages of 1 KiB or more)",
         b'r' => "history size runs",
         b's' => "history sizes (the layout before runs)",
         b'l' => "leases",
@@ -49,7 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !state_dir.join("db").is_file() {
         return Err(format!("{} holds no state engine (no sled `db` file)", state_dir.display()).into());
     }
-    let engine = SledEngine::open(&state_dir, 64 << 20)?;
+    let config = leasekv_kvstore::state::value_log_config();
+    let engine = DiskStateEngine::open_in(&state_dir, 64 << 20, DEFAULT_FLUSH_EVERY, config)?;
     let mut by_kind: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     for entry in Scan::new(&engine as &dyn Engine, (Bound::Unbounded, Bound::Unbounded), false, 1024) {
         let (key, value) = entry?;
@@ -66,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let state_files = disk_bytes(&state_dir);
     println!("{:<58} {:>12} {held:>16}", "in all", "");
     println!("state/ on disk: {state_files} bytes ({:.2}x what it holds)", state_files as f64 / held.max(1) as f64);
+    println!("  of it the value files (state/values/): {} bytes", disk_bytes(&state_dir.join("values")));
     if state_dir != dir {
         println!("log/ on disk: {} bytes", disk_bytes(&dir.join("log")));
         println!("the data directory on disk: {} bytes", disk_bytes(&dir));

@@ -361,7 +361,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
     /// Where the next value appended goes: the active file (opening one) and its end plus
     /// what this batch already buffered.
     fn next_position(writer: &mut Writer, buffered: usize) -> (u64, u64) {
-        let (id, length) = *writer.active.get_or_insert_with(|| (writer.next_id, 0));
+        let (id, length) = *writer.active.get_or_insert((writer.next_id, 0));
         if writer.next_id <= id {
             writer.next_id = id + 1;
         }

@@ -205,3 +205,45 @@ fn disk_files_reopen_with_what_they_hold() {
     put(&engine, 20, 30, 1000);
     assert_eq!(engine.get(&key(25)).unwrap().unwrap(), value(25, 1000));
 }
+
+/// Readers on other threads, while files are rewritten and deleted under them: every read
+/// gets the value or nothing, never an error (a read holds the files it may read).
+#[test]
+fn reads_beside_deletions_and_rewrites_never_fail() {
+    let engine = std::sync::Arc::new(MemoryStateEngine::in_memory(config()));
+    put(&*engine, 0, 40, 1000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (engine, stop) = (engine.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && reads < 2_000_000 {
+                    for n in 0..40 {
+                        if let Some(v) = engine.get(&key(n)).expect("a read never fails") {
+                            assert_eq!(v, value(n, 1000));
+                        }
+                        reads += 1;
+                    }
+                    let all = engine.scan(&crate::engine::prefix_bounds(&[PREFIX]), false, 64).expect("a scan");
+                    assert!(all.iter().all(|(k, v)| v.len() == 1000 || k.len() != 5));
+                }
+            })
+        })
+        .collect();
+    for round in 0..200u32 {
+        let n = round % 40;
+        if round % 3 == 0 {
+            delete(&*engine, n, n + 1);
+        } else {
+            put(&*engine, n, n + 1, 1000);
+        }
+        if round % 7 == 0 {
+            engine.sync().unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("no reader failed");
+    }
+}

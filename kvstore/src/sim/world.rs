@@ -773,9 +773,9 @@ fn reply_for_error(error: RequestError) -> Reply {
 /// seed's control is one of them.
 fn storage_for(replica: &crate::log::ReplicaConfig) -> MemoryStorage {
     let mut disk = MemoryStorage::new();
-    let value_log = if replica.broken(LogBreakage::PageAfterPointer) {
+    let value_log = if replica.broken(crate::log::LogBreakage::PageAfterPointer) {
         crate::engine::ValueLogBreakage::PointerBeforeValue
-    } else if replica.broken(LogBreakage::PageFileRemovedEarly) {
+    } else if replica.broken(crate::log::LogBreakage::PageFileRemovedEarly) {
         crate::engine::ValueLogBreakage::FileRemovedEarly
     } else {
         crate::engine::ValueLogBreakage::None

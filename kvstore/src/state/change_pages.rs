@@ -137,9 +137,11 @@ impl<'e> ValueReader<'e> {
         // Newest first from the revision's last position: the first page read holds the
         // revision's last change, and one that starts inside the revision has the ones
         // before it in the pages before.
+        // One page a refill: the first usually holds the value, and a page read is a file
+        // read (the value log's), not a copy out of sled's cache.
         let bounds = (Bound::Included(vec![EVENT]), Bound::Included(event_key(revision, u32::MAX)));
         let mut value = None;
-        for entry in Scan::new(self.engine, bounds, true, 2) {
+        for entry in Scan::new(self.engine, bounds, true, 1) {
             let (page_key, record) = entry?;
             let Some(start) = event_position(&page_key) else { break };
             let (found, newest) = search(&start, &record, key, revision)?;
