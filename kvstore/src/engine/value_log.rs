@@ -25,8 +25,10 @@
 //! about twice the live values plus the file being filled.
 //!
 //! On open, the pointers are read to learn what each file holds; a file no pointer names
-//! (the tail of one whose batch a crash lost) is deleted. Values under the prefix written
-//! before this layout stay where they are, and read as before.
+//! (the tail of one whose batch a crash lost) is deleted. Values under the prefix stored
+//! inline by a build before this layout read as before, and are moved to files a bounded
+//! amount per batch (after the rewrites), so that an upgraded data directory converts as
+//! it is written to; until then each start reads them while it reads the pointers.
 
 use super::value_files::ValueFiles;
 use super::{Engine, EngineError, Entry, KeyBounds, Write, WriteBatch};
@@ -51,6 +53,8 @@ pub const FILE_BYTES: u64 = 16 << 20;
 const REWRITE_PER_BATCH: u64 = 512 << 10;
 /// Pointers read per page when a value log opens.
 const OPEN_SCAN: usize = 4096;
+/// Records looked at per batch by the conversion of inline values.
+const CONVERT_SCAN: usize = 256;
 
 /// Deliberately broken variants, each of which the simulator must catch (only a build
 /// with the `negative-controls` feature can turn one on).
@@ -103,8 +107,9 @@ impl Pointer {
 struct FileLive {
     /// The file's length (what the writer appended, or found when it opened).
     length: u64,
-    /// The keys whose values it holds, with their lengths.
-    keys: BTreeMap<Vec<u8>, u32>,
+    /// The keys whose values it holds, with where each value is and its length (a key put
+    /// twice into one file is named by the later one only).
+    keys: BTreeMap<Vec<u8>, (u64, u32)>,
     live_bytes: u64,
 }
 
@@ -117,14 +122,19 @@ struct Writer {
     files: BTreeMap<u64, FileLive>,
     /// Files no pointer names any more, to delete after the next sync.
     dead: Vec<u64>,
+    /// Where the conversion of values stored inline before this layout goes on (the first
+    /// key not yet looked at), while there may be some left.
+    convert_from: Option<Vec<u8>>,
 }
 
 impl Writer {
     /// `key`'s value at `pointer` is no longer named.
     fn forget(&mut self, key: &[u8], pointer: Pointer) {
         let Some(file) = self.files.get_mut(&pointer.file) else { return };
-        if let Some(len) = file.keys.remove(key) {
-            file.live_bytes -= u64::from(len);
+        // Only the value the pointer names: the key may have a later one in the same file.
+        if file.keys.get(key).is_some_and(|&(offset, _)| offset == pointer.offset) {
+            file.keys.remove(key);
+            file.live_bytes -= u64::from(pointer.len);
         }
         if file.keys.is_empty() && self.active.map(|(id, _)| id) != Some(pointer.file) {
             self.files.remove(&pointer.file);
@@ -255,6 +265,8 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
     pub fn reload(&self) -> Result<(), EngineError> {
         let mut writer = self.lock_writer();
         let mut files: BTreeMap<u64, FileLive> = BTreeMap::new();
+        // The first value stored inline that belongs in a file (written before this layout).
+        let mut first_inline: Option<Vec<u8>> = None;
         // The end of the last value each file must hold.
         let mut ends: BTreeMap<u64, u64> = BTreeMap::new();
         let mut lower = Bound::Included(vec![self.prefix]);
@@ -266,9 +278,12 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
             let page = self.inner.scan(&(lower.clone(), upper.clone()), false, OPEN_SCAN)?;
             let full = page.len() == OPEN_SCAN;
             for (key, stored) in &page {
+                if first_inline.is_none() && stored.len() >= self.min_separated && Pointer::decode(stored).is_none() {
+                    first_inline = Some(key.clone());
+                }
                 if let Some(pointer) = Pointer::decode(stored) {
                     let file = files.entry(pointer.file).or_default();
-                    file.keys.insert(key.clone(), pointer.len);
+                    file.keys.insert(key.clone(), (pointer.offset, pointer.len));
                     file.live_bytes += u64::from(pointer.len);
                     let end = ends.entry(pointer.file).or_default();
                     *end = (*end).max(pointer.offset + u64::from(pointer.len));
@@ -303,7 +318,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         }
         // Appending resumes in a new file: the old ones may end in a torn tail.
         let next_id = present.iter().max().map_or(1, |m| m + 1);
-        *writer = Writer { active: None, next_id, files, dead: Vec::new() };
+        *writer = Writer { active: None, next_id, files, dead: Vec::new(), convert_from: first_inline };
         Ok(())
     }
 
@@ -381,13 +396,49 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         }
     }
 
+    /// Moves up to [`REWRITE_PER_BATCH`] bytes of values stored inline before this layout
+    /// into files, from where the conversion got to.
+    fn convert_some(&self, writer: &mut Writer) -> Result<(), EngineError> {
+        let Some(from) = writer.convert_from.take() else { return Ok(()) };
+        let upper = match self.prefix.checked_add(1) {
+            Some(next) => Bound::Excluded(vec![next]),
+            None => Bound::Unbounded,
+        };
+        let page = self.inner.scan(&(Bound::Included(from), upper), false, CONVERT_SCAN)?;
+        let mut batch = WriteBatch::new();
+        let mut moved = 0u64;
+        let mut next = None;
+        for (i, (key, stored)) in page.iter().enumerate() {
+            if moved >= REWRITE_PER_BATCH {
+                next = Some(key.clone());
+                break;
+            }
+            if stored.len() >= self.min_separated && Pointer::decode(stored).is_none() {
+                moved += stored.len() as u64;
+                batch.put(key.clone(), stored.clone());
+            }
+            if i + 1 == CONVERT_SCAN {
+                next = key.last().map(|_| {
+                    let mut after = key.clone();
+                    after.push(0);
+                    after
+                });
+            }
+        }
+        writer.convert_from = next;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write_locked(writer, batch)
+    }
+
     /// Moves up to [`REWRITE_PER_BATCH`] live bytes out of the file most worth rewriting.
     fn rewrite_some(&self, writer: &mut Writer) -> Result<(), EngineError> {
         let Some(id) = writer.to_rewrite() else { return Ok(()) };
         let Some(file) = writer.files.get(&id) else { return Ok(()) };
         let mut moved = 0u64;
         let mut keys = Vec::new();
-        for (key, len) in &file.keys {
+        for (key, (_, len)) in &file.keys {
             if moved >= REWRITE_PER_BATCH {
                 break;
             }
@@ -461,7 +512,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         // Added first, so that a value put and overwritten in one batch is forgotten.
         for (key, pointer) in added {
             let file = writer.files.entry(pointer.file).or_default();
-            if let Some(old) = file.keys.insert(key, pointer.len) {
+            if let Some((_, old)) = file.keys.insert(key, (pointer.offset, pointer.len)) {
                 file.live_bytes -= u64::from(old);
             }
             file.live_bytes += u64::from(pointer.len);
@@ -523,7 +574,8 @@ impl<E: Engine, F: ValueFiles> Engine for ValueLog<E, F> {
     fn write(&self, batch: WriteBatch) -> Result<(), EngineError> {
         let mut writer = self.lock_writer();
         self.write_locked(&mut writer, batch)?;
-        self.rewrite_some(&mut writer)
+        self.rewrite_some(&mut writer)?;
+        self.convert_some(&mut writer)
     }
 
     fn sync(&self) -> Result<(), EngineError> {

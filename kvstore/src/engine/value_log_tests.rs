@@ -247,3 +247,51 @@ fn reads_beside_deletions_and_rewrites_never_fail() {
         reader.join().expect("no reader failed");
     }
 }
+
+/// A data directory written before the value log: its long values under the prefix are
+/// inline. They read as they are, and move to files as the engine is written to.
+#[test]
+fn values_stored_inline_before_the_log_are_converted_as_it_writes() {
+    let inner = MemoryEngine::new();
+    let mut batch = WriteBatch::new();
+    for n in 0..2000 {
+        batch.put(key(n), value(n, 1000));
+    }
+    inner.write(batch).unwrap();
+    let engine =
+        ValueLog::open(inner, MemoryValueFiles::new(), ValueLogConfig { file_bytes: 1 << 20, ..config() }).unwrap();
+    assert_eq!(engine.get(&key(1500)).unwrap().unwrap(), value(1500, 1000), "read inline");
+    let inline = |engine: &MemoryStateEngine| {
+        let all = engine.inner().scan(&crate::engine::prefix_bounds(&[PREFIX]), false, 10_000).unwrap();
+        all.iter().filter(|(_, v)| v.len() > 25).count()
+    };
+    let mut writes = 0;
+    while inline(&engine) > 0 && writes < 100 {
+        engine.write(WriteBatch::new()).unwrap();
+        writes += 1;
+    }
+    assert_eq!(inline(&engine), 0, "all converted after {writes} batches");
+    // 2,000 records, 256 looked at a batch.
+    assert!(writes <= 8, "{writes} batches");
+    engine.sync().unwrap();
+    engine.crash_keeping(0).unwrap();
+    for n in 0..2000 {
+        assert_eq!(engine.get(&key(n)).unwrap().unwrap(), value(n, 1000), "key {n}");
+    }
+}
+
+/// A key put again into the same file: the file stays while the later value is named
+/// (found by the readers' test above: the earlier value's going took the key off the file,
+/// and the file was deleted under a live pointer).
+#[test]
+fn a_key_put_twice_into_one_file_keeps_the_file() {
+    let engine = MemoryStateEngine::in_memory(config());
+    put(&engine, 1, 2, 1000);
+    put(&engine, 1, 2, 1000);
+    put(&engine, 2, 5, 1000);
+    delete(&engine, 2, 5);
+    engine.sync().unwrap();
+    assert_eq!(engine.get(&key(1)).unwrap().unwrap(), value(1, 1000));
+    engine.crash_keeping(0).unwrap();
+    assert_eq!(engine.get(&key(1)).unwrap().unwrap(), value(1, 1000));
+}
