@@ -33,7 +33,8 @@ pub trait ValueFiles: Send + Sync + 'static {
     /// Deletes file `id`.
     fn remove(&self, id: u64) -> Result<(), EngineError>;
 
-    /// Bytes all files take.
+    /// Bytes all files take, from a listing of them (tests and tools; the value log keeps
+    /// its own count).
     fn total_bytes(&self) -> u64;
 }
 
@@ -78,9 +79,10 @@ impl DiskValueFiles {
         }
         let path = self.path(id);
         let existed = path.exists();
+        // Always writable: a handle a reader opened may be the one the next append finds.
         let file = OpenOptions::new()
             .read(true)
-            .write(create)
+            .write(true)
             .create(create)
             .open(&path)
             .map_err(|e| EngineError::io(format!("opening value file {}", path.display()), e))?;

@@ -120,8 +120,8 @@ struct Writer {
     active: Option<(u64, u64)>,
     next_id: u64,
     files: BTreeMap<u64, FileLive>,
-    /// Files no pointer names any more, to delete after the next sync.
-    dead: Vec<u64>,
+    /// Files no pointer names any more, to delete after the next sync, with their lengths.
+    dead: Vec<(u64, u64)>,
     /// Where the conversion of values stored inline before this layout goes on (the first
     /// key not yet looked at), while there may be some left.
     convert_from: Option<Vec<u8>>,
@@ -137,8 +137,9 @@ impl Writer {
             file.live_bytes -= u64::from(pointer.len);
         }
         if file.keys.is_empty() && self.active.map(|(id, _)| id) != Some(pointer.file) {
+            let length = file.length;
             self.files.remove(&pointer.file);
-            self.dead.push(pointer.file);
+            self.dead.push((pointer.file, length));
         }
     }
 
@@ -392,7 +393,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         writer.active = None;
         if writer.files.get(&id).is_none_or(|f| f.keys.is_empty()) {
             writer.files.remove(&id);
-            writer.dead.push(id);
+            writer.dead.push((id, length));
         }
     }
 
@@ -533,12 +534,12 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
 
     /// Deletes `dead` files, once every reader that may have looked at a pointer into them
     /// is done.
-    fn remove_dead(&self, dead: Vec<u64>) -> Result<(), EngineError> {
+    fn remove_dead(&self, dead: Vec<(u64, u64)>) -> Result<(), EngineError> {
         if dead.is_empty() {
             return Ok(());
         }
         let _no_reader = self.reading.write().unwrap_or_else(PoisonError::into_inner);
-        for id in dead {
+        for (id, _) in dead {
             self.files.remove(id)?;
         }
         Ok(())
@@ -602,12 +603,17 @@ impl<E: Engine, F: ValueFiles> Engine for ValueLog<E, F> {
         let mut writer = self.lock_writer();
         self.inner.clear()?;
         let files = std::mem::take(&mut writer.files);
-        writer.dead.extend(files.into_keys());
+        writer.dead.extend(files.into_iter().map(|(id, file)| (id, file.length)));
         writer.active = None;
         Ok(())
     }
 
     fn size_on_disk(&self) -> Option<u64> {
-        self.inner.size_on_disk().map(|bytes| bytes + self.files.total_bytes())
+        // From the bookkeeping, not the directory: a status request asks on the node loop.
+        let writer = self.lock_writer();
+        let live: u64 = writer.files.values().map(|f| f.length).sum();
+        let dead: u64 = writer.dead.iter().map(|(_, length)| length).sum();
+        drop(writer);
+        self.inner.size_on_disk().map(|bytes| bytes + live + dead)
     }
 }

@@ -204,6 +204,10 @@ fn disk_files_reopen_with_what_they_hold() {
     assert!(engine.get(&key(3)).unwrap().is_none());
     put(&engine, 20, 30, 1000);
     assert_eq!(engine.get(&key(25)).unwrap().unwrap(), value(25, 1000));
+    // The size comes from the bookkeeping, and counts every file there is.
+    let files = engine.files().total_bytes();
+    assert!(files > 0);
+    assert!(engine.size_on_disk().unwrap() >= files, "{:?} < {files}", engine.size_on_disk());
 }
 
 /// Readers on other threads, while files are rewritten and deleted under them: every read
@@ -294,4 +298,23 @@ fn a_key_put_twice_into_one_file_keeps_the_file() {
     assert_eq!(engine.get(&key(1)).unwrap().unwrap(), value(1, 1000));
     engine.crash_keeping(0).unwrap();
     assert_eq!(engine.get(&key(1)).unwrap().unwrap(), value(1, 1000));
+}
+
+/// More files than the disk files keep handles for: the file being appended to is read,
+/// its handle dropped and opened again by a read, and the next append still works.
+#[test]
+fn an_append_after_the_files_handle_was_dropped_and_reopened_by_a_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = DiskValueFiles::open(dir.path()).unwrap();
+    files.write_at(1, 0, b"first").unwrap();
+    for id in 2..100 {
+        files.write_at(id, 0, b"other").unwrap();
+    }
+    assert_eq!(files.read_at(1, 0, 5).unwrap(), b"first");
+    files.write_at(1, 5, b"second").unwrap();
+    files.sync(1).unwrap();
+    assert_eq!(files.read_at(1, 0, 11).unwrap(), b"firstsecond");
+    assert_eq!(files.list().unwrap().len(), 99);
+    files.remove(1).unwrap();
+    assert!(files.read_at(1, 0, 5).is_err());
 }
