@@ -30,6 +30,9 @@ use std::time::Duration;
 const BEFORE_ENGINE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-977dc1a.tar.gz");
 const BEFORE_PAGES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-9d37095.tar.gz");
 const BEFORE_VALUES_ONCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-d869768.tar.gz");
+/// Written by 6ef263f, the release before the history's pages moved to value files: its
+/// pages are inline in sled, `/big`'s (133 KB) among them.
+const BEFORE_VALUE_FILES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-6ef263f.tar.gz");
 
 struct Node(Child);
 
@@ -112,6 +115,11 @@ fn a_data_dir_of_the_release_before_values_were_stored_once_opens_with_everythin
     opens_with_everything_in_it(BEFORE_VALUES_ONCE);
 }
 
+#[test]
+fn a_data_dir_of_the_release_before_value_files_opens_with_everything_in_it() {
+    opens_with_everything_in_it(BEFORE_VALUE_FILES);
+}
+
 /// Starts a node on the data dir of `fixture`, checks it, writes, restarts and checks again.
 fn opens_with_everything_in_it(fixture: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -143,6 +151,9 @@ fn opens_with_everything_in_it(fixture: &str) {
     let data = dir.path().join("data");
     assert!(data.join("log").is_dir(), "the log moved to its segment files");
     assert!(data.join("state").is_dir(), "the state is in the state engine");
+    // The history's pages went to value files: written there, or moved there by the write.
+    let value_files = std::fs::read_dir(data.join("state").join("values")).map_or(0, |d| d.count());
+    assert!(value_files > 0, "no value file in state/values after a write");
     // Second start: from the state engine this time, with the log after it.
     let _node = start(&config, &dir.path().join("log2"));
     rt.block_on(async {

@@ -26,7 +26,7 @@ pub struct MemoryStorage {
     /// (its value files do not hold what its records name): [`Storage::recover`] fails.
     reopen_failure: Option<String>,
     /// The negative control the state engines of this storage run with.
-    value_logbreakage: ValueLogBreakage,
+    value_log_breakage: ValueLogBreakage,
 }
 
 impl Default for MemoryStorage {
@@ -37,7 +37,7 @@ impl Default for MemoryStorage {
             syncs: 0,
             engine: Arc::new(MemoryStateEngine::in_memory(crate::state::small_value_log_config())),
             reopen_failure: None,
-            value_logbreakage: ValueLogBreakage::None,
+            value_log_breakage: ValueLogBreakage::None,
         }
     }
 }
@@ -51,7 +51,7 @@ impl Clone for MemoryStorage {
             syncs: self.syncs,
             engine: Arc::new(self.engine.fork()),
             reopen_failure: self.reopen_failure.clone(),
-            value_logbreakage: self.value_logbreakage,
+            value_log_breakage: self.value_log_breakage,
         }
     }
 }
@@ -133,7 +133,7 @@ impl MemoryStorage {
     /// Runs the state engines of this storage (this one and those staged later) as the
     /// negative control `breakage`.
     pub fn break_value_log(&mut self, breakage: ValueLogBreakage) {
-        self.value_logbreakage = breakage;
+        self.value_log_breakage = breakage;
         self.engine.break_as(breakage);
     }
 
@@ -231,7 +231,7 @@ impl Storage for MemoryStorage {
         self.engine.clone()
     }
     fn stage(&self) -> Result<StagedEngine, StorageError> {
-        Ok(StagedEngine::in_memory(self.value_logbreakage))
+        Ok(StagedEngine::in_memory(self.value_log_breakage))
     }
     fn adopt_staged(&mut self, staged: StagedEngine) -> Result<(), StorageError> {
         match staged.into_home() {
