@@ -270,11 +270,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         let mut first_inline: Option<Vec<u8>> = None;
         // The end of the last value each file must hold.
         let mut ends: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut lower = Bound::Included(vec![self.prefix]);
-        let upper = match self.prefix.checked_add(1) {
-            Some(next) => Bound::Excluded(vec![next]),
-            None => Bound::Unbounded,
-        };
+        let (mut lower, upper) = super::prefix_bounds(&[self.prefix]);
         loop {
             let page = self.inner.scan(&(lower.clone(), upper.clone()), false, OPEN_SCAN)?;
             let full = page.len() == OPEN_SCAN;
@@ -401,15 +397,12 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
     /// into files, from where the conversion got to.
     fn convert_some(&self, writer: &mut Writer) -> Result<(), EngineError> {
         let Some(from) = writer.convert_from.take() else { return Ok(()) };
-        let upper = match self.prefix.checked_add(1) {
-            Some(next) => Bound::Excluded(vec![next]),
-            None => Bound::Unbounded,
-        };
+        let (_, upper) = super::prefix_bounds(&[self.prefix]);
         let page = self.inner.scan(&(Bound::Included(from), upper), false, CONVERT_SCAN)?;
         let mut batch = WriteBatch::new();
         let mut moved = 0u64;
         let mut next = None;
-        for (i, (key, stored)) in page.iter().enumerate() {
+        for (key, stored) in &page {
             if moved >= REWRITE_PER_BATCH {
                 next = Some(key.clone());
                 break;
@@ -418,13 +411,10 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
                 moved += stored.len() as u64;
                 batch.put(key.clone(), stored.clone());
             }
-            if i + 1 == CONVERT_SCAN {
-                next = key.last().map(|_| {
-                    let mut after = key.clone();
-                    after.push(0);
-                    after
-                });
-            }
+        }
+        // A full page may have more after it: go on from the first key past its last.
+        if next.is_none() && page.len() == CONVERT_SCAN {
+            next = page.last().map(|(key, _)| [key.as_slice(), &[0]].concat());
         }
         writer.convert_from = next;
         if batch.is_empty() {
