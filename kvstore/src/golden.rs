@@ -36,7 +36,7 @@
 //!   skipped by an older node (which drops it when it rewrites the record: `mstate` at every
 //!   flush); a history page is a sequence of change records with no lengths, so bytes
 //!   appended to a change are read as the next change: **refused** (or misread);
-//! - snapshot formats 3 to 7: **refused** ("unexpected trailing bytes"); format 8: bytes
+//! - snapshot formats 3 to 7: **refused** ("unexpected trailing bytes"); formats 8 and 9: bytes
 //!   appended inside a frame (e.g. a field after the header's last one) are **ignored**,
 //!   since each frame is read with `postcard::from_bytes`;
 //! - the backup file: a fixed header (a new field needs a new backup format, which an older
@@ -44,7 +44,7 @@
 //!   that is not checked (only hashed): bytes there are ignored.
 //!
 //! So a field appended at the end of a log record, a sled record, a state engine record
-//! other than a history page, or a format 8 snapshot frame is ignored by an older node;
+//! other than a history page, or a format 8 or 9 snapshot frame is ignored by an older node;
 //! anything else (a new variant, a field elsewhere, a history page's change) needs a new
 //! format version, which an older node refuses by number rather than misread.
 
@@ -58,7 +58,7 @@ use std::path::{Path, PathBuf};
 /// The golden directory this build writes and checks byte for byte. Raise it (and add the
 /// directory with `LEASEKV_BLESS_GOLDEN=1`) whenever an on-disk format changes on purpose;
 /// the directories below it stay as committed, and must keep decoding.
-const CURRENT: u32 = 2;
+const CURRENT: u32 = 3;
 
 /// The environment variable that lets the tests write the current directory's files.
 const BLESS_VAR: &str = "LEASEKV_BLESS_GOLDEN";

@@ -8,7 +8,7 @@
 //!   exactly once, in order, without a gap;
 //! - no stretch without an acknowledged write lasts longer than one failover;
 //! - the cluster protocol version (`leasekv_cluster_protocol_version` on each member's
-//!   `/metrics`) stays 3 while any member still speaks only 3, and becomes this release's (5)
+//!   `/metrics`) stays 3 while any member still speaks only 3, and becomes this release's (6)
 //!   on every member, with "cluster protocol version changed" in its log, once the last one
 //!   is upgraded;
 //! - read leases, which version 4 brought, are held by no member while one still speaks 3
@@ -19,7 +19,7 @@
 //! How "the previous release" is emulated: the nodes run this build with the top-level config
 //! key `peer_protocol_version = 3`, with which a node sends and accepts only version 3
 //! messages, as a node of the previous release does. Upgrading a node is restarting it
-//! without that line (this release's default, version 5) on the same data dir; the data-dir
+//! without that line (this release's default, version 6) on the same data dir; the data-dir
 //! format did not change in this release, so the same files serve both (`tests/integration/upgrade.rs`
 //! opens data dirs of older releases).
 //!
@@ -45,7 +45,7 @@ const PREVIOUS_RELEASE: &str = "peer_protocol_version = 3\n";
 
 /// The peer protocol version of the previous release, and of this one.
 const PREVIOUS_VERSION: i64 = 3;
-const THIS_VERSION: i64 = 5;
+const THIS_VERSION: i64 = 6;
 
 /// The gauge that says whether a member holds a read lease.
 const READ_LEASE_METRIC: &str = "leasekv_read_lease_held";

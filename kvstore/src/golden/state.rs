@@ -300,20 +300,42 @@ fn snapshot_format7() {
     check("snapshot_format7.bin", &encoded, &(summary(&machine), encoded.clone()), decode);
 }
 
-/// A format 8 snapshot as a view streams it (`state::stream::write`).
-fn format8(machine: &mut StateMachine) -> Vec<u8> {
+/// A format 9 snapshot as a view streams it (`state::stream::write`).
+fn format9(machine: &mut StateMachine) -> Vec<u8> {
     let mut out = Vec::new();
     crate::state::stream::write(&machine.view().unwrap(), &mut out).unwrap();
     out
 }
 
 #[test]
-fn snapshot_format8() {
+fn snapshot_format9() {
     let mut machine = sample_machine(Arc::new(MemoryEngine::new()));
-    let encoded = format8(&mut machine);
+    let encoded = format9(&mut machine);
     let decode =
         |bytes: &[u8]| StateMachine::from_snapshot_bytes(bytes).map(|m| summary(&m)).map_err(|e| e.to_string());
-    check("snapshot_format8.bin", &encoded, &summary(&machine), decode);
+    check("snapshot_format9.bin", &encoded, &summary(&machine), decode);
+}
+
+/// The format 8 snapshots and backups earlier builds streamed (the golden directories
+/// before format 9) still restore the sample's state, whole and frame by frame.
+#[test]
+fn snapshot_and_backup_format8_still_restore() {
+    let machine = sample_machine(Arc::new(MemoryEngine::new()));
+    let mut read = 0;
+    for older in super::older_dirs() {
+        if let Ok(bytes) = std::fs::read(older.join("snapshot_format8.bin")) {
+            let whole = StateMachine::from_snapshot_bytes(&bytes).unwrap();
+            assert_eq!(summary(&whole), summary(&machine), "{}", older.display());
+            let streamed = StateMachine::install_snapshot_stream(&bytes[..], Arc::new(MemoryEngine::new())).unwrap();
+            assert_eq!(summary(&streamed), summary(&machine), "{}", older.display());
+            read += 1;
+        }
+        if let Ok(bytes) = std::fs::read(older.join("backup_v1_format8.bin")) {
+            assert_eq!(decode_backup(&bytes).unwrap(), summary(&machine), "{}", older.display());
+            read += 1;
+        }
+    }
+    assert!(read >= 2, "no format 8 golden file was found");
 }
 
 /// Decodes a backup file with `backup::decode`.
@@ -328,16 +350,16 @@ fn backup_with_format7() {
     check("backup_v1_format7.bin", &crate::backup::encode(&machine), &summary(&machine), decode_backup);
 }
 
-/// The backup file a server streams from a view (`backup::write_file`, holding a format 8
+/// The backup file a server streams from a view (`backup::write_file`, holding a format 9
 /// snapshot).
 #[test]
-fn backup_with_format8() {
+fn backup_with_format9() {
     let mut machine = sample_machine(Arc::new(MemoryEngine::new()));
     let mut file = tempfile::tempfile().unwrap();
     crate::backup::write_file(&machine.view().unwrap(), &mut file).unwrap();
     let mut encoded = Vec::new();
     std::io::Read::read_to_end(&mut file, &mut encoded).unwrap();
-    check("backup_v1_format8.bin", &encoded, &summary(&machine), decode_backup);
+    check("backup_v1_format9.bin", &encoded, &summary(&machine), decode_backup);
 }
 
 /// Bytes appended to a record, as a newer writer's extra last field would be: the records
@@ -372,7 +394,7 @@ fn state_engine_records_ignore_trailing_bytes_but_pages_do_not() {
     assert_eq!(summary(&reopened), summary(&machine));
 }
 
-/// A format 7 snapshot refuses bytes after its last section; a format 8 snapshot ignores
+/// A format 7 snapshot refuses bytes after its last section; a format 9 snapshot ignores
 /// bytes appended inside a frame (after the header's last field).
 #[test]
 fn snapshot_trailing_bytes() {
@@ -382,16 +404,16 @@ fn snapshot_trailing_bytes() {
     let refused = StateMachine::check_snapshot_bytes(&format7).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(refused.contains("trailing"), "format 7 with a trailing byte: {refused:?}");
 
-    // Format 8: the format varint (one byte: 8), then frames of `[length u32 LE][body]`,
+    // Format 9: the format varint (one byte: 9), then frames of `[length u32 LE][body]`,
     // the header's first.
-    let format8 = format8(&mut machine);
-    assert_eq!(format8[0], 8);
-    let header_len = u32::from_le_bytes(format8[1..5].try_into().unwrap()) as usize;
-    let mut longer = format8[..1].to_vec();
+    let format9_bytes = format9(&mut machine);
+    assert_eq!(format9_bytes[0], 9);
+    let header_len = u32::from_le_bytes(format9_bytes[1..5].try_into().unwrap()) as usize;
+    let mut longer = format9_bytes[..1].to_vec();
     longer.extend_from_slice(&(header_len as u32 + 2).to_le_bytes());
-    longer.extend_from_slice(&format8[5..5 + header_len]);
+    longer.extend_from_slice(&format9_bytes[5..5 + header_len]);
     longer.extend_from_slice(&[0x05, 0x2A]);
-    longer.extend_from_slice(&format8[5 + header_len..]);
+    longer.extend_from_slice(&format9_bytes[5 + header_len..]);
     let restored = StateMachine::from_snapshot_bytes(&longer).unwrap();
     assert_eq!(summary(&restored), summary(&machine));
 }

@@ -20,7 +20,7 @@
 
 use super::history::Retiring;
 use super::layout::{
-    decode_event, encode_event_body, event_key, event_position, search_page, StoredKv, EVENT, PAGE_FORMAT,
+    decode_event, encode_event_body, event_key, event_position, search_page, walk_page, StoredKv, EVENT, PAGE_FORMAT,
 };
 use super::size_runs::{RunWriter, SizeEntry, RUN_LEN};
 use crate::engine::{prefix_end, Engine, EngineError, KeyBounds, Scan, WriteBatch};
@@ -87,6 +87,27 @@ pub(super) fn decode_page(engine_key: &[u8], record: &[u8]) -> Result<Vec<Event>
             Ok(events)
         }
         _ => Ok(vec![decode_event(engine_key, record)?]),
+    }
+}
+
+/// Calls `each` with every change a history record holds, in order (a page's read in
+/// place): whether it is a put, its key, its revision and the length of the value it wrote.
+pub(super) fn walk_record(
+    engine_key: &[u8],
+    record: &[u8],
+    mut each: impl FnMut(bool, &[u8], Revision, usize),
+) -> Result<(), EngineError> {
+    match record.split_first() {
+        Some((&PAGE_FORMAT, body)) => {
+            let what = || format!("history page at {:?}", event_position(engine_key));
+            walk_page(body, &what, each)
+        }
+        _ => {
+            let event = decode_event(engine_key, record)?;
+            let put = event.kind == crate::types::EventKind::Put;
+            each(put, &event.kv.key, event.revision(), event.kv.value.len());
+            Ok(())
+        }
     }
 }
 

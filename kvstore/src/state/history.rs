@@ -556,6 +556,13 @@ impl History {
         &self.published
     }
 
+    /// Queues `pages`, history records wholly below the compaction point written beside
+    /// the history (a peer's snapshot sends the pages that hold its keys' values), to be
+    /// deleted once no key names a change in them.
+    pub(super) fn retire_when_unnamed(&mut self, pages: Vec<Retiring>) {
+        self.retiring.extend(pages);
+    }
+
     /// The engine keys of changes and pages wholly below the compaction point still stored
     /// (a view kept them when the state stopped, or their deletion was spread over flushes
     /// that did not happen), and of the size runs wholly below it: deleted at the next

@@ -177,18 +177,36 @@ impl Keyspace {
         graveyard: Graveyard,
         in_history_from: Revision,
     ) -> Result<Self, EngineError> {
+        let stored = kvs.into_iter().map(|kv| {
+            let in_history = kv.mod_revision >= in_history_from;
+            (kv, in_history)
+        });
+        Self::load_stored(engine, failure, stored, graveyard)
+    }
+
+    /// A key space over `engine`, which holds no keys, holding `kvs` (in key order, each
+    /// with whether its record names its change instead of holding its value), written in
+    /// batches. A key whose record names its change counts the value it carries toward
+    /// the quota; one that arrives without it (a peer's snapshot sends the change instead)
+    /// has it added once the change is read ([`Self::add_value_bytes`]).
+    pub(super) fn load_stored(
+        engine: Arc<dyn Engine>,
+        failure: Failure,
+        kvs: impl IntoIterator<Item = (KeyValue, bool)>,
+        graveyard: Graveyard,
+    ) -> Result<Self, EngineError> {
         let mut space = Keyspace::new(engine, failure);
         space.graveyard = graveyard;
         let mut batch = WriteBatch::new();
         let mut index = KeyIndexBuilder::default();
-        for kv in kvs {
+        for (kv, in_history) in kvs {
             index.push(&kv.key);
             space.stored += 1;
             space.bytes += stored_bytes(&kv);
             if kv.lease != NO_LEASE {
                 batch.put(attachment_key(kv.lease, &kv.key), Vec::new());
             }
-            if kv.mod_revision >= in_history_from {
+            if in_history {
                 batch.put(kv_key(&kv.key), encode_kv_in_history(&kv));
                 space.live.insert(&kv.key, kv.mod_revision);
             } else {
@@ -201,6 +219,18 @@ impl Keyspace {
         space.engine.write(batch)?;
         space.index = Indexing::Ready(index.finish());
         Ok(space)
+    }
+
+    /// Whether a key's record names `key`'s change at `revision` for its value (as far as
+    /// the set knows: `false` while it is being built).
+    pub(super) fn names(&self, key: &[u8], revision: Revision) -> bool {
+        self.live.contains(key, revision)
+    }
+
+    /// Counts `bytes` more of stored values toward the quota: the values of keys loaded
+    /// without them ([`Self::load_stored`]).
+    pub(super) fn add_value_bytes(&mut self, bytes: u64) {
+        self.bytes += bytes;
     }
 
     /// The revisions of the changes this key space's records name for their values, in

@@ -324,6 +324,24 @@ pub(super) fn search_page<'a>(
     Ok(found)
 }
 
+/// Calls `each` with every change of a page's `body` (after its format byte), read in
+/// place: whether it is a put, its key, its revision and the length of the value it wrote.
+pub(super) fn walk_page(
+    mut body: &[u8],
+    what: &dyn Fn() -> String,
+    mut each: impl FnMut(bool, &[u8], Revision, usize),
+) -> Result<(), EngineError> {
+    while !body.is_empty() {
+        let (r, rest): (EventRecordRef<'_>, &[u8]) = postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
+        if r.kind > 1 {
+            return Err(EngineError::Corrupt { what: what(), detail: format!("change kind {} is unknown", r.kind) });
+        }
+        each(r.kind == 0, r.key, r.kv.mod_revision, r.kv.value.len());
+        body = rest;
+    }
+    Ok(())
+}
+
 fn event_of_record(r: EventRecordOwned, what: &dyn Fn() -> String) -> Result<Event, EngineError> {
     let kind = match r.kind {
         0 => EventKind::Put,

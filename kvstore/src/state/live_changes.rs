@@ -141,6 +141,13 @@ impl LiveChanges {
         }
     }
 
+    /// Whether `key`'s record names its change at `revision` (`false` unless the set is
+    /// built).
+    pub(super) fn contains(&self, key: &[u8], revision: Revision) -> bool {
+        let State::Ready(set) = &self.state else { return false };
+        set.contains(&self.entry(key, revision))
+    }
+
     /// The revisions in the set, in order, each once; `None` unless it is built.
     pub(super) fn revisions(&self) -> Option<impl Iterator<Item = Revision> + '_> {
         let State::Ready(set) = &self.state else { return None };

@@ -626,7 +626,7 @@ impl StateMachine {
     /// Checks the snapshot in the file at `path` without writing it anywhere. Format 8 is
     /// read frame by frame, in bounded memory; an older format is read whole.
     pub fn check_snapshot_file(path: &Path) -> Result<(), SnapshotError> {
-        if stream::starts_format_8(open_snapshot(path)?) {
+        if stream::starts_streamed(open_snapshot(path)?) {
             stream::check_from(open_snapshot(path)?)
         } else {
             Self::check_snapshot_bytes(&read_snapshot(path)?).map(|_| ())
@@ -638,7 +638,7 @@ impl StateMachine {
     /// bounded memory; check the file first ([`Self::check_snapshot_file`]): a file that
     /// fails midway leaves the engine holding part of it.
     pub fn install_snapshot_file(path: &Path, engine: Arc<dyn Engine>) -> Result<Self, SnapshotError> {
-        if !stream::starts_format_8(open_snapshot(path)?) {
+        if !stream::starts_streamed(open_snapshot(path)?) {
             return Self::from_snapshot_bytes_on(&read_snapshot(path)?, engine);
         }
         let failure = Failure::default();
@@ -660,7 +660,7 @@ impl StateMachine {
     /// Whether `bytes` begin a format 8 snapshot ([`Self::install_snapshot_stream`] reads
     /// it; older formats are read whole).
     pub fn is_streamed_snapshot(bytes: &[u8]) -> bool {
-        stream::starts_format_8(bytes)
+        stream::starts_streamed(bytes)
     }
 
     /// Replaces `engine`'s state with the checked snapshot's (not flushed: the caller names

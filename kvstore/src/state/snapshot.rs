@@ -243,7 +243,14 @@ impl Serialize for KvOut<'_> {
 
 /// The decoding side of [`KvOut`] (a tuple struct is laid out as a tuple).
 #[derive(Deserialize)]
-pub(super) struct KvIn(pub(super) ByteBuf, pub(super) ByteBuf, Revision, Revision, i64, LeaseId);
+pub(super) struct KvIn(
+    pub(super) ByteBuf,
+    pub(super) ByteBuf,
+    pub(super) Revision,
+    pub(super) Revision,
+    pub(super) i64,
+    pub(super) LeaseId,
+);
 
 struct Bytes<'a>(&'a [u8]);
 
@@ -442,7 +449,7 @@ pub(super) struct DecodedHistory {
 pub(super) fn decode(bytes: &[u8]) -> Result<Checked, SnapshotError> {
     let (format, _): (u32, _) =
         postcard::take_from_bytes(bytes).map_err(|e| SnapshotError::Corrupt(format!("cannot decode: {e}")))?;
-    if format == super::stream::FORMAT {
+    if super::stream::streamed(format) {
         let parts = super::stream::parse(bytes)?;
         return validate(parts.snap, parts.history, parts.alarms, parts.membership, parts.auth);
     }

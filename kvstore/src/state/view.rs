@@ -20,15 +20,16 @@
 //! plus one entry per key written since `R`.
 
 use super::change_pages::changes;
+use super::change_pages::records_below;
 use super::change_pages::ValueReader;
 use super::graveyard::Death;
 use super::history::Published;
-use super::layout::{decode_stored, kv_bounds, user_key};
+use super::layout::{decode_stored, event_key, event_position, kv_bounds, user_key, EVENT};
 use super::lease_table::Lease;
 use super::machine::consistency::hash_key_value;
 use crate::auth::AuthStore;
 use crate::command::{Alarm, Tenure};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, Scan};
 use crate::membership::Membership;
 use crate::state::KvHash;
 use crate::types::{Event, KeyValue, Revision, NO_LEASE};
@@ -134,9 +135,41 @@ impl StateView {
         revision: Revision,
         mut each: impl FnMut(Vec<KeyValue>) -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
+        self.keys_with(revision, None, |kvs| each(kvs.into_iter().map(|(kv, _)| kv).collect()))
+    }
+
+    /// Every live key at the view's revision, as [`Self::keys_at`], each with whether its
+    /// value was left out because a peer's snapshot sends it in its change: a change at or
+    /// after the compaction point (in the history sent), or one in a page wholly below it
+    /// ([`Self::pages_below_compaction`]) that the key's record names, before `pages_until`.
+    /// Only those values are not read, so that a snapshot reads each value once, in its
+    /// page, instead of once per key and again in its change.
+    pub(super) fn keys_naming_changes(
+        &self,
+        pages_until: Revision,
+        each: impl FnMut(Vec<(KeyValue, bool)>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        self.keys_with(self.meta.revision, Some(pages_until), each)
+    }
+
+    fn keys_with(
+        &self,
+        revision: Revision,
+        pages_until: Option<Revision>,
+        mut each: impl FnMut(Vec<(KeyValue, bool)>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
         let mut undo = Undo { since: revision, next: revision.saturating_add(1), before: BTreeMap::new() };
         let mut after: Bound<Vec<u8>> = Bound::Unbounded;
         let mut values = ValueReader::new(self.engine.as_ref());
+        let compacted = self.meta.compacted;
+        let sent_in_change = |key: &[u8], mod_revision: Revision, in_page: bool| {
+            #[cfg(feature = "negative-controls")]
+            if self.meta.damaged.as_deref() == Some(key) {
+                return false;
+            }
+            let _ = key;
+            pages_until.is_some_and(|until| mod_revision >= compacted || (in_page && mod_revision < until))
+        };
         loop {
             let bounds = match &after {
                 Bound::Excluded(k) => kv_bounds((Bound::Excluded(k.as_slice()), Bound::Unbounded)),
@@ -155,26 +188,36 @@ impl StateView {
                 (false, Some((k, _))) => Bound::Included(user_key(k).to_vec()),
                 _ => Bound::Unbounded,
             };
-            let mut kvs: BTreeMap<Vec<u8>, KeyValue> = BTreeMap::new();
+            let mut kvs: BTreeMap<Vec<u8>, (KeyValue, bool)> = BTreeMap::new();
             for (k, record) in page {
                 let key = user_key(&k).to_vec();
                 if !undo.before.contains_key(&key) {
-                    kvs.insert(key.clone(), values.resolve(decode_stored(&key, &record)?)?);
+                    let stored = decode_stored(&key, &record)?;
+                    let entry = match sent_in_change(&key, stored.kv.mod_revision, stored.value_in_history) {
+                        true => (stored.kv, true),
+                        false => (values.resolve(stored)?, false),
+                    };
+                    kvs.insert(key, entry);
                 }
             }
             let range = (after.clone(), end.clone());
             for (key, before) in undo.before.range::<Vec<u8>, _>(range) {
                 if let Some(kv) = before {
-                    kvs.insert(key.clone(), kv.clone());
+                    let mut kv = kv.clone();
+                    let named = sent_in_change(key, kv.mod_revision, false);
+                    if named {
+                        kv.value = Vec::new();
+                    }
+                    kvs.insert(key.clone(), (kv, named));
                 }
             }
-            let live: Vec<KeyValue> = kvs.into_values().filter(|kv| !self.is_dead(kv)).collect();
+            let live: Vec<(KeyValue, bool)> = kvs.into_values().filter(|(kv, _)| !self.is_dead(kv)).collect();
             #[cfg(feature = "negative-controls")]
-            let live: Vec<KeyValue> = live
+            let live: Vec<(KeyValue, bool)> = live
                 .into_iter()
-                .map(|kv| match self.meta.damaged.as_deref() == Some(kv.key.as_slice()) {
-                    true => super::keyspace::damage(kv),
-                    false => kv,
+                .map(|(kv, named)| match self.meta.damaged.as_deref() == Some(kv.key.as_slice()) {
+                    true => (super::keyspace::damage(kv), named),
+                    false => (kv, named),
                 })
                 .collect();
             if !live.is_empty() {
@@ -185,6 +228,51 @@ impl StateView {
                 _ => return Ok(()),
             }
         }
+    }
+
+    /// Where the history's records wholly below the compaction point end: the engine key
+    /// of the first record that is not (or of the compaction point's first change), and
+    /// the revision before which every change is in one of those records.
+    pub(super) fn pages_below_compaction_end(&self) -> Result<(Vec<u8>, Revision), EngineError> {
+        let compacted = self.meta.compacted;
+        let below = records_below(self.engine.as_ref(), compacted)?;
+        let at_compaction = event_key(compacted, 0);
+        let lower = below.last().map_or(Bound::Included(vec![EVENT]), |page| Bound::Excluded(page.key.clone()));
+        let next = self.engine.scan_keys(&(lower, Bound::Excluded(at_compaction.clone())), 1)?;
+        Ok(match next.into_iter().next() {
+            Some(key) => {
+                let until = event_position(&key).map_or(compacted, |(main, _)| main.min(compacted));
+                (key, until)
+            }
+            None => (at_compaction, compacted),
+        })
+    }
+
+    /// The history's records before `end` (from [`Self::pages_below_compaction_end`]), as
+    /// stored, in order, handed to `each` a few MiB at a time. The view's pin keeps them:
+    /// compaction deletes nothing while it is held.
+    pub(super) fn pages_below_compaction(
+        &self,
+        end: &[u8],
+        mut each: impl FnMut(Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        const FRAME_BYTES: usize = 4 << 20;
+        let bounds = (Bound::Included(vec![EVENT]), Bound::Excluded(end.to_vec()));
+        let mut pages = Vec::new();
+        let mut bytes = 0;
+        for entry in Scan::new(self.engine.as_ref(), bounds, false, 16) {
+            let (key, record) = entry?;
+            bytes += key.len() + record.len();
+            pages.push((key, record));
+            if bytes >= FRAME_BYTES {
+                each(std::mem::take(&mut pages))?;
+                bytes = 0;
+            }
+        }
+        if !pages.is_empty() {
+            each(pages)?;
+        }
+        Ok(())
     }
 
     /// Every retained change from the compaction point through `revision`, in order,

@@ -240,7 +240,7 @@ impl NodeHandle {
         let view = self.ask(false, Request::View).await??;
         tokio::task::spawn_blocking(move || {
             let mut hasher = HashingWriter(crc32fast::Hasher::new());
-            leasekv_kvstore::state::stream::write(&view, &mut hasher)
+            leasekv_kvstore::state::stream::write_format8(&view, &mut hasher)
                 .map(|_| (hasher.0.finalize(), view.revision()))
                 .map_err(|e| {
                     RequestError::StorageFailed(StorageFailure::new(StorageError::backend("hashing the state", e)))

@@ -393,6 +393,8 @@ impl NodeLoop {
                 }
             };
             let payload = Arc::new(Payload::Growing(growing));
+            // One file for every peer it is parked for: format 9 once all members read it.
+            let with_pages = Feature::SnapshotPages.in_version(self.peers.versions().cluster_version());
             for &peer in &job.peers {
                 self.peers.send_snapshot(peer, job.index, Arc::clone(&payload));
             }
@@ -401,7 +403,7 @@ impl NodeLoop {
             // the others' puts waited (scalebench catch-up).
             drop(crate::blocking::spawn_background("peer-snapshot", move || {
                 let started = Instant::now();
-                match build_peer_snapshot(&job.view, writer) {
+                match build_peer_snapshot(&job.view, writer, with_pages) {
                     Ok(len) => tracing::info!(
                         index = job.index,
                         bytes = len,
@@ -709,11 +711,20 @@ fn view(status: &ElectionStatus) -> ElectionView {
     ElectionView { master: status.master, hint: status.hint }
 }
 
-/// Writes `view`'s state as a format 8 snapshot through `writer`, into the unlinked file in
-/// the data directory that every peer it is parked for reads a chunk at a time as it
-/// grows, so that the master never holds a state in memory to send it; returns its length.
-fn build_peer_snapshot(view: &leasekv_kvstore::state::StateView, mut writer: GrowingWriter) -> Result<u64, String> {
-    leasekv_kvstore::state::stream::write(view, &mut writer).map_err(|e| e.to_string())?;
+/// Writes `view`'s state as a snapshot through `writer`, into the unlinked file in the data
+/// directory that every peer it is parked for reads a chunk at a time as it grows, so that
+/// the master never holds a state in memory to send it; returns its length. Format 9 (the
+/// history's pages as stored) `with_pages`, else format 8, which builds before it read.
+fn build_peer_snapshot(
+    view: &leasekv_kvstore::state::StateView,
+    mut writer: GrowingWriter,
+    with_pages: bool,
+) -> Result<u64, String> {
+    let written = match with_pages {
+        true => leasekv_kvstore::state::stream::write(view, &mut writer),
+        false => leasekv_kvstore::state::stream::write_format8(view, &mut writer),
+    };
+    written.map_err(|e| e.to_string())?;
     writer.finish().map_err(|e| format!("cannot write the snapshot file: {e}"))
 }
 

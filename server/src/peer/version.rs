@@ -32,6 +32,10 @@
 //! answer passed `[limits] max_response_bytes`). To a follower of an earlier version it
 //! sends the refusal as `RequestError::PeerProtocol` with the same text: the read fails
 //! there too, with an Internal status rather than etcd's ResourceExhausted.
+//! Version 6: a peer snapshot may be of format 9 (the history's pages below the compaction
+//! point sent as stored, keys naming their changes; `kvstore/src/state/stream.rs`), which a
+//! build of version 5 refuses by number. A master builds it only while the cluster's
+//! version is 6, and format 8 otherwise. No message changed.
 
 use super::refusal::PeerRefusal;
 use leasekv_lease::NodeId;
@@ -39,7 +43,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// The newest peer protocol version this build speaks (see the module docs for each).
-pub const PEER_PROTOCOL_VERSION: u32 = 5;
+pub const PEER_PROTOCOL_VERSION: u32 = 6;
 
 /// The oldest peer protocol version this build still speaks: the version of the previous
 /// release, so that releases can be mixed during a rolling upgrade.
@@ -60,6 +64,8 @@ pub enum Feature {
     /// A master refuses a forwarded read whose answer is too large with
     /// `KvError::ResponseTooLarge`.
     ResponseTooLarge,
+    /// A peer snapshot of format 9, which sends the history's pages as stored.
+    SnapshotPages,
 }
 
 impl Feature {
@@ -69,6 +75,7 @@ impl Feature {
             Feature::RefuseForwardsWhenOverloaded => 3,
             Feature::ReadLeases => 4,
             Feature::ResponseTooLarge => 5,
+            Feature::SnapshotPages => 6,
         }
     }
 

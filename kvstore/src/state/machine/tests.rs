@@ -375,8 +375,11 @@ fn corrupt_snapshots_are_errors() {
     longer.push(0);
     assert!(StateMachine::from_snapshot_bytes(&longer).unwrap_err().to_string().contains("trailing"));
     let mut wrong_format = bytes.clone();
-    wrong_format[0] = 9;
-    assert!(StateMachine::from_snapshot_bytes(&wrong_format).unwrap_err().to_string().contains("unsupported format 9"));
+    wrong_format[0] = 10;
+    assert!(StateMachine::from_snapshot_bytes(&wrong_format)
+        .unwrap_err()
+        .to_string()
+        .contains("unsupported format 10"));
     assert!(StateMachine::from_snapshot_bytes(&[]).is_err());
     assert!(StateMachine::from_snapshot_bytes(&[0xff; 64]).is_err());
     // Every single-byte corruption is either refused or decodes without panicking.
