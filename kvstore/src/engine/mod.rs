@@ -251,6 +251,16 @@ pub trait Engine: Send + Sync + 'static {
     fn size_on_disk(&self) -> Option<u64> {
         None
     }
+
+    /// Turns a bulk load on or off. While it is on, the engine may leave what it writes
+    /// unsynced until the next [`Engine::sync`], even what an ordering of its own would
+    /// sync before a write: for an engine that nothing reads after a crash unless it was
+    /// synced since (a staged snapshot install, discarded unless adopted, and adopted only
+    /// once synced). Turning it off syncs what it left first.
+    fn set_bulk_load(&self, on: bool) -> Result<(), EngineError> {
+        let _ = on;
+        Ok(())
+    }
 }
 
 /// Entries of a range read page by page from an [`Engine`], as an iterator; an engine error

@@ -12,7 +12,10 @@
 //! The orderings that keep this safe across a crash or a power loss:
 //! - **a value is durable before its pointer can be**: a batch's values are appended and
 //!   the file synced before the batch goes to the engine underneath, which may make it
-//!   durable at any moment on its own (sled's flusher);
+//!   durable at any moment on its own (sled's flusher). The one exception is a bulk load
+//!   ([`Engine::set_bulk_load`]: a staged snapshot install, which nothing reads after a
+//!   crash unless it was adopted, and which is adopted only once synced): its files are
+//!   synced at its [`Engine::sync`], before the engine underneath;
 //! - **a file is deleted only once no durable pointer names it**: a file whose last value
 //!   was overwritten or deleted waits for the next [`Engine::sync`], and is deleted after
 //!   that sync made the deletions durable;
@@ -32,7 +35,7 @@
 
 use super::value_files::ValueFiles;
 use super::{Engine, EngineError, Entry, KeyBounds, Write, WriteBatch};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -125,6 +128,9 @@ struct Writer {
     /// Where the conversion of values stored inline before this layout goes on (the first
     /// key not yet looked at), while there may be some left.
     convert_from: Option<Vec<u8>>,
+    /// During a bulk load ([`Engine::set_bulk_load`]): the files appended to and not yet
+    /// synced. `None` otherwise, when every append is synced before its pointers are written.
+    unsynced: Option<BTreeSet<u64>>,
 }
 
 impl Writer {
@@ -315,7 +321,7 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
         }
         // Appending resumes in a new file: the old ones may end in a torn tail.
         let next_id = present.iter().max().map_or(1, |m| m + 1);
-        *writer = Writer { active: None, next_id, files, dead: Vec::new(), convert_from: first_inline };
+        *writer = Writer { active: None, next_id, files, dead: Vec::new(), convert_from: first_inline, unsynced: None };
         Ok(())
     }
 
@@ -358,11 +364,25 @@ impl<E: Engine, F: ValueFiles> ValueLog<E, F> {
     }
 
     /// Appends `values` (one buffer) to the active file and syncs it.
+    /// Syncs the files a bulk load appended to since the last sync (before the engine
+    /// beneath syncs the pointers to them).
+    fn sync_bulk_files(&self) -> Result<(), EngineError> {
+        let mut writer = self.lock_writer();
+        let Some(unsynced) = writer.unsynced.as_mut() else { return Ok(()) };
+        while let Some(&id) = unsynced.first() {
+            self.files.sync(id)?;
+            unsynced.remove(&id);
+        }
+        Ok(())
+    }
+
     fn append(&self, writer: &mut Writer, values: &[u8]) -> Result<(), EngineError> {
         let (id, length) = Self::next_position(writer, 0);
         self.files.write_at(id, length, values)?;
-        if !self.broken(ValueLogBreakage::PointerBeforeValue) {
-            self.files.sync(id)?;
+        match &mut writer.unsynced {
+            Some(unsynced) => drop(unsynced.insert(id)),
+            None if !self.broken(ValueLogBreakage::PointerBeforeValue) => self.files.sync(id)?,
+            None => {}
         }
         writer.active = Some((id, length + values.len() as u64));
         let file = writer.files.entry(id).or_default();
@@ -570,6 +590,7 @@ impl<E: Engine, F: ValueFiles> Engine for ValueLog<E, F> {
     }
 
     fn sync(&self) -> Result<(), EngineError> {
+        self.sync_bulk_files()?;
         let dead = std::mem::take(&mut self.lock_writer().dead);
         if self.broken(ValueLogBreakage::PointerBeforeValue) {
             let active = self.lock_writer().active;
@@ -595,6 +616,16 @@ impl<E: Engine, F: ValueFiles> Engine for ValueLog<E, F> {
         let files = std::mem::take(&mut writer.files);
         writer.dead.extend(files.into_iter().map(|(id, file)| (id, file.length)));
         writer.active = None;
+        Ok(())
+    }
+
+    fn set_bulk_load(&self, on: bool) -> Result<(), EngineError> {
+        if on {
+            self.lock_writer().unsynced.get_or_insert_with(BTreeSet::new);
+            return Ok(());
+        }
+        self.sync_bulk_files()?;
+        self.lock_writer().unsynced = None;
         Ok(())
     }
 

@@ -318,3 +318,40 @@ fn an_append_after_the_files_handle_was_dropped_and_reopened_by_a_read() {
     files.remove(1).unwrap();
     assert!(files.read_at(1, 0, 5).is_err());
 }
+
+/// A bulk load leaves its appends unsynced (a crash keeping its unsynced batches then
+/// finds pointers past the files' synced ends, as the negative control above does: an
+/// engine loaded so is only read once synced), and its sync, or its end, syncs them first:
+/// after either, a crash keeps everything. After the load, appends are synced again before
+/// their batches.
+#[test]
+fn a_bulk_load_syncs_its_files_at_its_sync_and_at_its_end() {
+    let loaded = MemoryStateEngine::in_memory(config());
+    loaded.set_bulk_load(true).unwrap();
+    put(&loaded, 0, 2, 1000);
+    let err = loaded.crash_keeping(2).unwrap_err();
+    assert!(err.to_string().contains("records name values up to byte"), "{err}");
+
+    for end_with_sync in [true, false] {
+        let loaded = MemoryStateEngine::in_memory(config());
+        loaded.set_bulk_load(true).unwrap();
+        put(&loaded, 0, 12, 1000);
+        match end_with_sync {
+            true => {
+                loaded.sync().unwrap();
+                loaded.set_bulk_load(false).unwrap();
+            }
+            false => loaded.set_bulk_load(false).unwrap(),
+        }
+        put(&loaded, 12, 14, 1000);
+        // Every batch kept, none synced by the engine beneath after the load.
+        loaded.crash_keeping(usize::MAX).unwrap();
+        for n in 0..14 {
+            assert_eq!(
+                loaded.get(&key(n)).unwrap().unwrap(),
+                value(n, 1000),
+                "key {n}, end with sync: {end_with_sync}"
+            );
+        }
+    }
+}

@@ -27,6 +27,7 @@ impl StagedSnapshot {
     /// is given up.
     pub fn install(index: Slot, reader: impl Read, staged: StagedEngine) -> Result<Self, SnapshotError> {
         let mut counted = Counted { inner: reader, bytes: 0 };
+        Self::bulk_load(&staged)?;
         let machine = match StateMachine::install_snapshot_stream(&mut counted, staged.engine()) {
             Ok(machine) => machine,
             Err(error) => {
@@ -47,6 +48,7 @@ impl StagedSnapshot {
         staged: StagedEngine,
     ) -> Result<Self, SnapshotError> {
         let mut counted = Counted { inner: reader, bytes: 0 };
+        Self::bulk_load(&staged)?;
         let machine = match StateMachine::install_snapshot_stream(&mut counted, staged.engine()) {
             Ok(machine) => machine,
             Err(_) => staged
@@ -68,13 +70,27 @@ impl StagedSnapshot {
         Ok(StagedSnapshot { index, bytes, machine, staged })
     }
 
-    /// Syncs the staged engine; under the staged-state control, only writes it out.
+    /// Lets the staged engine leave its writes unsynced until the install is done: nothing
+    /// reads it after a crash unless it was adopted, and it is adopted only once synced
+    /// ([`Self::make_durable`]). The value files' sync before each batch (a page durable
+    /// before its pointer) is what this saves: one per batch of an install's pages, on a
+    /// disk the members' logs share.
+    fn bulk_load(staged: &StagedEngine) -> Result<(), SnapshotError> {
+        staged
+            .engine()
+            .set_bulk_load(true)
+            .map_err(|e| SnapshotError::Storage(format!("cannot start the install of a staged state: {e}")))
+    }
+
+    /// Syncs the staged engine and ends its bulk load; under the staged-state control,
+    /// only writes it out.
     fn make_durable(staged: &StagedEngine) -> Result<(), crate::engine::EngineError> {
         #[cfg(feature = "sync-faults")]
         if crate::storage::sync_faults::staged_state_sync_skipped() {
             return staged.engine().write_out_unsynced();
         }
-        staged.engine().sync()
+        staged.engine().sync()?;
+        staged.engine().set_bulk_load(false)
     }
 
     /// Makes the staged state `storage`'s, durably ([`Storage::adopt_staged`]), and returns

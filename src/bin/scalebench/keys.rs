@@ -105,11 +105,18 @@ pub async fn key_space(system: System, count: u64, rows: Rows) -> Result<Vec<Rep
         let before_to = Instant::now();
         let before_from = before_to - Duration::from_secs(8);
         eprintln!("[{}] replacing a member with an empty one", system.name());
+        let others_ix: Vec<usize> = (0..cluster.len()).filter(|&j| j != old).collect();
+        let others_cpu = |cluster: &Cluster| -> f64 { others_ix.iter().filter_map(|&j| cluster.cpu_seconds(j)).sum() };
+        let others_cpu_before = others_cpu(&cluster);
         cluster.stop(old, false);
         let replaced_at = Instant::now();
         let slot = cluster.replace(old).await?;
         let serving = wait_has(&cluster, slot, &last_key, catch_up_wait(count)).await;
         let during_to = Instant::now();
+        // CPU, where wall time moves with what else the machine does: the catch-up's own
+        // threads run at the background priority and get what the others leave.
+        report.figure("new_member_cpu_s", cluster.cpu_seconds(slot).unwrap_or_default());
+        report.figure("others_cpu_s", others_cpu(&cluster) - others_cpu_before);
         let (samples, failed) = writer.stop().await;
         // A catch-up that does not finish is a figure of its row, not an error that would
         // lose the rows measured before it (the 10M load takes over 20 minutes).
