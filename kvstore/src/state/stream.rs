@@ -66,6 +66,8 @@ pub(super) fn streamed(format: u32) -> bool {
 /// The longest frame a reader accepts: a page of keys of the largest values.
 const MAX_FRAME: usize = 1 << 30;
 
+/// A frame as written. postcard numbers the variants in order: a new kind of frame goes
+/// last (formats 8 and 9 share the first four), and [`FrameIn`] follows the same order.
 #[derive(Serialize)]
 enum FrameOut<'a> {
     Header(HeaderOut<'a>),
@@ -76,6 +78,7 @@ enum FrameOut<'a> {
     Pages(Vec<(RawBytes<'a>, RawBytes<'a>)>),
 }
 
+/// A frame as read: [`FrameOut`]'s variants, in its order.
 #[derive(Deserialize)]
 enum FrameIn {
     Header(Box<HeaderIn>),
