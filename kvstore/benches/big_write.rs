@@ -19,6 +19,10 @@ use leasekv_kvstore::{Command, DeleteRangeRequest, KeyRange, PutRequest, StateMa
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// kvserver's allocator, so that the times are a member's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Keys written, then deleted in one DeleteRange.
 const KEYS: usize = 200_000;
 /// Value sizes, bytes: check perf's (1 KiB) and a small one.

@@ -15,6 +15,10 @@ use std::io::{BufReader, BufWriter, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// kvserver's allocator, so that the CPU figures are a member's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const VALUE_BYTES: usize = 1024;
 const CACHE_BYTES: u64 = 64 << 20;
 const KEPT_REVISIONS: i64 = 10_000;

@@ -20,7 +20,8 @@
 
 use super::history::Retiring;
 use super::layout::{
-    decode_event, encode_event_body, event_key, event_position, search_page, walk_page, StoredKv, EVENT, PAGE_FORMAT,
+    decode_event, encode_event_body, event_key, event_position, page_offsets, search_page, search_page_until,
+    walk_page, StoredKv, EVENT, PAGE_FORMAT,
 };
 use super::size_runs::{RunWriter, SizeEntry, RUN_LEN};
 use crate::engine::{prefix_end, Engine, EngineError, KeyBounds, Scan, WriteBatch};
@@ -119,18 +120,92 @@ pub(super) fn walk_record(
 /// each page from the engine once, not once per key.
 pub(super) struct ValueReader<'e> {
     engine: &'e dyn Engine,
-    /// The pages read last, most recently used first: position, the newest revision each
-    /// holds, and its record.
-    pages: Vec<((Revision, u32), Revision, Vec<u8>)>,
+    pages: RecentPages,
+}
+
+/// The history pages a [`ValueReader`] read last, most recently used first: each page's
+/// position, the newest revision it holds, and its record.
+///
+/// A key space keeps them between its lookups ([`ValueReader::resuming`]): a command
+/// over many keys written together (a DeleteRange of a prefix, a lease's keys) looks their
+/// values up one key at a time, and without them each lookup read and checked a whole
+/// page from the value files for one value. Keeping a page is safe for as long as anything
+/// reads it: a change's value never changes, and a page a key names is never retired.
+#[derive(Debug, Default)]
+pub(super) struct RecentPages(Vec<KeptPage>);
+
+/// A page a [`ValueReader`] keeps.
+#[derive(Debug)]
+struct KeptPage {
+    start: (Revision, u32),
+    /// The newest revision of a change in it.
+    newest: Revision,
+    record: Vec<u8>,
+    /// Where each of its changes starts in the record, with its revision
+    /// ([`page_offsets`]): a lookup reads the changes of one revision, not the page's
+    /// ~20 (1 KiB values) to ~200 (100 B). Empty for a record of the layout before pages.
+    offsets: Vec<(Revision, usize)>,
+}
+
+impl KeptPage {
+    /// Whether it holds every change of `revision`: it starts at or before the first one
+    /// and goes past it.
+    fn holds(&self, revision: Revision) -> bool {
+        (self.start.0 < revision || self.start == (revision, 0)) && self.newest > revision
+    }
+
+    /// The value the put of `key` at `revision` wrote, if this page holds it.
+    fn value_of(&self, key: &[u8], revision: Revision) -> Result<Option<Vec<u8>>, EngineError> {
+        if self.offsets.is_empty() {
+            return Ok(search(&self.start, &self.record, key, revision)?.0);
+        }
+        let first = self.offsets.partition_point(|(r, _)| *r < revision);
+        let Some(&(_, at)) = self.offsets.get(first) else { return Ok(None) };
+        let what = || format!("history page at {:?}", self.start);
+        let body = self.record.get(1 + at..).unwrap_or_default();
+        Ok(search_page_until(body, key, revision, &what)?.map(<[u8]>::to_vec))
+    }
 }
 
 /// Pages a [`ValueReader`] keeps.
 const PAGES_KEPT: usize = 8;
 
+impl RecentPages {
+    /// Keeps `page` as the one read last, unless it is one change longer than a page
+    /// (read once: its key's one value) and so not worth the memory.
+    fn keep(&mut self, start: (Revision, u32), newest: Revision, record: Vec<u8>) -> Result<(), EngineError> {
+        if record.len() > PAGE_BYTES + PAGE_SLACK {
+            return Ok(());
+        }
+        let offsets = match record.split_first() {
+            Some((&PAGE_FORMAT, body)) => page_offsets(body, &|| format!("history page at {start:?}"))?,
+            _ => Vec::new(),
+        };
+        self.0.truncate(PAGES_KEPT - 1);
+        self.0.insert(0, KeptPage { start, newest, record, offsets });
+        Ok(())
+    }
+}
+
+/// What a page record may hold past [`PAGE_BYTES`] and still be kept: its format byte and
+/// the framing of its last change.
+const PAGE_SLACK: usize = 1 << 10;
+
 impl<'e> ValueReader<'e> {
     /// A reader of `engine`'s pages.
     pub(super) fn new(engine: &'e dyn Engine) -> Self {
-        ValueReader { engine, pages: Vec::new() }
+        ValueReader { engine, pages: RecentPages::default() }
+    }
+
+    /// A reader of `engine`'s pages that starts with `pages`, the pages an earlier reader
+    /// of the same engine kept ([`Self::into_pages`]).
+    pub(super) fn resuming(engine: &'e dyn Engine, pages: RecentPages) -> Self {
+        ValueReader { engine, pages }
+    }
+
+    /// The pages this reader keeps, for the next one.
+    pub(super) fn into_pages(self) -> RecentPages {
+        self.pages
     }
 
     /// The key-value `stored` is, with its value looked up if the history holds it.
@@ -144,15 +219,10 @@ impl<'e> ValueReader<'e> {
 
     /// The value of `key`'s put at `revision`, from the page holding that change.
     pub(super) fn value_of(&mut self, key: &[u8], revision: Revision) -> Result<Vec<u8>, EngineError> {
-        // The page read last holds every change of `revision` if it starts at or before its
-        // first one and goes past it.
-        let holds = |(start, newest, _): &((Revision, u32), Revision, Vec<u8>)| {
-            (start.0 < revision || *start == (revision, 0)) && *newest > revision
-        };
-        if let Some(at) = self.pages.iter().position(holds) {
-            let page = self.pages.remove(at);
-            let (found, _) = search(&page.0, &page.2, key, revision)?;
-            self.pages.insert(0, page);
+        if let Some(at) = self.pages.0.iter().position(|page| page.holds(revision)) {
+            let page = self.pages.0.remove(at);
+            let found = page.value_of(key, revision)?;
+            self.pages.0.insert(0, page);
             return found.ok_or_else(|| missing(key, revision));
         }
         // Newest first from the revision's last position: the first page read holds the
@@ -167,8 +237,7 @@ impl<'e> ValueReader<'e> {
             let Some(start) = event_position(&page_key) else { break };
             let (found, newest) = search(&start, &record, key, revision)?;
             let whole = start.0 < revision || start == (revision, 0);
-            self.pages.truncate(PAGES_KEPT - 1);
-            self.pages.insert(0, (start, newest, record));
+            self.pages.keep(start, newest, record)?;
             if found.is_some() || whole {
                 value = found;
                 break;
@@ -437,6 +506,52 @@ mod tests {
         let err = reader.value_of(b"t3", 4).unwrap_err();
         assert!(err.to_string().contains("missing from the history"), "{err}");
         assert!(reader.value_of(b"nowhere", 5).is_err());
+    }
+
+    /// A reader resumed with the pages an earlier one kept reads none of them again (a
+    /// key space looks values up a key at a time, and a DeleteRange of keys written
+    /// together read one page per key before); a one-change page longer than a page is not
+    /// kept.
+    #[test]
+    fn a_resumed_reader_reads_the_kept_pages_from_memory_and_keeps_no_oversized_one() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        let mut writer = PageWriter::default();
+        for r in 10..20 {
+            writer.push(&mut batch, (r, 0), &put(&format!("t{r}"), r, 100), 1);
+        }
+        writer.push(&mut batch, (20, 0), &put("big", 20, PAGE_BYTES * 2), 1);
+        // A transaction's puts: five changes at one revision, in the page after.
+        for sub in 0..5 {
+            let mut event = put(&format!("m{sub}"), 30, 0);
+            event.kv.value = vec![sub as u8; 10];
+            writer.push(&mut batch, (30, sub), &event, 1);
+        }
+        writer.push(&mut batch, (31, 0), &put("after", 31, 10), 1);
+        writer.finish(&mut batch);
+        engine.write(batch).unwrap();
+        let mut first = ValueReader::new(&engine);
+        assert_eq!(first.value_of(b"t10", 10).unwrap(), vec![b'v'; 100]);
+        assert_eq!(first.value_of(b"big", 20).unwrap().len(), PAGE_BYTES * 2);
+        assert_eq!(first.value_of(b"after", 31).unwrap(), vec![b'v'; 10]);
+        let kept = first.into_pages();
+        assert_eq!(kept.0.len(), 2, "the pages of t10..t19 and m0..after are kept, the oversized one is not");
+        let mut emptied = WriteBatch::new();
+        for (key, _) in engine.scan(&all_pages(), false, usize::MAX).unwrap() {
+            emptied.delete(key);
+        }
+        engine.write(emptied).unwrap();
+        let mut resumed = ValueReader::resuming(&engine, kept);
+        // Up to the page's last revision, which may go on in the next page: read there.
+        for r in 11..19 {
+            assert_eq!(resumed.value_of(format!("t{r}").as_bytes(), r).unwrap(), vec![b'v'; 100], "t{r}");
+        }
+        for sub in [3u8, 0, 4, 1, 2] {
+            assert_eq!(resumed.value_of(format!("m{sub}").as_bytes(), 30).unwrap(), vec![sub; 10], "m{sub}");
+        }
+        assert!(resumed.value_of(b"m1", 31).is_err(), "the wrong revision");
+        assert!(resumed.value_of(b"big", 20).is_err(), "read from the engine, which no longer has it");
+        assert!(ValueReader::new(&engine).value_of(b"t11", 11).is_err(), "a fresh reader reads the engine");
     }
 
     /// A record of the layout before pages (one change, format 1) just before the revision

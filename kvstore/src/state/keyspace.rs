@@ -13,7 +13,7 @@
 //! [`Graveyard`] has not swept yet. Every method except the ones named "stored" hides them, so
 //! that callers see exactly the key space etcd would have after the lease's revocation.
 
-use super::change_pages::ValueReader;
+use super::change_pages::{RecentPages, ValueReader};
 use super::graveyard::{Death, Graveyard};
 use super::key_index::{Indexing, KeyIndex, KeyIndexBuilder};
 use super::layout::{attachment_key, decode_stored, encode_kv, encode_kv_in_history, kv_bounds, kv_key, user_key};
@@ -27,7 +27,7 @@ use crate::types::{KeyRange, KeyValue, LeaseId, Revision, NO_LEASE};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The B-tree bounds of a [`KeyRange`] that names more than one key.
 pub(super) type Bounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
@@ -98,6 +98,10 @@ pub(super) struct Keyspace {
     recent: RecentWrites,
     /// Every stored key (dead ones too), with ranks: counts without walking.
     index: Indexing,
+    /// The history pages the last value lookups read: a command over many keys written
+    /// together reads each page once ([`RecentPages`]). A lock only because lookups take
+    /// `&self`; the node loop is its one user.
+    pages: Mutex<RecentPages>,
     failure: Failure,
     /// Negative control: the key whose value every read of this key space flips a bit of.
     #[cfg(feature = "negative-controls")]
@@ -158,6 +162,7 @@ impl Keyspace {
             bytes,
             attachments: BTreeMap::new(),
             index,
+            pages: Mutex::default(),
             failure,
             #[cfg(feature = "negative-controls")]
             damaged: None,
@@ -280,6 +285,8 @@ impl Keyspace {
             attachments: self.attachments.clone(),
             recent: self.recent.empty_like(),
             index: self.index_of_copy(engine),
+            // Another engine: its pages are read afresh.
+            pages: Mutex::default(),
             failure: failure.clone(),
             #[cfg(feature = "negative-controls")]
             damaged: self.damaged.clone(),
@@ -381,7 +388,11 @@ impl Keyspace {
         }
         let record = self.failure.check(self.engine.get(&kv_key(key)))??;
         let stored = self.failure.check(decode_stored(key, &record))?;
-        self.failure.check(ValueReader::new(self.engine.as_ref()).resolve(stored)).map(|kv| self.as_read(kv))
+        let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut reader = ValueReader::resuming(self.engine.as_ref(), std::mem::take(&mut *pages));
+        let kv = reader.resolve(stored);
+        *pages = reader.into_pages();
+        self.failure.check(kv).map(|kv| self.as_read(kv))
     }
 
     /// `kv` as this key space's reads see it: as stored, except under the corruption

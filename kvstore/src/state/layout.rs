@@ -324,6 +324,45 @@ pub(super) fn search_page<'a>(
     Ok(found)
 }
 
+/// Where each change of a page's `body` (after its format byte) starts in it, with its
+/// revision, in the page's order (which is revision order): what a page kept in memory
+/// is searched by, a few changes read instead of all of them.
+pub(super) fn page_offsets(mut body: &[u8], what: &dyn Fn() -> String) -> Result<Vec<(Revision, usize)>, EngineError> {
+    let whole = body.len();
+    let mut offsets = Vec::new();
+    while !body.is_empty() {
+        let at = whole - body.len();
+        let (r, rest): (EventRecordRef<'_>, &[u8]) = postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
+        offsets.push((r.kv.mod_revision, at));
+        body = rest;
+    }
+    Ok(offsets)
+}
+
+/// The value the put of `key` at `revision` wrote, looked for from the start of `body` (a
+/// part of a page's body that begins at or before that revision's first change) up to its
+/// first change past `revision`.
+pub(super) fn search_page_until<'a>(
+    mut body: &'a [u8],
+    key: &[u8],
+    revision: Revision,
+    what: &dyn Fn() -> String,
+) -> Result<Option<&'a [u8]>, EngineError> {
+    let mut found = None;
+    while !body.is_empty() {
+        let (r, rest): (EventRecordRef<'a>, &'a [u8]) =
+            postcard::take_from_bytes(body).map_err(|e| corrupt(what(), e))?;
+        if r.kv.mod_revision > revision {
+            break;
+        }
+        if r.kind == 0 && r.kv.mod_revision == revision && r.key == key {
+            found = Some(r.kv.value);
+        }
+        body = rest;
+    }
+    Ok(found)
+}
+
 /// Calls `each` with every change of a page's `body` (after its format byte), read in
 /// place: whether it is a put, its key, its revision and the length of the value it wrote.
 pub(super) fn walk_page(

@@ -8,7 +8,7 @@
 //! a sync is in flight, and this thread, every [`CHECK_EVERY`], steps the master down once
 //! either has lasted longer than the stall bound (five election lease times, at least 3 s:
 //! [`stall_bound`]), and again if it is elected again while still stalled. One log line per
-//! stall. A long turn during which the state machine went on working on keys
+//! stall. A long turn or sync during which the state machine went on working on keys
 //! ([`leasekv_kvstore::progress`]) is busy, not stalled: a DeleteRange of 200,000 keys (the
 //! end of `etcdctl check perf --load=l`) takes every member 4–5 s, so stepping down only
 //! moved mastership to another member as busy, twice a run.
@@ -61,14 +61,19 @@ impl LoopHealth {
         self.sync_began.store(if in_flight { self.stamp() } else { 0 }, Ordering::Release);
     }
 
-    /// What has been stuck for longer than `bound`, if anything. A turn counts only when no
+    /// What has been stuck for longer than `bound`, if anything. Either counts only when no
     /// key was worked on for `bound` either (`idle`): a long turn that applies a big command
-    /// is busy, not stuck.
+    /// is busy, not stuck; and a log sync that takes seconds while the state machine writes
+    /// that command's keys waits behind those writes on the same disk (the file system
+    /// orders a sync after the dirty data before it: measured, the log syncs of every member
+    /// took over 4 s while each wrote the 200,000 deletes closing `etcdctl check perf
+    /// --load=l`, and two masters stepped down for it). A stuck disk stops those writes
+    /// too, at the value files' sync, so its stall is still seen.
     fn stalled(&self, bound: Duration, idle: Duration) -> Option<(&'static str, Duration)> {
         let now = self.stamp();
         let age = |began: u64| (began != 0).then(|| Duration::from_nanos(now.saturating_sub(began)));
         let turn = age(self.turn_began.load(Ordering::Acquire)).filter(|took| *took > bound && idle > bound);
-        let sync = age(self.sync_began.load(Ordering::Acquire)).filter(|took| *took > bound);
+        let sync = age(self.sync_began.load(Ordering::Acquire)).filter(|took| *took > bound && idle > bound);
         turn.map(|took| ("a node loop turn", took)).or_else(|| sync.map(|took| ("a log sync", took)))
     }
 }
@@ -135,8 +140,8 @@ mod tests {
         health.syncing(true);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(health.stalled(bound, idle).map(|(what, _)| what), Some("a log sync"));
-        // A sync makes no progress of keys: stuck however busy the rest is.
-        assert_eq!(health.stalled(bound, Duration::ZERO).map(|(what, _)| what), Some("a log sync"));
+        // A slow sync while keys are being written: behind those writes, not stuck.
+        assert!(health.stalled(bound, Duration::from_millis(5)).is_none(), "a sync behind the state's writes");
         health.syncing(false);
         assert!(health.stalled(bound, idle).is_none());
     }
