@@ -123,8 +123,7 @@ pub(super) struct ValueReader<'e> {
     pages: RecentPages,
 }
 
-/// The history pages a [`ValueReader`] read last, most recently used first: each page's
-/// position, the newest revision it holds, and its record.
+/// The history pages a [`ValueReader`] read last ([`KeptPage`]), most recently used first.
 ///
 /// A key space keeps them between its lookups ([`ValueReader::resuming`]): a command
 /// over many keys written together (a DeleteRange of a prefix, a lease's keys) looks their
