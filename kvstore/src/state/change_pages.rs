@@ -147,6 +147,17 @@ struct KeptPage {
 }
 
 impl KeptPage {
+    /// The page `record` stored at `start`, its changes' offsets read (one walk through it).
+    fn read(start: (Revision, u32), record: Vec<u8>) -> Result<Self, EngineError> {
+        let offsets = match record.split_first() {
+            Some((&PAGE_FORMAT, body)) => page_offsets(body, &|| format!("history page at {start:?}"))?,
+            _ => Vec::new(),
+        };
+        // A page is in revision order; a record of the layout before pages is one change.
+        let newest = offsets.last().map_or(start.0, |&(revision, _)| revision);
+        Ok(KeptPage { start, newest, record, offsets })
+    }
+
     /// Whether it holds every change of `revision`: it starts at or before the first one
     /// and goes past it.
     fn holds(&self, revision: Revision) -> bool {
@@ -172,17 +183,11 @@ const PAGES_KEPT: usize = 8;
 impl RecentPages {
     /// Keeps `page` as the one read last, unless it is one change longer than a page
     /// (read once: its key's one value) and so not worth the memory.
-    fn keep(&mut self, start: (Revision, u32), newest: Revision, record: Vec<u8>) -> Result<(), EngineError> {
-        if record.len() > PAGE_BYTES + PAGE_SLACK {
-            return Ok(());
+    fn keep(&mut self, page: KeptPage) {
+        if page.record.len() <= PAGE_BYTES + PAGE_SLACK {
+            self.0.truncate(PAGES_KEPT - 1);
+            self.0.insert(0, page);
         }
-        let offsets = match record.split_first() {
-            Some((&PAGE_FORMAT, body)) => page_offsets(body, &|| format!("history page at {start:?}"))?,
-            _ => Vec::new(),
-        };
-        self.0.truncate(PAGES_KEPT - 1);
-        self.0.insert(0, KeptPage { start, newest, record, offsets });
-        Ok(())
     }
 }
 
@@ -234,9 +239,10 @@ impl<'e> ValueReader<'e> {
         for entry in Scan::new(self.engine, bounds, true, 1) {
             let (page_key, record) = entry?;
             let Some(start) = event_position(&page_key) else { break };
-            let (found, newest) = search(&start, &record, key, revision)?;
+            let page = KeptPage::read(start, record)?;
+            let found = page.value_of(key, revision)?;
             let whole = start.0 < revision || start == (revision, 0);
-            self.pages.keep(start, newest, record)?;
+            self.pages.keep(page);
             if found.is_some() || whole {
                 value = found;
                 break;
