@@ -9,7 +9,12 @@
 //! dominated by sled 0.34's `apply_batch`, which clones a key's whole leaf (up to 16
 //! records, values inline) for every delete, so it grows with the value size.
 //!
-//! Prints one `leasekv-bench:` line per value size (median of [`RUNS`] runs).
+//! Each value size runs twice: with the keys written in key order, and written in a
+//! scattered order (as `check perf`'s random keys are), where the DeleteRange, which goes in
+//! key order, finds each key's last value (its delete event's `prev_kv`) anywhere in the
+//! history.
+//!
+//! Prints one `leasekv-bench:` line per value size and order (median of [`RUNS`] runs).
 //!
 //! `cargo bench -p leasekv-kvstore --bench big_write`
 
@@ -37,8 +42,22 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// The order the keys are written in.
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    /// Key order: neighbours in the key space are neighbours in the history.
+    Keys,
+    /// A fixed permutation (`i * STRIDE mod KEYS`), so that keys next to each other were
+    /// written far apart.
+    Scattered,
+}
+
+/// A stride coprime with [`KEYS`] (200,000 = 2^6 * 5^5), so that `i * STRIDE mod KEYS`
+/// visits every key once.
+const STRIDE: usize = 7_919;
+
 /// One run: a fresh engine loaded with `KEYS` keys, then the DeleteRange's apply and flush.
-fn run(value_size: usize) -> (Duration, Duration) {
+fn run(value_size: usize, order: Order) -> (Duration, Duration) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let engine = DiskStateEngine::open_in(
         dir.path(),
@@ -50,7 +69,11 @@ fn run(value_size: usize) -> (Duration, Duration) {
     let mut sm = StateMachine::on_engine(Arc::new(engine)).expect("an empty engine");
     let mut applied = 0;
     for i in 0..KEYS {
-        let key = format!("/check-perf/{i:012}").into_bytes();
+        let n = match order {
+            Order::Keys => i,
+            Order::Scattered => i * STRIDE % KEYS,
+        };
+        let key = format!("/check-perf/{n:012}").into_bytes();
         sm.apply(&Command::Put(PutRequest { key, value: vec![b'v'; value_size], lease: 0, prev_kv: false }))
             .result
             .expect("put");
@@ -81,13 +104,15 @@ fn main() {
         return;
     }
     for &value_size in VALUE_SIZES {
-        let (applies, flushes): (Vec<_>, Vec<_>) = (0..RUNS).map(|_| run(value_size)).unzip();
-        println!(
-            "leasekv-bench: DeleteRange of {KEYS} keys x {value_size} B on sled ({} MiB cache): apply {:.2} s, \
-             flush {:.2} s (median of {RUNS})",
-            DEFAULT_STATE_CACHE_BYTES >> 20,
-            median(applies).as_secs_f64(),
-            median(flushes).as_secs_f64()
-        );
+        for order in [Order::Keys, Order::Scattered] {
+            let (applies, flushes): (Vec<_>, Vec<_>) = (0..RUNS).map(|_| run(value_size, order)).unzip();
+            println!(
+                "leasekv-bench: DeleteRange of {KEYS} keys x {value_size} B written in {order:?} order on sled \
+                 ({} MiB cache): apply {:.2} s, flush {:.2} s (median of {RUNS})",
+                DEFAULT_STATE_CACHE_BYTES >> 20,
+                median(applies).as_secs_f64(),
+                median(flushes).as_secs_f64()
+            );
+        }
     }
 }

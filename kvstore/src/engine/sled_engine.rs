@@ -237,8 +237,10 @@ impl Engine for SledEngine {
         // 1.6 GB with the lookups (an in-memory set of the long keys, tried in place of
         // them, made a joining member's install slower and its RSS 3.1 GB).
         let mut written_pieces: std::collections::HashMap<Vec<u8>, u32> = Default::default();
+        let mut records = 0;
         for write in batch.into_writes() {
             crate::progress::tick();
+            records += 1;
             let key = match &write {
                 Write::Put(k, _) | Write::Delete(k) => k.clone(),
             };
@@ -272,7 +274,8 @@ impl Engine for SledEngine {
                 }
             }
         }
-        self.tree.apply_batch(sled_batch).map_err(|e| self.io("writing a batch", e))
+        crate::progress::in_one_call(records, || self.tree.apply_batch(sled_batch))
+            .map_err(|e| self.io("writing a batch", e))
     }
 
     fn clear(&self) -> Result<(), EngineError> {

@@ -427,6 +427,13 @@ impl<S: Storage, W> Node<S, W> {
         if self.forwards.next_deadline().is_some_and(|at| at <= now) {
             let hint = self.replica.master_hint();
             let expired = self.forwards.expire(now, hint);
+            if !expired.is_empty() {
+                tracing::info!(
+                    forwards = expired.len(),
+                    waited_ms = FORWARD_TIMEOUT.as_millis() as u64,
+                    "forwards to the master given up: no answer in time"
+                );
+            }
             self.pending.answers.extend(expired);
         }
         self.release_held(Some(now));

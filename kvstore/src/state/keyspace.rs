@@ -16,7 +16,9 @@
 use super::change_pages::{RecentPages, ValueReader};
 use super::graveyard::{Death, Graveyard};
 use super::key_index::{Indexing, KeyIndex, KeyIndexBuilder};
-use super::layout::{attachment_key, decode_stored, encode_kv, encode_kv_in_history, kv_bounds, kv_key, user_key};
+use super::layout::{
+    attachment_key, decode_stored, encode_kv, encode_kv_in_history, kv_bounds, kv_key, user_key, StoredKv,
+};
 use super::live_changes::LiveChanges;
 use super::recent_writes::RecentWrites;
 use super::Failure;
@@ -380,19 +382,95 @@ impl Keyspace {
 
     /// The stored key-value of `key`, dead or alive.
     fn stored_get(&self, key: &[u8]) -> Option<KeyValue> {
-        if let Some(written) = self.dirty.get(key) {
-            return written.clone().map(|kv| self.as_read(kv));
-        }
-        if let Some(recent) = self.recent.get(key) {
-            return Some(self.as_read(recent.clone()));
-        }
-        let record = self.failure.check(self.engine.get(&kv_key(key)))??;
-        let stored = self.failure.check(decode_stored(key, &record))?;
+        let stored = match self.found(key)? {
+            Found::Ready(kv) => return Some(self.as_read(kv)),
+            Found::InHistory(stored) => stored,
+        };
         let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut reader = ValueReader::resuming(self.engine.as_ref(), std::mem::take(&mut *pages));
         let kv = reader.resolve(stored);
         *pages = reader.into_pages();
         self.failure.check(kv).map(|kv| self.as_read(kv))
+    }
+
+    /// The stored key-values of `keys`, dead or alive, in their order (`None`: not
+    /// stored), their values looked up in revision order ([`Self::resolve_in_revision_order`]).
+    fn stored_get_all<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Vec<Option<KeyValue>> {
+        let found = keys.into_iter().map(|key| self.found(key));
+        self.resolve_in_revision_order(found)
+    }
+
+    /// The stored key-value of `key`, without its value looked up yet if the history holds
+    /// it (`None`: not stored, or the engine failed).
+    fn found(&self, key: &[u8]) -> Option<Found> {
+        if let Some(written) = self.dirty.get(key) {
+            return written.clone().map(Found::Ready);
+        }
+        if let Some(recent) = self.recent.get(key) {
+            return Some(Found::Ready(recent.clone()));
+        }
+        let record = self.failure.check(self.engine.get(&kv_key(key)))??;
+        self.found_record(key, &record)
+    }
+
+    /// The stored key `key`'s engine `record` as [`Found`] (`None`: the engine failed).
+    fn found_record(&self, key: &[u8], record: &[u8]) -> Option<Found> {
+        let stored = self.failure.check(decode_stored(key, record))?;
+        if !stored.value_in_history {
+            return Some(Found::Ready(stored.kv));
+        }
+        if let Some(recent) = self.recent.get(key) {
+            return Some(Found::Ready(recent.clone()));
+        }
+        Some(Found::InHistory(stored))
+    }
+
+    /// Every stored key-value in `bounds`, dead ones included, in key order, without the
+    /// values the history holds looked up yet: the engine's records merged with the writes
+    /// since the last flush.
+    fn found_in(&self, bounds: Bounds<'_>) -> Vec<Option<Found>> {
+        let failure = &self.failure;
+        let from_engine = Scan::new(self.engine.as_ref(), kv_bounds(bounds), false, PAGE).map_while(|entry| {
+            crate::progress::tick();
+            let (key, record) = failure.check(entry)?;
+            self.found_record(user_key(&key), &record)
+        });
+        let dirty: Vec<(Vec<u8>, Option<Found>)> =
+            self.dirty.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone().map(Found::Ready))).collect();
+        Merged { stored: from_engine.peekable(), dirty: dirty.into_iter().peekable() }.map(Some).collect()
+    }
+
+    /// The key-values `found`, in their order, with the values the history holds looked up
+    /// in the order of their revisions: the history's pages are in revision order, so each
+    /// page holding some of them is read from the engine once and its other values come from
+    /// the reader's kept pages, however the keys are ordered. `None` stays `None`, and so
+    /// does a value the engine fails to give (the failure is recorded).
+    fn resolve_in_revision_order(&self, found: impl IntoIterator<Item = Option<Found>>) -> Vec<Option<KeyValue>> {
+        let mut resolved = Vec::new();
+        let mut in_history = Vec::new();
+        for (at, found) in found.into_iter().enumerate() {
+            resolved.push(match found {
+                Some(Found::Ready(kv)) => Some(self.as_read(kv)),
+                Some(Found::InHistory(stored)) => {
+                    in_history.push((at, stored));
+                    None
+                }
+                None => None,
+            });
+        }
+        if in_history.is_empty() {
+            return resolved;
+        }
+        in_history.sort_by_key(|(at, stored)| (stored.kv.mod_revision, *at));
+        let mut pages = self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut reader = ValueReader::resuming(self.engine.as_ref(), std::mem::take(&mut *pages));
+        for (at, stored) in in_history {
+            crate::progress::tick();
+            let Some(kv) = self.failure.check(reader.resolve(stored)) else { break };
+            resolved[at] = Some(self.as_read(kv));
+        }
+        *pages = reader.into_pages();
+        resolved
     }
 
     /// `kv` as this key space's reads see it: as stored, except under the corruption
@@ -430,11 +508,41 @@ impl Keyspace {
         self.stored_get(key).filter(|kv| !self.graveyard.is_dead(kv))
     }
 
+    /// The live key-values of `keys`, in their order (`None`: not live), as [`Self::get`]
+    /// of each, their values looked up in revision order (see [`Self::take_range`]).
+    pub(super) fn get_all<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Vec<Option<KeyValue>> {
+        let mut found = self.stored_get_all(keys);
+        for kv in found.iter_mut() {
+            if kv.as_ref().is_some_and(|kv| self.graveyard.is_dead(kv)) {
+                *kv = None;
+            }
+        }
+        found
+    }
+
     /// Removes one key and hands it back if it was live. A dead key is removed too (it is
     /// there anyway) but reported as absent, as it is for readers.
     pub(super) fn take(&mut self, key: &[u8]) -> Option<KeyValue> {
-        crate::progress::tick();
         let kv = self.stored_get(key)?;
+        self.take_stored(kv)
+    }
+
+    /// Removes every stored key in `bounds` and hands back the live ones, in key order (as
+    /// [`Self::take`] of each). Their values are looked up in the history in revision order
+    /// ([`Self::resolve_in_revision_order`]), not key by key: a DeleteRange needs every
+    /// deleted key's last value (its event's `prev_kv`), and keys written in another order
+    /// than the key order (`etcdctl check perf`'s random keys) have them in pages all over
+    /// the history, one page read per key.
+    pub(super) fn take_range(&mut self, bounds: Bounds<'_>) -> Vec<KeyValue> {
+        let found = self.found_in(bounds);
+        let resolved = self.resolve_in_revision_order(found);
+        resolved.into_iter().flatten().filter_map(|kv| self.take_stored(kv)).collect()
+    }
+
+    /// Removes `kv`, stored now, and hands it back if it is live (see [`Self::take`]).
+    fn take_stored(&mut self, kv: KeyValue) -> Option<KeyValue> {
+        crate::progress::tick();
+        let key = kv.key.as_slice();
         self.note_replaced(key, &kv);
         self.dirty.insert(key.to_vec(), None);
         self.track_attachment(key, Some(kv.lease), None);
@@ -584,11 +692,6 @@ impl Keyspace {
         no_dead_keys.then(|| index.clone())
     }
 
-    /// The keys of the selected entries, copied out so that the caller can then mutate.
-    pub(super) fn selected_keys(&self, selection: Selection<'_>) -> Vec<Vec<u8>> {
-        self.select(selection).map(|kv| kv.key).collect()
-    }
-
     /// Answers a read. `limit <= 0` means no limit (a negative limit is treated as none, as
     /// there is nothing sensible to cut at).
     pub(super) fn range(&self, request: &RangeRequest) -> Result<RangeResponse, KvError> {
@@ -637,22 +740,34 @@ pub(super) fn damage(mut kv: KeyValue) -> KeyValue {
     kv
 }
 
-/// The engine's records merged with the writes not yet flushed, both in key order.
-struct Merged<S: Iterator<Item = KeyValue>> {
+/// The engine's records merged with the writes not yet flushed, both in key order: a key
+/// written since the flush is the write's (`None`: deleted), whatever the engine holds.
+struct Merged<S: Iterator<Item = T>, T: Keyed> {
     stored: std::iter::Peekable<S>,
-    dirty: std::iter::Peekable<std::vec::IntoIter<(Vec<u8>, Option<KeyValue>)>>,
+    dirty: std::iter::Peekable<std::vec::IntoIter<(Vec<u8>, Option<T>)>>,
 }
 
-impl<S: Iterator<Item = KeyValue>> Iterator for Merged<S> {
-    type Item = KeyValue;
+/// What [`Merged`] merges: anything that knows its key.
+trait Keyed {
+    fn key(&self) -> &[u8];
+}
 
-    fn next(&mut self) -> Option<KeyValue> {
+impl Keyed for KeyValue {
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+}
+
+impl<S: Iterator<Item = T>, T: Keyed> Iterator for Merged<S, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
         loop {
             let order = match (self.stored.peek(), self.dirty.peek()) {
                 (None, None) => return None,
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
-                (Some(stored), Some((key, _))) => stored.key.as_slice().cmp(key.as_slice()),
+                (Some(stored), Some((key, _))) => stored.key().cmp(key.as_slice()),
             };
             match order {
                 Ordering::Less => return self.stored.next(),
@@ -661,9 +776,26 @@ impl<S: Iterator<Item = KeyValue>> Iterator for Merged<S> {
                 }
                 Ordering::Greater => {}
             }
-            if let Some((_, Some(kv))) = self.dirty.next() {
-                return Some(kv);
+            if let Some((_, Some(written))) = self.dirty.next() {
+                return Some(written);
             }
+        }
+    }
+}
+
+/// A stored key-value found by key, its value not looked up yet if the history holds it.
+enum Found {
+    /// Known whole: a write since the flush, a recent write, or a record holding its value.
+    Ready(KeyValue),
+    /// A record naming its change: the value is in the history's page of that change.
+    InHistory(StoredKv),
+}
+
+impl Keyed for Found {
+    fn key(&self) -> &[u8] {
+        match self {
+            Found::Ready(kv) => &kv.key,
+            Found::InHistory(stored) => &stored.kv.key,
         }
     }
 }

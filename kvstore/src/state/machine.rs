@@ -333,23 +333,17 @@ impl StateMachine {
     /// `at` if anything was deleted.
     fn delete(&mut self, selection: Selection<'_>, prev_kv: bool, at: Revision) -> DeleteRangeResponse {
         let mut response = DeleteRangeResponse::default();
-        let mut remove = |this: &mut Self, key: &[u8]| {
-            if let Some(kv) = this.keys.take(key) {
-                this.leases.detach(kv.lease, &kv.key);
-                response.deleted += 1;
-                if prev_kv {
-                    response.prev_kvs.push(kv.clone());
-                }
-                this.history.delete(kv, at);
-            }
+        let taken = match selection {
+            Selection::Single(key) => self.keys.take(key).into_iter().collect(),
+            Selection::Interval(bounds) => self.keys.take_range(bounds),
         };
-        match selection {
-            Selection::Single(key) => remove(self, key),
-            Selection::Interval(_) => {
-                for key in self.keys.selected_keys(selection) {
-                    remove(self, &key);
-                }
+        for kv in taken {
+            self.leases.detach(kv.lease, &kv.key);
+            response.deleted += 1;
+            if prev_kv {
+                response.prev_kvs.push(kv.clone());
             }
+            self.history.delete(kv, at);
         }
         response
     }
@@ -363,10 +357,8 @@ impl StateMachine {
         let deleted = i64::try_from(lease.keys.len()).unwrap_or(i64::MAX);
         // Watchers see one delete per key, in key order, all at `at`; the history needs each
         // key's last value (prev_kv) while it is still readable.
-        for key in lease.keys.iter() {
-            if let Some(kv) = self.keys.get(key) {
-                self.history.delete(kv.clone(), at);
-            }
+        for kv in self.keys.get_all(lease.keys.iter()).into_iter().flatten() {
+            self.history.delete(kv, at);
         }
         self.keys.bury(lease.id, at, lease.keys.into_set());
         deleted

@@ -500,4 +500,84 @@ mod tests {
             assert_eq!(consistent, !broken, "broken: {broken}, applied {applied}, b present: {has_b}");
         }
     }
+
+    /// A DeleteRange and a lease's revoke over keys written in a scattered order, some of
+    /// them written again or deleted since the last flush, hand back and record every
+    /// deleted key's last value and revisions, in key order: their values are looked up in
+    /// revision order (`Keyspace::take_range`, `get_all`), and put back in the keys' order.
+    #[test]
+    fn many_keys_deleted_at_once_carry_their_last_values_in_key_order() {
+        use crate::command::{CommandResponse, DeleteRangeRequest};
+        use crate::types::{EventKind, KeyRange, KeyValue};
+        use std::collections::BTreeMap;
+
+        const KEYS: usize = 600;
+        const STRIDE: usize = 7;
+        let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+        let mut sm = StateMachine::on_engine(Arc::clone(&engine)).unwrap();
+        sm.apply(&Command::LeaseGrant { id: 9, name: None, ttl: 30 });
+        let mut model: BTreeMap<Vec<u8>, KeyValue> = BTreeMap::new();
+        let mut applied = 1;
+        let write = |sm: &mut StateMachine, model: &mut BTreeMap<Vec<u8>, KeyValue>, key: String, round: usize| {
+            let lease = if key.starts_with("/l/") { 9 } else { 0 };
+            // Values long enough that the recent writes' cache holds few of them.
+            let value = format!("{key}@{round}:{}", "v".repeat(200));
+            let revision = sm.apply(&put(&key, &value, lease)).revision;
+            let old = model.get(key.as_bytes());
+            let kv = KeyValue {
+                key: key.clone().into_bytes(),
+                value: value.into_bytes(),
+                create_revision: old.map_or(revision, |o| o.create_revision),
+                mod_revision: revision,
+                version: old.map_or(1, |o| o.version + 1),
+                lease,
+            };
+            model.insert(kv.key.clone(), kv);
+        };
+        for i in 0..KEYS {
+            let n = i * STRIDE % KEYS;
+            let prefix = if n.is_multiple_of(3) { "/l/" } else { "/d/" };
+            write(&mut sm, &mut model, format!("{prefix}{n:04}"), 0);
+            applied += 1;
+            if i % 50 == 49 {
+                sm.flush_through(applied).unwrap();
+            }
+        }
+        sm.flush_through(applied).unwrap();
+        // Since the flush: some keys written again, some deleted.
+        for n in (0..KEYS).step_by(41) {
+            let prefix = if n.is_multiple_of(3) { "/l/" } else { "/d/" };
+            write(&mut sm, &mut model, format!("{prefix}{n:04}"), 1);
+        }
+        for n in (5..KEYS).step_by(97).filter(|n| !n.is_multiple_of(3)) {
+            let key = format!("/d/{n:04}");
+            sm.apply(&Command::DeleteRange(DeleteRangeRequest {
+                range: KeyRange { key: key.clone().into_bytes(), range_end: Vec::new() },
+                prev_kv: false,
+            }));
+            model.remove(key.as_bytes());
+        }
+
+        let before = sm.revision();
+        let delete = Command::DeleteRange(DeleteRangeRequest {
+            range: KeyRange { key: b"/d/".to_vec(), range_end: b"/d0".to_vec() },
+            prev_kv: true,
+        });
+        let Ok(CommandResponse::DeleteRange(deleted)) = sm.apply(&delete).result else { panic!("a DeleteRange") };
+        let expected: Vec<KeyValue> = model.range(b"/d/".to_vec()..b"/d0".to_vec()).map(|(_, kv)| kv.clone()).collect();
+        assert_eq!(deleted.deleted as usize, expected.len());
+        assert!(deleted.prev_kvs == expected, "the DeleteRange's prev_kvs are the keys' last key-values, in key order");
+        sm.apply(&Command::LeaseRevoke { id: 9 });
+        let lease_keys: Vec<KeyValue> =
+            model.range(b"/l/".to_vec()..b"/l0".to_vec()).map(|(_, kv)| kv.clone()).collect();
+
+        let events = sm.events_since(before + 1).unwrap();
+        let deletes: Vec<(Vec<u8>, Option<KeyValue>)> =
+            events.into_iter().filter(|e| e.kind == EventKind::Delete).map(|e| (e.kv.key, e.prev_kv)).collect();
+        let recorded: Vec<KeyValue> = deletes.iter().filter_map(|(_, prev)| prev.clone()).collect();
+        assert_eq!(recorded.len(), deletes.len(), "every delete event carries its key's last value");
+        let wanted: Vec<KeyValue> = expected.into_iter().chain(lease_keys).collect();
+        assert!(recorded == wanted, "the delete events carry each key's last key-value, in key order");
+        assert_eq!(sm.key_count(), 0);
+    }
 }
