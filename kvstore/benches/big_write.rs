@@ -16,7 +16,8 @@
 //!
 //! Prints one `leasekv-bench:` line per value size and order (median of [`RUNS`] runs).
 //!
-//! `cargo bench -p leasekv-kvstore --bench big_write`
+//! `cargo bench -p leasekv-kvstore --bench big_write` (`BIG_WRITE_ONLY=1024-Scattered`, say, for
+//! one case)
 
 use leasekv_kvstore::engine::{DiskStateEngine, DEFAULT_FLUSH_EVERY};
 use leasekv_kvstore::storage::DEFAULT_STATE_CACHE_BYTES;
@@ -103,8 +104,13 @@ fn main() {
     if std::env::args().any(|arg| arg == "--test") {
         return;
     }
+    // `BIG_WRITE_ONLY=1024-Scattered` runs one case (for a profile).
+    let only = std::env::var("BIG_WRITE_ONLY").ok();
     for &value_size in VALUE_SIZES {
         for order in [Order::Keys, Order::Scattered] {
+            if only.as_ref().is_some_and(|only| *only != format!("{value_size}-{order:?}")) {
+                continue;
+            }
             let (applies, flushes): (Vec<_>, Vec<_>) = (0..RUNS).map(|_| run(value_size, order)).unzip();
             println!(
                 "leasekv-bench: DeleteRange of {KEYS} keys x {value_size} B written in {order:?} order on sled \
