@@ -410,19 +410,16 @@ impl Keyspace {
             return Some(Found::Ready(recent.clone()));
         }
         let record = self.failure.check(self.engine.get(&kv_key(key)))??;
-        self.found_record(key, &record)
+        self.decoded(key, &record)
     }
 
     /// The stored key `key`'s engine `record` as [`Found`] (`None`: the engine failed).
-    fn found_record(&self, key: &[u8], record: &[u8]) -> Option<Found> {
+    fn decoded(&self, key: &[u8], record: &[u8]) -> Option<Found> {
         let stored = self.failure.check(decode_stored(key, record))?;
-        if !stored.value_in_history {
-            return Some(Found::Ready(stored.kv));
-        }
-        if let Some(recent) = self.recent.get(key) {
-            return Some(Found::Ready(recent.clone()));
-        }
-        Some(Found::InHistory(stored))
+        Some(match stored.value_in_history {
+            true => Found::InHistory(stored),
+            false => Found::Ready(stored.kv),
+        })
     }
 
     /// Every stored key-value in `bounds`, dead ones included, in key order, without the
@@ -433,7 +430,12 @@ impl Keyspace {
         let from_engine = Scan::new(self.engine.as_ref(), kv_bounds(bounds), false, PAGE).map_while(|entry| {
             crate::progress::tick();
             let (key, record) = failure.check(entry)?;
-            self.found_record(user_key(&key), &record)
+            let key = user_key(&key);
+            // A value the recent writes hold is not looked up in the history.
+            match self.decoded(key, &record)? {
+                Found::InHistory(_) if let Some(recent) = self.recent.get(key) => Some(Found::Ready(recent.clone())),
+                found => Some(found),
+            }
         });
         let dirty: Vec<(Vec<u8>, Option<Found>)> =
             self.dirty.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone().map(Found::Ready))).collect();
