@@ -46,7 +46,7 @@ struct Args {
     backend: String,
     /// A negative control: follower-reads, early-ack, skip-phase1, deposed-expiry, … (the
     /// log); split-revision, progress-unsynced, resume-at-last, drop-when-full,
-    /// prev-kv-current (watch); renewal-after-timeout, not-master-after-proposal (the node);
+    /// prev-kv-current (watch); renewal-after-timeout, not-master-after-proposal, status-only-with-timeout (the node);
     /// retry-indeterminate (the client).
     #[arg(long = "break", default_value = "none")]
     breakage: String,

@@ -136,6 +136,11 @@ fn a_read_only_console_reads_but_refuses_every_write_and_leaves_the_gateway_alon
     assert!(page.contains("leasekv console"), "{page}");
     let (status, info) = get(port, "/ui/api/console");
     assert!(status == 200 && info.contains(r#""mode":"read-only""#), "{status} {info}");
+    // Every browser asks for an icon on every page load: answered, not a 404 in its console.
+    for icon in ["/favicon.ico", "/ui/favicon.svg"] {
+        let (status, svg) = get(port, icon);
+        assert!(status == 200 && svg.contains("<svg"), "{icon}: {status} {svg}");
+    }
     // The gateway itself still writes (read-only is the console's setting, auth is the
     // access control); the console's routes read and refuse to write.
     let (status, body) = post(port, "/v3/kv/put", r#"{"key":"L2E=","value":"MQ=="}"#);

@@ -551,6 +551,7 @@ impl<S: Storage> Replica<S> {
         let master = self.is_master(Some(now));
         self.candidacy.mastership(now, master, self.role.is_ready());
         let withdrawal = self.candidacy.withdrawal(now, self.learner.applied());
+        let withdrawal = if self.corrupt_among_sound() { Some(Withdrawal::Corrupt) } else { withdrawal };
         // One line per change of reason, not per new figure in it (the commit a node that
         // catches up is behind moves with every announcement).
         let kind = |w: &Option<Withdrawal>| w.as_ref().map(std::mem::discriminant);
@@ -562,6 +563,16 @@ impl<S: Storage> Replica<S> {
         }
         self.withdrawal = withdrawal;
         self.withdrawal.as_ref()
+    }
+
+    /// Whether a CORRUPT alarm names this node and not every other voter (see
+    /// [`Withdrawal::Corrupt`]).
+    fn corrupt_among_sound(&self) -> bool {
+        let marked = |node: NodeId| {
+            let alarm = crate::command::Alarm { member: u64::from(node.0), kind: crate::command::AlarmKind::Corrupt };
+            self.learner.machine().alarms().any(|a| *a == alarm)
+        };
+        marked(self.me) && self.membership().voters().into_iter().any(|voter| voter != self.me && !marked(voter))
     }
 
     /// Why this node withdrew from the election at the last [`Replica::update_candidacy`].

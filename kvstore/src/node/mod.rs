@@ -2,8 +2,10 @@
 //!
 //! A [`Node`] takes what reaches a member (client requests only the master can answer,
 //! forwards from followers and the master's answers, log messages, the election's status,
-//! timeouts) and says what must happen (log messages and forwards to send, answers for the
-//! node's own callers, a sync, a step-down, a configuration for the election). It decides:
+//! timeouts, the results of what its driver ran) and says what must happen, in one
+//! [`Effects`] value (log messages and forwards to send, answers for the node's own
+//! callers, reads to run, a sync, a checkpoint, a snapshot for peers, the engine write, a
+//! step-down, a configuration for the election). It decides:
 //! - where a master-only request is served: here as master, or forwarded once to the
 //!   master the election names, never while the link to it is known to be down;
 //! - what a forward whose answer will not come tells its caller ([`forward::Forwards`]):
@@ -12,30 +14,47 @@
 //!   ([`Node::handle_timeout`]), so that a master renewed all along does not give up its
 //!   log round;
 //! - when the configuration in force changed, whether this node was removed, and when the
-//!   log must catch up with a configuration a peer has seen.
+//!   log must catch up with a configuration a peer has seen;
+//! - where a sync runs, when the applied commands are written to the state engine, when a
+//!   checkpoint and a snapshot for peers are due and in which format, whether read leases
+//!   may be used (the cluster's protocol version, [`Feature`]), and when the auth store
+//!   changed or the storage failed.
 //!
-//! The tokio loop in `server` drives it with sockets, timers and the sync thread; the store
-//! simulator drives the same type with a simulated network and clock (TigerBeetle's way:
-//! the simulator runs the production replica, not a model of it).
+//! One driver ([`driver::Driver`]) carries it out, generic over its IO: the tokio loop in
+//! `server` and the store simulator are two instantiations of the same code (TigerBeetle's
+//! way: the simulator runs the production replica and its driver, not a model of them).
 
+pub mod driver;
+pub mod effects;
+pub mod features;
 pub mod forward;
 pub mod held;
 pub mod lease_reads;
+
+pub use driver::{Driver, Input, NodeIo};
+pub use effects::{Effects, SnapshotFormat, SyncJob, SyncPlace, TurnFacts};
+pub use features::Feature;
 
 pub use forward::{
     expect_answer, ForwardId, Forwards, MasterAnswer, MasterRequest, MasterResult, ServedForwards, FORWARD_TIMEOUT,
 };
 
 use crate::command::Command;
-use crate::log::{
-    AppliedTrace, LogBallot, LogMessage, ProposalId, ReadConsistency, ReadJob, Replica, RequestError, Slot,
-};
-use crate::membership::Membership;
-use crate::storage::Storage;
+use crate::log::{LogBallot, LogMessage, ProposalId, ReadConsistency, ReadJob, Replica, RequestError, SyncTicket};
+use crate::storage::{Storage, StorageError};
 use leasekv_lease::{Instant, Mastership, NodeId};
 use std::collections::HashMap;
+use std::time::Duration;
 
-/// Runs a read the node decided ([`NodeOutput::reads`]) and gives its answer as a master
+/// Longest time applied commands wait to be written to the state engine by default (see
+/// [`Node::set_engine_write_delay`]).
+pub const ENGINE_WRITE_DELAY: Duration = Duration::from_millis(5);
+
+/// A sync runs on the driver's loop only while the disk is this fast: one slow sync sends
+/// the next ones off the loop until one there is quick again.
+const FAST_SYNC: Duration = Duration::from_millis(1);
+
+/// Runs a read the node decided ([`Effects::reads`]) and gives its answer as a master
 /// request's: what a driver calls on its reader thread before answering the read's asker.
 pub fn run_read(job: ReadJob) -> MasterResult {
     job.run().map(|(response, revision)| MasterAnswer::Read(response, revision))
@@ -89,85 +108,21 @@ pub enum NodeBreakage {
     /// A forwarded write whose proposal was made is answered "not master" when the
     /// mastership ends before it completes, although it may still be chosen.
     NotMasterAfterProposal,
+    /// The driver takes the election's status only with a timeout (and when it wakes the
+    /// loop by itself), not before every input: an input that follows a long one is judged
+    /// against a lease long run out (the server's loop before the one driver), and after
+    /// a release, against a mastership given up (the simulator's `master-after-release`
+    /// oracle; unit tests in `kvstore/src/node/tests.rs`).
+    StatusOnlyWithTimeout,
 }
 
 impl NodeBreakage {
-    /// Every broken variant with its name, as `--break` takes it.
-    pub const ALL: [(&'static str, NodeBreakage); 2] = [
+    /// Every broken variant the simulator catches, with its name, as `--break` takes it.
+    pub const ALL: [(&'static str, NodeBreakage); 3] = [
         ("renewal-after-timeout", NodeBreakage::RenewalAfterTimeout),
         ("not-master-after-proposal", NodeBreakage::NotMasterAfterProposal),
+        ("status-only-with-timeout", NodeBreakage::StatusOnlyWithTimeout),
     ];
-}
-
-/// Everything the node produced since the driver last asked.
-#[derive(Debug)]
-pub struct NodeOutput<W> {
-    /// Log messages to send.
-    pub log: Vec<(NodeId, LogMessage)>,
-    /// Forwards and answers to send.
-    pub forwards: Vec<(NodeId, ForwardMessage)>,
-    /// Answers for this node's own callers.
-    pub answers: Vec<(W, MasterResult)>,
-    /// Reads decided and not yet read: the driver runs each job off its loop (a reader
-    /// thread) and answers its asker with the result, as [`MasterAnswer::Read`].
-    pub reads: Vec<(ReadJob, Asker<W>)>,
-    /// Step-downs asked of this node: the driver has the election give up mastership and
-    /// then answers through [`Node::step_down_finished`].
-    pub step_downs: Vec<Asker<W>>,
-    /// The configuration in force changed: hand it to the election and the peer network.
-    pub configuration: Option<Membership>,
-    /// Whether this node should offer itself as master changed: hand it to the election's
-    /// candidacy switch (`ElectionCore::set_candidacy`); the reason is
-    /// [`Replica::withdrawal`].
-    pub candidacy: Option<bool>,
-    /// This node applied its own removal, at this configuration epoch (reported once).
-    pub removed: Option<u64>,
-    /// Storage holds writes that outputs wait for: sync, then [`Replica::finish_sync`].
-    pub needs_sync: bool,
-    /// Applied slots (only with the replica's `trace_applies`).
-    pub applied: Vec<AppliedTrace>,
-    /// Proposals of this node chosen and applied successfully, with their slot (only with
-    /// the replica's `trace_applies`: the simulator's acknowledged-write oracle).
-    pub chosen: Vec<(ProposalId, Slot)>,
-}
-
-impl<W> Default for NodeOutput<W> {
-    fn default() -> Self {
-        NodeOutput {
-            log: Vec::new(),
-            forwards: Vec::new(),
-            answers: Vec::new(),
-            reads: Vec::new(),
-            step_downs: Vec::new(),
-            configuration: None,
-            candidacy: None,
-            removed: None,
-            needs_sync: false,
-            applied: Vec::new(),
-            chosen: Vec::new(),
-        }
-    }
-}
-
-impl<W> NodeOutput<W> {
-    /// Whether nothing is to be sent or answered (a sync would hold nothing up). What a
-    /// driver already took with [`Node::drain_ready`] is gone and not counted.
-    pub fn holds_nothing(&self) -> bool {
-        self.log.is_empty() && self.forwards.is_empty() && self.answers.is_empty() && self.reads.is_empty()
-    }
-}
-
-/// What a node can send before its turn ends ([`Node::drain_ready`]). Dropping it drops
-/// what it holds: answers never delivered (their callers see the node stop) and forwards
-/// never sent.
-#[must_use = "the answers and forwards are lost unless sent"]
-pub struct Ready<'a, W> {
-    /// Answers for this node's own callers.
-    pub answers: std::vec::Drain<'a, (W, MasterResult)>,
-    /// Forwards and answers to forwards, to send.
-    pub forwards: std::vec::Drain<'a, (NodeId, ForwardMessage)>,
-    /// Reads to run off the loop (see [`NodeOutput::reads`]).
-    pub reads: std::vec::Drain<'a, (ReadJob, Asker<W>)>,
 }
 
 /// One member: its replica, the forwards it made and the requests it serves as master.
@@ -189,15 +144,29 @@ pub struct Node<S: Storage, W> {
     last_now: Instant,
     /// The master as last seen, so forwards to a deposed one are given up at once.
     known_master: Option<(NodeId, LogBallot)>,
-    /// The configuration epoch last reported in [`NodeOutput::configuration`].
+    /// The configuration epoch last reported in [`Effects::configuration`].
     seen_epoch: Option<u64>,
     removal_reported: bool,
-    /// The candidacy last reported in [`NodeOutput::candidacy`].
+    /// The candidacy last reported in [`Effects::candidacy`].
     candidacy_reported: Option<bool>,
     gauges: ElectionGauges,
-    /// Produced by the handlers, handed over by [`Node::take_output`] (the answers and
-    /// forwards also by [`Node::drain_ready`]).
-    pending: NodeOutput<W>,
+    /// Produced by the handlers, handed over by [`Node::turn_effects`] (the answers and
+    /// forwards also by [`Node::input_effects`]).
+    pending: Effects<W>,
+    /// The sync off the loop in flight, and when it began.
+    sync_in_flight: Option<(SyncTicket, Instant)>,
+    /// How long the last finished sync took (wherever it ran).
+    last_sync_took: Duration,
+    /// Longest time applied commands wait for their engine write.
+    engine_write_delay: Duration,
+    /// When the commands applied and not yet in the engine must be written.
+    engine_write_due: Option<Instant>,
+    /// The lowest peer protocol version every member speaks ([`Feature`]).
+    cluster_version: u32,
+    /// The auth store last reported in [`Effects::auth`]: its revision, switch and secret.
+    auth_reported: Option<(u64, bool, Vec<u8>)>,
+    /// The storage failure was reported in [`Effects::storage_failed`].
+    failure_reported: bool,
     breakage: NodeBreakage,
 }
 
@@ -218,7 +187,15 @@ impl<S: Storage, W> Node<S, W> {
             removal_reported: false,
             candidacy_reported: None,
             gauges: ElectionGauges::default(),
-            pending: NodeOutput::default(),
+            pending: Effects::default(),
+            sync_in_flight: None,
+            last_sync_took: Duration::ZERO,
+            engine_write_delay: ENGINE_WRITE_DELAY,
+            engine_write_due: None,
+            // Every feature until the driver says otherwise (the simulator, tests).
+            cluster_version: u32::MAX,
+            auth_reported: None,
+            failure_reported: false,
             breakage: NodeBreakage::None,
         }
     }
@@ -226,6 +203,11 @@ impl<S: Storage, W> Node<S, W> {
     /// Breaks the node on purpose (the simulator's negative controls).
     pub fn set_breakage(&mut self, breakage: NodeBreakage) {
         self.breakage = breakage;
+    }
+
+    /// How the node is broken on purpose, if it is (the driver has a control of its own).
+    pub(crate) fn breakage(&self) -> NodeBreakage {
+        self.breakage
     }
 
     /// This node's id.
@@ -236,12 +218,6 @@ impl<S: Storage, W> Node<S, W> {
     /// The replica, for what the driver reads locally (serializable reads, status, views).
     pub fn replica(&self) -> &Replica<S> {
         &self.replica
-    }
-
-    /// The replica, for what the driver does to it directly (syncs, checkpoints, snapshots
-    /// from peers).
-    pub fn replica_mut(&mut self) -> &mut Replica<S> {
-        &mut self.replica
     }
 
     /// The replica, when the node is done (a simulated crash takes its storage).
@@ -442,13 +418,14 @@ impl<S: Storage, W> Node<S, W> {
     }
 
     /// When the node next needs [`Node::handle_timeout`]: the replica's timer, a forward's
-    /// deadline or a held answer's.
+    /// deadline, a held answer's, or the engine write's.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         [
             self.replica.poll_timeout(),
             self.forwards.next_deadline(),
             self.held.next_deadline(),
             self.lease_reads.next_deadline(),
+            self.engine_write_due,
         ]
         .into_iter()
         .flatten()
@@ -461,30 +438,27 @@ impl<S: Storage, W> Node<S, W> {
         self.replica.snapshot_install_failed(now, reason);
     }
 
-    /// The answer to a step-down the driver carried out (see [`NodeOutput::step_downs`]).
-    pub fn step_down_finished(&mut self, asker: Asker<W>, result: MasterResult) {
-        self.answer(asker, result);
-    }
-
-    /// The answers and forwards the handlers produced so far, for a driver that sends them
-    /// as each input is handled rather than at the end of its turn (the server loop: a read
-    /// answered at once lets the client's task reply on another core while the loop goes on
-    /// through its batch). Nothing here waits for a sync: proposals are answered only by
-    /// [`Node::take_output`], after the replica's output.
-    pub fn drain_ready(&mut self) -> Ready<'_, W> {
+    /// The answers, forwards and reads the handlers produced so far, for a driver that
+    /// sends them as each input is handled rather than at the end of its turn (the server
+    /// loop: a read answered at once lets the client's task reply on another core while the
+    /// loop goes on through its batch). Nothing here waits for a sync: proposals are
+    /// answered only by [`Node::turn_effects`], after the replica's output.
+    pub fn input_effects(&mut self) -> Effects<W> {
         self.release_held(None);
         self.release_lease_reads(self.last_now);
-        Ready {
-            answers: self.pending.answers.drain(..),
-            forwards: self.pending.forwards.drain(..),
-            reads: self.pending.reads.drain(..),
+        Effects {
+            answers: std::mem::take(&mut self.pending.answers),
+            forwards: std::mem::take(&mut self.pending.forwards),
+            reads: std::mem::take(&mut self.pending.reads),
+            ..Effects::default()
         }
     }
 
-    /// Everything to send, answer and sync since the last call. The engine write of what
-    /// was applied follows the answers (the driver calls [`Replica::flush_applied`] or
-    /// lets a deadline do it; see `Replica::take_output_before_flush`).
-    pub fn take_output(&mut self, now: Instant) -> NodeOutput<W> {
+    /// Everything to send, answer, sync, write and build since the last call, at the end of
+    /// a turn. The engine write of what was applied follows the answers: the driver calls
+    /// [`Node::write_applied`] after sending them when [`Effects::write_applied`] says so
+    /// (see `Replica::take_output_before_flush`).
+    pub fn turn_effects(&mut self, now: Instant, facts: TurnFacts) -> Effects<W> {
         if self.gauges.configuration_seen > self.replica.membership().epoch {
             // A peer is at a configuration this node has not applied: fetch the log rather
             // than wait for a master to bring it (rate-limited by the replica).
@@ -498,7 +472,7 @@ impl<S: Storage, W> Node<S, W> {
         }
         let output = self.replica.take_output_before_flush();
         self.pending.log.extend(output.messages);
-        self.pending.needs_sync |= output.needs_sync;
+        let needs_sync = output.needs_sync;
         let tracing_applies = self.replica.traces_applies();
         self.pending.applied.extend(output.applied);
         for completion in output.completions {
@@ -524,7 +498,161 @@ impl<S: Storage, W> Node<S, W> {
         self.release_held(Some(now));
         self.last_now = self.last_now.max(now);
         self.release_lease_reads(now);
+        self.follow_auth();
+        self.follow_failure();
+        // The watch streams see the turn's changes at once; the engine write may wait.
+        self.replica.publish_applied();
+        let unwritten = self.replica.unflushed() && self.replica.stopped().is_none();
+        self.pending.write_applied = self.engine_write_due(now, unwritten);
+        self.pending.sync = if needs_sync { self.begin_sync(now, facts) } else { None };
+        if self.replica.snapshot_due() {
+            self.pending.checkpoint = self.replica.begin_checkpoint();
+            let format = match Feature::SnapshotPages.in_version(self.cluster_version) {
+                true => SnapshotFormat::WithPages,
+                false => SnapshotFormat::WithValues,
+            };
+            self.pending.snapshot = self.replica.take_snapshot_job(now).map(|job| (job, format));
+        }
         std::mem::take(&mut self.pending)
+    }
+
+    /// Whether the applied commands must be written now, given whether any are
+    /// `unwritten`: at most the engine-write delay after the first turn that left some
+    /// unwritten. Every engine write is a sled batch, which seals and writes out two of
+    /// sled's I/O buffers (on its own thread pool, all of whose threads it wakes): with one
+    /// client putting, writing every turn was a third of each put's time, although the
+    /// put's answer goes out before it. Reads through the replica see what is applied and
+    /// not written, watch streams read the history's published tail, and a crash loses
+    /// only the engine's copy, which the restart replays from the log.
+    fn engine_write_due(&mut self, now: Instant, unwritten: bool) -> bool {
+        if !unwritten {
+            self.engine_write_due = None;
+            return false;
+        }
+        let due = *self.engine_write_due.get_or_insert(now.saturating_add(self.engine_write_delay));
+        if now < due {
+            return false;
+        }
+        self.engine_write_due = None;
+        true
+    }
+
+    /// Begins the sync the replica's output asked for, and decides where it runs: off the
+    /// loop normally, so the loop goes on while the disk works; on the loop when the loop
+    /// woke from idle, nothing waits that the sync would hold up, and the disk has been
+    /// fast, since handing a sync to a thread and being told it is done are two thread
+    /// wake-ups, which on a machine that halts idle CPUs cost about as much as the sync.
+    /// Under load the loop is never idle, so the sync thread keeps its group commit; a slow
+    /// disk blocks the loop for one sync at most before syncs move back off it.
+    fn begin_sync(&mut self, now: Instant, facts: TurnFacts) -> Option<SyncJob> {
+        let on_loop = !facts.background_sync
+            || (facts.woke_from_idle
+                && self.pending.holds_nothing()
+                && self.sync_in_flight.is_none()
+                && self.last_sync_took < FAST_SYNC);
+        let ticket = self.replica.begin_sync()?;
+        self.sync_in_flight = Some((ticket, now));
+        let place = if on_loop { SyncPlace::OnLoop } else { SyncPlace::Background };
+        Some(SyncJob { ticket, place })
+    }
+
+    /// Syncs the storage in place: a sync on the loop ([`SyncPlace::OnLoop`]), or a
+    /// simulated disk that finishes now, covering every write up to now.
+    pub fn sync_in_place(&mut self) -> Result<(), StorageError> {
+        self.replica.sync_storage()
+    }
+
+    /// The sync `ticket` ended with `result` at `now`: releases what it covered, or stops
+    /// the replica if the storage failed.
+    pub fn on_synced(&mut self, now: Instant, ticket: SyncTicket, result: Result<(), StorageError>) {
+        if let Some((_, began)) = self.sync_in_flight.take_if(|(in_flight, _)| *in_flight == ticket) {
+            self.last_sync_took = now.saturating_since(began);
+        }
+        self.replica.finish_sync(now, ticket, result);
+    }
+
+    /// How long the last finished sync took.
+    pub fn last_sync_took(&self) -> Duration {
+        self.last_sync_took
+    }
+
+    /// A checkpoint's engine sync ([`Effects::checkpoint`]) ended: the log behind it is
+    /// dropped if it succeeded.
+    pub fn on_checkpoint_synced(
+        &mut self,
+        ticket: crate::log::CheckpointTicket,
+        synced: Result<(), crate::engine::EngineError>,
+    ) {
+        self.replica.finish_checkpoint(ticket, synced);
+    }
+
+    /// A snapshot from a peer, installed and synced in a staged engine as it arrived:
+    /// adopted in one step.
+    pub fn on_staged_snapshot(&mut self, now: Instant, snapshot: crate::log::StagedSnapshot) {
+        self.replica.handle_staged_snapshot(now, snapshot);
+    }
+
+    /// A snapshot from a peer, received whole into the file at `path`.
+    pub fn on_snapshot_file(&mut self, now: Instant, index: crate::log::Slot, path: std::path::PathBuf) {
+        self.replica.handle_snapshot_file(now, index, path);
+    }
+
+    /// Writes the commands applied and not yet written to the state engine (see
+    /// [`Effects::write_applied`]); also what a driver does before it stops, to spare the
+    /// restart the replay.
+    pub fn write_applied(&mut self) {
+        self.engine_write_due = None;
+        self.replica.flush_applied();
+    }
+
+    /// A view of the applied state, read off the loop (backups, HashKV): what is applied
+    /// is written first.
+    pub fn view(&mut self) -> Result<crate::state::StateView, StorageError> {
+        self.replica.view()
+    }
+
+    /// Proposes `command` as master with nobody waiting for its answer (the simulator's
+    /// own configuration changes and writes).
+    pub fn propose_unanswered(&mut self, now: Instant, command: Command) -> Result<ProposalId, RequestError> {
+        if matches!(command, Command::ChangeMembers(_)) {
+            self.replica.set_change_gate(self.gauges.change_gate);
+        }
+        self.replica.propose(now, command)
+    }
+
+    /// The lowest peer protocol version every member speaks: what the node may ask of the
+    /// others (read leases, a snapshot's format).
+    pub fn set_cluster_version(&mut self, version: u32) {
+        self.cluster_version = version;
+        self.replica.set_read_leases_allowed(Feature::ReadLeases.in_version(version));
+    }
+
+    /// Longest time applied commands wait for their engine write ([`ENGINE_WRITE_DELAY`]
+    /// unless set).
+    pub fn set_engine_write_delay(&mut self, delay: Duration) {
+        self.engine_write_delay = delay;
+    }
+
+    /// Hands a changed auth store to the effects, once per change.
+    fn follow_auth(&mut self) {
+        let auth = self.replica.state().auth();
+        let now = (auth.revision(), auth.is_enabled(), auth.token_secret());
+        let same = self.auth_reported.as_ref().is_some_and(|(r, e, s)| (*r, *e, s.as_slice()) == now);
+        if !same {
+            self.auth_reported = Some((now.0, now.1, now.2.to_vec()));
+            self.pending.auth = Some(auth.clone());
+        }
+    }
+
+    /// Hands the storage's failure to the effects, once.
+    fn follow_failure(&mut self) {
+        if self.failure_reported {
+            return;
+        }
+        if let Some(failure) = self.replica.storage_failure() {
+            self.failure_reported = true;
+            self.pending.storage_failed = Some(failure.to_string());
+        }
     }
 
     /// Hands the configuration in force to the output when it changed, and this node's

@@ -50,7 +50,10 @@ impl Cluster {
             .map(|&id| {
                 let replica = Replica::open(id, &ids, config.clone(), Limits::default(), MemoryStorage::new(), 1)
                     .expect("a fresh replica opens");
-                Node::new(replica)
+                let mut node = Node::new(replica);
+                // Written every turn: these tests read the engine through the replica.
+                node.set_engine_write_delay(Duration::ZERO);
+                node
             })
             .collect();
         let now = Instant::from_nanos(10_000_000_000);
@@ -97,12 +100,16 @@ impl Cluster {
         for _ in 0..2_000 {
             let now = self.now;
             for node in &mut self.nodes {
-                let out = node.take_output(now);
+                let out = node.turn_effects(now, TurnFacts::default());
                 let from = node.id();
-                if out.needs_sync {
-                    node.replica_mut().sync(now);
+                if out.write_applied {
+                    node.write_applied();
                 }
-                node.replica_mut().flush_applied();
+                if let Some(job) = out.sync {
+                    assert_eq!(job.place, SyncPlace::OnLoop, "a driver without a sync thread syncs on its loop");
+                    let result = node.sync_in_place();
+                    node.on_synced(now, job.ticket, result);
+                }
                 self.queue.extend(out.log.into_iter().map(|(to, m)| (from, to, Wire::Log(m))));
                 self.queue.extend(out.forwards.into_iter().map(|(to, m)| (from, to, Wire::Forward(m))));
                 self.answers.extend(out.answers.into_iter().map(|(w, r)| (from, w, r)));
@@ -227,8 +234,10 @@ fn a_step_down_goes_to_the_driver_and_its_answer_back_to_the_follower() {
     cluster.settle();
     let (at, asker) = cluster.step_downs.pop().expect("the master's driver is asked to step down");
     assert_eq!(at, NodeId(1));
-    assert!(matches!(asker, Asker::Remote(NodeId(2), _)));
-    cluster.node(NodeId(1)).step_down_finished(asker, Ok(MasterAnswer::SteppedDown));
+    let Asker::Remote(NodeId(2), id) = asker else { panic!("the follower's forward: {asker:?}") };
+    // The driver answers the forward once the election gave mastership up.
+    let answer = ForwardMessage::Answer(id, Ok(MasterAnswer::SteppedDown));
+    cluster.queue.push_back((NodeId(1), NodeId(2), Wire::Forward(answer)));
     cluster.settle();
     assert!(matches!(cluster.answer(NodeId(2), 7), Some(Ok(MasterAnswer::SteppedDown))));
 }
@@ -273,9 +282,10 @@ fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
     let master = cluster.node(NodeId(1));
     master.handle_client(now, get("/a"), 7, |_| false);
     master.handle_client(now, put("/a"), 8, |_| false);
-    let Ready { answers, forwards, reads } = master.drain_ready();
-    assert_eq!((answers.count(), forwards.count()), (0, 0));
+    let Effects { answers, forwards, reads, .. } = master.input_effects();
+    assert_eq!((answers.len(), forwards.len()), (0, 0));
     let ready: Vec<(Waiter, MasterResult)> = reads
+        .into_iter()
         .map(|(job, asker)| match asker {
             Asker::Local(w) => (w, run_read(job)),
             Asker::Remote(..) => panic!("a local read"),
@@ -289,8 +299,8 @@ fn a_read_is_ready_at_once_and_a_write_only_with_the_output() {
     assert!(matches!(cluster.answer(NodeId(1), 8), Some(Ok(MasterAnswer::Propose(_)))), "then the write is");
     let follower = cluster.node(NodeId(2));
     follower.handle_client(now, put("/b"), 9, |_| false);
-    let ready = follower.drain_ready();
-    assert_eq!((ready.answers.count(), ready.forwards.count()), (0, 1), "a forward leaves at once");
+    let ready = follower.input_effects();
+    assert_eq!((ready.answers.len(), ready.forwards.len()), (0, 1), "a forward leaves at once");
 }
 
 #[test]
@@ -303,8 +313,9 @@ fn a_forwarded_write_delivered_twice_is_served_once_and_a_read_twice() {
         master.handle_forwarded(now, NodeId(2), 6, get("/a"));
     }
     let read_answers = master
-        .drain_ready()
+        .input_effects()
         .reads
+        .into_iter()
         .filter_map(|(job, asker)| matches!(asker, Asker::Remote(_, 6)).then(|| run_read(job)))
         .filter(Result::is_ok)
         .count();
@@ -332,11 +343,11 @@ fn read_answered_ahead_of_the_follower() -> Cluster {
     let now = cluster.now;
     let follower = cluster.node(NodeId(2));
     follower.handle_client(now, get("/a"), 7, |_| false);
-    let Some((_, ForwardMessage::Request(id, request))) = follower.drain_ready().forwards.next() else {
+    let Some((_, ForwardMessage::Request(id, request))) = follower.input_effects().forwards.pop() else {
         panic!("the read is forwarded");
     };
     cluster.node(NodeId(1)).handle_forwarded(now, NodeId(2), id, request);
-    let Some((job, Asker::Remote(..))) = cluster.node(NodeId(1)).drain_ready().reads.next() else {
+    let Some((job, Asker::Remote(..))) = cluster.node(NodeId(1)).input_effects().reads.pop() else {
         panic!("the master decides the read at once");
     };
     let result = run_read(job);
@@ -348,7 +359,7 @@ fn read_answered_ahead_of_the_follower() -> Cluster {
 #[test]
 fn an_answer_ahead_of_the_follower_waits_until_it_applied_that_revision() {
     let mut cluster = read_answered_ahead_of_the_follower();
-    let held = cluster.node(NodeId(2)).drain_ready().answers.count();
+    let held = cluster.node(NodeId(2)).input_effects().answers.len();
     assert_eq!(held, 0, "held: passed on now, a serializable read at node 2 would go back to revision 1");
     cluster.cut.clear();
     for _ in 0..20 {
@@ -433,4 +444,187 @@ fn a_master_that_cannot_take_over_the_log_gives_mastership_up_and_holds_off() {
     cluster.cut.clear();
     cluster.advance(ready_within * 2 + Duration::from_millis(100));
     assert_eq!(cluster.candidate(NodeId(3)), Some(true), "a candidate again after the hold-off");
+}
+
+/// The master answers a write before its engine write, which comes by the deadline of the
+/// first turn that left it unwritten, and the node wakes its driver for it.
+#[test]
+fn an_answered_write_reaches_the_engine_by_the_deadline_of_the_first_turn_that_left_it() {
+    let mut cluster = Cluster::ready();
+    let delay = Duration::from_millis(5);
+    cluster.node(NodeId(1)).set_engine_write_delay(delay);
+    let now = cluster.now;
+    cluster.node(NodeId(1)).handle_client(now, put("/a"), 7, |_| false);
+    cluster.settle();
+    assert!(matches!(cluster.answer(NodeId(1), 7), Some(Ok(MasterAnswer::Propose(_)))), "answered at once");
+    let master = cluster.node(NodeId(1));
+    assert!(master.replica().unflushed(), "answered before its engine write");
+    let due = master.poll_timeout().expect("the driver is woken for the write");
+    assert!(due <= now.saturating_add(delay), "woken by the deadline");
+    let facts = TurnFacts::default();
+    let almost = now.saturating_add(delay - Duration::from_micros(1));
+    assert!(!master.turn_effects(almost, facts).write_applied, "later turns do not move the deadline");
+    assert!(master.turn_effects(now.saturating_add(delay), facts).write_applied, "the deadline's turn writes");
+    master.write_applied();
+    assert!(!master.replica().unflushed());
+    assert!(!master.turn_effects(now.saturating_add(delay * 2), facts).write_applied, "nothing left to write");
+}
+
+/// A driver's world that records what the node asked of it.
+#[derive(Default)]
+struct TestIo {
+    now: Option<Instant>,
+    /// A status of the election not taken yet.
+    status: Option<ElectionView>,
+    answers: Vec<(Waiter, MasterResult)>,
+    reads: Vec<Asker<Waiter>>,
+}
+
+impl NodeIo<MemoryStorage, Waiter> for TestIo {
+    fn now(&self) -> Instant {
+        self.now.unwrap_or(Instant::from_nanos(0))
+    }
+    fn election_changed(&mut self) -> Option<ElectionView> {
+        self.status.take()
+    }
+    fn election_gauges(&self) -> ElectionGauges {
+        ElectionGauges::default()
+    }
+    fn cluster_version(&self) -> u32 {
+        u32::MAX
+    }
+    fn link_down(&self, _node: NodeId) -> bool {
+        false
+    }
+    fn publish(&mut self, _node: &Node<MemoryStorage, Waiter>, _history: bool) {}
+    fn send_log(&mut self, _to: NodeId, _message: LogMessage) {}
+    fn send_forward(&mut self, _to: NodeId, _message: ForwardMessage) {}
+    fn answer(&mut self, waiter: Waiter, result: MasterResult) {
+        self.answers.push((waiter, result));
+    }
+    fn read(&mut self, _job: ReadJob, asker: Asker<Waiter>) {
+        self.reads.push(asker);
+    }
+    fn step_down(&mut self, _asker: Asker<Waiter>) {}
+    fn configure(&mut self, _for_election: crate::membership::Membership, _in_force: &crate::membership::Membership) {}
+    fn set_candidacy(&mut self, _candidate: bool) {}
+    fn removed(&mut self, _epoch: u64) {}
+    fn auth_changed(&mut self, _auth: crate::auth::AuthStore) {}
+    fn storage_failed(&mut self, _reason: String) {}
+    fn sync(&mut self, _ticket: SyncTicket) {}
+    fn checkpoint(&mut self, _ticket: crate::log::CheckpointTicket) {}
+    fn build_snapshot(&mut self, _job: crate::log::SnapshotJob, _format: SnapshotFormat) {}
+}
+
+/// A renewal of the master's lease that reached the driver while the loop was busy (its
+/// lease ran out meanwhile) is taken before the next input of any kind, not only with a
+/// timeout: the master then serves a read after a long turn instead of refusing it.
+#[test]
+fn a_renewal_that_came_during_a_long_turn_is_taken_before_the_next_input() {
+    for broken in [false, true] {
+        let mut cluster = Cluster::ready();
+        let now = cluster.now;
+        let end = now.saturating_add(Duration::from_millis(500));
+        let term = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
+        let lease =
+            |until| ElectionView { master: Some(Mastership { term, valid_until: until }), hint: Some(NodeId(1)) };
+        let mut master = cluster.nodes.remove(0);
+        master.handle_election(now, lease(end));
+        if broken {
+            master.set_breakage(NodeBreakage::StatusOnlyWithTimeout);
+        }
+        let mut driver = Driver::new(master);
+        // The turn that ran past the lease's end is over; the renewal waits for the driver.
+        let after = end.saturating_add(Duration::from_millis(1));
+        let mut io = TestIo {
+            now: Some(after),
+            status: Some(lease(end.saturating_add(Duration::from_secs(10)))),
+            ..TestIo::default()
+        };
+        driver.handle(&mut io, Input::Client(get("/a"), 7));
+        if broken {
+            assert!(io.reads.is_empty(), "the broken driver judged the read by the old lease");
+            assert!(matches!(io.answers.as_slice(), [(7, Err(_))]), "refused: {:?}", io.answers);
+        } else {
+            assert!(matches!(io.reads.as_slice(), [Asker::Local(7)]), "served as master: {:?}", io.answers);
+        }
+    }
+}
+
+/// Proposes a CORRUPT alarm about `member` (or its disarm) at node 1, the master.
+fn corrupt_alarm(cluster: &mut Cluster, action: crate::command::AlarmAction, member: u64, waiter: Waiter) {
+    let kind = Some(crate::command::AlarmKind::Corrupt);
+    let now = cluster.now;
+    let alarm = MasterRequest::Propose(Command::Alarm { action, member, kind });
+    cluster.node(NodeId(1)).handle_client(now, alarm, waiter, |_| false);
+    cluster.settle();
+}
+
+/// A master that a CORRUPT alarm names refuses every read, so while it stays master the
+/// cluster's linearizable reads fail: it withdraws from the election (the others stay
+/// candidates), and competes again once the alarm is disarmed.
+#[test]
+fn a_member_marked_corrupt_withdraws_from_the_election_until_disarmed() {
+    use crate::command::AlarmAction;
+    let mut cluster = Cluster::ready();
+    corrupt_alarm(&mut cluster, AlarmAction::Raise, 1, 1);
+    assert!(matches!(cluster.answer(NodeId(1), 1), Some(Ok(MasterAnswer::Propose(_)))), "the alarm is raised");
+    let now = cluster.now;
+    cluster.node(NodeId(2)).handle_client(now, get("/a"), 2, |_| false);
+    cluster.settle();
+    let refused = cluster.answer(NodeId(2), 2);
+    assert!(
+        matches!(refused, Some(Err(RequestError::Invalid(crate::error::KvError::Corrupt)))),
+        "the marked master refuses a follower's read: {refused:?}"
+    );
+    assert_eq!(cluster.candidate(NodeId(1)), Some(false), "the marked member withdraws");
+    let why = cluster.node(NodeId(1)).replica().withdrawal().map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains("CORRUPT"), "it says why: {why}");
+    assert_eq!((cluster.candidate(NodeId(2)), cluster.candidate(NodeId(3))), (Some(true), Some(true)));
+    corrupt_alarm(&mut cluster, AlarmAction::Disarm, 1, 3);
+    assert_eq!(cluster.candidate(NodeId(1)), Some(true), "a candidate again once disarmed");
+}
+
+/// When the alarm names every voter (no hash had a majority), nobody withdraws: a master
+/// must remain to take the disarm.
+#[test]
+fn no_member_withdraws_when_every_voter_is_marked_corrupt() {
+    use crate::command::AlarmAction;
+    let mut cluster = Cluster::ready();
+    for member in 1..=3 {
+        corrupt_alarm(&mut cluster, AlarmAction::Raise, member, member as u32);
+    }
+    for node in 1..=3 {
+        assert_eq!(cluster.candidate(NodeId(node)), Some(true), "node {node} still competes");
+    }
+}
+
+/// A loss of mastership that reached the driver while the loop was busy is taken before the
+/// next input (the read goes to the new master, it is not decided here as master), and at
+/// the end of a turn (a pass of `end_turn` decides on the latest status too).
+#[test]
+fn a_loss_of_mastership_is_taken_before_the_next_input_and_at_the_end_of_a_turn() {
+    let lost = ElectionView { master: None, hint: Some(NodeId(2)) };
+    for broken in [false, true] {
+        let mut cluster = Cluster::ready();
+        let now = cluster.now;
+        let mut master = cluster.nodes.remove(0);
+        if broken {
+            master.set_breakage(NodeBreakage::StatusOnlyWithTimeout);
+        }
+        let mut driver = Driver::new(master);
+        let mut io = TestIo { now: Some(now), status: Some(lost), ..TestIo::default() };
+        driver.handle(&mut io, Input::Client(get("/a"), 7));
+        if broken {
+            assert!(matches!(io.reads.as_slice(), [Asker::Local(7)]), "the broken driver served it as master");
+        } else {
+            assert!(io.reads.is_empty() && io.answers.is_empty(), "forwarded to the new master");
+        }
+    }
+    let mut cluster = Cluster::ready();
+    let now = cluster.now;
+    let mut driver = Driver::new(cluster.nodes.remove(0));
+    let mut io = TestIo { now: Some(now), status: Some(lost), ..TestIo::default() };
+    driver.end_turn(&mut io, TurnFacts::default());
+    assert!(!driver.node().replica().is_master_at(now), "the turn's end took the loss");
 }

@@ -59,6 +59,9 @@ pub enum ViolationKind {
     /// A slot was applied while a node whose read lease was valid had not received it: a
     /// read answered there could miss a chosen write (rule R2 of docs/read-leases.md).
     ReadLeaseMissedWrite,
+    /// A node acted as master (its view said so after an input) while another node's
+    /// election held mastership: it decided on a status older than its own release.
+    MasterAfterRelease,
 }
 
 impl ViolationKind {
@@ -90,6 +93,7 @@ impl ViolationKind {
             ViolationKind::IndeterminateRetried => "indeterminate-retried",
             ViolationKind::ReadLeaseMissedWrite => "read-lease-missed-write",
             ViolationKind::RoundGivenUpWhileRenewed => "round-given-up-while-renewed",
+            ViolationKind::MasterAfterRelease => "master-after-release",
         }
     }
 }

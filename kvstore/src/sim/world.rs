@@ -10,19 +10,21 @@ use crate::command::{
 use crate::limits::Limits;
 #[cfg(feature = "negative-controls")]
 use crate::log::LogBreakage;
-use crate::log::{
-    CheckpointTicket, LogMessage, ReadConsistency, Replica, ReplicaConfig, RequestError, Slot, SyncTicket,
-};
+use crate::log::{CheckpointTicket, LogMessage, Replica, ReplicaConfig, RequestError, Slot, SyncTicket};
 use crate::membership::Membership;
 use crate::node::{
-    ElectionGauges, ElectionView, ForwardMessage, MasterAnswer, MasterRequest, MasterResult, NodeBreakage,
+    Driver, ElectionGauges, ElectionView, ForwardMessage, Input, MasterAnswer, MasterRequest, MasterResult,
+    NodeBreakage, TurnFacts,
 };
 use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use crate::watch::StreamConfig;
 use leasekv_lease::rng::SplitMix64;
 use leasekv_lease::sim::{EventQueue, Network, NetworkFaults, SimClock};
-use leasekv_lease::{BackendKind, ElectionCore, ElectionMessage, EpochStore, LeaseConfig, MemoryEpochStore, NodeId};
+use leasekv_lease::{
+    BackendKind, ElectionCore, ElectionMessage, EpochStore, LeadershipChange, LeaseConfig, LossReason,
+    MemoryEpochStore, NodeId,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ mod faults;
 mod membership;
 mod nodes;
 mod report;
+mod sim_io;
 mod watchers;
 
 pub use report::{SeedReport, SimSummary};
@@ -218,6 +221,12 @@ type KvNode = crate::node::Node<MemoryStorage, Waiter>;
 
 #[derive(Debug)]
 enum Event {
+    /// The node's loop ends its long turn: it takes the status published meanwhile, if its
+    /// inputs did not take it first.
+    LoopIdle {
+        node: usize,
+        incarnation: u64,
+    },
     Deliver {
         to: usize,
         from: NodeId,
@@ -304,6 +313,9 @@ struct Node {
     election_generation: u64,
     replica_generation: u64,
     paused_until: u64,
+    /// The node's loop is busy (a long turn) until then: its inputs wait, and a status
+    /// published meanwhile is taken by the next of them (see `World::after_election`).
+    loop_busy_until: u64,
     /// What the election reported after its latest step, for the node.
     gauges: ElectionGauges,
     /// The election status the node was last handed.
@@ -390,6 +402,7 @@ impl World {
                     election_generation: 0,
                     replica_generation: 0,
                     paused_until: 0,
+                    loop_busy_until: 0,
                     gauges: ElectionGauges::default(),
                     delivered: ElectionView::default(),
                     pending_view: None,
@@ -494,8 +507,21 @@ impl World {
             | Event::CheckpointDone { node, .. }
             | Event::StatusDelivered { node, .. }
             | Event::ReadRun { node, .. }
+            | Event::LoopIdle { node, .. }
             | Event::ClientArrive { node, .. } => Some(*node),
             _ => None,
+        }
+    }
+
+    /// Whether `event` is an input of the node's loop (not of its election or readers).
+    fn is_loop_input(event: &Event) -> bool {
+        match event {
+            Event::Deliver { wire, .. } => !matches!(wire, Wire::Election(_)),
+            Event::ReplicaTimer { .. }
+            | Event::SyncDone { .. }
+            | Event::CheckpointDone { .. }
+            | Event::ClientArrive { .. } => true,
+            _ => false,
         }
     }
 
@@ -508,15 +534,15 @@ impl World {
                 self.queue.push(resume, event);
                 return;
             }
-            // As the server's loop: a status that arrived is taken before any other input of
-            // the node, except a timeout, which the node takes together with it (the
-            // election's own inputs are its task's, not the node loop's).
-            let election_input =
-                matches!(&event, Event::ElectionTimer { .. } | Event::Deliver { wire: Wire::Election(_), .. });
-            let with_timeout = matches!(event, Event::ReplicaTimer { .. } | Event::StatusDelivered { .. });
-            if !with_timeout && !election_input && self.nodes[node].pending_visible {
-                self.apply_pending_view(node);
+            // A busy loop takes its own inputs when its turn ends, before it looks at the
+            // status (the election's thread and the readers go on meanwhile).
+            if self.nodes[node].loop_busy_until > self.now && World::is_loop_input(&event) {
+                let idle = self.nodes[node].loop_busy_until;
+                self.queue.push(idle, event);
+                return;
             }
+            // A status that arrived is taken by the driver before the node's next input
+            // (`Driver::handle`), as on the server.
         }
         match event {
             Event::Deliver { to, from, incarnation, wire } => {
@@ -537,25 +563,17 @@ impl World {
                     }
                     Wire::Log(LogMessage::Snapshot { index, data }) if self.snapshot_files.is_some() => {
                         let Some(path) = self.snapshot_file(to, &data) else { return };
-                        if let Some(replica) = self.nodes[to].kv.as_mut().map(KvNode::replica_mut) {
-                            replica.handle_snapshot_file(now, index, path);
-                            self.after_replica(to);
-                        }
+                        self.drive(to, Some(Input::SnapshotFile(index, path)));
                     }
                     Wire::Log(msg) => {
-                        if let Some(kv) = self.nodes[to].kv.as_mut() {
-                            kv.handle_message(now, from, msg);
-                            self.after_replica(to);
-                        }
+                        self.drive(to, Some(Input::Log(from, msg)));
                     }
                     Wire::Forward(message) => {
-                        if let Some(kv) = self.nodes[to].kv.as_mut() {
-                            match message {
-                                ForwardMessage::Request(id, request) => kv.handle_forwarded(now, from, id, request),
-                                ForwardMessage::Answer(id, result) => kv.handle_answer(now, from, id, result),
-                            }
-                            self.after_replica(to);
-                        }
+                        let input = match message {
+                            ForwardMessage::Request(id, request) => Input::Forwarded(from, id, request),
+                            ForwardMessage::Answer(id, result) => Input::Answered(from, id, result),
+                        };
+                        self.drive(to, Some(input));
                     }
                 }
             }
@@ -573,26 +591,33 @@ impl World {
                 if self.nodes[node].replica_generation != generation {
                     return;
                 }
+                let Some(led) = self.nodes[node].kv.as_ref().map(|kv| kv.replica().leads_the_log()) else { return };
                 let now = self.local(node);
-                let renewal =
-                    if self.nodes[node].pending_visible { self.nodes[node].pending_view.take() } else { None };
-                self.nodes[node].pending_visible = false;
+                let before = self.nodes[node].delivered.master;
+                let taken = self.drive(node, Some(Input::Timeout));
+                // Only a renewal counts: the same tenure, extended (a loop busy through a
+                // release may take a new tenure with its timeout, and a new tenure takes
+                // the log over again).
+                let renewal = taken.filter(|view| match (before, view.master) {
+                    (Some(old), Some(new)) => old.term == new.term && new.valid_until > old.valid_until,
+                    _ => false,
+                });
                 if let Some(view) = renewal {
-                    self.nodes[node].delivered = view;
                     let id = self.nodes[node].id;
-                    self.trace(|| format!("{id} takes a held-back renewal with a timeout"));
+                    self.trace(|| format!("{id} takes a held-back renewal with a timeout {view:?}"));
                 }
-                if let Some(kv) = self.nodes[node].kv.as_mut() {
-                    let led = kv.replica().leads_the_log();
-                    kv.handle_timeout(now, renewal);
-                    let gave_up = led && !kv.replica().leads_the_log();
-                    if gave_up && renewal.is_some_and(|v| v.master.is_some_and(|m| now < m.valid_until)) {
-                        let id = self.nodes[node].id;
-                        let detail =
-                            format!("{id} gave up leading the log at a timeout that came with a renewal of its lease");
-                        self.oracles.violation(self.now, ViolationKind::RoundGivenUpWhileRenewed, detail);
-                    }
-                    self.after_replica(node);
+                let leads = self.nodes[node].kv.as_ref().is_some_and(|kv| kv.replica().leads_the_log());
+                if led && !leads && renewal.is_some_and(|v| v.master.is_some_and(|m| now < m.valid_until)) {
+                    let id = self.nodes[node].id;
+                    let detail =
+                        format!("{id} gave up leading the log at a timeout that came with a renewal of its lease");
+                    self.oracles.violation(self.now, ViolationKind::RoundGivenUpWhileRenewed, detail);
+                }
+            }
+            Event::LoopIdle { node, incarnation } => {
+                if incarnation == self.nodes[node].incarnation {
+                    self.nodes[node].loop_busy_until = 0;
+                    self.drive(node, Some(Input::Election));
                 }
             }
             Event::StatusDelivered { node, incarnation } => {
@@ -613,25 +638,17 @@ impl World {
                     return;
                 }
                 let Some(ticket) = self.nodes[node].sync_in_flight.take() else { return };
-                let now = self.local(node);
-                if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
-                    // The disk finishes now, covering every write up to now: more than the
-                    // ticket covers, as with a real fsync; only the ticket's messages go out.
-                    let result = replica.sync_storage();
-                    replica.finish_sync(now, ticket, result);
-                    self.after_replica(node);
-                }
+                // The disk finishes now, covering every write up to now: more than the
+                // ticket covers, as with a real fsync; only the ticket's messages go out.
+                self.drive(node, Some(Input::Synced(ticket, None)));
             }
             Event::CheckpointDone { node, incarnation } => {
                 if incarnation != self.nodes[node].incarnation {
                     return;
                 }
                 let Some((ticket, early)) = self.nodes[node].checkpoint_in_flight.take() else { return };
-                if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
-                    let synced = early.unwrap_or_else(|| ticket.sync());
-                    replica.finish_checkpoint(ticket, synced);
-                    self.after_replica(node);
-                }
+                let synced = early.unwrap_or_else(|| ticket.sync());
+                self.drive(node, Some(Input::CheckpointSynced(ticket, synced)));
             }
             Event::ClientArrive { node, incarnation, client, request_id, request } => {
                 if incarnation == self.nodes[node].incarnation {

@@ -107,7 +107,7 @@ const COUNTS_PER_RANGE: usize = 4;
 
 /// Changes applied since the last engine write, published for watch readers a node-loop turn
 /// at a time, so that their events need not wait for the engine write (which the node loop
-/// makes at most every few milliseconds: `NodeLoop::flush_engine_when_due` in the server).
+/// makes at most every few milliseconds: the node's engine-write deadline, `Effects::write_applied`).
 #[derive(Debug, Default)]
 struct Tail {
     /// The engine head these changes follow: every change through it is in the engine.

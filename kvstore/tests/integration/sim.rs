@@ -333,6 +333,15 @@ fn a_renewal_applied_after_the_timeouts_of_its_turn_is_caught() {
     config_caught_by(config, "renewal-after-timeout", ViolationKind::RoundGivenUpWhileRenewed, 150);
 }
 
+/// A node's loop may be in a long turn when its election gives mastership up; it must take
+/// the published loss before its next input. A driver that takes the status only with a
+/// timeout acts as master after its release went out, while another node leads.
+#[test]
+fn a_driver_that_takes_the_status_only_with_a_timeout_is_caught() {
+    let config = KvSimConfig::new(3, 1000, 0.05, 0.01).with_node_breakage(NodeBreakage::StatusOnlyWithTimeout);
+    config_caught_by(config, "status-only-with-timeout", ViolationKind::MasterAfterRelease, 100);
+}
+
 /// The history's pages live in value files, each synced before the records naming its
 /// pages go to the engine underneath (which may make them durable on its own): a batch
 /// sent first leaves, after a power loss, a record whose page is gone, and the node does

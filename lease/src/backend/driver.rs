@@ -452,7 +452,9 @@ impl<C: ElectionCore> Driver<C> {
         let output = self.core.take_output();
         let now = self.clock.now();
         // Publish before sending: a lost mastership must reach the store as early as
-        // possible, and sends may take a little while.
+        // possible, and sends may take a little while. The store's node takes the status
+        // before each input, so once a release is out no input is served as master
+        // (`a_step_down_is_published_before_its_release_is_sent`).
         self.status
             .publish(ElectionStatus { master: live_mastership(&self.core, now), hint: self.core.master_hint(now) });
         for change in output.changes {

@@ -379,6 +379,9 @@ struct ScriptedCore {
     honest: bool,
     stepped_down: bool,
     shut_down: bool,
+    /// Messages to hand the driver at its next `take_output` (a step-down queues its
+    /// release to node 2).
+    out: Vec<leasekv_lease::Envelope>,
 }
 
 impl ElectionCore for ScriptedCore {
@@ -391,7 +394,7 @@ impl ElectionCore for ScriptedCore {
         None
     }
     fn take_output(&mut self) -> Output {
-        Output::default()
+        Output { messages: std::mem::take(&mut self.out), ..Output::default() }
     }
     fn mastership(&self, now: Instant) -> Option<Mastership> {
         let live = !self.stepped_down && !self.shut_down && (!self.honest || now < self.valid_until);
@@ -402,6 +405,7 @@ impl ElectionCore for ScriptedCore {
     }
     fn step_down(&mut self, _: Instant) {
         self.stepped_down = true;
+        self.out.push(leasekv_lease::Envelope { to: NodeId(2), msg: msg() });
     }
     fn shut_down(&mut self, _: Instant) {
         self.shut_down = true;
@@ -422,9 +426,51 @@ fn scripted(honest: bool, valid_for: Duration) -> (Arc<DrivenBackend>, LocalNetw
         honest,
         stepped_down: false,
         shut_down: false,
+        out: Vec::new(),
     };
     let (transport, inbox) = net.join(NodeId(1));
     (DrivenBackend::start("scripted", core, clock, Arc::new(transport), inbox), net)
+}
+
+/// A transport that records, at every send, whether the status the backend published
+/// still claimed mastership.
+#[derive(Default)]
+struct StatusAtSend {
+    status: std::sync::OnceLock<tokio::sync::watch::Receiver<ElectionStatus>>,
+    claimed: std::sync::Mutex<Vec<bool>>,
+}
+
+#[async_trait::async_trait]
+impl Transport for StatusAtSend {
+    async fn send(&self, _to: NodeId, _msg: ElectionMessage) {
+        let claimed = self.status.get().is_some_and(|status| status.borrow().master.is_some());
+        self.claimed.lock().unwrap_or_else(|e| e.into_inner()).push(claimed);
+    }
+}
+
+/// A node loop takes the election's status before each input; a release must therefore be
+/// published before it is sent, or a busy loop could act as master after another node took
+/// over (the store simulator models the busy loop, not this order: it does not run this
+/// driver).
+#[tokio::test(start_paused = true)]
+async fn a_step_down_is_published_before_its_release_is_sent() {
+    let clock = MonotonicClock::new();
+    let core = ScriptedCore {
+        id: NodeId(1),
+        valid_until: clock.now().saturating_add(Duration::from_secs(10)),
+        honest: true,
+        stepped_down: false,
+        shut_down: false,
+        out: Vec::new(),
+    };
+    let transport = Arc::new(StatusAtSend::default());
+    let (_inbox_tx, inbox) = tokio::sync::mpsc::channel(8);
+    let backend = DrivenBackend::start("scripted", core, clock, Arc::clone(&transport) as _, inbox);
+    let _ = transport.status.set(backend.subscribe());
+    assert!(backend.status().master.is_some());
+    backend.step_down().await.expect("step down");
+    let claimed = transport.claimed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(claimed, [false], "the release went out while the status still claimed mastership");
 }
 
 #[tokio::test(start_paused = true)]

@@ -64,6 +64,9 @@ pub fn router(mode: ConsoleMode, routes: Vec<(&'static str, MethodRouter<Handle>
     let info = get(move |State(gateway): State<Handle>| async move { console_info(&gateway, mode) });
     Router::new()
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
+        // Browsers ask for it on every page whatever the page names; a 404 is an error in
+        // every browser's console.
+        .route("/favicon.ico", get(|| asset(Path("favicon.svg".to_string()))))
         .route("/ui/", get(|| asset(Path("index.html".to_string()))))
         .route("/ui/{*file}", get(asset))
         .route("/ui/api/console", info)

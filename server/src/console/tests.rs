@@ -33,9 +33,13 @@ fn every_read_only_path_is_a_gateway_route_and_none_of_them_writes() {
 
 #[test]
 fn the_page_its_script_and_its_styles_are_embedded_with_their_types() {
-    for (file, mime) in
-        [("index.html", "text/html"), ("main.js", "javascript"), ("keys.js", "javascript"), ("console.css", "text/css")]
-    {
+    for (file, mime) in [
+        ("index.html", "text/html"),
+        ("main.js", "javascript"),
+        ("keys.js", "javascript"),
+        ("console.css", "text/css"),
+        ("favicon.svg", "image/svg+xml"),
+    ] {
         let content = Assets::get(file).unwrap_or_else(|| panic!("{file} is embedded"));
         assert!(content.metadata.mimetype().contains(mime), "{file}: {}", content.metadata.mimetype());
         assert!(!content.data.is_empty());

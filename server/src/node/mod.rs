@@ -10,14 +10,15 @@ use crate::forward::{expect_answer, ForwardId, MasterAnswer, MasterRequest, Mast
 use crate::history_feed::{self, FeedPublisher, HistoryFeed};
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{GrowingFile, GrowingWriter, Payload};
-use crate::peer::version::Feature;
 use crate::peer::wire::Wire;
 use leasekv_kvstore::auth::AuthStore;
 use leasekv_kvstore::log::{
     LeaseStatus, LogMessage, ReadConsistency, Replica, RequestError, StorageFailure, SyncTicket,
 };
 use leasekv_kvstore::membership::{url_address, Membership};
-use leasekv_kvstore::node::{Asker, ElectionGauges, ElectionView, ForwardMessage, Node};
+use leasekv_kvstore::node::{
+    Asker, Driver, ElectionGauges, ElectionView, Feature, ForwardMessage, Input, Node, TurnFacts,
+};
 use leasekv_kvstore::state::{KvHash, StateView};
 use leasekv_kvstore::storage::{SledStorage, SledSyncHandle, StorageError};
 use leasekv_kvstore::{Applied, Command, KvError, LeaseId, RangeRequest, RangeResponse, Revision};
@@ -30,13 +31,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod handle;
+mod loop_io;
 mod node_loop;
 mod readers;
+mod turns;
 pub mod watchdog;
 
 pub use handle::NodeHandle;
+use loop_io::LoopIo;
 pub use node_loop::{start, NodeOptions};
 use readers::{ReadAsker, ReaderPool};
+use turns::TurnClock;
 use watchdog::LoopHealth;
 
 /// Requests the node loop serves.
@@ -108,6 +113,32 @@ pub struct NodeStatus {
     /// Why this node does not offer itself as master, if it does not (catching up, a
     /// failed snapshot install, a mastership given up unready).
     pub withdrawal: Option<leasekv_kvstore::log::Withdrawal>,
+}
+
+impl NodeStatus {
+    /// What `node` reports about itself at `now`.
+    fn of(node: &Node<SledStorage, Reply>, now: leasekv_lease::Instant) -> NodeStatus {
+        let replica = node.replica();
+        let state = replica.state();
+        NodeStatus {
+            revision: state.revision(),
+            compacted: state.compacted_revision(),
+            applied: replica.applied_index(),
+            commit: replica.commit_index(),
+            ready_master: replica.is_ready_master(now),
+            master_hint: replica.master_hint(),
+            keys: state.key_count(),
+            db_size: leasekv_kvstore::storage::Storage::size_on_disk(replica.storage()),
+            bytes_in_use: state.bytes_in_use(),
+            quota_bytes: replica.limits().quota_bytes,
+            alarms: state.alarms().copied().collect(),
+            counts: replica.counts(),
+            forwards: node.forwards_pending(),
+            lease_reads: node.lease_read_counts(),
+            read_lease_held: replica.read_lease_until(now).is_some(),
+            withdrawal: replica.withdrawal().cloned(),
+        }
+    }
 }
 
 /// Resolves when the node's storage failed (disk full, an I/O error), with the failure:

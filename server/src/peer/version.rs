@@ -53,37 +53,7 @@ pub const OLDEST_PEER_PROTOCOL_VERSION: u32 = 2;
 /// version 2 until `Hello` came with version 3.
 pub const VERSION_WITHOUT_HELLO: u32 = 2;
 
-/// A use of the peer protocol that not every version allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feature {
-    /// A master answers a forward with `RequestError::Overloaded` when its client queue
-    /// is full, instead of queueing it beyond `[limits] max_queued_requests`.
-    RefuseForwardsWhenOverloaded,
-    /// Read leases: their messages, and every member answering linearizable reads under one.
-    ReadLeases,
-    /// A master refuses a forwarded read whose answer is too large with
-    /// `KvError::ResponseTooLarge`.
-    ResponseTooLarge,
-    /// A peer snapshot of format 9, which sends the history's pages as stored.
-    SnapshotPages,
-}
-
-impl Feature {
-    /// The first version that has it.
-    pub fn since(self) -> u32 {
-        match self {
-            Feature::RefuseForwardsWhenOverloaded => 3,
-            Feature::ReadLeases => 4,
-            Feature::ResponseTooLarge => 5,
-            Feature::SnapshotPages => 6,
-        }
-    }
-
-    /// Whether a link (or a cluster) at `version` has it.
-    pub fn in_version(self, version: u32) -> bool {
-        version >= self.since()
-    }
-}
+pub use leasekv_kvstore::node::Feature;
 
 /// The versions one node speaks: [`OLDEST_PEER_PROTOCOL_VERSION`] up to `newest`, which is
 /// [`PEER_PROTOCOL_VERSION`] unless the node's config holds it lower

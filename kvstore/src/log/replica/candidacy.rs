@@ -12,7 +12,12 @@
 //!   so that members left behind by a master that died compete again: someone must);
 //! - its last snapshot install failed (until one succeeds or it caught up otherwise);
 //! - it held mastership for [`CandidacyConfig::ready_within`] without becoming ready: it
-//!   gives mastership up and stays out for [`CandidacyConfig::hold_off`].
+//!   gives mastership up and stays out for [`CandidacyConfig::hold_off`];
+//! - a CORRUPT alarm names it and some other voter is not named: a master refuses every read
+//!   from a state the corruption check found wrong, so while it is master every
+//!   linearizable read of the cluster fails (those not answered under a read lease).
+//!   When every voter is named (no hash had a majority), nobody withdraws: some master must
+//!   be there to take the disarm.
 //!
 //! Withdrawing never touches safety (the election's and the log's rules do not depend on
 //! who competes) and the node keeps voting, so the others elect among themselves.
@@ -64,6 +69,8 @@ pub enum Withdrawal {
         /// What went wrong, as the installer said it (e.g. no space left on the device).
         reason: String,
     },
+    /// A CORRUPT alarm names this node: its data disagrees with the other members'.
+    Corrupt,
     /// This node held mastership without becoming ready and gave it up.
     NotReady {
         /// How long it held mastership.
@@ -82,6 +89,10 @@ impl std::fmt::Display for Withdrawal {
             Withdrawal::InstallFailed { reason } => write!(
                 f,
                 "the snapshot from the master could not be installed ({reason}); not a candidate for master, asking again (free disk space if it is full)"
+            ),
+            Withdrawal::Corrupt => write!(
+                f,
+                "a CORRUPT alarm names this member (its data disagrees with the other members'); not a candidate for master until its data is replaced and the alarm disarmed"
             ),
             Withdrawal::NotReady { held, remaining } => write!(
                 f,

@@ -57,7 +57,7 @@ impl World {
                     MasterRequest::Read(range, 0)
                 } else {
                     // As the server: decided on the loop, read on a reader thread.
-                    match kv.replica_mut().read_job(now, range, 0, ReadConsistency::Serializable) {
+                    match kv.serializable_read(now, range, 0) {
                         Ok(job) => {
                             let read = (job, crate::node::Asker::Local((client, request_id, request.clone())));
                             self.hand_to_reader(node, read);
@@ -102,8 +102,7 @@ impl World {
             }
             Request::Revoke { lease } => MasterRequest::Propose(Command::LeaseRevoke { id: *lease }),
         };
-        kv.handle_client(now, master_request, (client, request_id, request), |_| false);
-        self.after_replica(node);
+        self.drive(node, Some(Input::Client(master_request, (client, request_id, request))));
     }
 
     pub(super) fn on_reply(&mut self, client: usize, request_id: u64, reply: Reply) {

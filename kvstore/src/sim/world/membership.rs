@@ -129,9 +129,9 @@ impl World {
         let now = self.local(master);
         let line = format!("{} proposes {change:?}", self.nodes[master].id);
         self.trace(|| line);
-        if let Some(replica) = self.nodes[master].kv.as_mut().map(KvNode::replica_mut) {
+        if let Some(kv) = self.nodes[master].kv.as_mut() {
             // Refusals (a change still settling, rule 5's wait) are expected: try again later.
-            if replica.propose(now, Command::ChangeMembers(change)).is_ok() {
+            if kv.propose_unanswered(now, Command::ChangeMembers(change)).is_ok() {
                 self.report.changes_proposed += 1;
             }
             self.after_replica(master);

@@ -2,6 +2,7 @@
 //! storage), crash (unsynced writes torn), and what the driver does after each step of the
 //! election and of the node (messages on the wire, syncs, checkpoints, snapshots, timers).
 
+use super::sim_io::SimIo;
 use super::*;
 
 impl World {
@@ -52,12 +53,16 @@ impl World {
         self.nodes[node].election = Some(core);
         let mut kv = KvNode::new(replica);
         kv.set_breakage(self.config.node_breakage);
+        // Seeds that defer engine writes leave applied commands unwritten for up to 50 ms
+        // (the server's 5 ms, stretched so that crashes land among them).
+        let delay = if self.defer_engine_writes { self.rng.range_u64(1, 2000) * MS } else { 0 };
+        kv.set_engine_write_delay(std::time::Duration::from_nanos(delay));
         self.nodes[node].kv = Some(kv);
         self.nodes[node].paused_until = 0;
+        self.nodes[node].loop_busy_until = 0;
         self.nodes[node].election_epoch = 0;
         self.sync_configuration(node);
         self.after_election(node);
-        self.after_replica(node);
     }
 
     pub(super) fn crash(&mut self, node: usize) {
@@ -85,6 +90,7 @@ impl World {
         n.sync_in_flight = None;
         n.checkpoint_in_flight = None;
         n.paused_until = 0;
+        n.loop_busy_until = 0;
         n.pending_view = None;
         n.pending_visible = false;
         n.delivered = ElectionView::default();
@@ -120,6 +126,8 @@ impl World {
             let line = format!("{id} {change:?}");
             self.trace(|| line);
         }
+        let released =
+            output.changes.iter().any(|c| matches!(c, LeadershipChange::Lost { reason: LossReason::Released, .. }));
         for envelope in output.messages {
             self.send_wire(node, envelope.to, Wire::Election(envelope.msg));
         }
@@ -131,19 +139,26 @@ impl World {
         }
         self.check_single_master();
         self.nodes[node].gauges = ElectionGauges { change_gate: gate, configuration_seen: seen };
-        if let Some(kv) = self.nodes[node].kv.as_mut() {
-            // The simulator's own proposals of configuration changes go straight to the
-            // replica (membership.rs): they check this gate.
-            kv.replica_mut().set_change_gate(gate);
-            self.hand_view(node, now, ElectionView { master: mastership, hint });
-            self.after_replica(node);
+        if self.nodes[node].kv.is_some() {
+            // The election publishes a release before it sends it, as the server's does; the
+            // loop may be in a long turn then, and takes it with its next input.
+            if released && !self.quiet && self.nodes[node].loop_busy_until <= self.now && self.rng.chance(0.5) {
+                let busy = self.rng.range_u64(1, 300) * MS;
+                self.nodes[node].loop_busy_until = self.now + busy;
+                let incarnation = self.nodes[node].incarnation;
+                // After the inputs that waited: they come first, as any input may.
+                self.queue.push(self.now + busy + US, Event::LoopIdle { node, incarnation });
+                self.trace(|| format!("{id} loop busy for {} ms as its release goes out", busy / MS));
+            }
+            self.hand_view(node, ElectionView { master: mastership, hint });
+            self.drive(node, Some(Input::Election));
         }
     }
 
-    /// Hands the election's status to the node: at once, or (renewals during a stall that
-    /// begins at one renewal in ten, on seeds that delay them) into its queue up to 800 ms
-    /// later, where its next input takes it.
-    fn hand_view(&mut self, node: usize, now: leasekv_lease::Instant, view: ElectionView) {
+    /// Hands the election's status to the node's queue: visible at once, or (renewals
+    /// during a stall that begins at one renewal in ten, on seeds that delay them) up to
+    /// 800 ms later; the driver takes it before the node's next input.
+    fn hand_view(&mut self, node: usize, view: ElectionView) {
         let delivered = self.nodes[node].delivered;
         let extends = match (delivered.master, view.master) {
             (Some(old), Some(new)) => old.term == new.term && new.valid_until > old.valid_until,
@@ -178,23 +193,8 @@ impl World {
             }
             return;
         }
-        self.nodes[node].pending_view = None;
-        self.nodes[node].pending_visible = false;
-        self.nodes[node].delivered = view;
-        if let Some(kv) = self.nodes[node].kv.as_mut() {
-            kv.handle_election(now, view);
-        }
-    }
-
-    /// Hands the node the renewal held back for it.
-    pub(super) fn apply_pending_view(&mut self, node: usize) {
-        let Some(view) = self.nodes[node].pending_view.take() else { return };
-        self.nodes[node].pending_visible = false;
-        self.nodes[node].delivered = view;
-        let now = self.local(node);
-        if let Some(kv) = self.nodes[node].kv.as_mut() {
-            kv.handle_election(now, view);
-        }
+        self.nodes[node].pending_view = Some(view);
+        self.nodes[node].pending_visible = true;
     }
 
     /// Writes a snapshot for node `to` to a file of its own, as the server's pull does.
@@ -208,6 +208,24 @@ impl World {
                 self.oracles.violation(self.now, ViolationKind::SnapshotUnwritten, e.to_string());
                 None
             }
+        }
+    }
+
+    /// After every drive: the node does not act as master while another node's election
+    /// holds mastership. PaxosLease lets no two leases overlap, and a node takes the
+    /// election's status before every input, so a node that still believes after its
+    /// release went out (and another took over) decided on a stale status.
+    fn check_master_after_release(&mut self, node: usize) {
+        let local = self.local(node);
+        let believes = self.nodes[node].kv.as_ref().is_some_and(|kv| kv.replica().is_master_at(local));
+        if !believes {
+            return;
+        }
+        let others: Vec<NodeId> = self.masters().into_iter().filter(|&m| m != node).map(|m| self.nodes[m].id).collect();
+        if !others.is_empty() {
+            let id = self.nodes[node].id;
+            let detail = format!("{id} acts as master while {others:?} hold mastership");
+            self.oracles.violation(self.now, ViolationKind::MasterAfterRelease, detail);
         }
     }
 
@@ -254,105 +272,35 @@ impl World {
         }
     }
 
+    /// Ends a turn of the node with nothing more to hand it.
     pub(super) fn after_replica(&mut self, node: usize) {
-        let now = self.local(node);
-        let checkpoint_idle = self.nodes[node].checkpoint_in_flight.is_none();
-        let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) else { return };
-        // Snapshots for peers the way the server builds them: a view serialized by the
-        // driver (format 8, dead keys left out), sent beside the replica's output.
-        let mut built = Vec::new();
-        let mut checkpoint = None;
-        if replica.snapshot_due() {
-            if checkpoint_idle {
-                checkpoint = replica.begin_checkpoint();
-            }
-            if let Some(job) = replica.take_snapshot_job(now) {
-                let mut data = Vec::new();
-                match crate::state::stream::write(&job.view, &mut data) {
-                    Ok(_) => built.extend(job.peers.into_iter().map(|peer| (peer, job.index, data.clone()))),
-                    Err(e) => self.oracles.violation(self.now, ViolationKind::SnapshotUnbuilt, e.to_string()),
-                }
-            }
+        self.drive(node, None);
+    }
+
+    /// Hands node `node` one input (if any) through the production driver and ends its
+    /// turn, as the server's loop does; returns the election status the driver took with it.
+    pub(super) fn drive(&mut self, node: usize, input: Option<Input<Waiter>>) -> Option<ElectionView> {
+        // A busy loop takes no status and ends no turn until it is idle (`Event::LoopIdle`);
+        // its own inputs were put off until then.
+        if self.nodes[node].loop_busy_until > self.now && matches!(input, None | Some(Input::Election)) {
+            return None;
         }
-        if let Some(ticket) = checkpoint {
-            let early = self.rng.chance(0.5).then(|| ticket.sync());
-            self.nodes[node].checkpoint_in_flight = Some((ticket, early));
-            let latency = self.rng.range_u64(100, 3000) * 1000;
-            let incarnation = self.nodes[node].incarnation;
-            self.queue.push(self.now + latency, Event::CheckpointDone { node, incarnation });
+        let kv = self.nodes[node].kv.take()?;
+        let mut driver = Driver::new(kv);
+        // A loop that woke from idle may sync on itself (`SyncPlace::OnLoop`).
+        let woke_from_idle = self.rng.chance(0.3);
+        let mut io = SimIo::new(self, node);
+        if let Some(input) = input {
+            driver.handle(&mut io, input);
         }
-        let gauges = self.nodes[node].gauges;
-        let Some(kv) = self.nodes[node].kv.as_mut() else { return };
-        // As the server: the answers first, then the engine write of what they applied.
-        kv.set_election_gauges(gauges);
-        let output = kv.take_output(now);
-        let deadline = kv.poll_timeout();
-        let id = self.nodes[node].id;
-        // As the server: the candidacy goes to the election's switch, which acts on it at
-        // its next step (a master that withdraws releases its lease there).
-        let candidacy_changed = match (output.candidacy, self.nodes[node].election.as_mut()) {
-            (Some(candidate), Some(core)) => {
-                core.set_candidacy(now, candidate);
-                self.trace(|| format!("{id} candidacy {candidate}"));
-                true
-            }
-            _ => false,
-        };
-        for trace in &output.applied {
-            if trace.from_snapshot {
-                self.report.snapshots_installed += 1;
-            }
-            self.report.leases_expired += trace.expired.len() as u64;
-            self.report.slots = self.report.slots.max(trace.slot);
-            self.oracles.on_applied(self.now, id, trace);
-        }
-        if let Some(slot) = output.applied.iter().map(|trace| trace.slot).max() {
+        driver.end_turn(&mut io, TurnFacts { woke_from_idle, background_sync: true });
+        let SimIo { taken, applied_through, reconfigure, .. } = io;
+        let deadline = driver.poll_timeout();
+        self.nodes[node].kv = Some(driver.into_node());
+        if let Some(slot) = applied_through {
             self.check_read_leases(slot);
         }
-        for (to, message) in output.log {
-            self.send_wire(node, to, Wire::Log(message));
-        }
-        for (to, message) in output.forwards {
-            self.send_wire(node, to, Wire::Forward(message));
-        }
-        for (to, index, data) in built {
-            self.send_wire(node, to, Wire::Log(crate::log::LogMessage::Snapshot { index, data }));
-        }
-        for (id, slot) in output.chosen {
-            self.oracles.on_acked_write(self.now, slot, id);
-        }
-        for ((client, request_id, request), result) in output.answers {
-            self.reply(client, request_id, reply_for_result(&request, result));
-        }
-        for read in output.reads {
-            self.hand_to_reader(node, read);
-        }
-        for asker in output.step_downs {
-            // The simulated clients never ask for a step-down.
-            if let Some(kv) = self.nodes[node].kv.as_mut() {
-                kv.step_down_finished(asker, Err(RequestError::ShuttingDown));
-            }
-        }
-        let write_now = !self.defer_engine_writes || self.rng.chance(0.02);
-        if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
-            // As the server: the watch streams see the step's changes at once, the engine
-            // write may wait.
-            replica.publish_applied();
-            if write_now {
-                replica.flush_applied();
-            }
-        }
-        let n = &mut self.nodes[node];
-        let ticket = match (output.needs_sync && n.sync_in_flight.is_none(), n.kv.as_mut().map(KvNode::replica_mut)) {
-            (true, Some(replica)) => replica.begin_sync(),
-            _ => None,
-        };
-        if let Some(ticket) = ticket {
-            self.nodes[node].sync_in_flight = Some(ticket);
-            let latency = self.rng.range_u64(100, 3000) * 1000;
-            let incarnation = self.nodes[node].incarnation;
-            self.queue.push(self.now + latency, Event::SyncDone { node, incarnation });
-        }
+        self.check_master_after_release(node);
         self.nodes[node].replica_generation += 1;
         if let Some(deadline) = deadline {
             let at = self.nodes[node].clock.real_at(deadline).max(self.now);
@@ -362,8 +310,9 @@ impl World {
         if self.watch.clients() > 0 {
             self.observe_history(node);
         }
-        if self.sync_configuration(node) || candidacy_changed {
+        if self.sync_configuration(node) || reconfigure {
             self.after_election(node);
         }
+        taken
     }
 }

@@ -344,8 +344,8 @@ impl World {
             }
             Command::Txn(TxnRequest { compare: Vec::new(), success, failure: Vec::new() })
         };
-        if let Some(replica) = self.nodes[node].kv.as_mut().map(KvNode::replica_mut) {
-            let _ = replica.propose(now, command);
+        if let Some(kv) = self.nodes[node].kv.as_mut() {
+            let _ = kv.propose_unanswered(now, command);
             self.after_replica(node);
         }
     }

@@ -63,10 +63,22 @@ export async function followOverview() {
       );
       $("overview-stream").textContent = "The node closed the stream; reconnecting…";
     } catch (error) {
-      const why = error.name === "AbortError" ? `no word from the node for ${SILENCE_MS / 1000} s` : error.message;
-      $("overview-stream").textContent = `Disconnected (${why}); reconnecting…`;
+      $("overview-stream").textContent = disconnected(error);
     }
     await new Promise((r) => setTimeout(r, 1000));
   }
 }
 
+
+/** What the stream's end means and what a person can do about it, in one line. */
+function disconnected(error) {
+  const node = location.host;
+  if (error.name === "AbortError") {
+    return `No word from the node at ${node} for ${SILENCE_MS / 1000} s: it may be overloaded or stalled. Reconnecting every second…`;
+  }
+  if (error instanceof TypeError) {
+    // fetch() fails with a TypeError ("Failed to fetch", "NetworkError…") when nothing answers.
+    return `Cannot reach the node at ${node}: check that kvserver is running there and that this browser can reach its client port. Reconnecting every second…`;
+  }
+  return `The node at ${node} ended the stream (${error.message}). Reconnecting every second…`;
+}
