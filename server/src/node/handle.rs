@@ -125,15 +125,29 @@ impl NodeHandle {
         }
     }
 
-    /// Keeps a lease alive. Waits for room in a full queue rather than being refused: a
-    /// refused keepalive would end the client's stream and let its registrations expire.
+    /// Keeps a lease alive. Waits for room in a full queue rather than being refused, and
+    /// tries again when the master refused it forwarded ("too many requests", a few times,
+    /// [`KEEPALIVE_RETRIES`]): a refused keepalive would end the client's stream and let its
+    /// registrations expire.
     pub async fn keep_alive(&self, id: LeaseId) -> Result<i64, RequestError> {
-        let request = MasterRequest::KeepAlive(id);
-        let answer = self.ask_waiting(false, |reply| Request::Master(request, reply)).await?;
-        expect_answer(answer, |answer| match answer {
-            MasterAnswer::KeepAlive(ttl) => Some(ttl),
-            _ => None,
-        })
+        let mut wait = KEEPALIVE_FIRST_WAIT;
+        let mut retries = 0;
+        loop {
+            let request = MasterRequest::KeepAlive(id);
+            match self.ask_waiting(false, |reply| Request::Master(request, reply)).await? {
+                Err(RequestError::Overloaded { .. }) if retries < KEEPALIVE_RETRIES => {
+                    retries += 1;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                answer => {
+                    return expect_answer(answer, |answer| match answer {
+                        MasterAnswer::KeepAlive(ttl) => Some(ttl),
+                        _ => None,
+                    })
+                }
+            }
+        }
     }
 
     /// One lease's status.
@@ -262,12 +276,10 @@ impl NodeHandle {
         }
     }
 
-    /// Hands a request a follower forwarded to the loop. With `refusable` (the follower
-    /// reads the refusal: peer protocol version 3 on) it takes a place in the client queue,
-    /// as the client's request would have here, and a full queue refuses it: the error is
-    /// the master's answer. Otherwise it goes on the peer queue, which the loop serves first
-    /// (and which drops only when the loop has stalled for long): so do lease keepalives,
-    /// which are never refused, as a local keepalive waits for room rather than fail.
+    /// Hands a request a follower forwarded to the loop, where [`forward_route`] says: a
+    /// forward counts against this master's client limit as the client's request would have
+    /// here, so a flood through the followers is refused as one sent here would be (the
+    /// refusal is the master's answer).
     pub fn deliver_forward(
         &self,
         from: NodeId,
@@ -275,17 +287,82 @@ impl NodeHandle {
         request: MasterRequest,
         refusable: bool,
     ) -> Result<(), RequestError> {
-        if !refusable || matches!(request, MasterRequest::KeepAlive(_)) {
-            self.deliver(Request::Forwarded(from, id, request));
-            return Ok(());
-        }
-        self.tx.try_send(Request::Forwarded(from, id, request)).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => {
-                crate::metrics::metrics().forwards_refused.inc();
-                RequestError::Overloaded { queued: self.tx.max_capacity() }
+        let keepalive = matches!(request, MasterRequest::KeepAlive(_));
+        let overloaded = || {
+            crate::metrics::metrics().forwards_refused.inc();
+            RequestError::Overloaded { queued: self.tx.max_capacity() }
+        };
+        match forward_route(keepalive, refusable, self.peer_tx.capacity(), self.peer_tx.max_capacity()) {
+            ForwardRoute::PeerQueue => {
+                self.deliver(Request::Forwarded(from, id, request));
+                Ok(())
             }
-            mpsc::error::TrySendError::Closed(_) => RequestError::ShuttingDown,
-        })
+            ForwardRoute::Refuse => Err(overloaded()),
+            ForwardRoute::ClientQueue => {
+                self.tx.try_send(Request::Forwarded(from, id, request)).map_err(|error| match error {
+                    mpsc::error::TrySendError::Full(_) => overloaded(),
+                    mpsc::error::TrySendError::Closed(_) => RequestError::ShuttingDown,
+                })
+            }
+        }
+    }
+}
+
+/// Where a forwarded request goes at the master (see [`NodeHandle::deliver_forward`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ForwardRoute {
+    /// The client queue, refused when it is full.
+    ClientQueue,
+    /// The peer queue, which the loop serves first and which drops only when full.
+    PeerQueue,
+    /// Refused now: "too many requests".
+    Refuse,
+}
+
+/// Where a forwarded request goes, given whether it is a lease keepalive, whether its
+/// follower reads a refusal (peer protocol version 3 on), and the peer queue's free room of
+/// its capacity.
+///
+/// A follower that cannot read a refusal has its forwards queued with the peer messages.
+/// A keepalive is not put in the client queue: a client flood would refuse it, and a
+/// refused keepalive lets registrations expire (a local keepalive waits for room instead).
+/// It goes on the peer queue while that queue is at most half full, and is refused beyond:
+/// the peer queue drops what does not fit, log messages included, so a keepalive flood
+/// through the followers would otherwise cost the master the acknowledgements that keep it
+/// master. The follower retries a refused keepalive ([`NodeHandle::keep_alive`]).
+fn forward_route(keepalive: bool, refusable: bool, peer_room: usize, peer_capacity: usize) -> ForwardRoute {
+    match (refusable, keepalive) {
+        (false, _) => ForwardRoute::PeerQueue,
+        (true, false) => ForwardRoute::ClientQueue,
+        (true, true) if peer_room > peer_capacity / 2 => ForwardRoute::PeerQueue,
+        (true, true) => ForwardRoute::Refuse,
+    }
+}
+
+/// How often a keepalive refused for overload ("too many requests": the master's queues
+/// were full) is tried again, and the first wait; each wait doubles (20 ms to 320 ms, 620 ms
+/// in all: well within the shortest TTL a client keeps alive, a third of which it waits
+/// between keepalives).
+const KEEPALIVE_RETRIES: u32 = 5;
+const KEEPALIVE_FIRST_WAIT: Duration = Duration::from_millis(20);
+
+#[cfg(test)]
+mod forward_route_tests {
+    use super::*;
+
+    #[test]
+    fn a_forwarded_keepalive_is_refused_once_the_peer_queue_is_half_full() {
+        assert_eq!(forward_route(true, true, 65_536, 65_536), ForwardRoute::PeerQueue);
+        assert_eq!(forward_route(true, true, 32_769, 65_536), ForwardRoute::PeerQueue);
+        assert_eq!(forward_route(true, true, 32_768, 65_536), ForwardRoute::Refuse, "the log keeps half the queue");
+        assert_eq!(forward_route(true, true, 0, 65_536), ForwardRoute::Refuse);
+    }
+
+    #[test]
+    fn other_forwards_count_against_the_client_queue_unless_their_follower_cannot_read_a_refusal() {
+        assert_eq!(forward_route(false, true, 0, 65_536), ForwardRoute::ClientQueue);
+        assert_eq!(forward_route(false, false, 65_536, 65_536), ForwardRoute::PeerQueue);
+        assert_eq!(forward_route(true, false, 0, 65_536), ForwardRoute::PeerQueue, "an old follower's keepalive");
     }
 }
 

@@ -53,8 +53,9 @@ impl World {
         self.nodes[node].election = Some(core);
         let mut kv = KvNode::new(replica);
         kv.set_breakage(self.config.node_breakage);
-        // Seeds that defer engine writes leave applied commands unwritten for up to 50 ms
-        // (the server's 5 ms, stretched so that crashes land among them).
+        // Seeds that defer engine writes leave applied commands unwritten for up to 2 s (the
+        // server's 5 ms, stretched as long turns stretch it, so that crashes, compactions
+        // and watch streams land among them; at most 200 ms left the tail control uncaught).
         let delay = if self.defer_engine_writes { self.rng.range_u64(1, 2000) * MS } else { 0 };
         kv.set_engine_write_delay(std::time::Duration::from_nanos(delay));
         self.nodes[node].kv = Some(kv);
