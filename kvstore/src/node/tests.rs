@@ -40,6 +40,12 @@ fn put(key: &str) -> MasterRequest {
     MasterRequest::Propose(Command::Put(PutRequest { key: key.into(), value: b"v".to_vec(), lease: 0, prev_kv: false }))
 }
 
+/// Node 1's mastership in term 1 until `until`, as the election would report it.
+fn lease(until: Instant) -> ElectionView {
+    let term = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
+    ElectionView { master: Some(Mastership { term, valid_until: until }), hint: Some(NodeId(1)) }
+}
+
 impl Cluster {
     /// Three nodes, node 1 master for a long time.
     fn new() -> Self {
@@ -252,9 +258,6 @@ fn a_renewal_that_arrives_with_a_timeout_is_applied_first() {
         let mut cluster = Cluster::new();
         let now = cluster.now;
         let end = now.saturating_add(Duration::from_millis(500));
-        let term = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
-        let lease =
-            |until| ElectionView { master: Some(Mastership { term, valid_until: until }), hint: Some(NodeId(1)) };
         cluster.node(NodeId(1)).handle_election(now, lease(end));
         if broken {
             cluster.node(NodeId(1)).set_breakage(NodeBreakage::RenewalAfterTimeout);
@@ -525,9 +528,6 @@ fn a_renewal_that_came_during_a_long_turn_is_taken_before_the_next_input() {
         let mut cluster = Cluster::ready();
         let now = cluster.now;
         let end = now.saturating_add(Duration::from_millis(500));
-        let term = Ballot { counter: 1, epoch: 1, node: NodeId(1) };
-        let lease =
-            |until| ElectionView { master: Some(Mastership { term, valid_until: until }), hint: Some(NodeId(1)) };
         let mut master = cluster.nodes.remove(0);
         master.handle_election(now, lease(end));
         if broken {
