@@ -7,7 +7,9 @@
 //! Whether a write's outcome is unknown is not in the table: leasekv marks that answer with
 //! metadata ([`crate::outcome`]), which an error text cannot fake.
 
+use std::collections::HashMap;
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 /// One of etcd's server errors (`api/v3rpc/rpctypes/error.go`), as a client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +27,9 @@ pub enum EtcdError {
     TooManyOps,
     /// `etcdserver: duplicate key given in txn request`.
     DuplicateKey,
+    /// `etcdserver: invalid sort option`: a Range's sort order or target is not one etcd
+    /// knows.
+    InvalidSortOption,
     /// `etcdserver: mvcc: required revision has been compacted`.
     Compacted,
     /// `etcdserver: mvcc: required revision is a future revision`.
@@ -53,6 +58,8 @@ pub enum EtcdError {
     LearnerNotReady,
     /// `etcdserver: too many learner members in cluster`.
     TooManyLearners,
+    /// `etcdserver: cluster ID mismatch`: the request came from another cluster.
+    ClusterIdMismatch,
     /// `etcdserver: request is too large`.
     RequestTooLarge,
     /// `etcdserver: too many requests`: the server is saturated; back off and retry.
@@ -75,6 +82,8 @@ pub enum EtcdError {
     RoleEmpty,
     /// `etcdserver: authentication failed, invalid user ID or password`.
     AuthFailed,
+    /// `etcdserver: permission not given`: a RoleGrantPermission without its permission.
+    PermissionNotGiven,
     /// `etcdserver: permission denied`.
     PermissionDenied,
     /// `etcdserver: role is not granted to the user`.
@@ -128,6 +137,7 @@ const TABLE: &[(&str, Code, EtcdError)] = &[
     ("etcdserver: lease is provided", Code::InvalidArgument, EtcdError::LeaseProvided),
     ("etcdserver: too many operations in txn request", Code::InvalidArgument, EtcdError::TooManyOps),
     ("etcdserver: duplicate key given in txn request", Code::InvalidArgument, EtcdError::DuplicateKey),
+    ("etcdserver: invalid sort option", Code::InvalidArgument, EtcdError::InvalidSortOption),
     ("etcdserver: mvcc: required revision has been compacted", Code::OutOfRange, EtcdError::Compacted),
     ("etcdserver: mvcc: required revision is a future revision", Code::OutOfRange, EtcdError::FutureRevision),
     ("etcdserver: mvcc: database space exceeded", Code::ResourceExhausted, EtcdError::NoSpace),
@@ -150,6 +160,7 @@ const TABLE: &[(&str, Code, EtcdError)] = &[
         EtcdError::LearnerNotReady,
     ),
     ("etcdserver: too many learner members in cluster", Code::FailedPrecondition, EtcdError::TooManyLearners),
+    ("etcdserver: cluster ID mismatch", Code::FailedPrecondition, EtcdError::ClusterIdMismatch),
     ("etcdserver: request is too large", Code::InvalidArgument, EtcdError::RequestTooLarge),
     ("etcdserver: too many requests", Code::ResourceExhausted, EtcdError::TooManyRequests),
     ("etcdserver: root user does not exist", Code::FailedPrecondition, EtcdError::RootUserNotExist),
@@ -161,6 +172,7 @@ const TABLE: &[(&str, Code, EtcdError)] = &[
     ("etcdserver: role name not found", Code::FailedPrecondition, EtcdError::RoleNotFound),
     ("etcdserver: role name is empty", Code::InvalidArgument, EtcdError::RoleEmpty),
     ("etcdserver: authentication failed, invalid user ID or password", Code::InvalidArgument, EtcdError::AuthFailed),
+    ("etcdserver: permission not given", Code::InvalidArgument, EtcdError::PermissionNotGiven),
     ("etcdserver: permission denied", Code::PermissionDenied, EtcdError::PermissionDenied),
     ("etcdserver: role is not granted to the user", Code::FailedPrecondition, EtcdError::RoleNotGranted),
     ("etcdserver: permission is not granted to the role", Code::FailedPrecondition, EtcdError::PermissionNotGranted),
@@ -218,6 +230,24 @@ impl EtcdError {
         Status::new(self.code(), self.message())
     }
 
+    /// This error as etcd's server sends it, with why it happened beside etcd's message:
+    /// the message stays etcd's word for word (clients match it), and `explanation` (the
+    /// limit, the setting, what to do) travels in the status's details as gRPC's richer
+    /// error model has it: an `ErrorInfo` whose reason is `reason` (leasekv's name for the
+    /// case, e.g. `KEY_TOO_LARGE`) and a `LocalizedMessage`. Clients that know the model
+    /// show it ([`explanation`]); others see etcd's error unchanged.
+    pub fn explained(self, reason: &str, explanation: impl Into<String>) -> Status {
+        let mut details = ErrorDetails::with_error_info(reason, EXPLANATION_DOMAIN, HashMap::new());
+        details.set_localized_message("en-US", explanation);
+        Status::with_error_details(self.code(), self.message(), details)
+    }
+
+    /// The text Go's gRPC prints for this error (`status.Error(...).Error()`), which etcd
+    /// puts where a string carries an error: a watch's cancel reason.
+    pub fn go_error_text(self) -> String {
+        format!("rpc error: code = {} desc = {}", go_code_name(self.code()), self.message())
+    }
+
     /// Whether the caller should authenticate again and repeat the call: the token is
     /// unknown, expired, or older than the auth store.
     pub fn needs_new_token(self) -> bool {
@@ -240,6 +270,38 @@ impl EtcdError {
 
     fn entry(self) -> &'static (&'static str, Code, EtcdError) {
         TABLE.iter().find(|(_, _, error)| *error == self).expect("every EtcdError is in TABLE")
+    }
+}
+
+/// The `ErrorInfo` domain of leasekv's explanations.
+pub const EXPLANATION_DOMAIN: &str = "leasekv";
+
+/// Why a server refused a call, in words, when it said so beside the error (see
+/// [`EtcdError::explained`]): the `LocalizedMessage` of the status's details.
+pub fn explanation(status: &Status) -> Option<String> {
+    status.get_details_localized_message().map(|detail| detail.message)
+}
+
+/// The name Go's `codes.Code.String()` gives a code (it spells CANCELLED `Canceled`).
+fn go_code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -269,6 +331,29 @@ mod tests {
         assert_eq!(EtcdError::from_message("etcdserver: no leader (node 2)"), None);
         assert_eq!(EtcdError::from_message("no leader"), None);
         assert_eq!(EtcdError::of(&Status::unavailable("transport error")), None);
+    }
+
+    #[test]
+    fn an_explained_error_keeps_etcds_message_and_code_and_carries_the_why() {
+        let status = EtcdError::RequestTooLarge.explained("KEY_TOO_LARGE", "the key is 2000 bytes, at most 1536");
+        assert_eq!((status.code(), status.message()), (Code::InvalidArgument, "etcdserver: request is too large"));
+        assert_eq!(EtcdError::of(&status), Some(EtcdError::RequestTooLarge));
+        assert_eq!(explanation(&status).as_deref(), Some("the key is 2000 bytes, at most 1536"));
+        let info = status.get_details_error_info().expect("an ErrorInfo");
+        assert_eq!((info.reason.as_str(), info.domain.as_str()), ("KEY_TOO_LARGE", EXPLANATION_DOMAIN));
+        assert_eq!(explanation(&EtcdError::RequestTooLarge.status()), None);
+    }
+
+    #[test]
+    fn go_prints_an_error_as_etcds_watch_cancel_reason_carries_it() {
+        assert_eq!(
+            EtcdError::PermissionDenied.go_error_text(),
+            "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
+        );
+        assert_eq!(
+            EtcdError::InvalidAuthToken.go_error_text(),
+            "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
+        );
     }
 
     #[test]

@@ -85,14 +85,8 @@ impl KeyRange {
     /// its last byte below 0xff incremented; an all-0xff or empty prefix means "to the end".
     pub fn prefix(prefix: impl Into<Vec<u8>>) -> Self {
         let key = prefix.into();
-        let mut end = key.clone();
-        while let Some(last) = end.pop() {
-            if last < 0xff {
-                end.push(last + 1);
-                return KeyRange { key, range_end: end };
-            }
-        }
-        KeyRange { key, range_end: vec![0] }
+        let range_end = crate::engine::prefix_end(&key).unwrap_or_else(|| vec![0]);
+        KeyRange { key, range_end }
     }
 
     /// The half-open interval `[key, range_end)`.

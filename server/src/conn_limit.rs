@@ -47,11 +47,13 @@ impl ConnectionGate {
     }
 
     /// Connections admitted and not yet closed.
+    #[cfg(test)]
     pub fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
     /// Connections refused so far.
+    #[cfg(test)]
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }

@@ -19,26 +19,26 @@
 
 #![deny(missing_docs)]
 
-pub mod api;
-pub mod auth;
+pub(crate) mod api;
+pub(crate) mod auth;
 mod blocking;
-pub mod compactor;
+pub(crate) mod compactor;
 pub mod config;
-pub mod conn_limit;
-pub mod console;
-pub mod corrupt_check;
-pub mod fault_injection;
-pub mod forward;
+pub(crate) mod conn_limit;
+pub(crate) mod console;
+pub(crate) mod corrupt_check;
+pub(crate) mod fault_injection;
+pub(crate) mod forward;
 #[cfg(test)]
 mod fuzz;
-pub mod gateway;
-pub mod history_feed;
+pub(crate) mod gateway;
+pub(crate) mod history_feed;
 pub mod join;
-pub mod metrics;
-pub mod node;
+pub(crate) mod metrics;
+pub(crate) mod node;
 mod own_runtime;
 pub mod peer;
-pub mod read_budget;
+pub(crate) mod read_budget;
 pub mod restore;
 pub mod run;
-pub mod tls;
+pub(crate) mod tls;

@@ -15,6 +15,7 @@
 //! response body, so it is let go when the body is sent or dropped (a client gone).
 
 use axum::body::{Body, Bytes};
+use leasekv_client::EtcdError;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ impl ReadBudget {
     }
 
     /// The bytes held now.
+    #[cfg(test)]
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Acquire)
     }
@@ -49,12 +51,15 @@ impl ReadBudget {
             Ok(_) => Ok(AnswerHold { _taken: Arc::new(Taken { budget: Arc::clone(self), bytes }) }),
             Err(held) => {
                 crate::metrics::metrics().reads_over_budget.inc();
-                Err(Status::resource_exhausted(format!(
-                    "etcdserver: too many requests: this answer of {bytes} bytes does not fit the read memory \
-                     budget ([reads] memory_budget_bytes = {}; answers being sent hold {held}); retry shortly, \
-                     or read the range in pages (limit) or with RangeStream",
-                    self.limit
-                )))
+                Err(EtcdError::TooManyRequests.explained(
+                    "READ_BUDGET",
+                    format!(
+                        "this answer of {bytes} bytes does not fit the read memory budget ([reads] \
+                         memory_budget_bytes = {}; answers being sent hold {held}); retry shortly, or read the \
+                         range in pages (limit) or with RangeStream",
+                        self.limit
+                    ),
+                ))
             }
         }
     }
@@ -162,8 +167,9 @@ mod tests {
         let copy = first.clone();
         let refused = budget.take(41).expect_err("60 + 41 > 100");
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
-        assert!(refused.message().starts_with("etcdserver: too many requests"), "{}", refused.message());
-        assert!(refused.message().contains("memory_budget_bytes = 100"), "{}", refused.message());
+        assert_eq!(refused.message(), "etcdserver: too many requests", "etcd's text, word for word");
+        let why = leasekv_client::errors::explanation(&refused).expect("the budget named beside it");
+        assert!(why.contains("memory_budget_bytes = 100"), "{why}");
         let second = budget.take(40).expect("60 + 40 fits exactly");
         drop(first);
         assert_eq!(budget.held(), 100, "a clone still holds the first answer");

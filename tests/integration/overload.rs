@@ -132,3 +132,93 @@ fn a_node_flooded_by_clients_refuses_them_and_keeps_serving_its_peers() {
         }
     });
 }
+
+/// A flood sent only through the followers: every write is forwarded, and the master's
+/// client queue bounds them as it would bound the same flood sent to it. The refusals are
+/// etcd's "too many requests" and nothing refused is applied; the master keeps its lease
+/// (no takeover), drops no peer message, and a lease kept alive through a follower during
+/// the flood stays alive (a forwarded keepalive is not refused while the peer queue has
+/// room).
+#[test]
+fn a_flood_through_the_followers_only_is_bounded_by_the_masters_queue() {
+    let cluster = Cluster::start_with("paxoslease", "[limits]\nmax_queued_requests = 16\n");
+    let rt = runtime();
+    rt.block_on(async {
+        let master = master_index(&cluster).await;
+        let followers = [(master + 1) % 3, (master + 2) % 3];
+        let mut probe =
+            pb::kv_client::KvClient::connect(format!("http://{}", cluster.endpoint(master))).await.expect("connects");
+        let (term_before, master_before) = term_and_member(&mut probe).await;
+        let holder = client(&cluster.endpoint(followers[0])).await;
+        let lease = eventually(Duration::from_secs(10), || holder.lease_grant(2, 0)).await.id;
+
+        let refused = Arc::new(AtomicUsize::new(0));
+        let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let refused_keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let deadline = Instant::now() + FLOOD;
+        let mut flood = Vec::new();
+        for (side, follower) in followers.into_iter().enumerate() {
+            let url = format!("http://{}", cluster.endpoint(follower));
+            let channel = tonic::transport::Endpoint::from_shared(url).expect("url").connect().await.expect("connects");
+            for caller in 0..CALLERS / 2 {
+                let mut kv = pb::kv_client::KvClient::new(channel.clone());
+                let (refused, applied, refused_keys) = (refused.clone(), applied.clone(), refused_keys.clone());
+                flood.push(tokio::spawn(async move {
+                    let mut attempt = 0;
+                    while Instant::now() < deadline {
+                        let key = format!("/follower-flood/{side}/{caller}/{attempt}").into_bytes();
+                        attempt += 1;
+                        let put = pb::PutRequest { key: key.clone(), value: b"v".to_vec(), ..Default::default() };
+                        match kv.put(put).await {
+                            Ok(_) => applied.lock().expect("not poisoned").push(key),
+                            Err(status) => {
+                                assert_eq!(
+                                    (status.code(), status.message()),
+                                    (tonic::Code::ResourceExhausted, "etcdserver: too many requests"),
+                                    "a put through a follower failed otherwise"
+                                );
+                                refused.fetch_add(1, Ordering::Relaxed);
+                                refused_keys.lock().expect("not poisoned").push(key);
+                            }
+                        }
+                    }
+                }));
+            }
+        }
+        // The lease's holder renews it through a follower every 500 ms during the flood.
+        let mut renewals = 0;
+        while Instant::now() < deadline {
+            let ttl = holder.lease_keep_alive_once(lease).await.expect("a keepalive during the flood").ttl;
+            assert!(ttl > 0, "the lease expired during the flood");
+            renewals += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        for caller in flood {
+            caller.await.expect("a flooding caller");
+        }
+
+        let refused = refused.load(Ordering::Relaxed);
+        let applied = std::mem::take(&mut *applied.lock().expect("not poisoned"));
+        let refused_keys = std::mem::take(&mut *refused_keys.lock().expect("not poisoned"));
+        eprintln!("follower flood: {} puts applied, {refused} refused, {renewals} renewals", applied.len());
+        assert!(refused > 0, "the flood never filled the master's queue of 16: the test proves nothing");
+        assert!(!applied.is_empty(), "no forwarded put got through in {FLOOD:?}");
+        let (term_after, master_after) = term_and_member(&mut probe).await;
+        assert_eq!((term_after, master_after), (term_before, master_before), "a takeover during the flood");
+        let endpoint = cluster.endpoint(master);
+        assert_eq!(metric(&endpoint, "leasekv_peer_messages_dropped_total"), 0.0);
+        // A follower's own queue (16 too) refuses some; the master refuses forwards.
+        assert!(metric(&endpoint, "leasekv_forwards_refused_total") > 0.0, "the master refused no forward");
+        let ttl = holder.lease_time_to_live(lease, false).await.expect("the lease after the flood").ttl;
+        assert!(ttl > 0, "the lease kept alive through a follower expired");
+        let written = holder
+            .get("/follower-flood/", GetOptions { prefix: true, keys_only: true, ..Default::default() })
+            .await
+            .expect("a read after the flood");
+        let written: std::collections::HashSet<Vec<u8>> = written.kvs.into_iter().map(|kv| kv.key).collect();
+        assert_eq!(written.len(), applied.len(), "forwarded puts acknowledged and found");
+        for key in &refused_keys {
+            assert!(!written.contains(key), "{} was refused but applied", String::from_utf8_lossy(key));
+        }
+    });
+}

@@ -24,7 +24,7 @@ pub enum ClientError {
     },
     /// The server answered the call with an error.
     #[error("{method} on {endpoint} failed ({code:?}): {message}", code = status.code(),
-        message = append_causes(status.message().to_string(), std::error::Error::source(status.as_ref())))]
+        message = append_causes(explained(status), std::error::Error::source(status.as_ref())))]
     Rpc {
         /// The endpoint that answered.
         endpoint: String,
@@ -110,6 +110,16 @@ pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Appends each cause in the chain from `source` that `text` does not already say.
+/// The status's message, and the server's explanation after it when it gave one
+/// ([`crate::errors::explanation`]): etcd's "request is too large" becomes "request is too
+/// large (the value is 2 MB, at most 1.5 MB are allowed)".
+fn explained(status: &Status) -> String {
+    match crate::errors::explanation(status) {
+        Some(why) => format!("{} ({why})", status.message()),
+        None => status.message().to_string(),
+    }
+}
+
 pub(super) fn append_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(cause) = source {
         let cause_text = cause.to_string();

@@ -34,6 +34,6 @@ pub use replica::{
     AppliedTrace, CandidacyConfig, LeaseStatus, OpenError, Replica, ReplicaCounts, ReplicaOutput, SyncTicket,
     Withdrawal,
 };
-pub use request::{Completion, ReadConsistency, RequestError, StorageFailure};
+pub use request::{Completion, ErrorClass, ReadConsistency, RequestError, StorageFailure};
 pub use staged::StagedSnapshot;
 pub use types::{AcceptedSlot, Entry, LogBallot, Proposal, ProposalId, Slot};

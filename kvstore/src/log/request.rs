@@ -83,6 +83,12 @@ impl StorageFailure {
         StorageFailure { message: error.to_string(), source: Some(Arc::new(error)) }
     }
 
+    /// The failure as another node reports it (the answer to a forwarded request): its
+    /// message only.
+    pub fn reported(message: impl Into<String>) -> Self {
+        StorageFailure { message: message.into(), source: None }
+    }
+
     /// What failed, as the storage said it.
     pub fn message(&self) -> &str {
         &self.message
@@ -111,10 +117,32 @@ impl PartialEq for StorageFailure {
 
 impl Eq for StorageFailure {}
 
+/// Whether an error ends a node's service or concerns one call (openraft's `Fatal` and
+/// `APIError`), for the caller deciding where to go next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The node that answered serves nothing more until it is restarted: every other call
+    /// to it fails the same way, and another member must serve them.
+    Fatal,
+    /// This call failed (refused, too early, too many, unknown outcome); the node serves
+    /// others.
+    Call,
+}
+
 impl RequestError {
-    /// Whether retrying (elsewhere or later) can succeed.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, RequestError::Invalid(_))
+    /// Whether the error ends the answering node's service or concerns this call only.
+    /// The class is not on the wire: it follows from the variant, whose encoding is fixed.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            RequestError::ShuttingDown | RequestError::StorageFailed(_) => ErrorClass::Fatal,
+            RequestError::NotMaster { .. }
+            | RequestError::Indeterminate { .. }
+            | RequestError::NotReady
+            | RequestError::Busy { .. }
+            | RequestError::Overloaded { .. }
+            | RequestError::Invalid(_)
+            | RequestError::PeerProtocol(_) => ErrorClass::Call,
+        }
     }
 }
 

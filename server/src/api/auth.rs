@@ -7,6 +7,7 @@ use super::Shared;
 use crate::auth::{caller_of, errors, hash_password, issue_token, password_matches, Caller};
 use leasekv_client::proto::authpb;
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::auth::{AuthChange, Permission, PermissionKind};
 use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
@@ -138,10 +139,8 @@ impl pb::auth_server::Auth for AuthService {
         let caller = caller_of(&self.0.node, &request)?;
         let name = request.into_inner().name;
         caller.admin_or_self(&name)?;
-        let user = caller
-            .store
-            .user(&name)
-            .ok_or_else(|| super::convert::kv_error(&leasekv_kvstore::KvError::UserNotFound))?;
+        let user =
+            caller.store.user(&name).ok_or_else(|| super::errors::kv_error(&leasekv_kvstore::KvError::UserNotFound))?;
         Ok(Response::new(pb::AuthUserGetResponse {
             header: self.header(),
             roles: user.roles.iter().cloned().collect(),
@@ -231,7 +230,7 @@ impl pb::auth_server::Auth for AuthService {
             let role = caller
                 .store
                 .role(&name)
-                .ok_or_else(|| super::convert::kv_error(&leasekv_kvstore::KvError::RoleNotFound))?;
+                .ok_or_else(|| super::errors::kv_error(&leasekv_kvstore::KvError::RoleNotFound))?;
             role.permissions
                 .iter()
                 .map(|p| authpb::Permission {
@@ -271,7 +270,7 @@ impl pb::auth_server::Auth for AuthService {
         let caller = caller_of(&self.0.node, &request)?;
         caller.admin()?;
         let r = request.into_inner();
-        let perm = r.perm.ok_or_else(|| Status::invalid_argument("etcdserver: permission not given"))?;
+        let perm = r.perm.ok_or_else(|| EtcdError::PermissionNotGiven.status())?;
         let permission = Permission { kind: kind_of(perm.perm_type)?, key: perm.key, range_end: perm.range_end };
         let header = self.change(&caller, AuthChange::RoleGrantPermission { role: r.name, permission }).await?;
         Ok(Response::new(pb::AuthRoleGrantPermissionResponse { header: Some(header) }))

@@ -1,15 +1,14 @@
-//! Conversions between etcd's wire types and the store's commands, and the mapping of the
-//! store's errors to the gRPC status codes and messages etcd clients expect.
+//! Conversions between etcd's wire types and the store's commands (the errors they meet
+//! are mapped in [`super::errors`]).
 
 use super::range_shape::RangeShape;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::mvccpb;
-use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{
     Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest, DeleteRangeResponse, Keep, KeyRange, KeyValue,
-    KvError, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnOp, TxnOpResponse, TxnRequest, TxnResponse,
 };
-use tonic::{Code, Status};
+use tonic::Status;
 
 /// etcd's KeyValue.
 pub fn kv_out(kv: KeyValue) -> mvccpb::KeyValue {
@@ -153,7 +152,8 @@ fn op_in(op: pb::RequestOp) -> Result<(TxnOp, OpShape), Status> {
             let (txn, shapes) = txn_in(t)?;
             Ok((TxnOp::Txn(txn), OpShape::Txn(shapes)))
         }
-        None => Err(Status::invalid_argument("etcdserver: empty operation in txn request")),
+        // etcd's answer to an empty operation (its checkRequestOp).
+        None => Err(leasekv_client::EtcdError::KeyNotFound.status()),
     }
 }
 
@@ -264,82 +264,6 @@ fn ops_out(
         .collect()
 }
 
-/// The status etcd clients expect for a store error.
-///
-/// Where etcd has the error, the message is exactly etcd's: etcd's Go client (and so etcdctl)
-/// recognises errors by their exact message (`rpctypes.ErrRequestTooLarge`, ...) and shows an
-/// unknown one as a raw `rpc error: code = ... desc = ...`. The store's own message names the
-/// sizes too; that detail stays in the store's error (and the server's logs) but not on the wire.
-pub fn kv_error(error: &KvError) -> Status {
-    let message = match error {
-        KvError::KeyTooLarge { .. } | KvError::ValueTooLarge { .. } => "etcdserver: request is too large".to_string(),
-        KvError::TooManyTxnOps { .. } => "etcdserver: too many operations in txn request".to_string(),
-        // etcd's clients recognise the error by its exact text (rpctypes): no detail.
-        KvError::BadMemberUrl(_) => "etcdserver: given member URLs are invalid".to_string(),
-        other => other.to_string(),
-    };
-    let code = match error {
-        KvError::LeaseNotFound(_) => Code::NotFound,
-        KvError::Compacted { .. } | KvError::FutureRevision { .. } | KvError::LeaseTtlTooLarge => Code::OutOfRange,
-        // etcd's ErrGRPCKeyNotFound / ValueProvided / LeaseProvided are InvalidArgument.
-        KvError::LeaseExists(_) | KvError::LeaseNameTaken { .. } => Code::FailedPrecondition,
-        // etcd's ErrGRPCNoSpace and ErrGRPCCorrupt.
-        KvError::NoSpace => Code::ResourceExhausted,
-        // etcd has no lease cap; a quota's code, as NOSPACE has.
-        KvError::TooManyLeases { .. } => Code::ResourceExhausted,
-        // grpc-go's code for a message over its send limit, which is what etcd's is.
-        KvError::ResponseTooLarge { .. } => Code::ResourceExhausted,
-        KvError::Corrupt => Code::DataLoss,
-        // A disk error or a damaged record on this member: not the caller's doing.
-        KvError::StateUnreadable(_) => Code::Internal,
-        KvError::PermissionDenied => Code::PermissionDenied,
-        // etcd's ErrGRPCMemberNotFound, ErrGRPCPeerURLExist, ErrGRPCMemberNotLearner,
-        // ErrGRPCLearnerNotReady, ErrGRPCTooManyLearners and ErrGRPCUnhealthy.
-        KvError::MemberNotFound(_) => Code::NotFound,
-        KvError::PeerUrlExists
-        | KvError::MemberNotLearner
-        | KvError::LearnerNotReady
-        | KvError::TooManyLearners
-        | KvError::MembershipChange(_) => Code::FailedPrecondition,
-        KvError::BadMemberUrl(_) => Code::InvalidArgument,
-        KvError::MembershipBusy => Code::Unavailable,
-        // etcd's auth errors: FAILED_PRECONDITION but for empty names and invalid
-        // management (rpctypes/error.go).
-        KvError::RootUserNotExist
-        | KvError::RootRoleNotExist
-        | KvError::UserAlreadyExists
-        | KvError::UserNotFound
-        | KvError::RoleAlreadyExists
-        | KvError::RoleNotFound
-        | KvError::RoleNotGranted
-        | KvError::PermissionNotGranted => Code::FailedPrecondition,
-        _ => Code::InvalidArgument,
-    };
-    Status::new(code, message)
-}
-
-/// The status for a replica error. "Not master" and friends are UNAVAILABLE with etcd's
-/// messages, which etcd clients retry.
-pub fn request_error(error: RequestError) -> Status {
-    match error {
-        RequestError::Invalid(e) => kv_error(&e),
-        RequestError::NotMaster { .. } => Status::unavailable("etcdserver: no leader"),
-        RequestError::NotReady => Status::unavailable("etcdserver: leader changed"),
-        RequestError::Indeterminate { .. } => leasekv_client::indeterminate_write(),
-        // etcd's ErrGRPCTooManyRequests, word for word: its clients match the message.
-        RequestError::Busy { .. } | RequestError::Overloaded { .. } => {
-            Status::resource_exhausted("etcdserver: too many requests")
-        }
-        // etcd's answer from a stopping member (ErrGRPCStopped), which its clients retry
-        // on another endpoint.
-        RequestError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
-        RequestError::StorageFailed(failure) => {
-            Status::internal(format!("leasekv node stopped after a storage failure: {failure}"))
-        }
-        RequestError::PeerProtocol(what) => Status::internal(format!("leasekv peer protocol error: {what}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,21 +307,5 @@ mod tests {
         // A delete that deletes is a write.
         let t = TxnResponse { succeeded: true, responses: vec![range(), delete(2), range()] };
         assert_eq!(op_revisions(&txn_out(t, header(21), &TxnShapes::default())), [20, 21, 21]);
-    }
-
-    #[test]
-    fn size_errors_carry_etcds_exact_message() {
-        for (error, message) in [
-            (KvError::ValueTooLarge { len: 2_000_000, max: 1_572_864 }, "etcdserver: request is too large"),
-            (KvError::KeyTooLarge { len: 2000, max: 1536 }, "etcdserver: request is too large"),
-            (KvError::TooManyTxnOps { count: 129, max: 128 }, "etcdserver: too many operations in txn request"),
-            (KvError::EmptyKey, "etcdserver: key is not provided"),
-            (KvError::DuplicateKeyInTxn, "etcdserver: duplicate key given in txn request"),
-        ] {
-            let status = kv_error(&error);
-            assert_eq!((status.code(), status.message()), (Code::InvalidArgument, message), "{error:?}");
-        }
-        let status = kv_error(&KvError::LeaseNotFound(5));
-        assert_eq!((status.code(), status.message()), (Code::NotFound, "etcdserver: requested lease not found"));
     }
 }

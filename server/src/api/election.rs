@@ -9,6 +9,7 @@ use super::recipe::{
 use super::Shared;
 use crate::auth::{caller_of, Caller};
 use leasekv_client::proto::v3electionpb as pb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::auth::PermissionKind;
 use leasekv_kvstore::{
     Command, CommandResponse, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyRange, PutRequest, TxnOp,
@@ -42,12 +43,7 @@ impl ElectionService {
     }
 
     /// Runs `branch` if `leader`'s key still exists with the create revision it was won at.
-    async fn as_leader(
-        &self,
-        caller: &Caller,
-        leader: &pb::LeaderKey,
-        branch: TxnOp,
-    ) -> Result<leasekv_client::proto::etcdserverpb::ResponseHeader, Status> {
+    async fn as_leader(&self, caller: &Caller, leader: &pb::LeaderKey, branch: TxnOp) -> Result<Guarded, Status> {
         let txn = TxnRequest {
             compare: vec![Compare {
                 range: KeyRange::single(leader.key.clone()),
@@ -64,12 +60,16 @@ impl ElectionService {
                 _ => None,
             })
             .await?;
-        if succeeded {
-            Ok(header)
-        } else {
-            Err(Status::unknown(NOT_LEADER))
-        }
+        Ok(if succeeded { Guarded::Led(header) } else { Guarded::NotLeader })
     }
+}
+
+/// What a write guarded by a leader key came to.
+enum Guarded {
+    /// The key still led: the write was done, at this header.
+    Led(leasekv_client::proto::etcdserverpb::ResponseHeader),
+    /// The key no longer leads (or never did): nothing was written.
+    NotLeader,
 }
 
 /// The Observe answer stream.
@@ -116,8 +116,10 @@ impl pb::election_server::Election for ElectionService {
         let leader = request.leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
         caller.check(&leader.key, &[], PermissionKind::Write)?;
         let put = PutRequest { key: leader.key.clone(), value: request.value, lease: leader.lease, prev_kv: false };
-        let header = self.as_leader(&caller, &leader, TxnOp::Put(put)).await?;
-        Ok(Response::new(pb::ProclaimResponse { header: Some(header) }))
+        match self.as_leader(&caller, &leader, TxnOp::Put(put)).await? {
+            Guarded::Led(header) => Ok(Response::new(pb::ProclaimResponse { header: Some(header) })),
+            Guarded::NotLeader => Err(Status::unknown(NOT_LEADER)),
+        }
     }
 
     /// The current leader's key-value.
@@ -174,7 +176,7 @@ impl pb::election_server::Election for ElectionService {
                     }
                     _ = tx.closed() => return,
                     _ = stopping.changed() => {
-                        let _ = tx.send(Err(Status::unavailable("etcdserver: server stopped"))).await;
+                        let _ = tx.send(Err(EtcdError::Stopped.status())).await;
                         return;
                     }
                 }
@@ -189,10 +191,10 @@ impl pb::election_server::Election for ElectionService {
         let leader = request.into_inner().leader.ok_or_else(|| Status::unknown(MISSING_LEADER_KEY))?;
         caller.check(&leader.key, &[], PermissionKind::Write)?;
         let delete = DeleteRangeRequest { range: KeyRange::single(leader.key.clone()), prev_kv: false };
-        let header = match self.as_leader(&caller, &leader, TxnOp::DeleteRange(delete)).await {
+        let header = match self.as_leader(&caller, &leader, TxnOp::DeleteRange(delete)).await? {
+            Guarded::Led(header) => header,
             // etcd's Resign succeeds whether or not the key still led.
-            Err(status) if status.message() == NOT_LEADER => self.shared.current_header(),
-            other => other?,
+            Guarded::NotLeader => self.shared.current_header(),
         };
         Ok(Response::new(pb::ResignResponse { header: Some(header) }))
     }

@@ -3,6 +3,7 @@
 use super::Shared;
 use crate::auth::caller_of;
 use leasekv_client::proto::leasekv as ext;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
 use std::sync::Arc;
@@ -33,11 +34,12 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
     ) -> Result<Response<ext::ResolveNameResponse>, Status> {
         caller_of(&self.0.node, &request)?.authenticated()?;
         let name = request.into_inner().name;
-        match self.0.node.resolve_name(name.clone()).await.map_err(super::convert::request_error)? {
+        match self.0.node.resolve_name(name.clone()).await.map_err(super::errors::request_error)? {
             Some(id) => Ok(Response::new(ext::ResolveNameResponse { id })),
-            None => Err(Status::not_found(format!(
-                "etcdserver: requested lease not found: no live lease is named {name:?} (grant it with: kvcli lease grant {name} --ttl SECONDS)"
-            ))),
+            None => Err(EtcdError::LeaseNotFound.explained(
+                "LEASE_NAME_NOT_FOUND",
+                format!("no live lease is named {name:?} (grant it with: kvcli lease grant {name} --ttl SECONDS)"),
+            )),
         }
     }
 
@@ -92,9 +94,9 @@ impl ext::lease_kv_server::LeaseKv for ExtService {
         match self.0.node.step_down().await {
             Ok(()) => Ok(Response::new(ext::StepDownResponse {})),
             Err(RequestError::NotMaster { .. }) => {
-                Err(Status::unavailable("etcdserver: no leader: there is no master to step down right now"))
+                Err(EtcdError::NoLeader.explained("NO_MASTER", "there is no master to step down right now"))
             }
-            Err(error) => Err(super::convert::request_error(error)),
+            Err(error) => Err(super::errors::request_error(error)),
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::Shared;
 use crate::auth::caller_of;
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::membership::{Member, MemberChange, Membership};
 use leasekv_kvstore::{AlarmAction, AlarmKind, Command, CommandResponse};
 use leasekv_lease::NodeId;
@@ -41,11 +42,7 @@ fn members_pb(membership: &Membership) -> Vec<pb::Member> {
 
 /// A member id from a request: ours are `u32` node ids.
 fn member_id(id: u64) -> Result<NodeId, Status> {
-    u32::try_from(id)
-        .ok()
-        .filter(|id| *id > 0)
-        .map(NodeId)
-        .ok_or_else(|| Status::not_found("etcdserver: member not found"))
+    u32::try_from(id).ok().filter(|id| *id > 0).map(NodeId).ok_or_else(|| EtcdError::MemberNotFound.status())
 }
 
 impl ClusterService {
@@ -202,10 +199,10 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             .voters()
             .into_iter()
             .find(|id| u64::from(id.0) == target)
-            .ok_or_else(|| Status::failed_precondition("etcdserver: bad leader transferee"))?;
+            .ok_or_else(|| EtcdError::BadLeaderTransferee.status())?;
         let election = &self.0.node.election;
         if !election.status().is_master_at(election.now()) {
-            return Err(Status::failed_precondition("etcdserver: not leader"));
+            return Err(EtcdError::NotLeader.status());
         }
         // etcd answers a leader transfer with an empty response, no header.
         let header = || Response::new(pb::MoveLeaderResponse { header: None });
@@ -218,7 +215,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             ));
         }
         let mut changes = election.subscribe();
-        election.hand_over(target).await.map_err(|_| Status::unavailable("etcdserver: server stopped"))?;
+        election.hand_over(target).await.map_err(|_| EtcdError::Stopped.status())?;
         let took_over = tokio::time::timeout(TRANSFER_TIMEOUT, async {
             while changes.borrow_and_update().hint != Some(target) {
                 if changes.changed().await.is_err() {
@@ -231,7 +228,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         match took_over {
             Ok(true) => Ok(header()),
             // etcd's ErrTimeoutLeaderTransfer has no gRPC code of its own: UNKNOWN.
-            _ => Err(Status::unknown("etcdserver: request timed out, leader transfer took too long")),
+            _ => Err(EtcdError::LeaderTransferTimeout.status()),
         }
     }
 
@@ -255,7 +252,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     /// version, as etcd 3.6's carry its storage version.
     async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         caller_of(&self.0.node, &request)?.admin()?;
-        let (file, len, _revision) = self.0.node.backup().await.map_err(super::convert::request_error)?;
+        let (file, len, _revision) = self.0.node.backup().await.map_err(super::errors::request_error)?;
         let content_len = len.saturating_sub(leasekv_kvstore::backup::HASH_LEN as u64);
         // Read a chunk at a time as the stream is polled: serving a snapshot holds one chunk
         // in memory, whatever the state's size.
@@ -300,8 +297,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             .node
             .hash_kv(revision)
             .await
-            .map_err(super::convert::request_error)?
-            .map_err(|e| super::convert::kv_error(&e))?;
+            .map_err(super::errors::request_error)?
+            .map_err(|e| super::errors::kv_error(&e))?;
         Ok(Response::new(pb::HashKvResponse {
             header: Some(self.0.header(self.0.node.revision())),
             hash: hash.hash,
@@ -314,12 +311,12 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
     /// The hash of this member's whole replicated state.
     async fn hash(&self, request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
         caller_of(&self.0.node, &request)?.admin()?;
-        let (hash, revision) = self.0.node.hash().await.map_err(super::convert::request_error)?;
+        let (hash, revision) = self.0.node.hash().await.map_err(super::errors::request_error)?;
         Ok(Response::new(pb::HashResponse { header: Some(self.0.header(revision)), hash }))
     }
 
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let node = self.0.node.status().await.map_err(super::convert::request_error)?;
+        let node = self.0.node.status().await.map_err(super::errors::request_error)?;
         let election = self.0.node.election.status();
         let leader = if election.master.is_some() { Some(self.0.me) } else { election.hint };
         Ok(Response::new(pb::StatusResponse {
@@ -337,7 +334,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
             // status shows them).
             errors: leader
                 .is_none()
-                .then(|| "etcdserver: no leader".to_string())
+                .then(|| EtcdError::NoLeader.message().to_string())
                 .into_iter()
                 .chain(node.alarms.iter().map(|a| format!("memberID:{} alarm:{}", a.member, a.kind.etcd_name())))
                 // Why this member does not offer itself as master (catching up, a failed

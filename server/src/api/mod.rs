@@ -7,6 +7,7 @@
 mod auth;
 pub mod convert;
 mod election;
+pub mod errors;
 mod ext;
 mod guard;
 mod kv;
@@ -30,7 +31,7 @@ pub use watch::{WatchServer, WatchService, WatchSettings};
 
 use crate::config::ClientLimits;
 use crate::node::NodeHandle;
-use convert::request_error;
+use errors::request_error;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::{Command, CommandResponse};
@@ -40,14 +41,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::Status;
 
-/// etcd's answer to a request over `--max-request-bytes` (`rpctypes.ErrGRPCRequestTooLarge`).
-pub const REQUEST_TOO_LARGE: &str = "etcdserver: request is too large";
-
 /// The request size check of [`Shared::check_request_size`], on an encoded length.
 pub fn check_request_size(len: usize, max: usize) -> Result<(), Status> {
     if len > max {
         tracing::debug!(len, max, "refused a request over [limits] max_request_bytes");
-        return Err(Status::invalid_argument(REQUEST_TOO_LARGE));
+        return Err(errors::request_too_large(len, max));
     }
     Ok(())
 }
@@ -84,13 +82,6 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Builds the shared state, with the default client limits.
-    pub fn new(node: NodeHandle, me: NodeId, cluster_id: u64, tracker: Option<NodeId>) -> Arc<Self> {
-        let budget = crate::config::ReadsConfig::DEFAULT_MEMORY_BUDGET_BYTES;
-        let limits = (ClientLimits::default(), leasekv_kvstore::Limits::default());
-        Self::with_limits(node, me, cluster_id, tracker, limits, budget)
-    }
-
     /// Builds the shared state with the configured client and store limits.
     pub fn with_limits(
         node: NodeHandle,
@@ -174,7 +165,7 @@ impl Shared {
         match applied.result {
             Ok(response) => here(response, self.header(applied.revision))
                 .ok_or_else(|| Status::internal("leasekv: the store answered with a response of the wrong kind")),
-            Err(error) => Err(convert::kv_error(&error)),
+            Err(error) => Err(errors::kv_error(&error)),
         }
     }
 }

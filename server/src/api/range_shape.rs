@@ -8,6 +8,7 @@
 //! their encoding in the log and snapshots are unchanged.
 
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::{KeyValue, RangeResponse, Revision};
 use std::cmp::Ordering;
 use tonic::Status;
@@ -138,7 +139,7 @@ fn compare(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
 
 /// etcd's answer to a sort order or target it does not know (`ErrGRPCInvalidSortOption`).
 fn invalid_sort_option() -> Status {
-    Status::invalid_argument("etcdserver: invalid sort option")
+    EtcdError::InvalidSortOption.status()
 }
 
 #[cfg(test)]

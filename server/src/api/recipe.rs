@@ -20,6 +20,7 @@ use super::Shared;
 use crate::auth::Caller;
 use crate::history_feed::HistoryFeed;
 use leasekv_client::proto::etcdserverpb as pb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::log::ReadConsistency;
 use leasekv_kvstore::state::HistoryRead;
 use leasekv_kvstore::{
@@ -280,7 +281,7 @@ pub(super) async fn wait_for_change(feed: &mut HistoryFeed, range: &KeyRange, af
             }
         }
         if !feed.changed().await {
-            return Err(Status::unavailable("etcdserver: server stopped"));
+            return Err(EtcdError::Stopped.status());
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::history_feed::{HistoryFeed, Published};
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::etcdserverpb::watch_request::RequestUnion;
 use leasekv_client::proto::mvccpb;
+use leasekv_client::EtcdError;
 use leasekv_kvstore::auth::PermissionKind;
 use leasekv_kvstore::watch::{StreamConfig, WatchResponse, WatchSpec, WatchStream};
 use leasekv_kvstore::{Event, EventKind, KeyRange, Revision};
@@ -161,7 +162,7 @@ impl StreamTask {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if *stopping.borrow() {
-                let _ = self.tx.send(Err(Status::unavailable("etcdserver: server stopped"))).await;
+                let _ = self.tx.send(Err(EtcdError::Stopped.status())).await;
                 return;
             }
             let head = published.reader.head();
@@ -194,7 +195,7 @@ impl StreamTask {
                 },
                 changed = feed.changed() => {
                     if !changed {
-                        let _ = self.tx.send(Err(Status::unavailable("etcdserver: server stopped"))).await;
+                        let _ = self.tx.send(Err(EtcdError::Stopped.status())).await;
                         return;
                     }
                     published = feed.latest();
@@ -245,7 +246,7 @@ impl StreamTask {
             created: true,
             canceled: true,
             // etcd puts the gRPC error's text there, code included.
-            cancel_reason: format!("rpc error: code = PermissionDenied desc = {}", status.message()),
+            cancel_reason: super::errors::watch_refusal_reason(&status),
             ..Default::default()
         };
         self.tx.send(Ok(refusal)).await.map_err(|_| Ended::ClientGone)

@@ -7,9 +7,8 @@
 //! Each input is decoded as every request type, so one corpus serves them all.
 
 use super::support;
-use crate::api::convert::{
-    delete_in, delete_out, kv_error, put_command, put_out, range_in, range_out, txn_in, txn_out,
-};
+use crate::api::convert::{delete_in, delete_out, put_command, put_out, range_in, range_out, txn_in, txn_out};
+use crate::api::errors::kv_error;
 use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_kvstore::state::{validate_command, validate_range};
 use leasekv_kvstore::{Command, CommandResponse, Limits, StateMachine};

@@ -32,6 +32,7 @@ use leasekv_client::proto::etcdserverpb as pb;
 use leasekv_client::proto::leasekv as ext;
 use leasekv_client::proto::v3electionpb as election;
 use leasekv_client::proto::v3lockpb as lock;
+use leasekv_client::EtcdError;
 use prost::Message;
 use std::future::Future;
 use std::sync::Arc;
@@ -156,9 +157,12 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Status> {
     if total > limit {
         // The rest was read and dropped, so that a client still sending its body sees the
         // answer instead of a broken pipe.
-        return Err(Status::invalid_argument(format!(
-            "etcdserver: request is too large: the gateway reads bodies of at most {limit} bytes ([limits] max_request_bytes)"
-        )));
+        return Err(EtcdError::RequestTooLarge.explained(
+            "REQUEST_TOO_LARGE",
+            format!(
+                "the gateway reads bodies of at most {limit} bytes ([limits] max_request_bytes, --max-request-bytes)"
+            ),
+        ));
     }
     Ok(Bytes::from(read))
 }

@@ -266,11 +266,33 @@ impl NodeHandle {
         })?
     }
 
+    /// Hands a peer's log message to the loop, on the peer queue (served before clients).
+    pub fn deliver_log(&self, from: NodeId, message: LogMessage) {
+        self.deliver(Request::Log(from, message));
+    }
+
+    /// Hands the master's answer to one of this node's forwards to the loop.
+    pub fn deliver_answer(&self, from: NodeId, id: ForwardId, answer: MasterResult) {
+        self.deliver(Request::Answered(from, id, answer));
+    }
+
+    /// Hands the loop a snapshot from peer `from`, installed, checked and synced in a
+    /// staged engine as it arrived, to adopt in one step.
+    pub fn deliver_staged_snapshot(&self, from: NodeId, snapshot: Box<leasekv_kvstore::log::StagedSnapshot>) {
+        self.deliver(Request::StagedSnapshot(from, snapshot));
+    }
+
+    /// Tells the loop a snapshot from peer `from` could not be installed, and why: the node
+    /// withdraws from the election until an install succeeds.
+    pub fn snapshot_install_failed(&self, from: NodeId, reason: String) {
+        self.deliver(Request::SnapshotInstallFailed(from, reason));
+    }
+
     /// Hands a peer's message to the loop, on the peer queue that the loop serves before
     /// any client request. Dropped only when the loop is gone, or stalled so long that
     /// `PEER_QUEUE` (65,536) messages wait: the protocols recover from loss, and a forward's
     /// sender gives up after its timeout.
-    pub fn deliver(&self, request: Request) {
+    fn deliver(&self, request: Request) {
         if let Err(mpsc::error::TrySendError::Full(_)) = self.peer_tx.try_send(request) {
             crate::metrics::metrics().peer_messages_dropped.inc();
         }

@@ -44,8 +44,9 @@ use readers::{ReadAsker, ReaderPool};
 use turns::TurnClock;
 use watchdog::LoopHealth;
 
-/// Requests the node loop serves.
-pub enum Request {
+/// Requests the node loop serves: what [`NodeHandle`]'s calls put on its queues. Private to
+/// the node: the rest of the server asks through the handle's typed calls.
+pub(super) enum Request {
     /// Something only the master can answer: served here on the master, forwarded to it
     /// from anywhere else.
     Master(MasterRequest, Reply),
@@ -90,8 +91,6 @@ pub struct NodeStatus {
     pub commit: u64,
     /// Whether this node is the ready master.
     pub ready_master: bool,
-    /// Who this node believes is master.
-    pub master_hint: Option<NodeId>,
     /// Stored keys.
     pub keys: usize,
     /// Bytes the storage takes on disk, if known.
@@ -126,7 +125,6 @@ impl NodeStatus {
             applied: replica.applied_index(),
             commit: replica.commit_index(),
             ready_master: replica.is_ready_master(now),
-            master_hint: replica.master_hint(),
             keys: state.key_count(),
             db_size: leasekv_kvstore::storage::Storage::size_on_disk(replica.storage()),
             bytes_in_use: state.bytes_in_use(),

@@ -26,7 +26,9 @@ use leasekv_kvstore::command::{
     Applied, CommandResponse, DeleteRangeResponse, LeaseGrantResponse, PutResponse, RangeRequest, RangeResponse,
     TxnOpResponse, TxnResponse,
 };
-use leasekv_kvstore::log::{AcceptedSlot, Entry, LogBallot, LogMessage, Proposal, ProposalId, RequestError};
+use leasekv_kvstore::log::{
+    AcceptedSlot, Entry, LogBallot, LogMessage, Proposal, ProposalId, RequestError, StorageFailure,
+};
 use leasekv_kvstore::{Command, KeyRange, KeyValue, KvError, PutRequest};
 use leasekv_lease::naive::NaiveMessage;
 use leasekv_lease::paxos::{AcceptedLease, Body, Message, Proposal as LeaseProposal};
@@ -281,6 +283,11 @@ fn kinds() -> Vec<Golden> {
         golden("answer-busy", 2, answer(Err(RequestError::Busy { pending: 512 }))),
         golden("answer-invalid", 2, answer(Err(RequestError::Invalid(KvError::EmptyKey)))),
         golden("answer-shutting-down", 2, answer(Err(RequestError::ShuttingDown))),
+        golden(
+            "answer-storage-failed",
+            2,
+            answer(Err(RequestError::StorageFailed(StorageFailure::reported("storage I/O failed: disk gone")))),
+        ),
         golden("answer-peer-protocol", 2, answer(Err(RequestError::PeerProtocol("another kind".into())))),
         golden("answer-overloaded", 2, answer(Err(RequestError::Overloaded { queued: 10_000 }))),
         golden(

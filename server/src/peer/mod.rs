@@ -14,13 +14,13 @@
 //! - [`version`]: the protocol versions a node speaks, and how peers agree on one.
 //! - [`proto`]: the gRPC service generated from `server/proto/leasekv/peer/v1/peer.proto`.
 
-pub mod cluster;
-pub mod lanes;
-pub mod parked;
-pub mod refusal;
-pub mod service;
+pub(crate) mod cluster;
+pub(crate) mod lanes;
+pub(crate) mod parked;
+pub(crate) mod refusal;
+pub(crate) mod service;
 pub mod version;
-pub mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod golden;

@@ -212,7 +212,7 @@ impl From<Status> for PullError {
 // ---------------------------------------------------------------------------------------
 // Sending side.
 
-pub use payload::{Chunks, GrowingFile, GrowingWriter, Growth, Payload, SIZE_UNKNOWN};
+pub use payload::{Chunks, GrowingFile, GrowingWriter, Payload, SIZE_UNKNOWN};
 
 /// A parked message.
 struct Parked {
@@ -365,11 +365,6 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// What is being sent.
-    pub fn notice(&self) -> ParkedNotice {
-        self.notice
-    }
-
     /// The chunks as a stream: each read once the payload holds it (a snapshot still being
     /// built is sent as it grows).
     pub fn into_stream(self) -> impl tokio_stream::Stream<Item = Result<pb::ParkedChunk, Status>> + Send {

@@ -6,7 +6,7 @@
 //! out what this node parked for the caller, and a transfer notice from a peer starts a pull
 //! from it, whose result is handed on exactly as if it had come on the lane.
 
-use crate::node::{NodeHandle, Request as NodeRequest};
+use crate::node::NodeHandle;
 use crate::peer::lanes::PeerNetwork;
 use crate::peer::parked::{
     reassemble, Assembled, ParkedKind, ParkedNotice, PullError, Pulled, Reassembly, CHUNK_TIMEOUT,
@@ -199,7 +199,7 @@ impl Inner {
             Wire::Election(message) => {
                 let _ = self.election.try_send((from, message));
             }
-            Wire::Log(message) => self.node.deliver(NodeRequest::Log(from, message)),
+            Wire::Log(message) => self.node.deliver_log(from, message),
             Wire::Forward(id, request) => {
                 // A forward is a client's request: it takes a place in the client queue like
                 // one, unless the follower is of a version that cannot read the refusal.
@@ -208,7 +208,7 @@ impl Inner {
                     self.network.send(from, &Wire::Answer(id, Err(refusal)));
                 }
             }
-            Wire::Answer(id, answer) => self.node.deliver(NodeRequest::Answered(from, id, answer)),
+            Wire::Answer(id, answer) => self.node.deliver_answer(from, id, answer),
             Wire::Parked(_) => tracing::warn!(%from, "ignoring a transfer notice inside a transferred message"),
         }
     }
@@ -242,7 +242,7 @@ impl Inner {
                 return false;
             }
             Err(PullError::Install(reason)) => {
-                self.node.deliver(NodeRequest::SnapshotInstallFailed(from, reason));
+                self.node.snapshot_install_failed(from, reason);
                 return false;
             }
             Err(error) => {
@@ -256,13 +256,13 @@ impl Inner {
             (ParkedKind::Snapshot { index }, Fetched::Staged(snapshot)) => {
                 tracing::info!(peer = %from, index, bytes = snapshot.bytes(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks and installed in a staged engine; handing it to the log");
-                self.node.deliver(NodeRequest::StagedSnapshot(from, snapshot));
+                self.node.deliver_staged_snapshot(from, snapshot);
                 true
             }
             (ParkedKind::Snapshot { index }, Fetched::Memory(data)) => {
                 tracing::info!(peer = %from, index, bytes = data.len(), chunks, elapsed_ms = started.elapsed().as_millis() as u64,
                     "snapshot received in chunks; handing it to the log");
-                self.node.deliver(NodeRequest::Log(from, LogMessage::Snapshot { index, data }));
+                self.node.deliver_log(from, LogMessage::Snapshot { index, data });
                 true
             }
             (ParkedKind::Message, Fetched::Staged(snapshot)) => {

@@ -61,11 +61,6 @@ impl TlsState {
         self.client_port.is_some() || self.peer_server.is_some()
     }
 
-    /// The settings this state was loaded from.
-    pub fn settings(&self) -> &TlsSettings {
-        &self.settings
-    }
-
     /// Rebuilds every configuration from the files; all or nothing.
     pub fn reload(&self) -> Result<(), TlsError> {
         let (client_port, peer) = build(&self.settings)?;

@@ -35,14 +35,6 @@ fn value(i: usize) -> Vec<u8> {
     v
 }
 
-fn prefix_end() -> Vec<u8> {
-    let mut end = PREFIX.to_vec();
-    if let Some(last) = end.last_mut() {
-        *last += 1;
-    }
-    end
-}
-
 /// Puts the storm's keys through `master`, 32 at a time, each retried for up to 30 s.
 pub async fn load(master: usize) -> Result<()> {
     let kv = KvClient::new(channel(master));
@@ -175,7 +167,11 @@ async fn read_loop(node: usize, kind: Kind, until: Instant, log: Log) {
 
 /// One read of `kind`; `Some(what)` when the answer is wrong.
 async fn read_once(kv: &mut KvClient<tonic::transport::Channel>, kind: Kind) -> Result<Option<String>, tonic::Status> {
-    let whole = RangeRequest { key: PREFIX.to_vec(), range_end: prefix_end(), ..Default::default() };
+    let whole = RangeRequest {
+        key: PREFIX.to_vec(),
+        range_end: leasekv_client::prefix_range_end(PREFIX),
+        ..Default::default()
+    };
     match kind {
         Kind::Count => {
             let r = kv.range(RangeRequest { count_only: true, ..whole }).await?.into_inner();

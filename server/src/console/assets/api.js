@@ -33,6 +33,13 @@ export function headers() {
   return h;
 }
 
+/** etcd's message, and why, when the node said so beside it (a LocalizedMessage detail:
+ *  the limit that was passed, the setting to raise). */
+export function explained(message, details) {
+  const why = (details || []).find((d) => String(d["@type"]).endsWith("google.rpc.LocalizedMessage"));
+  return why && why.message ? `${message} (${why.message})` : message;
+}
+
 export async function failure(response) {
   let body = {};
   try {
@@ -41,7 +48,7 @@ export async function failure(response) {
     /* not JSON: use the status */
   }
   const message = (typeof body.error === "string" ? body.error : body.message) || `HTTP ${response.status}`;
-  return new EtcdError(message, body.code, response.status);
+  return new EtcdError(explained(message, body.details), body.code, response.status);
 }
 
 /** One gateway call; retried once after a sign-in when the token is missing or stale. */

@@ -2,7 +2,7 @@
 
 import { display, fromBase64, leaseHex } from "./bytes.js";
 import { $, el, notice } from "./dom.js";
-import { EtcdError, call, stream } from "./api.js";
+import { EtcdError, call, explained, stream } from "./api.js";
 
 // Leases by name, shared by the services and leases views. `ended` keeps, for a minute, the
 // leases a refresh no longer found, so that a lease expiring while shown stays on screen,
@@ -125,7 +125,7 @@ export async function keepAliveOnce(id) {
       "/ui/api/v3/lease/keepalive",
       { method: "POST", body: JSON.stringify({ ID: id }) },
       (line) => {
-        if (line.error) throw new EtcdError(line.error.message, line.error.grpc_code);
+        if (line.error) throw new EtcdError(explained(line.error.message, line.error.details), line.error.grpc_code);
         renewed = line.result || {};
         abort.abort();
       },

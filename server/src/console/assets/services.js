@@ -2,7 +2,7 @@
 
 import { clock, display, rangeOf, toBase64 } from "./bytes.js";
 import { $, el, notice } from "./dom.js";
-import { EtcdError, kvOf, range, stream } from "./api.js";
+import { EtcdError, explained, kvOf, range, stream } from "./api.js";
 import { countdownText, leaseAlive, leaseLabel, leases, refreshLeases } from "./leases.js";
 
 /** How many registrations are listed at first; the watch adds the ones that come later. */
@@ -66,7 +66,7 @@ export async function watchServices(key, end, start, abort) {
       "/ui/api/v3/watch",
       { method: "POST", body: JSON.stringify(body) },
       async (line) => {
-        if (line.error) throw new EtcdError(line.error.message, line.error.grpc_code);
+        if (line.error) throw new EtcdError(explained(line.error.message, line.error.details), line.error.grpc_code);
         const result = line.result || {};
         if (result.canceled) {
           const why = result.cancel_reason || (result.compact_revision ? `compacted at ${result.compact_revision}` : "no reason given");

@@ -139,11 +139,6 @@ impl Payload {
         }
     }
 
-    /// Whether it holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The bytes from `offset` through `end` (exclusive; within the payload).
     fn read(&self, offset: u64, end: u64) -> std::io::Result<Vec<u8>> {
         match self {
