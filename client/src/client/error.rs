@@ -109,10 +109,10 @@ pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     append_causes(error.to_string(), error.source())
 }
 
-/// Appends each cause in the chain from `source` that `text` does not already say.
 /// The status's message, and the server's explanation after it when it gave one
-/// ([`crate::errors::explanation`]): etcd's "request is too large" becomes "request is too
-/// large (the value is 2 MB, at most 1.5 MB are allowed)".
+/// ([`crate::errors::explanation`]): etcd's "request is too large" becomes "etcdserver:
+/// request is too large (the value is 2000000 bytes; at most 1572864 are allowed ([limits]
+/// max_value_bytes))".
 fn explained(status: &Status) -> String {
     match crate::errors::explanation(status) {
         Some(why) => format!("{} ({why})", status.message()),
@@ -120,6 +120,7 @@ fn explained(status: &Status) -> String {
     }
 }
 
+/// Appends each cause in the chain from `source` that `text` does not already say.
 pub(super) fn append_causes(mut text: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(cause) = source {
         let cause_text = cause.to_string();
