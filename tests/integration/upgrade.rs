@@ -36,6 +36,25 @@ const BEFORE_VALUE_FILES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fix
 
 struct Node(Child);
 
+impl Node {
+    /// Stops the node as an operator does (SIGTERM), waiting up to 20 s for it to exit. The
+    /// engine write of an answered command waits up to 5 ms after the answer
+    /// (`ENGINE_WRITE_DELAY`): a kill right after a write can come first (seen in CI, a
+    /// debug build under load), while a clean stop takes 150 ms and more.
+    fn stop(mut self) {
+        let term = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        assert!(term.is_ok_and(|s| s.success()), "kill -TERM failed");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the node did not stop within 20 s of SIGTERM");
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -140,13 +159,14 @@ fn opens_with_everything_in_it(fixture: &str) {
     let endpoint = format!("127.0.0.1:{}", ports[0]);
     let rt = runtime();
     {
-        let _node = start(&config, &dir.path().join("log1"));
+        let node = start(&config, &dir.path().join("log1"));
         rt.block_on(check_state(&endpoint));
         // A write after the upgrade, then a clean stop.
         rt.block_on(async {
             let c = client(&endpoint).await;
             c.put("/upgraded", "yes", 0, false).await.expect("a write after the upgrade");
         });
+        node.stop();
     }
     let data = dir.path().join("data");
     assert!(data.join("log").is_dir(), "the log moved to its segment files");
