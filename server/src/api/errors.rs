@@ -11,7 +11,7 @@
 //! message, prefixed `etcdserver: ` like the rest.
 
 use leasekv_client::EtcdError;
-use leasekv_kvstore::log::{ErrorClass, RequestError};
+use leasekv_kvstore::log::RequestError;
 use leasekv_kvstore::KvError;
 use tonic::{Code, Status};
 
@@ -106,21 +106,10 @@ pub fn kv_error(error: &KvError) -> Status {
     }
 }
 
-/// The status for a replica error. A fatal one (this node, or the master that answered a
-/// forwarded request, has stopped) is etcd's "server stopped", which etcd's clients retry
-/// on another member, with the cause beside it.
+/// The status for a replica error. A fatal one ([`RequestError::class`]: this node, or the
+/// master that answered a forwarded request, has stopped) is etcd's "server stopped", which
+/// etcd's clients retry on another member, with the cause beside it.
 pub fn request_error(error: RequestError) -> Status {
-    if error.class() == ErrorClass::Fatal {
-        return match error {
-            RequestError::StorageFailed(failure) => EtcdError::Stopped.explained(
-                "STORAGE_FAILED",
-                format!(
-                    "the member stopped serving after a storage failure ({failure}); it serves again once restarted"
-                ),
-            ),
-            _ => EtcdError::Stopped.status(),
-        };
-    }
     match error {
         RequestError::Invalid(e) => kv_error(&e),
         RequestError::NotMaster { .. } => EtcdError::NoLeader.status(),
@@ -137,8 +126,12 @@ pub fn request_error(error: RequestError) -> Status {
                  back-off"
             ),
         ),
+        RequestError::ShuttingDown => EtcdError::Stopped.status(),
+        RequestError::StorageFailed(failure) => EtcdError::Stopped.explained(
+            "STORAGE_FAILED",
+            format!("the member stopped serving after a storage failure ({failure}); it serves again once restarted"),
+        ),
         RequestError::PeerProtocol(what) => Status::internal(format!("leasekv peer protocol error: {what}")),
-        RequestError::ShuttingDown | RequestError::StorageFailed(_) => unreachable!("fatal, answered above"),
     }
 }
 
@@ -217,6 +210,10 @@ mod tests {
         assert_eq!((status.code(), status.message()), (Code::Unavailable, "etcdserver: server stopped"));
         assert!(explanation(&status).is_some_and(|why| why.contains("disk gone")));
         assert_eq!(request_error(RequestError::ShuttingDown).message(), "etcdserver: server stopped");
+        for fatal in [RequestError::ShuttingDown, RequestError::StorageFailed(StorageFailure::reported("x"))] {
+            assert_eq!(fatal.class(), leasekv_kvstore::log::ErrorClass::Fatal);
+        }
+        assert_eq!(RequestError::NotReady.class(), leasekv_kvstore::log::ErrorClass::Call);
     }
 
     #[test]
