@@ -35,12 +35,24 @@ pub struct Network {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Senders whose outgoing messages are clogged until a real time, with extra delay.
     clogged: Vec<(NodeId, u64, u64)>,
+    /// A takeover drill's hold on one node: what it receives is late, or it is cut off.
+    /// Outside `cut` so that the heal of an earlier fault does not end the drill early.
+    drill: Option<(NodeId, DrillHold)>,
+}
+
+/// What a takeover drill does to its node's links.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DrillHold {
+    /// Every message to the node arrives this many ns later than it would.
+    LateInbound(u64),
+    /// The node can neither send nor receive until this real time.
+    Isolated(u64),
 }
 
 impl Network {
     /// A fully connected network with the given fault rates.
     pub fn new(faults: NetworkFaults) -> Self {
-        Network { faults, cut: BTreeSet::new(), clogged: Vec::new() }
+        Network { faults, cut: BTreeSet::new(), clogged: Vec::new(), drill: None }
     }
 
     fn key(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
@@ -62,9 +74,23 @@ impl Network {
         self.clogged.clear();
     }
 
-    /// Whether `a` and `b` can exchange messages.
+    /// Whether `a` and `b` can exchange messages (drills aside).
     pub fn connected(&self, a: NodeId, b: NodeId) -> bool {
         !self.cut.contains(&Network::key(a, b))
+    }
+
+    /// Puts `node` under a takeover drill's hold, replacing any earlier one.
+    pub fn drill(&mut self, node: NodeId, hold: DrillHold) {
+        self.drill = Some((node, hold));
+    }
+
+    /// Ends any takeover drill (the quiet phase).
+    pub fn end_drill(&mut self) {
+        self.drill = None;
+    }
+
+    fn isolated_by_drill(&self, now: u64, node: NodeId) -> bool {
+        matches!(self.drill, Some((n, DrillHold::Isolated(until))) if n == node && now < until)
     }
 
     /// Holds up `node`'s outgoing messages sent before real time `until` by up to `extra` ns.
@@ -74,11 +100,19 @@ impl Network {
 
     /// The delivery delays (zero, one or two copies) of a message sent at `now`.
     pub fn deliveries(&self, now: u64, from: NodeId, to: NodeId, rng: &mut SplitMix64) -> Vec<u64> {
-        if !self.connected(from, to) || rng.chance(self.faults.loss) {
+        if !self.connected(from, to)
+            || self.isolated_by_drill(now, from)
+            || self.isolated_by_drill(now, to)
+            || rng.chance(self.faults.loss)
+        {
             return Vec::new();
         }
         let copies = if rng.chance(self.faults.duplicate) { 2 } else { 1 };
-        (0..copies).map(|_| self.delay(now, from, rng)).collect()
+        let late = match self.drill {
+            Some((n, DrillHold::LateInbound(extra))) if n == to => extra,
+            _ => 0,
+        };
+        (0..copies).map(|_| self.delay(now, from, rng) + late).collect()
     }
 
     fn delay(&self, now: u64, from: NodeId, rng: &mut SplitMix64) -> u64 {

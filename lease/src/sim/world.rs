@@ -12,7 +12,7 @@
 
 use super::clock::SimClock;
 use super::membership::{self, Change, Configuration, History, MembershipStats};
-use super::network::{Network, NetworkFaults};
+use super::network::{DrillHold, Network, NetworkFaults};
 use super::queue::EventQueue;
 use super::stats::Summary;
 use crate::backend::BackendKind;
@@ -218,6 +218,8 @@ struct World {
     down_for_good: Vec<usize>,
     /// The log's configuration history.
     history: History,
+    /// The master a takeover drill waits on: cut off once its next round lands.
+    drill: Option<NodeId>,
 }
 
 /// Runs one seed and reports what the oracles saw.
@@ -263,6 +265,7 @@ impl World {
             quiet: false,
             down_for_good: Vec::new(),
             history,
+            drill: None,
         };
         for node in 0..world.slots.len() {
             world.queue.push(0, Event::Start { node });
@@ -537,6 +540,9 @@ impl World {
             if let LeadershipChange::Elected { .. } = change {
                 self.on_elected(from);
             }
+            if matches!(change, LeadershipChange::Elected { .. } | LeadershipChange::Extended { .. }) {
+                self.cut_off_drilled(from);
+            }
         }
         for env in output.messages {
             self.report.messages += 1;
@@ -606,6 +612,11 @@ impl World {
             return;
         }
         self.network.faults = self.config.faults.clone();
+        if self.drill.take().is_some() {
+            // The drilled master never renewed (it stepped down or crashed): the drill is over.
+            self.network.end_drill();
+        }
+        let mut next = self.rng.range_u64(100, 1500) * MS;
         let n = self.slots.len();
         let members = self.members();
         let masters = self.masters();
@@ -615,7 +626,7 @@ impl World {
         } else {
             members[self.rng.range_u64(0, members.len() as u64 - 1) as usize]
         };
-        match self.rng.range_u64(0, 9) {
+        match self.rng.range_u64(0, 10) {
             0 | 1 => {
                 // Partition into two random sides, healed later.
                 let mut order: Vec<NodeId> = self.all_ids();
@@ -690,10 +701,78 @@ impl World {
                 let heal = self.rng.range_u64(500, 3000) * MS;
                 self.queue.push(self.now + heal, Event::Heal);
             }
+            9 if !masters.is_empty() => next = self.begin_drill(masters[0]),
+            10 if !masters.is_empty() => next = self.stale_release_drill(masters[0]),
             _ => {}
         }
-        let next = self.rng.range_u64(100, 1500) * MS;
         self.queue.push(self.now + next, Event::Chaos);
+    }
+
+    /// A takeover drill, the fault shaped for the instant a holder's own timer is all that
+    /// keeps two masters apart (the `late-timer` and `no-drift-margin` controls): random
+    /// faults rarely reach it, since a lost, partitioned or backing-off majority seldom
+    /// takes over within a few ms of the acceptors' expiry. Every other fault stops, what
+    /// the master receives comes late by 60–95% of a round timeout (so its next round
+    /// lands that late), and once that round lands the master is cut off; the rest, on
+    /// loss-free links, take over as soon as the acceptors let them. The clocks drift apart
+    /// as far as the bound allows (the master's slowest, the others' fastest), so the
+    /// holder's margin is all there is between the two leases. Returns how long the drill
+    /// keeps the next fault away: one renewal, one lease time and the takeover.
+    fn begin_drill(&mut self, master: NodeId) -> u64 {
+        let eps = self.config.lease.drift_bound;
+        for node in 0..self.slots.len() {
+            let rate = if self.slots[node].id == master { 1.0 - eps } else { 1.0 + eps };
+            self.slots[node].clock.set_rate(self.now, rate);
+            // Timers armed at the old rate would fire at the wrong real time.
+            self.after_step(node);
+        }
+        self.network.heal();
+        self.network.faults.loss = 0.0;
+        self.network.faults.slow = 0.0;
+        self.network.faults.stall = 0.0;
+        let round = self.config.lease.round_timeout.as_nanos() as u64;
+        let late = self.rng.range_u64(round * 6 / 10, round * 95 / 100);
+        self.network.drill(master, DrillHold::LateInbound(late));
+        self.drill = Some(master);
+        self.trace(|| format!("drill: {master} receives {}ms late", late / MS));
+        let lease = &self.config.lease;
+        (lease.renew_interval + lease.lease_time).as_nanos() as u64 + 5 * round
+    }
+
+    /// A stale-release drill, the fault shaped for an acceptor that must not let an old
+    /// ballot's Release free a newer one (the `release-any-ballot` control): the master
+    /// steps down while what it sends is held back for 3–6 round timeouts, so its Release
+    /// arrives after it has won the lease back with a newer ballot once its hold-off ended.
+    /// The others, told of the release, compete at once. Other faults stop meanwhile, so
+    /// the win back is prompt. Returns how long the drill keeps the next fault away.
+    fn stale_release_drill(&mut self, master: NodeId) -> u64 {
+        self.network.heal();
+        self.network.faults.loss = 0.0;
+        self.network.faults.slow = 0.0;
+        self.network.faults.stall = 0.0;
+        let round = self.config.lease.round_timeout.as_nanos() as u64;
+        let held_back = self.rng.range_u64(3, 6) * round;
+        // Only what it sends at this instant: its next round goes out on time.
+        self.network.clog(master, self.now + 1, held_back);
+        let node = self.index(master);
+        let now = self.local(node);
+        if let Some(core) = self.slots[node].core.as_mut() {
+            core.step_down(now);
+        }
+        self.trace(|| format!("drill: {master} steps down, its release held back {}ms", held_back / MS));
+        self.after_step(node);
+        self.config.lease.lease_time.as_nanos() as u64 + 2 * held_back
+    }
+
+    /// The drilled master's round landed: cut it off until the others have taken over.
+    fn cut_off_drilled(&mut self, node: NodeId) {
+        if self.drill != Some(node) {
+            return;
+        }
+        self.drill = None;
+        let until = self.now + self.config.lease.lease_time.as_nanos() as u64 + self.rng.range_u64(300, 2000) * MS;
+        self.network.drill(node, DrillHold::Isolated(until));
+        self.trace(|| format!("drill: isolate {node}"));
     }
 
     /// The quiet phase: faults stop; a random majority (or more) is up and connected by
@@ -702,6 +781,8 @@ impl World {
     fn begin_quiet(&mut self) {
         self.quiet = true;
         self.network.heal();
+        self.network.end_drill();
+        self.drill = None;
         self.network.faults.loss = 0.0;
         self.network.faults.stall = 0.0;
         let n = self.slots.len();

@@ -9,8 +9,12 @@ use leasekv_lease::sim::{run_seed, run_seeds, SimConfig};
 use std::time::Duration;
 
 const SEEDS: u64 = 500;
-/// Seeds a negative control may need before the oracle catches it (it stops at the first).
-const CONTROL_SEEDS: u64 = 3000;
+/// Seeds a negative control may need before the oracle catches it (it stops at the first),
+/// from each of [`CONTROL_BASES`]: the drills of the chaos phase make every control's window
+/// common enough to be met within these from any base.
+const CONTROL_SEEDS: u64 = 300;
+/// Two seed bases, one of them far from anything the simulator was tuned on.
+const CONTROL_BASES: [u64; 2] = [0, 4_000_000];
 
 fn config(backend: BackendKind) -> SimConfig {
     SimConfig::new(backend, 5, 0.2, 0.01)
@@ -97,60 +101,58 @@ fn a_seed_replays_exactly() {
     assert_ne!(run_seed(&c, 43).trace, a.trace);
 }
 
-fn caught(breakage: Breakage, base: u64) {
+fn caught(breakage: Breakage) {
     let mut c = config(BackendKind::PaxosLease);
     c.lease.breakage = breakage;
-    for seed in base..base + CONTROL_SEEDS {
-        if !run_seed(&c, seed).violations.is_empty() {
-            return;
-        }
+    for base in CONTROL_BASES {
+        let found = (base..base + CONTROL_SEEDS).any(|seed| !run_seed(&c, seed).violations.is_empty());
+        assert!(found, "negative control {} was not caught in {CONTROL_SEEDS} seeds from seed {base}", breakage.name());
     }
-    panic!("negative control {} was not caught in {CONTROL_SEEDS} seeds", breakage.name());
 }
 
 #[test]
 fn control_no_quarantine_is_caught() {
-    caught(Breakage::NoQuarantine, 0);
+    caught(Breakage::NoQuarantine);
 }
 
 #[test]
 fn control_no_drift_margin_is_caught() {
-    caught(Breakage::NoDriftMargin, 0);
+    caught(Breakage::NoDriftMargin);
 }
 
 #[test]
 fn control_count_duplicates_is_caught() {
-    caught(Breakage::CountDuplicates, 0);
+    caught(Breakage::CountDuplicates);
 }
 
 #[test]
 fn control_release_any_ballot_is_caught() {
-    caught(Breakage::ReleaseAnyBallot, 0);
+    caught(Breakage::ReleaseAnyBallot);
 }
 
 #[test]
 fn control_late_timer_is_caught() {
-    caught(Breakage::LateTimer, 0);
+    caught(Breakage::LateTimer);
 }
 
 #[test]
 fn control_hand_over_keeps_lease_is_caught() {
-    caught(Breakage::HandOverKeepsLease, 0);
+    caught(Breakage::HandOverKeepsLease);
 }
 
 #[test]
 fn control_two_voters_at_once_is_caught() {
-    caught(Breakage::TwoVotersAtOnce, 0);
+    caught(Breakage::TwoVotersAtOnce);
 }
 
 #[test]
 fn control_learner_counted_is_caught() {
-    caught(Breakage::LearnerCounted, 0);
+    caught(Breakage::LearnerCounted);
 }
 
 #[test]
 fn control_no_change_wait_is_caught() {
-    caught(Breakage::NoChangeWait, 0);
+    caught(Breakage::NoChangeWait);
 }
 
 #[test]
