@@ -20,7 +20,7 @@ use crate::storage::MemoryStorage;
 use crate::types::{KeyRange, NO_LEASE};
 use crate::watch::StreamConfig;
 use leasekv_lease::rng::SplitMix64;
-use leasekv_lease::sim::{EventQueue, Network, NetworkFaults, SimClock};
+use leasekv_lease::sim::{DrillHold, EventQueue, Network, NetworkFaults, SimClock};
 use leasekv_lease::{
     BackendKind, ElectionCore, ElectionMessage, EpochStore, LeadershipChange, LeaseConfig, LossReason,
     MemoryEpochStore, NodeId,
@@ -283,6 +283,11 @@ enum Event {
     Restart {
         node: usize,
     },
+    /// The end of a sick-disk drill (see `World::sicken_disk`): the node crashes.
+    DrillCrash {
+        node: usize,
+        incarnation: u64,
+    },
     WatchTick {
         client: usize,
     },
@@ -328,11 +333,16 @@ struct Node {
     join_seed: Option<Membership>,
     /// The configuration epoch its election was last given.
     election_epoch: u64,
+    /// A sick-disk drill waits for this node's next checkpoint (see `World::sicken_disk`).
+    sick_disk: bool,
 }
 
 struct World {
     config: KvSimConfig,
     rng: SplitMix64,
+    /// A sick-disk drill under way: the node, its incarnation and the slot it had applied
+    /// when it was cut off (see `World::sicken_disk`).
+    sick: Option<(usize, u64, Slot)>,
     now: u64,
     queue: EventQueue<Event>,
     network: Network,
@@ -409,6 +419,7 @@ impl World {
                     pending_visible: false,
                     join_seed: None,
                     election_epoch: 0,
+                    sick_disk: false,
                 }
             })
             .collect();
@@ -436,6 +447,7 @@ impl World {
             ops_issued: 0,
             history: History::new(),
             quiet: false,
+            sick: None,
             configurations: BTreeMap::new(),
             overlapping: false,
             delay_renewals: seed % 5 == 4,
@@ -666,6 +678,14 @@ impl World {
             }
             Event::ClientNext { client } => self.client_next(client),
             Event::Restart { node } => self.start(node),
+            Event::DrillCrash { node, incarnation } => {
+                // The quiet phase has no faults: a drill's crash planned for later is off.
+                if !self.quiet && incarnation == self.nodes[node].incarnation && self.is_up(node) {
+                    self.crash(node);
+                    let back = self.rng.range_u64(50, 500) * MS;
+                    self.queue.push(self.now + back, Event::Restart { node });
+                }
+            }
             Event::WatchTick { client } => self.watch_tick(client),
             Event::WatchWrite => self.watch_write(),
             Event::Heal => {

@@ -21,7 +21,7 @@ mod world;
 
 pub use clock::SimClock;
 pub use membership::MembershipStats;
-pub use network::{Network, NetworkFaults};
+pub use network::{DrillHold, Network, NetworkFaults};
 pub use queue::EventQueue;
 pub use stats::{percentile, Summary};
 pub use world::{run_seed, run_seeds, SeedReport, SimConfig, Violation};

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The longest a sick-disk drill keeps its node cut off.
+const SICK_DISK_LONGEST: u64 = 10_000 * MS;
+
 impl World {
     pub(super) fn masters(&self) -> Vec<usize> {
         (0..self.nodes.len())
@@ -27,6 +30,14 @@ impl World {
             return;
         }
         self.network.faults = self.config.faults.clone();
+        self.heal_sick();
+        if self.sick.is_some() {
+            // No other fault while a sick-disk drill runs: a crash of its node or a stalled
+            // master would end it before the master compacts past the node.
+            let next = self.rng.range_u64(200, 1500) * MS;
+            self.queue.push(self.now + next, Event::Chaos);
+            return;
+        }
         let n = self.nodes.len();
         let masters = self.masters();
         let victim = match masters.first() {
@@ -90,10 +101,84 @@ impl World {
                 self.network.clog(id, self.now + window, extra);
                 self.queue.push(self.now + window + extra, Event::Heal);
             }
+            17 | 18 => self.sicken_disk(&masters),
             _ => {}
         }
         let next = self.rng.range_u64(200, 1500) * MS;
         self.queue.push(self.now + next, Event::Chaos);
+    }
+
+    /// A sick-disk drill, the fault shaped for a checkpoint that a snapshot install overtakes
+    /// (the `checkpoint-overtaken` control), which random faults almost never reach: an
+    /// install needs a member so far behind that the master's log no longer holds what it
+    /// misses, while the member's own checkpoint is still syncing. A follower's disk turns
+    /// sick: its next checkpoint's sync hangs, and the node drops off the network with it
+    /// (as a node whose disk stalls misses its heartbeats) until the master has compacted
+    /// past it, 10 s at most. Healed, it installs a snapshot; the checkpoint ends after
+    /// that, and soon after the node crashes. A checkpoint that drops the install's
+    /// snapshot record then leaves the restarted node's state behind its log.
+    fn sicken_disk(&mut self, masters: &[usize]) {
+        if self.sick.is_some() {
+            return;
+        }
+        let followers: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.is_up(i) && !masters.contains(&i)).collect();
+        if followers.is_empty() {
+            return;
+        }
+        let node = followers[self.rng.range_u64(0, followers.len() as u64 - 1) as usize];
+        self.nodes[node].sick_disk = true;
+        let id = self.nodes[node].id;
+        self.trace(|| format!("drill: {id}'s disk turns sick at its next checkpoint"));
+    }
+
+    /// The latency of a checkpoint `node` begins, if a sick-disk drill waits for it: the
+    /// node is cut off now, and the sync and a crash after it come at the drill's latest
+    /// (`heal_sick` brings both forward once the master has compacted past the node).
+    pub(super) fn sick_checkpoint(&mut self, node: usize, applied: Slot) -> Option<u64> {
+        if !std::mem::take(&mut self.nodes[node].sick_disk) || self.sick.is_some() {
+            return None;
+        }
+        let cut_off = SICK_DISK_LONGEST;
+        let id = self.nodes[node].id;
+        self.network.drill(id, DrillHold::Isolated(self.now + cut_off));
+        let latency = cut_off + self.rng.range_u64(300, 1500) * MS;
+        let crash = latency + self.rng.range_u64(10, 300) * MS;
+        let incarnation = self.nodes[node].incarnation;
+        self.queue.push(self.now + crash, Event::DrillCrash { node, incarnation });
+        self.sick = Some((node, incarnation, applied));
+        self.trace(|| format!("drill: {id} cut off at slot {applied}, its checkpoint hangs"));
+        Some(latency)
+    }
+
+    /// Ends a sick-disk drill's cut once the master's log no longer holds the slot after
+    /// the one the node had applied (so it gets a snapshot): the hung checkpoint ends
+    /// 0.3–1.5 s later, after the install, and the node crashes soon after. The events
+    /// planned for the drill's latest find the checkpoint gone and the node restarted.
+    fn heal_sick(&mut self) {
+        let Some((node, incarnation, applied)) = self.sick else { return };
+        if incarnation != self.nodes[node].incarnation {
+            self.sick = None;
+            return;
+        }
+        let retained = self.config.replica.retain_after_snapshot;
+        let compacted = self.masters().iter().any(|&m| {
+            self.nodes[m].kv.as_ref().is_some_and(|kv| kv.replica().snapshot_index() > applied + retained + 1)
+        });
+        if !compacted {
+            return;
+        }
+        self.sick = None;
+        self.network.end_drill();
+        if let Some((node, incarnation, _)) = self.sick.take() {
+            // The sick disk recovers with the quiet: its checkpoint reports now.
+            self.queue.push(self.now + MS, Event::CheckpointDone { node, incarnation });
+        }
+        let done = self.rng.range_u64(300, 1500) * MS;
+        self.queue.push(self.now + done, Event::CheckpointDone { node, incarnation });
+        let crash = done + self.rng.range_u64(10, 300) * MS;
+        self.queue.push(self.now + crash, Event::DrillCrash { node, incarnation });
+        let id = self.nodes[node].id;
+        self.trace(|| format!("drill: the master compacted past {id}: healed"));
     }
 
     /// Faults stop, every node comes back, the network is healed and loss-free; clients
@@ -102,10 +187,16 @@ impl World {
         self.quiet = true;
         self.trace(|| "quiet".to_string());
         self.network.heal();
+        self.network.end_drill();
+        if let Some((node, incarnation, _)) = self.sick.take() {
+            // The sick disk recovers with the quiet: its checkpoint reports now.
+            self.queue.push(self.now + MS, Event::CheckpointDone { node, incarnation });
+        }
         self.network.faults.loss = 0.0;
         self.network.faults.stall = 0.0;
         for node in 0..self.nodes.len() {
             self.nodes[node].paused_until = 0;
+            self.nodes[node].sick_disk = false;
             self.start(node);
         }
     }

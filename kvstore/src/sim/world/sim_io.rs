@@ -123,11 +123,13 @@ impl NodeIo<MemoryStorage, Waiter> for SimIo<'_> {
 
     fn checkpoint(&mut self, ticket: CheckpointTicket) {
         let world = &mut *self.world;
+        let sick = world.sick_checkpoint(self.node, ticket.slot());
         // Half the checkpoints sync at once and report later: the log is dropped only at
-        // the report, whenever the sync ran.
-        let early = world.rng.chance(0.5).then(|| ticket.sync());
+        // the report, whenever the sync ran. A sick disk's sync ran at once and its report
+        // hangs.
+        let early = (sick.is_some() || world.rng.chance(0.5)).then(|| ticket.sync());
         world.nodes[self.node].checkpoint_in_flight = Some((ticket, early));
-        let latency = world.rng.range_u64(100, 3000) * 1000;
+        let latency = sick.unwrap_or_else(|| world.rng.range_u64(100, 3000) * 1000);
         let incarnation = world.nodes[self.node].incarnation;
         world.queue.push(world.now + latency, Event::CheckpointDone { node: self.node, incarnation });
     }
