@@ -35,12 +35,13 @@ pub struct Network {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Senders whose outgoing messages are clogged until a real time, with extra delay.
     clogged: Vec<(NodeId, u64, u64)>,
-    /// A takeover drill's hold on one node: what it receives is late, or it is cut off.
-    /// Outside `cut` so that the heal of an earlier fault does not end the drill early.
+    /// A drill's hold on one node: what it receives is late, or it is cut off. Outside
+    /// `cut` so that the heal of an earlier fault does not end the drill early.
     drill: Option<(NodeId, DrillHold)>,
 }
 
-/// What a takeover drill does to its node's links.
+/// What a drill (the election simulator's takeover drill, the store simulator's sick disk)
+/// does to its node's links.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DrillHold {
     /// Every message to the node arrives this many ns later than it would.
@@ -79,12 +80,12 @@ impl Network {
         !self.cut.contains(&Network::key(a, b))
     }
 
-    /// Puts `node` under a takeover drill's hold, replacing any earlier one.
+    /// Puts `node` under a drill's hold, replacing any earlier one.
     pub fn drill(&mut self, node: NodeId, hold: DrillHold) {
         self.drill = Some((node, hold));
     }
 
-    /// Ends any takeover drill (the quiet phase).
+    /// Ends any drill's hold (the quiet phase, a drill that is over).
     pub fn end_drill(&mut self) {
         self.drill = None;
     }

@@ -169,10 +169,6 @@ impl World {
         }
         self.sick = None;
         self.network.end_drill();
-        if let Some((node, incarnation, _)) = self.sick.take() {
-            // The sick disk recovers with the quiet: its checkpoint reports now.
-            self.queue.push(self.now + MS, Event::CheckpointDone { node, incarnation });
-        }
         let done = self.rng.range_u64(300, 1500) * MS;
         self.queue.push(self.now + done, Event::CheckpointDone { node, incarnation });
         let crash = done + self.rng.range_u64(10, 300) * MS;

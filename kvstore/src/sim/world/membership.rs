@@ -143,9 +143,9 @@ impl World {
         let learners = current.learners();
         let next_id = current.next_id();
         let spare_left = (next_id.0 as usize) <= self.nodes.len();
-        #[cfg(feature = "negative-controls")]
         // From an odd number of voters (3 → 5, 5 → 7) a majority of the old and one of
         // the new configuration need not meet; two spares must be left.
+        #[cfg(feature = "negative-controls")]
         if self.config.replica.breakage == LogBreakage::TwoVotersAtOnce
             && voters.len() % 2 == 1
             && (next_id.0 as usize) < self.nodes.len()
