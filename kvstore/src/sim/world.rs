@@ -34,6 +34,7 @@ mod membership;
 mod nodes;
 mod report;
 mod sim_io;
+mod stale_majority;
 mod watchers;
 
 pub use report::{SeedReport, SimSummary};
@@ -343,6 +344,8 @@ struct World {
     /// A sick-disk drill under way: the node, its incarnation and the slot it had applied
     /// when it was cut off (see `World::sicken_disk`).
     sick: Option<(usize, u64, Slot)>,
+    /// A stale-majority drill under way (see `stale_majority.rs`).
+    stale_majority: Option<stale_majority::StaleMajority>,
     now: u64,
     queue: EventQueue<Event>,
     network: Network,
@@ -448,6 +451,7 @@ impl World {
             history: History::new(),
             quiet: false,
             sick: None,
+            stale_majority: None,
             configurations: BTreeMap::new(),
             overlapping: false,
             delay_renewals: seed % 5 == 4,

@@ -113,6 +113,15 @@ fn two_voters_added_at_once_are_caught() {
     caught_by(LogBreakage::TwoVotersAtOnce, ViolationKind::MastersOverlap, 3, 300);
 }
 
+/// Rule 5: the next voter change waits for a lease round at the last one's epoch and the
+/// max lease time after it. Without the wait, two voter changes in a row can leave a majority
+/// of the configuration before them electing at its old epoch; the chaos phase's
+/// stale-majority drill (`kvstore/src/sim/world/stale_majority.rs`) lines that up.
+#[test]
+fn a_voter_change_proposed_without_rule_5s_wait_is_caught() {
+    caught_by(LogBreakage::NoChangeWait, ViolationKind::MastersOverlap, 3, 300);
+}
+
 /// Runs seeds until the control is caught by `oracle`; fails if it never is.
 fn caught_by(breakage: LogBreakage, oracle: ViolationKind, nodes: usize, max_seeds: u64) {
     let config = KvSimConfig::new(nodes, 1000, 0.05, 0.01).with_breakage(breakage);
@@ -258,6 +267,11 @@ fn deposed_expiry_is_caught_by_the_lease_oracle() {
 
 #[test]
 fn a_seed_replays_exactly() {
+    // Every event replays; a snapshot's bytes may not. A format 9 snapshot carries the pages
+    // the engine's flushes wrote, and those run on a thread of their own, so under load a
+    // replay can send the same state in other pages (seen on seed 79 with four copies of
+    // this test at once). The comparison leaves those bytes out; what the receiver does
+    // with them is in the trace.
     let mut config = KvSimConfig::new(3, 300, 0.05, 0.01);
     config.trace = true;
     // 79 is 4 mod 5: the seed also holds back renewals (stalls), which draw from the seed's
@@ -266,7 +280,19 @@ fn a_seed_replays_exactly() {
         let a = run_seed(&config, seed);
         let b = run_seed(&config, seed);
         assert!(a.trace.len() > 1000);
-        assert_eq!(a.trace, b.trace, "seed {seed}");
+        if let Some(i) = (0..a.trace.len().min(b.trace.len()))
+            .find(|&i| without_snapshot_bytes(&a.trace[i]) != without_snapshot_bytes(&b.trace[i]))
+        {
+            panic!("seed {seed} line {i}:\n{}\n{}", a.trace[i], b.trace[i]);
+        }
+        assert_eq!(a.trace.len(), b.trace.len(), "seed {seed}");
+    }
+}
+
+fn without_snapshot_bytes(line: &str) -> String {
+    match line.find("data: [") {
+        Some(i) => format!("{}data: …", &line[..i]),
+        None => line.to_string(),
     }
 }
 

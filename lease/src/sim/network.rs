@@ -35,18 +35,19 @@ pub struct Network {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Senders whose outgoing messages are clogged until a real time, with extra delay.
     clogged: Vec<(NodeId, u64, u64)>,
-    /// A drill's hold on one node: what it receives is late, or it is cut off. Outside
-    /// `cut` so that the heal of an earlier fault does not end the drill early.
-    drill: Option<(NodeId, DrillHold)>,
+    /// A drill's hold on a group of nodes: what they receive is late, or they are cut off
+    /// from the rest. Outside `cut` so that the heal of an earlier fault does not end the
+    /// drill early.
+    drill: Option<(Vec<NodeId>, DrillHold)>,
 }
 
 /// What a drill (the election simulator's takeover drill, the store simulator's sick disk)
 /// does to its node's links.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DrillHold {
-    /// Every message to the node arrives this many ns later than it would.
+    /// Every message to the group arrives this many ns later than it would.
     LateInbound(u64),
-    /// The node can neither send nor receive until this real time.
+    /// The group can talk only among itself until this real time.
     Isolated(u64),
 }
 
@@ -80,9 +81,9 @@ impl Network {
         !self.cut.contains(&Network::key(a, b))
     }
 
-    /// Puts `node` under a drill's hold, replacing any earlier one.
-    pub fn drill(&mut self, node: NodeId, hold: DrillHold) {
-        self.drill = Some((node, hold));
+    /// Puts `nodes` under a drill's hold, replacing any earlier one.
+    pub fn drill(&mut self, nodes: &[NodeId], hold: DrillHold) {
+        self.drill = Some((nodes.to_vec(), hold));
     }
 
     /// Ends any drill's hold (the quiet phase, a drill that is over).
@@ -90,8 +91,11 @@ impl Network {
         self.drill = None;
     }
 
-    fn isolated_by_drill(&self, now: u64, node: NodeId) -> bool {
-        matches!(self.drill, Some((n, DrillHold::Isolated(until))) if n == node && now < until)
+    fn cut_by_drill(&self, now: u64, from: NodeId, to: NodeId) -> bool {
+        match &self.drill {
+            Some((group, DrillHold::Isolated(until))) => now < *until && group.contains(&from) != group.contains(&to),
+            _ => false,
+        }
     }
 
     /// Holds up `node`'s outgoing messages sent before real time `until` by up to `extra` ns.
@@ -101,16 +105,12 @@ impl Network {
 
     /// The delivery delays (zero, one or two copies) of a message sent at `now`.
     pub fn deliveries(&self, now: u64, from: NodeId, to: NodeId, rng: &mut SplitMix64) -> Vec<u64> {
-        if !self.connected(from, to)
-            || self.isolated_by_drill(now, from)
-            || self.isolated_by_drill(now, to)
-            || rng.chance(self.faults.loss)
-        {
+        if !self.connected(from, to) || self.cut_by_drill(now, from, to) || rng.chance(self.faults.loss) {
             return Vec::new();
         }
         let copies = if rng.chance(self.faults.duplicate) { 2 } else { 1 };
-        let late = match self.drill {
-            Some((n, DrillHold::LateInbound(extra))) if n == to => extra,
+        let late = match &self.drill {
+            Some((group, DrillHold::LateInbound(extra))) if group.contains(&to) => *extra,
             _ => 0,
         };
         (0..copies).map(|_| self.delay(now, from, rng) + late).collect()

@@ -732,7 +732,7 @@ impl World {
         self.network.faults.stall = 0.0;
         let round = self.config.lease.round_timeout.as_nanos() as u64;
         let late = self.rng.range_u64(round * 6 / 10, round * 95 / 100);
-        self.network.drill(master, DrillHold::LateInbound(late));
+        self.network.drill(&[master], DrillHold::LateInbound(late));
         self.drill = Some(master);
         self.trace(|| format!("drill: {master} receives {}ms late", late / MS));
         let lease = &self.config.lease;
@@ -771,7 +771,7 @@ impl World {
         }
         self.drill = None;
         let until = self.now + self.config.lease.lease_time.as_nanos() as u64 + self.rng.range_u64(300, 2000) * MS;
-        self.network.drill(node, DrillHold::Isolated(until));
+        self.network.drill(&[node], DrillHold::Isolated(until));
         self.trace(|| format!("drill: isolate {node}"));
     }
 

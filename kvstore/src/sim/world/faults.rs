@@ -31,9 +31,9 @@ impl World {
         }
         self.network.faults = self.config.faults.clone();
         self.heal_sick();
-        if self.sick.is_some() {
-            // No other fault while a sick-disk drill runs: a crash of its node or a stalled
-            // master would end it before the master compacts past the node.
+        if self.sick.is_some() || self.stale_majority_runs() {
+            // No other fault while a drill runs: a crash or a heal would end it before its
+            // window (the master compacting past a sick node, two voter changes in a row).
             let next = self.rng.range_u64(200, 1500) * MS;
             self.queue.push(self.now + next, Event::Chaos);
             return;
@@ -140,7 +140,7 @@ impl World {
         }
         let cut_off = SICK_DISK_LONGEST;
         let id = self.nodes[node].id;
-        self.network.drill(id, DrillHold::Isolated(self.now + cut_off));
+        self.network.drill(&[id], DrillHold::Isolated(self.now + cut_off));
         let latency = cut_off + self.rng.range_u64(300, 1500) * MS;
         let crash = latency + self.rng.range_u64(10, 300) * MS;
         let incarnation = self.nodes[node].incarnation;
@@ -183,6 +183,7 @@ impl World {
         self.quiet = true;
         self.trace(|| "quiet".to_string());
         self.network.heal();
+        self.end_stale_majority("the quiet phase");
         self.network.end_drill();
         if let Some((node, incarnation, _)) = self.sick.take() {
             // The sick disk recovers with the quiet: its checkpoint reports now.

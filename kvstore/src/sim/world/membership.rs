@@ -126,6 +126,7 @@ impl World {
             return;
         }
         let Some(change) = self.pick_change(master, &current) else { return };
+        self.arm_stale_majority(master, &current.voters(), &change);
         let now = self.local(master);
         let line = format!("{} proposes {change:?}", self.nodes[master].id);
         self.trace(|| line);

@@ -3,6 +3,7 @@
 //! election and of the node (messages on the wire, syncs, checkpoints, snapshots, timers).
 
 use super::sim_io::SimIo;
+use super::stale_majority::Verdict;
 use super::*;
 
 impl World {
@@ -107,9 +108,19 @@ impl World {
         if to_node >= self.nodes.len() {
             return;
         }
+        let verdict = match self.stale_majority {
+            Some(_) => self.stale_majority_verdict(from, to, &wire),
+            None => Verdict::Pass,
+        };
+        if matches!(verdict, Verdict::Drop) {
+            return;
+        }
         let incarnation = self.nodes[to_node].incarnation;
         for delay in self.network.deliveries(self.now, from, to, &mut self.rng) {
             self.queue.push(self.now + delay, Event::Deliver { to: to_node, from, incarnation, wire: wire.clone() });
+        }
+        if let Verdict::PassThenCut(group, until) = verdict {
+            self.stale_majority_cut(&group, until);
         }
     }
 
