@@ -101,7 +101,7 @@ impl World {
                 self.network.clog(id, self.now + window, extra);
                 self.queue.push(self.now + window + extra, Event::Heal);
             }
-            17 | 18 => self.sicken_disk(&masters),
+            17..=19 => self.sicken_disk(&masters),
             _ => {}
         }
         let next = self.rng.range_u64(200, 1500) * MS;
@@ -135,7 +135,7 @@ impl World {
     /// node is cut off now, and the sync and a crash after it come at the drill's latest
     /// (`heal_sick` brings both forward once the master has compacted past the node).
     pub(super) fn sick_checkpoint(&mut self, node: usize, applied: Slot) -> Option<u64> {
-        if !std::mem::take(&mut self.nodes[node].sick_disk) || self.sick.is_some() {
+        if !std::mem::take(&mut self.nodes[node].sick_disk) || self.sick.is_some() || self.stale_majority.is_some() {
             return None;
         }
         let cut_off = SICK_DISK_LONGEST;

@@ -126,17 +126,17 @@ impl World {
             return;
         }
         let Some(change) = self.pick_change(master, &current) else { return };
-        self.arm_stale_majority(master, &current.voters(), &change);
         let now = self.local(master);
         let line = format!("{} proposes {change:?}", self.nodes[master].id);
         self.trace(|| line);
-        if let Some(kv) = self.nodes[master].kv.as_mut() {
-            // Refusals (a change still settling, rule 5's wait) are expected: try again later.
-            if kv.propose_unanswered(now, Command::ChangeMembers(change)).is_ok() {
-                self.report.changes_proposed += 1;
-            }
-            self.after_replica(master);
+        let Some(kv) = self.nodes[master].kv.as_mut() else { return };
+        // Refusals (a change still settling, rule 5's wait) are expected: try again later.
+        if kv.propose_unanswered(now, Command::ChangeMembers(change.clone())).is_ok() {
+            self.report.changes_proposed += 1;
+            // Before the proposal's Accepts go out, which the drill watches for.
+            self.arm_stale_majority(master, &current.voters(), &change);
         }
+        self.after_replica(master);
     }
 
     fn pick_change(&mut self, master: usize, current: &Membership) -> Option<MemberChange> {
