@@ -63,6 +63,15 @@ impl StaleMajority {
             | StaleMajority::SecondOut { x, .. } => x,
         }
     }
+
+    /// The first change's slot, once it went out.
+    fn first(&self) -> Option<Slot> {
+        match *self {
+            StaleMajority::Armed { .. } => None,
+            StaleMajority::FirstOut { slot, .. } => Some(slot),
+            StaleMajority::AwaitSecond { first, .. } | StaleMajority::SecondOut { first, .. } => Some(first),
+        }
+    }
 }
 
 /// What the drill does with one message.
@@ -152,7 +161,7 @@ impl World {
             (
                 StaleMajority::FirstOut { .. } | StaleMajority::AwaitSecond { .. } | StaleMajority::SecondOut { .. },
                 LogMessage::Accept { slot, .. },
-            ) if to_x => drop(drill_first(&drill) == Some(*slot)),
+            ) if to_x => drop(drill.first() == Some(*slot)),
             (
                 StaleMajority::FirstOut { .. } | StaleMajority::AwaitSecond { .. } | StaleMajority::SecondOut { .. },
                 LogMessage::Entries { .. } | LogMessage::Snapshot { .. },
@@ -183,14 +192,5 @@ impl World {
             self.end_stale_majority("its deadline passed");
         }
         self.stale_majority.is_some()
-    }
-}
-
-/// The first change's slot, once known.
-fn drill_first(drill: &StaleMajority) -> Option<Slot> {
-    match *drill {
-        StaleMajority::Armed { .. } => None,
-        StaleMajority::FirstOut { slot, .. } => Some(slot),
-        StaleMajority::AwaitSecond { first, .. } | StaleMajority::SecondOut { first, .. } => Some(first),
     }
 }
