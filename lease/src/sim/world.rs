@@ -726,10 +726,7 @@ impl World {
             // Timers armed at the old rate would fire at the wrong real time.
             self.after_step(node);
         }
-        self.network.heal();
-        self.network.faults.loss = 0.0;
-        self.network.faults.slow = 0.0;
-        self.network.faults.stall = 0.0;
+        self.calm_network();
         let round = self.config.lease.round_timeout.as_nanos() as u64;
         let late = self.rng.range_u64(round * 6 / 10, round * 95 / 100);
         self.network.drill(&[master], DrillHold::LateInbound(late));
@@ -746,10 +743,7 @@ impl World {
     /// The others, told of the release, compete at once. Other faults stop meanwhile, so
     /// the win back is prompt. Returns how long the drill keeps the next fault away.
     fn stale_release_drill(&mut self, master: NodeId) -> u64 {
-        self.network.heal();
-        self.network.faults.loss = 0.0;
-        self.network.faults.slow = 0.0;
-        self.network.faults.stall = 0.0;
+        self.calm_network();
         let round = self.config.lease.round_timeout.as_nanos() as u64;
         let held_back = self.rng.range_u64(3, 6) * round;
         // Only what it sends at this instant: its next round goes out on time.
@@ -762,6 +756,15 @@ impl World {
         self.trace(|| format!("drill: {master} steps down, its release held back {}ms", held_back / MS));
         self.after_step(node);
         self.config.lease.lease_time.as_nanos() as u64 + 2 * held_back
+    }
+
+    /// Every other fault stops for a drill: links heal, and no message is lost, slowed or
+    /// stalled until the next chaos event restores the configured rates.
+    fn calm_network(&mut self) {
+        self.network.heal();
+        self.network.faults.loss = 0.0;
+        self.network.faults.slow = 0.0;
+        self.network.faults.stall = 0.0;
     }
 
     /// The drilled master's round landed: cut it off until the others have taken over.

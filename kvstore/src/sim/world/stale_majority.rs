@@ -31,45 +31,37 @@ const STEP_DEADLINE: u64 = 5_000 * MS;
 /// their election and a while as masters.
 const STALE_SIDE_TIME: u64 = 3_000 * MS;
 
+/// A stale-majority drill under way: the master `m` and the other two voters X and Y of the
+/// configuration before the first change, the deadline of the current step, and the step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct StaleMajority {
+    m: NodeId,
+    x: NodeId,
+    y: NodeId,
+    until: u64,
+    phase: Phase,
+}
+
 /// Where a stale-majority drill stands.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum StaleMajority {
-    /// The master `m` proposed the first voter change; X and Y are its other two voters.
-    Armed { m: NodeId, x: NodeId, y: NodeId, until: u64 },
-    /// The first change went out at `slot`; Y is cut off once it accepted it.
-    FirstOut { m: NodeId, x: NodeId, y: NodeId, slot: Slot, until: u64 },
-    /// Y accepted the first change and is cut off; the drill waits for a second voter change.
-    AwaitSecond { m: NodeId, x: NodeId, y: NodeId, first: Slot, until: u64 },
-    /// The second voter change went out at `slot`; X is cut off once it accepted it.
-    SecondOut { x: NodeId, y: NodeId, first: Slot, slot: Slot, until: u64 },
+enum Phase {
+    /// The master proposed the first voter change.
+    Armed,
+    /// The first change went out at this slot; Y is cut off once it accepted it.
+    FirstOut(Slot),
+    /// Y accepted the first change (at this slot) and is cut off; the drill waits for a
+    /// second voter change.
+    AwaitSecond(Slot),
+    /// The second voter change went out at `second`; X is cut off once it accepted it.
+    SecondOut { first: Slot, second: Slot },
 }
 
 impl StaleMajority {
-    fn until(&self) -> u64 {
-        match *self {
-            StaleMajority::Armed { until, .. }
-            | StaleMajority::FirstOut { until, .. }
-            | StaleMajority::AwaitSecond { until, .. }
-            | StaleMajority::SecondOut { until, .. } => until,
-        }
-    }
-
-    /// X, which must not learn the first change while the drill runs.
-    fn x(&self) -> NodeId {
-        match *self {
-            StaleMajority::Armed { x, .. }
-            | StaleMajority::FirstOut { x, .. }
-            | StaleMajority::AwaitSecond { x, .. }
-            | StaleMajority::SecondOut { x, .. } => x,
-        }
-    }
-
     /// The first change's slot, once it went out.
     fn first(&self) -> Option<Slot> {
-        match *self {
-            StaleMajority::Armed { .. } => None,
-            StaleMajority::FirstOut { slot, .. } => Some(slot),
-            StaleMajority::AwaitSecond { first, .. } | StaleMajority::SecondOut { first, .. } => Some(first),
+        match self.phase {
+            Phase::Armed => None,
+            Phase::FirstOut(first) | Phase::AwaitSecond(first) | Phase::SecondOut { first, .. } => Some(first),
         }
     }
 }
@@ -109,7 +101,7 @@ impl World {
             others.swap(0, 1);
         }
         let (x, y) = (others[0], others[1]);
-        self.stale_majority = Some(StaleMajority::Armed { m, x, y, until: self.now + STEP_DEADLINE });
+        self.stale_majority = Some(StaleMajority { m, x, y, until: self.now + STEP_DEADLINE, phase: Phase::Armed });
         self.trace(|| format!("drill: stale majority armed, master {m}, X {x}, Y {y}"));
     }
 
@@ -117,55 +109,45 @@ impl World {
     /// Called for every message sent while a drill runs.
     pub(super) fn stale_majority_verdict(&mut self, from: NodeId, to: NodeId, wire: &Wire) -> Verdict {
         let Some(drill) = self.stale_majority else { return Verdict::Pass };
-        if self.now >= drill.until() {
+        if self.now >= drill.until {
             self.end_stale_majority("its deadline passed");
             return Verdict::Pass;
         }
         let Wire::Log(message) = wire else { return Verdict::Pass };
         let drop = |dropped: bool| if dropped { Verdict::Drop } else { Verdict::Pass };
+        let StaleMajority { m, x, y, .. } = drill;
         // X learns nothing of the first change: neither its Accept nor the entries it fetches.
-        let to_x = to == drill.x();
-        match (drill, message) {
-            (StaleMajority::Armed { m, x, y, until }, LogMessage::Accept { slot, entry, .. })
-                if from == m && changes_voters(entry) =>
-            {
-                self.stale_majority = Some(StaleMajority::FirstOut { m, x, y, slot: *slot, until });
+        let to_x = to == x;
+        match (drill.phase, message) {
+            (Phase::Armed, LogMessage::Accept { slot, entry, .. }) if from == m && changes_voters(entry) => {
+                self.stale_majority = Some(StaleMajority { phase: Phase::FirstOut(*slot), ..drill });
                 self.trace(|| format!("drill: the first voter change is slot {slot}"));
                 drop(to_x)
             }
-            (StaleMajority::FirstOut { m, x, y, slot: first, .. }, LogMessage::Accepted { slot, .. })
-                if from == y && *slot == first =>
-            {
+            (Phase::FirstOut(first), LogMessage::Accepted { slot, .. }) if from == y && *slot == first => {
                 // Y's vote goes out; then Y is cut off before any commit reaches it.
                 let until = self.now + STEP_DEADLINE;
-                self.stale_majority = Some(StaleMajority::AwaitSecond { m, x, y, first, until });
+                self.stale_majority = Some(StaleMajority { until, phase: Phase::AwaitSecond(first), ..drill });
                 self.trace(|| format!("drill: {y} accepted slot {first} and is cut off"));
                 Verdict::PassThenCut(vec![y], until)
             }
-            (StaleMajority::AwaitSecond { m, x, y, first, until }, LogMessage::Accept { slot, entry, .. })
+            (Phase::AwaitSecond(first), LogMessage::Accept { slot, entry, .. })
                 if from == m && *slot > first && changes_voters(entry) =>
             {
-                self.stale_majority = Some(StaleMajority::SecondOut { x, y, first, slot: *slot, until });
+                self.stale_majority = Some(StaleMajority { phase: Phase::SecondOut { first, second: *slot }, ..drill });
                 self.trace(|| format!("drill: the second voter change is slot {slot}"));
                 Verdict::Pass
             }
-            (StaleMajority::SecondOut { x, y, slot: second, .. }, LogMessage::Accepted { slot, .. })
-                if from == x && *slot == second =>
-            {
+            (Phase::SecondOut { second, .. }, LogMessage::Accepted { slot, .. }) if from == x && *slot == second => {
                 // X's vote chooses the second change; then X and Y, a majority of the
                 // configuration before the first, are cut off together at its epoch.
                 self.stale_majority = None;
                 self.trace(|| format!("drill: {x} accepted slot {second}; {x} and {y} are cut off together"));
                 Verdict::PassThenCut(vec![x, y], self.now + STALE_SIDE_TIME)
             }
-            (
-                StaleMajority::FirstOut { .. } | StaleMajority::AwaitSecond { .. } | StaleMajority::SecondOut { .. },
-                LogMessage::Accept { slot, .. },
-            ) if to_x => drop(drill.first() == Some(*slot)),
-            (
-                StaleMajority::FirstOut { .. } | StaleMajority::AwaitSecond { .. } | StaleMajority::SecondOut { .. },
-                LogMessage::Entries { .. } | LogMessage::Snapshot { .. },
-            ) => drop(to_x),
+            (_, LogMessage::Accept { slot, .. }) if to_x => drop(drill.first() == Some(*slot)),
+            (Phase::Armed, _) => Verdict::Pass,
+            (_, LogMessage::Entries { .. } | LogMessage::Snapshot { .. }) => drop(to_x),
             _ => Verdict::Pass,
         }
     }
@@ -179,7 +161,7 @@ impl World {
     /// master changed): Y's cut heals.
     pub(super) fn end_stale_majority(&mut self, why: &str) {
         if let Some(drill) = self.stale_majority.take() {
-            if !matches!(drill, StaleMajority::Armed { .. } | StaleMajority::FirstOut { .. }) {
+            if matches!(drill.phase, Phase::AwaitSecond(_) | Phase::SecondOut { .. }) {
                 self.network.end_drill();
             }
             self.trace(|| format!("drill: stale majority ends, {why}"));
@@ -188,7 +170,7 @@ impl World {
 
     /// Whether a drill is under way (other faults wait for it).
     pub(super) fn stale_majority_runs(&mut self) -> bool {
-        if self.stale_majority.is_some_and(|d| self.now >= d.until()) {
+        if self.stale_majority.is_some_and(|d| self.now >= d.until) {
             self.end_stale_majority("its deadline passed");
         }
         self.stale_majority.is_some()
