@@ -1,19 +1,22 @@
-//! The backup file: what `Maintenance.Snapshot` streams, `etcdctl snapshot save` and
-//! `kvcli snapshot save` write, and `kvserver restore` reads.
+//! Backup files: what `Maintenance.Snapshot` streams, `etcdctl snapshot save` and `kvcli
+//! snapshot save` write, and `kvserver restore` reads.
 //!
-//! Layout: the magic line `leasekv snapshot` and a newline (17 bytes), the format (`u32`,
-//! little-endian), the store revision (`i64`), the length of the state (`u64`), the state
-//! machine snapshot (which carries its own format number: a server writes format 8, streamed
-//! from a [`StateView`] by [`write_file`]; older files hold format 7), zeros up to a multiple of 512 bytes, and the SHA-256 of everything before it
-//! (32 bytes). etcd also ends its snapshot with a SHA-256 and checks it on restore; a file
-//! cut short or changed in transit is refused, never restored. The padding is for
-//! `etcdctl snapshot save`, which takes a file for complete only when its length is a
-//! multiple of 512 (bbolt's page) plus the 32 bytes of the hash.
+//! A server writes etcd's own format, a bbolt database followed by its SHA-256
+//! ([`crate::etcd_snapshot::write_file`]), so that etcd's tools read leasekv's backups and
+//! `etcdctl snapshot restore` moves a store back to etcd. [`decode_file`] reads that, any
+//! etcd snapshot, and leasekv's older backup format, which this module defines and still
+//! reads ([`decode`]).
 //!
-//! It is not etcd's format (a bbolt database): `etcdctl snapshot save` stores it as it
-//! comes, but `etcdctl snapshot restore` and `snapshot status` cannot read it.
+//! The older layout: the magic line `leasekv snapshot` and a newline (17 bytes), the format
+//! (`u32`, little-endian), the store revision (`i64`), the length of the state (`u64`), the
+//! state machine snapshot (which carries its own format number: formats 7 and 8), zeros up
+//! to a multiple of 512 bytes, and the SHA-256 of everything before it (32 bytes). A file
+//! cut short or changed in transit is refused, never restored.
 
-use crate::state::{SnapshotError, StateMachine, StateView};
+use crate::etcd_snapshot::{self, EtcdSnapshotError};
+#[cfg(test)]
+use crate::state::StateView;
+use crate::state::{SnapshotError, StateMachine};
 use crate::types::Revision;
 use sha2::{Digest, Sha256};
 
@@ -25,6 +28,7 @@ const HEADER_LEN: usize = MAGIC.len() + 4 + 8 + 8;
 /// The SHA-256 that ends the file; `Maintenance.Snapshot` sends it as a message of its own.
 pub const HASH_LEN: usize = 32;
 /// The content before the hash is a whole number of these (see the module docs).
+#[cfg(test)]
 const BLOCK: usize = 512;
 
 /// A backup file that cannot be restored, and why.
@@ -63,8 +67,10 @@ pub enum BackupError {
     },
 }
 
-/// The backup file of `machine`.
-pub fn encode(machine: &StateMachine) -> Vec<u8> {
+/// The backup file of `machine` in the older format (format 7 state): no server writes it
+/// any more; the reader's tests and golden files do.
+#[cfg(test)]
+pub(crate) fn encode(machine: &StateMachine) -> Vec<u8> {
     let state = machine.to_snapshot_bytes();
     let content = (HEADER_LEN + state.len()).div_ceil(BLOCK) * BLOCK;
     let mut out = Vec::with_capacity(content + HASH_LEN);
@@ -79,10 +85,11 @@ pub fn encode(machine: &StateMachine) -> Vec<u8> {
     out
 }
 
-/// Writes the backup file of `view` to `file` (empty, at its start), streaming the state
-/// (snapshot format 8) in bounded memory; returns the file's length. The state's length
-/// is patched into the header once known, and the hash is read back from the file.
-pub fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u64, BackupWriteError> {
+/// Writes the backup file of `view` in the older format (format 9 state) to `file` (empty,
+/// at its start); returns the file's length. Servers wrote this before they wrote etcd's
+/// format; the golden files of it are made with it.
+#[cfg(test)]
+pub(crate) fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u64, BackupWriteError> {
     use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
     let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(MAGIC);
@@ -117,9 +124,10 @@ pub fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u64, Bac
     Ok(content + HASH_LEN as u64)
 }
 
-/// Why a backup file could not be written.
+/// Why a backup file of the older format could not be written.
+#[cfg(test)]
 #[derive(Debug, thiserror::Error)]
-pub enum BackupWriteError {
+pub(crate) enum BackupWriteError {
     /// Writing or reading the file failed.
     #[error("writing the backup file failed: {0}")]
     Io(#[from] std::io::Error),
@@ -128,7 +136,29 @@ pub enum BackupWriteError {
     State(#[from] crate::engine::EngineError),
 }
 
-/// The state a backup file holds, checked: magic, format, hash, then the state itself.
+/// Why a backup file of either kind cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupFileError {
+    /// A leasekv backup of the older format (or neither kind of file).
+    #[error(transparent)]
+    Leasekv(#[from] BackupError),
+    /// An etcd snapshot file (a bbolt database), leasekv's current backups included.
+    #[error("etcd snapshot file: {0}")]
+    Etcd(#[from] EtcdSnapshotError),
+}
+
+/// The state a backup file of either kind holds, told apart by its content: a bbolt
+/// database (what leasekv writes now, and etcd), or leasekv's older format.
+pub fn decode_file(bytes: &[u8]) -> Result<StateMachine, BackupFileError> {
+    if !bytes.starts_with(MAGIC) && etcd_snapshot::looks_like_bbolt(bytes) {
+        return Ok(etcd_snapshot::decode(bytes)?);
+    }
+    // Not bbolt: the older format's decoder names what it is (or that it is neither).
+    Ok(decode(bytes)?)
+}
+
+/// The state a backup file of the older format holds, checked: magic, format, hash, then
+/// the state itself.
 pub fn decode(bytes: &[u8]) -> Result<StateMachine, BackupError> {
     if !bytes.starts_with(MAGIC) {
         return Err(BackupError::NotASnapshot);

@@ -1,10 +1,11 @@
 //! `kvserver restore`: a new member's data directory from a backup file, as `etcdctl
 //! snapshot restore` builds one from etcd's.
 //!
-//! Two kinds of file are accepted, told apart by their content: leasekv's own backups
-//! (they start with [`backup::MAGIC`]) and etcd's snapshot files (a bbolt database, as
-//! `etcdctl snapshot save` writes against etcd 3.4–3.6), imported by
-//! [`leasekv_kvstore::etcd_snapshot`]. Anything else is refused as not a snapshot.
+//! Two kinds of file are accepted, told apart by their content ([`backup::decode_file`]):
+//! etcd's snapshot files (a bbolt database, as `etcdctl snapshot save` writes against etcd
+//! 3.4–3.6 and against leasekv, whose backups are in etcd's format), imported by
+//! [`leasekv_kvstore::etcd_snapshot`], and leasekv's backups of the older format (they start
+//! with [`backup::MAGIC`]). Anything else is refused as not a snapshot.
 //!
 //! Every member of the new cluster gets the same state, stored as the snapshot its log
 //! starts after (slot 0: the new cluster's log begins at slot 1, as a brand-new one's
@@ -12,8 +13,8 @@
 //! and history as they were, nothing of the old cluster's masters. Leases start a full TTL
 //! when the new cluster's first master takes over (etcd does the same after a restore).
 
-use leasekv_kvstore::backup::{self, BackupError};
-use leasekv_kvstore::etcd_snapshot::{self, EtcdSnapshotError};
+use leasekv_kvstore::backup::{self, BackupError, BackupFileError};
+use leasekv_kvstore::etcd_snapshot::EtcdSnapshotError;
 use leasekv_kvstore::storage::{SledStorage, SnapshotRecord, Storage, StorageError};
 use leasekv_kvstore::Revision;
 use std::path::{Path, PathBuf};
@@ -76,13 +77,12 @@ pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Restored, RestoreErro
     let bytes =
         std::fs::read(snapshot).map_err(|source| RestoreError::Read { path: snapshot.to_path_buf(), source })?;
     let path = || snapshot.to_path_buf();
-    let machine = if !bytes.starts_with(backup::MAGIC) && etcd_snapshot::looks_like_bbolt(&bytes) {
-        etcd_snapshot::decode(&bytes).map_err(|source| RestoreError::Etcd { path: path(), source })?
-    } else {
-        // Not ours and not bbolt either: the backup decoder names it (not a snapshot).
-        backup::decode(&bytes).map_err(|source| RestoreError::Backup { path: path(), source })?
-    }
-    .for_new_cluster();
+    let machine = backup::decode_file(&bytes)
+        .map_err(|error| match error {
+            BackupFileError::Etcd(source) => RestoreError::Etcd { path: path(), source },
+            BackupFileError::Leasekv(source) => RestoreError::Backup { path: path(), source },
+        })?
+        .for_new_cluster();
     let occupied = match std::fs::read_dir(data_dir) {
         Ok(mut entries) => entries.next().is_some(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,

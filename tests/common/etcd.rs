@@ -17,9 +17,34 @@ impl Etcd {
     /// Starts etcd (Debian's `etcd-server`) with its data and log in `dir`. `None` when it
     /// is not installed (a failure under `CI=true`: see [`super::tool`]).
     pub fn start(dir: &Path) -> Option<Etcd> {
+        Self::start_from(dir, None)
+    }
+
+    /// Starts etcd as [`Etcd::start`] does, on a data dir `etcdctl snapshot restore` built
+    /// from `snapshot` first (as an operator moves a store to etcd). Panics when the restore
+    /// fails, with etcdctl's words.
+    pub fn start_restored(dir: &Path, snapshot: &Path) -> Option<Etcd> {
+        Self::start_from(dir, Some(snapshot))
+    }
+
+    fn start_from(dir: &Path, snapshot: Option<&Path>) -> Option<Etcd> {
         let binary = super::tool("etcd", "etcd-server")?;
         let ports = super::free_ports(2);
         let (client, peer) = (format!("http://127.0.0.1:{}", ports[0]), format!("http://127.0.0.1:{}", ports[1]));
+        if let Some(snapshot) = snapshot {
+            let etcdctl = super::tool("etcdctl", "etcd-client")?;
+            let output = Command::new(etcdctl)
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(snapshot)
+                .arg("--data-dir")
+                .arg(dir.join("etcd"))
+                .args(["--name", "single", "--initial-cluster", &format!("single={peer}")])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .output()
+                .expect("etcdctl runs");
+            assert!(output.status.success(), "etcdctl snapshot restore {}: {output:?}", snapshot.display());
+        }
         let log = std::fs::File::create(dir.join("etcd.log")).expect("etcd log file");
         let child = Command::new(binary)
             .args(["--name", "single"])

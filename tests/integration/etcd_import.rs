@@ -1,6 +1,8 @@
-//! Moving a store from etcd to leasekv: an etcd snapshot file (`etcdctl snapshot save`)
-//! restored with `kvserver restore` / `kvcli snapshot restore` into a new three-node
-//! cluster, which then answers etcdctl as the etcd the file came from did: every key with
+//! Moving a store from etcd to leasekv and back: an etcd snapshot file (`etcdctl snapshot
+//! save`) restored with `kvserver restore` / `kvcli snapshot restore` into a new three-node
+//! cluster, which then answers etcdctl as the etcd the file came from did, and leasekv's
+//! own backup (in etcd's format) restored by `etcdctl snapshot restore` into an etcd that
+//! answers as leasekv did: every key with
 //! its revisions, version, value and lease, the store revision, reads in the past down to
 //! the compaction point, the leases with their TTLs and keys, users, roles, permissions and
 //! the auth switch. And a damaged, cut or foreign file refused with the reason, nothing
@@ -197,8 +199,41 @@ fn untouched(dir: &Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none())
 }
 
+/// A new three-node leasekv cluster from the snapshot `file` (two members restored by
+/// `kvserver restore`, one by `kvcli snapshot restore`), started; each restore must report
+/// `revision`.
+fn leasekv_restored_from(file: &Path, revision: i64) -> Cluster {
+    // Its configuration files first: the nodes start once their data dirs are restored.
+    let ports = common::free_ports(6);
+    let (client_ports, peer_ports) = (ports[..3].to_vec(), ports[3..].to_vec());
+    let cluster_dir = tempfile::tempdir().expect("tempdir");
+    common::write_configs(cluster_dir.path(), &client_ports, &peer_ports, "paxoslease", "");
+    let mut cluster = Cluster { dir: cluster_dir, nodes: vec![None, None, None], client_ports, peer_ports };
+    for i in 0..2 {
+        let config = cluster.config(i);
+        let output = run(KVSERVER, &["restore", file.to_str().unwrap(), "--config", config.to_str().unwrap()]);
+        succeeded(&output, "kvserver restore");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(said.contains(&format!("revision {revision}")), "{said}");
+    }
+    let data3 = cluster.dir.path().join("data3");
+    succeeded(
+        &run(KVCLI, &["snapshot", "restore", file.to_str().unwrap(), "--data-dir", data3.to_str().unwrap()]),
+        "kvcli snapshot restore",
+    );
+    for i in 0..3 {
+        cluster.start_node(i);
+    }
+    cluster
+}
+
+/// etcd → leasekv → etcd → leasekv through snapshot files, each store answering etcdctl
+/// as the one before it did: every key with its revisions, version, value and lease, the
+/// store revision, reads in the past down to the compaction point, the leases with their
+/// TTLs and keys, users, roles, permissions and the auth switch. leasekv's own lease names
+/// survive the trip through etcd.
 #[test]
-fn an_etcd_snapshot_restores_into_leasekv_with_keys_leases_history_and_users() {
+fn a_store_goes_from_etcd_to_leasekv_and_back_with_keys_leases_history_and_users() {
     let Some(binary) = common::tool("etcdctl", "etcd-client") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let Some(etcd) = Etcd::start(dir.path()) else { return };
@@ -213,28 +248,8 @@ fn an_etcd_snapshot_restores_into_leasekv_with_keys_leases_history_and_users() {
     etcdctl.ok(&["snapshot", "save", file.to_str().unwrap()]);
     drop(etcd);
 
-    // A new leasekv cluster from the file: two members by kvserver, one by kvcli.
-    // Its configuration files first: the nodes start once their data dirs are restored.
-    let ports = common::free_ports(6);
-    let (client_ports, peer_ports) = (ports[..3].to_vec(), ports[3..].to_vec());
-    let cluster_dir = tempfile::tempdir().expect("tempdir");
-    common::write_configs(cluster_dir.path(), &client_ports, &peer_ports, "paxoslease", "");
-    let mut cluster = Cluster { dir: cluster_dir, nodes: vec![None, None, None], client_ports, peer_ports };
-    for i in 0..2 {
-        let config = cluster.config(i);
-        let output = run(KVSERVER, &["restore", file.to_str().unwrap(), "--config", config.to_str().unwrap()]);
-        succeeded(&output, "kvserver restore");
-        let said = String::from_utf8_lossy(&output.stderr);
-        assert!(said.contains(&format!("revision {}", from_etcd.now.0)), "{said}");
-    }
-    let data3 = cluster.dir.path().join("data3");
-    succeeded(
-        &run(KVCLI, &["snapshot", "restore", file.to_str().unwrap(), "--data-dir", data3.to_str().unwrap()]),
-        "kvcli snapshot restore",
-    );
-    for i in 0..3 {
-        cluster.start_node(i);
-    }
+    // etcd → leasekv.
+    let cluster = leasekv_restored_from(&file, from_etcd.now.0);
     let leasekv = Etcdctl { binary: etcdctl.binary.clone(), endpoint: cluster.endpoint(1), user: Some(ROOT) };
     leasekv.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
     let from_leasekv = answers(&leasekv, compacted);
@@ -258,6 +273,52 @@ fn an_etcd_snapshot_restores_into_leasekv_with_keys_leases_history_and_users() {
     assert_eq!(hashes.len(), 1, "every member holds the same keys and history: {hashes:?}");
     let put = leasekv.json(&["put", "/after/2", "y"]);
     assert_eq!(put["header"]["revision"].as_i64(), Some(from_etcd.now.0 + 1));
+    // A lease with a name, which etcd's format has no field for.
+    let kvcli = |args: &[&str]| {
+        let mut all = vec!["--endpoints", leasekv.endpoint.as_str(), "--user", ROOT];
+        all.extend_from_slice(args);
+        succeeded(&run(KVCLI, &all), &format!("kvcli {}", args.join(" ")))
+    };
+    kvcli(&["put", "/named/1", "x", "--lease", "server1", "--ttl", "600"]);
+    let in_leasekv = answers(&leasekv, compacted);
+
+    // leasekv → etcd: leasekv's backup is an etcd snapshot file, which etcdctl reads,
+    // checks and restores into an etcd that answers as leasekv did.
+    let back = dir.path().join("leasekv.db");
+    leasekv.ok(&["snapshot", "save", back.to_str().unwrap()]);
+    let status = leasekv.json(&["snapshot", "status", back.to_str().unwrap()]);
+    assert_eq!(status["revision"].as_i64(), Some(in_leasekv.now.0), "{status}");
+    let own_status = succeeded(&run(KVCLI, &["snapshot", "status", back.to_str().unwrap(), "-w", "json"]), "kvcli");
+    let own_status: Value = serde_json::from_str(&own_status).expect("kvcli's JSON");
+    for field in ["hash", "revision", "totalKey", "totalSize"] {
+        assert_eq!(own_status[field], status[field], "kvcli and etcdctl agree on {field}");
+    }
+    drop(cluster);
+    let etcd_dir = tempfile::tempdir().expect("tempdir");
+    let etcd = Etcd::start_restored(etcd_dir.path(), &back).expect("etcd is installed");
+    let etcd_again = Etcdctl { binary: etcdctl.binary.clone(), endpoint: etcd.endpoint(), user: Some(ROOT) };
+    etcd_again.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
+    let from_etcd_again = answers(&etcd_again, compacted);
+    assert_eq!(from_etcd_again, in_leasekv, "etcd restored from leasekv's backup answers as leasekv did");
+
+    // etcd → leasekv again: the same store, and the lease still has its name.
+    let again = dir.path().join("etcd-again.db");
+    etcd_again.ok(&["snapshot", "save", again.to_str().unwrap()]);
+    drop(etcd);
+    let cluster = leasekv_restored_from(&again, in_leasekv.now.0);
+    let leasekv = Etcdctl { binary: etcdctl.binary.clone(), endpoint: cluster.endpoint(0), user: Some(ROOT) };
+    leasekv.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
+    assert_eq!(answers(&leasekv, compacted), in_leasekv, "leasekv restored from etcd's answers as before");
+    let kvcli = |args: &[&str]| {
+        let mut all = vec!["--endpoints", leasekv.endpoint.as_str(), "--user", ROOT];
+        all.extend_from_slice(args);
+        succeeded(&run(KVCLI, &all), &format!("kvcli {}", args.join(" ")))
+    };
+    assert!(kvcli(&["lease", "list"]).contains("server1"), "the lease name came back");
+    kvcli(&["put", "/named/2", "y", "--lease", "server1"]);
+    let named = leasekv.json(&["get", "/named/", "--prefix"]);
+    let leases: Vec<i64> = named["kvs"].as_array().unwrap().iter().map(|kv| kv["lease"].as_i64().unwrap()).collect();
+    assert!(leases.len() == 2 && leases[0] == leases[1], "both keys on the named lease: {named}");
 }
 
 /// The etcd 3.4.23 snapshot committed as the `etcd_snapshot` fuzz seed.

@@ -28,24 +28,24 @@ use std::collections::{BTreeMap, HashSet};
 /// bbolt's magic number, the first field of a meta page.
 pub(super) const MAGIC: u32 = 0xED0C_DAED;
 /// The only file format version bbolt has written since 2014 (and the one etcd uses).
-const VERSION: u32 = 2;
-const PAGE_HEADER: usize = 16;
-const ELEMENT: usize = 16;
-const BUCKET_HEADER: usize = 16;
-const BRANCH_PAGE: u16 = 0x01;
-const LEAF_PAGE: u16 = 0x02;
-const META_PAGE: u16 = 0x04;
-const BUCKET_LEAF: u32 = 0x01;
+pub(super) const VERSION: u32 = 2;
+pub(super) const PAGE_HEADER: usize = 16;
+pub(super) const ELEMENT: usize = 16;
+pub(super) const BUCKET_HEADER: usize = 16;
+pub(super) const BRANCH_PAGE: u16 = 0x01;
+pub(super) const LEAF_PAGE: u16 = 0x02;
+pub(super) const META_PAGE: u16 = 0x04;
+pub(super) const BUCKET_LEAF: u32 = 0x01;
 /// A B+tree of pages this deep would hold more keys than any file can; deeper is damage.
 const MAX_DEPTH: usize = 64;
 /// The smallest and largest page sizes accepted (bbolt uses the OS page size: 4 KiB on
 /// most machines, 16 or 64 KiB on some ARM ones).
 const PAGE_SIZES: std::ops::RangeInclusive<usize> = 512..=1 << 20;
 /// Bytes of a meta page's fields covered by its checksum.
-const META_CHECKED: usize = 56;
+pub(super) const META_CHECKED: usize = 56;
 
 /// The FNV-1a 64 hash, which bbolt checksums its meta pages with.
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         hash ^= u64::from(b);
@@ -173,6 +173,11 @@ impl<'a> Db<'a> {
             });
         }
         Ok(db)
+    }
+
+    /// The database's size: its pages in use.
+    pub(super) fn size(&self) -> u64 {
+        self.pages * self.page_size as u64
     }
 
     /// Every top-level bucket with its key-value pairs. Nested buckets (etcd has none) are

@@ -22,7 +22,7 @@ use super::EtcdSnapshotError;
 use crate::auth::{AuthStore, Permission, PermissionKind, Role, User};
 use crate::state::import::{Imported, ImportedLease};
 use crate::state::StateMachine;
-use crate::types::{Event, EventKind, KeyValue, Revision, NO_LEASE};
+use crate::types::{Event, EventKind, KeyValue, LeaseId, Revision, NO_LEASE};
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,53 +45,66 @@ pub(super) struct KeyValuePb {
 
 /// etcd's `leasepb.Lease`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct LeasePb {
+pub(super) struct LeasePb {
     #[prost(int64, tag = "1")]
-    id: i64,
+    pub(super) id: i64,
     #[prost(int64, tag = "2")]
-    ttl: i64,
+    pub(super) ttl: i64,
     #[prost(int64, tag = "3")]
-    remaining_ttl: i64,
+    pub(super) remaining_ttl: i64,
 }
 
 /// etcd's `authpb.UserAddOptions`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct UserAddOptionsPb {
+pub(super) struct UserAddOptionsPb {
     #[prost(bool, tag = "1")]
-    no_password: bool,
+    pub(super) no_password: bool,
 }
 
 /// etcd's `authpb.User`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct UserPb {
+pub(super) struct UserPb {
     #[prost(bytes = "vec", tag = "1")]
-    name: Vec<u8>,
+    pub(super) name: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
-    password: Vec<u8>,
+    pub(super) password: Vec<u8>,
     #[prost(string, repeated, tag = "3")]
-    roles: Vec<String>,
+    pub(super) roles: Vec<String>,
     #[prost(message, optional, tag = "4")]
-    options: Option<UserAddOptionsPb>,
+    pub(super) options: Option<UserAddOptionsPb>,
 }
 
 /// etcd's `authpb.Permission`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct PermissionPb {
+pub(super) struct PermissionPb {
     #[prost(int32, tag = "1")]
-    perm_type: i32,
+    pub(super) perm_type: i32,
     #[prost(bytes = "vec", tag = "2")]
-    key: Vec<u8>,
+    pub(super) key: Vec<u8>,
     #[prost(bytes = "vec", tag = "3")]
-    range_end: Vec<u8>,
+    pub(super) range_end: Vec<u8>,
 }
 
 /// etcd's `authpb.Role`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct RolePb {
+pub(super) struct RolePb {
     #[prost(bytes = "vec", tag = "1")]
-    name: Vec<u8>,
+    pub(super) name: Vec<u8>,
     #[prost(message, repeated, tag = "2")]
-    key_permission: Vec<PermissionPb>,
+    pub(super) key_permission: Vec<PermissionPb>,
+}
+
+/// leasekv's own bucket, which etcd never opens: what etcd's format has no place for.
+pub(super) const LEASEKV_BUCKET: &str = "leasekv";
+/// The prefix of a lease name's record in [`LEASEKV_BUCKET`], before the lease's 8-byte
+/// big-endian id; the value is the name.
+const LEASE_NAME: &[u8] = b"lease-name/";
+
+/// The key of lease `id`'s name in [`LEASEKV_BUCKET`].
+pub(super) fn lease_name_key(id: LeaseId) -> Vec<u8> {
+    let mut key = LEASE_NAME.to_vec();
+    key.extend_from_slice(&(id as u64).to_be_bytes());
+    key
 }
 
 /// A key for messages: text when it is, hex otherwise.
@@ -145,7 +158,8 @@ pub(super) fn import(buckets: &Buckets<'_>, origin: [u8; 32]) -> Result<StateMac
     // etcd's rule on start: the newest change's revision, or the compaction point when
     // compaction removed the newest changes (tombstones at or below it).
     let revision = last.max(compacted).max(1);
-    let leases = leases(bucket(buckets, "lease").unwrap_or_default())?;
+    let mut leases = leases(bucket(buckets, "lease").unwrap_or_default())?;
+    lease_names(bucket(buckets, LEASEKV_BUCKET).unwrap_or_default(), &mut leases)?;
     for kv in live.values().filter(|kv| kv.lease != NO_LEASE) {
         if !leases.iter().any(|l| l.id == kv.lease) {
             return Err(EtcdSnapshotError::Inconsistent(format!(
@@ -243,9 +257,29 @@ fn leases(records: &[(&[u8], &[u8])]) -> Result<Vec<ImportedLease>, EtcdSnapshot
         if pb.id <= NO_LEASE || pb.ttl <= 0 {
             return Err(record("lease", key, format!("lease id {} or TTL {} is out of range", pb.id, pb.ttl)));
         }
-        leases.push(ImportedLease { id: pb.id, ttl: pb.ttl });
+        leases.push(ImportedLease { id: pb.id, ttl: pb.ttl, name: None });
     }
     Ok(leases)
+}
+
+/// The names leasekv gave leases, from its own bucket (a file etcd wrote has none). etcd
+/// keeps a bucket it does not know through its restore and its own writes, so a file that
+/// went from leasekv to etcd and back carries the names still: a name whose lease etcd
+/// revoked or let expire meanwhile is dropped, not refused. Anything else in the bucket is
+/// refused: a later leasekv's records, which this one cannot honour.
+fn lease_names(records: &[(&[u8], &[u8])], leases: &mut [ImportedLease]) -> Result<(), EtcdSnapshotError> {
+    for &(key, value) in records {
+        let fail = |problem: String| record(LEASEKV_BUCKET, key, problem);
+        let id = key.strip_prefix(LEASE_NAME).filter(|id| id.len() == 8).and_then(be_u64);
+        let Some(id) = id else {
+            return Err(fail("not a record this leasekv knows (a later version's?)".into()));
+        };
+        let name = std::str::from_utf8(value).map_err(|_| fail("the lease name is not UTF-8".into()))?;
+        if let Some(lease) = leases.iter_mut().find(|l| l.id as u64 == id) {
+            lease.name = Some(name.to_string());
+        }
+    }
+    Ok(())
 }
 
 /// Users, roles and the auth switch. A database without the auth buckets (never written

@@ -1,7 +1,11 @@
-//! Reads an etcd snapshot file (what `etcdctl snapshot save` writes against etcd 3.4–3.6:
-//! etcd's bbolt database, possibly followed by the SHA-256 the snapshot stream appends)
-//! into a leasekv state, so that `kvserver restore` moves a store from etcd to leasekv.
+//! etcd snapshot files (what `etcdctl snapshot save` writes against etcd 3.4–3.6: etcd's
+//! bbolt database, possibly followed by the SHA-256 the snapshot stream appends), both
+//! ways: [`decode`] reads one into a leasekv state, so that `kvserver restore` moves a store
+//! from etcd to leasekv, and [`write_file`] writes a leasekv state as one (leasekv's backup
+//! format, what `Maintenance.Snapshot` streams), so that `etcdctl snapshot restore` moves it
+//! back, and every tool built on etcd's snapshots reads leasekv's.
 //!
+//! Reading:
 //! What comes across: every live key with its revisions, version, value and lease; the
 //! store revision and the compaction point; the MVCC history the file retains (every
 //! revision since the compaction, as etcd's `key` bucket holds them); the leases with their
@@ -12,11 +16,22 @@
 //!
 //! [`bbolt`] reads the page format; [`etcd`] decodes etcd's buckets (protobuf with prost)
 //! and builds the state through [`StateMachine::from_imported`], whose checks are the
-//! snapshot decoder's. Nothing in the file is trusted: anything malformed is an
+//! snapshot decoder's. A file leasekv wrote also carries the lease names, in a bucket of
+//! its own ([`export`]).
+//!
+//! Writing: [`export`] turns a state view into etcd's records, [`bbolt_write`] lays them out
+//! in pages as they come, in bounded memory. Nothing in the file is trusted: anything malformed is an
 //! [`EtcdSnapshotError`] naming what is wrong, never a panic.
 
 mod bbolt;
+mod bbolt_write;
 mod etcd;
+mod export;
+mod spill_sort;
+mod status;
+
+pub use export::{write_file, ExportError};
+pub use status::{status, SnapshotStatus};
 
 use crate::state::StateMachine;
 use sha2::{Digest, Sha256};
@@ -110,20 +125,24 @@ pub fn looks_like_bbolt(bytes: &[u8]) -> bool {
 /// The leasekv state an etcd snapshot file holds, checked: its SHA-256 when it carries one,
 /// the bbolt pages, every etcd record, and the consistency the state machine requires.
 pub fn decode(bytes: &[u8]) -> Result<StateMachine, EtcdSnapshotError> {
-    let db = match bytes.len() % BLOCK == HASH_LEN {
-        true => {
-            let (db, hash) = bytes.split_at(bytes.len() - HASH_LEN);
-            if Sha256::digest(db).as_slice() != hash {
-                return Err(EtcdSnapshotError::ChecksumMismatch);
-            }
-            db
-        }
-        false => bytes,
-    };
+    let db = database(bytes)?;
     if !looks_like_bbolt(db) {
         return Err(EtcdSnapshotError::NotBbolt);
     }
     etcd::import(&bbolt::Db::open(db)?.buckets()?, origin(db))
+}
+
+/// The database in a snapshot file: the file without the SHA-256 that ends it, checked,
+/// when it carries one (etcd's own test: the length is pages plus the hash), else the file.
+fn database(bytes: &[u8]) -> Result<&[u8], EtcdSnapshotError> {
+    if bytes.len() % BLOCK != HASH_LEN {
+        return Ok(bytes);
+    }
+    let (db, hash) = bytes.split_at(bytes.len() - HASH_LEN);
+    match Sha256::digest(db).as_slice() == hash {
+        true => Ok(db),
+        false => Err(EtcdSnapshotError::ChecksumMismatch),
+    }
 }
 
 /// A number that differs between databases, seeding what must be equal on every member
@@ -139,3 +158,6 @@ fn origin(bytes: &[u8]) -> [u8; 32] {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+pub(crate) mod round_trip;

@@ -20,12 +20,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// A lease as imported: its id and granted TTL (its keys are the keys naming it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportedLease {
     /// The id (positive).
     pub id: LeaseId,
     /// The granted TTL, seconds (positive).
     pub ttl: i64,
+    /// The lease's name, when it had one (leasekv's files carry them; etcd's do not).
+    pub name: Option<String>,
 }
 
 /// Everything an imported state holds.
@@ -62,9 +64,9 @@ impl StateMachine {
             )));
         }
         let mut leases = BTreeMap::new();
-        for ImportedLease { id, ttl } in imported.leases {
+        for ImportedLease { id, ttl, name } in imported.leases {
             // Key sets are not part of the snapshot: the decoder rebuilds them from the keys.
-            if leases.insert(id, Lease { id, name: None, ttl, keys: LeaseKeys::new() }).is_some() {
+            if leases.insert(id, Lease { id, name, ttl, keys: LeaseKeys::new() }).is_some() {
                 return Err(SnapshotError::Corrupt(format!("lease {id} appears twice")));
             }
         }
@@ -117,7 +119,7 @@ mod tests {
                 Event { kind: EventKind::Put, kv: b, prev_kv: None },
                 Event { kind: EventKind::Put, kv: a2, prev_kv: Some(a1) },
             ],
-            leases: vec![ImportedLease { id: 7, ttl: 30 }],
+            leases: vec![ImportedLease { id: 7, ttl: 30, name: None }],
             auth: AuthStore::default(),
             origin: 42,
         }

@@ -243,8 +243,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
-    /// The backup file of this member's state (see `leasekv_kvstore::backup`), taken at
-    /// once and streamed as etcd's server streams its database: the content in chunks,
+    /// The backup file of this member's state, in etcd's snapshot format (a bbolt database
+    /// in etcd's layout: see `leasekv_kvstore::etcd_snapshot`), taken at once and streamed as etcd's server streams its database: the content in chunks,
     /// `remaining_bytes` counting down to 0 over the content alone, then one more message
     /// whose blob is the 32-byte SHA-256 of everything sent before (the file's last 32
     /// bytes), which clients check (etcdctl keeps it at the end of the file it saves).

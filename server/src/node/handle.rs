@@ -220,8 +220,8 @@ impl NodeHandle {
         self.ask_waiting(false, Request::Status).await
     }
 
-    /// A backup file of this node's applied state (an unlinked file in the data directory,
-    /// at its start), its length and the revision it is at. Served from this node's state,
+    /// A backup file of this node's applied state, in etcd's snapshot format (an unlinked
+    /// file in the data directory, at its start), its length and the revision it is at. Served from this node's state,
     /// as etcd serves a snapshot from the member asked: a follower's may be a little behind
     /// the master's. The state is read from a view, off the node loop, while writes go on.
     pub async fn backup(&self) -> Result<(std::fs::File, u64, Revision), RequestError> {
@@ -231,7 +231,8 @@ impl NodeHandle {
         tokio::task::spawn_blocking(move || {
             let mut file = tempfile::tempfile_in(&scratch)
                 .map_err(|e| failed(format!("cannot create a backup file in {}: {e}", scratch.display())))?;
-            let len = leasekv_kvstore::backup::write_file(&view, &mut file).map_err(|e| failed(e.to_string()))?;
+            let len = leasekv_kvstore::etcd_snapshot::write_file(&view, &mut file, &scratch)
+                .map_err(|e| failed(e.to_string()))?;
             Ok((file, len, view.revision()))
         })
         .await

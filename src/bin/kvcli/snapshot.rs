@@ -14,8 +14,8 @@ pub enum SnapshotCommand {
     Save(SaveArgs),
     /// Build a new member's data directory from a snapshot file (no server needed).
     Restore(RestoreArgs),
-    /// Check a snapshot file and show its hash, revision, keys and size (as `etcdctl
-    /// snapshot status`, which cannot read leasekv's files: they are not bbolt databases).
+    /// Check a snapshot file and show its hash, revision, keys and size, as `etcdctl
+    /// snapshot status` does.
     Status(StatusArgs),
 }
 
@@ -47,7 +47,7 @@ pub struct RestoreArgs {
 /// Runs `snapshot save`.
 pub async fn save(client: &Client, args: SaveArgs) -> Result<()> {
     let bytes = client.snapshot().await?;
-    let state = leasekv::kvstore::backup::decode(&bytes).context("the snapshot received does not check out")?;
+    let state = leasekv::kvstore::backup::decode_file(&bytes).context("the snapshot received does not check out")?;
     write_durably(&args.file, &bytes)?;
     println!(
         "Snapshot saved at {} (revision {}, {} keys, {} leases, {} bytes)",
@@ -74,16 +74,26 @@ pub fn restore(args: RestoreArgs) -> Result<()> {
 }
 
 /// Runs `snapshot status`: checks the file as a restore would (its SHA-256 and its state)
-/// and prints etcdctl's four fields. HASH is the file's HashKV at its revision (what
-/// `etcdctl endpoint hashkv` showed for a member at that revision with the same compaction
-/// point); TOTAL KEYS counts live keys (etcdctl counts every bbolt key, history included).
+/// and prints etcdctl's four fields. For an etcd snapshot file (what leasekv writes now)
+/// they are computed as etcdctl computes them, so both tools print the same: HASH is the
+/// CRC-32C of the database's records, REVISION the last change's, TOTAL KEYS counts every
+/// record of every bucket, TOTAL SIZE is the database's. For a backup of leasekv's older
+/// format, HASH is its HashKV at its revision and TOTAL KEYS counts live keys.
 pub fn status(format: OutputFormat, args: StatusArgs) -> Result<()> {
     let bytes =
         std::fs::read(&args.file).with_context(|| format!("cannot read snapshot file {}", args.file.display()))?;
-    let state = leasekv::kvstore::backup::decode(&bytes)
-        .with_context(|| format!("snapshot file {} cannot be used", args.file.display()))?;
-    let hash = state.hash_kv(0).context("cannot hash the snapshot's state")?;
-    print!("{}", output::snapshot_status(format, hash.hash, state.revision(), state.key_count(), bytes.len()));
+    let unusable = || format!("snapshot file {} cannot be used", args.file.display());
+    let state = leasekv::kvstore::backup::decode_file(&bytes).with_context(unusable)?;
+    let shown = if leasekv::kvstore::etcd_snapshot::looks_like_bbolt(&bytes) {
+        let status = leasekv::kvstore::etcd_snapshot::status(&bytes).with_context(unusable)?;
+        let keys = usize::try_from(status.total_keys).unwrap_or(usize::MAX);
+        let size = usize::try_from(status.total_size).unwrap_or(usize::MAX);
+        output::snapshot_status(format, status.hash, status.revision, keys, size)
+    } else {
+        let hash = state.hash_kv(0).context("cannot hash the snapshot's state")?;
+        output::snapshot_status(format, hash.hash, state.revision(), state.key_count(), bytes.len())
+    };
+    print!("{shown}");
     Ok(())
 }
 
