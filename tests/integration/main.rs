@@ -14,6 +14,7 @@ mod auth;
 mod cluster;
 mod console;
 mod disk_full;
+mod etcd_export;
 mod etcd_flags;
 mod etcd_import;
 mod etcdctl_conformance;
