@@ -150,6 +150,22 @@ fn key_bucket<W: Write + Seek>(view: &StateView, bolt: &mut BoltWriter<W>, scrat
             Ok(())
         })
         .map_err(|e| failed.take().map_or(ExportError::State(e), ExportError::Io))?;
+        // leasekv keeps the changes made at the compaction point with the value each
+        // replaced (etcd does not: its compaction keeps one record per key at or below
+        // the point). Those values go in too, below the point, so that the history read
+        // back has them; etcd reads them as records a later compaction removes.
+        view.events_through(meta.compacted, |changes| {
+            for prev in changes.iter().filter_map(|e| e.prev_kv.as_ref()) {
+                let mut order = prev.mod_revision.to_be_bytes().to_vec();
+                order.extend_from_slice(&prev.key);
+                if let Err(e) = base.push(order, key_value_pb(prev)) {
+                    failed = Some(e);
+                    return Err(EngineError::io("sorting the keys of a snapshot", io::Error::other("see above")));
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| failed.take().map_or(ExportError::State(e), ExportError::Io))?;
     }
     let mut base = Some(base.finish()?);
     let mut bucket = bolt.bucket(b"key");

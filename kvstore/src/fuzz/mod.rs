@@ -8,5 +8,6 @@
 mod support;
 
 mod etcd_snapshot;
+mod etcd_snapshot_round_trip;
 mod replica;
 mod snapshot;
