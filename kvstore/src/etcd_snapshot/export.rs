@@ -22,15 +22,15 @@
 //! [`SpillSort`] (32 MiB held, the rest in temporary runs); everything else streams page
 //! by page from the view into bbolt pages.
 
-use super::bbolt_write::{BoltWriter, PAGE_SIZE};
+use super::bbolt_write::{BoltWriter, Bucket, PAGE_SIZE};
 use super::etcd::{
     lease_name_key, KeyValuePb, LeasePb, PermissionPb, RolePb, UserAddOptionsPb, UserPb, LEASEKV_BUCKET,
 };
-use super::spill_sort::SpillSort;
+use super::spill_sort::{SortedRuns as Sorted, SpillSort};
 use crate::auth::{AuthStore, PermissionKind};
 use crate::engine::EngineError;
 use crate::state::StateView;
-use crate::types::{EventKind, KeyValue, Revision};
+use crate::types::{Event, EventKind, KeyValue, Revision};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -131,90 +131,159 @@ impl Subs {
     }
 }
 
-/// The `key` bucket: the keys live at the compaction point in revision order, then the
-/// retained changes from the first one not among them.
-fn key_bucket<W: Write + Seek>(view: &StateView, bolt: &mut BoltWriter<W>, scratch: &Path) -> Result<(), ExportError> {
-    let meta = view.meta();
-    let mut base = SpillSort::new(scratch, SORT_BUDGET);
-    if meta.compacted > 0 {
-        let mut failed = None;
-        view.keys_at(meta.compacted, |kvs| {
-            for kv in kvs {
-                let mut order = kv.mod_revision.to_be_bytes().to_vec();
-                order.extend_from_slice(&kv.key);
-                if let Err(e) = base.push(order, key_value_pb(&kv)) {
-                    failed = Some(e);
-                    return Err(EngineError::io("sorting the keys of a snapshot", io::Error::other("see above")));
-                }
-            }
-            Ok(())
-        })
-        .map_err(|e| failed.take().map_or(ExportError::State(e), ExportError::Io))?;
-        // leasekv keeps the changes made at the compaction point with the value each
-        // replaced (etcd does not: its compaction keeps one record per key at or below
-        // the point). Those values go in too, below the point, so that the history read
-        // back has them; etcd reads them as records a later compaction removes.
-        view.events_through(meta.compacted, |changes| {
-            for prev in changes.iter().filter_map(|e| e.prev_kv.as_ref()) {
-                let mut order = prev.mod_revision.to_be_bytes().to_vec();
-                order.extend_from_slice(&prev.key);
-                if let Err(e) = base.push(order, key_value_pb(prev)) {
-                    failed = Some(e);
-                    return Err(EngineError::io("sorting the keys of a snapshot", io::Error::other("see above")));
-                }
-            }
-            Ok(())
-        })
-        .map_err(|e| failed.take().map_or(ExportError::State(e), ExportError::Io))?;
+fn write_error(e: io::Error) -> EngineError {
+    EngineError::io("writing an etcd snapshot", e)
+}
+
+/// The `key` bucket being written, with the subs handed out so far.
+struct KeyBucket<'w, W: Write + Seek> {
+    bolt: &'w mut BoltWriter<W>,
+    bucket: Bucket,
+    subs: Subs,
+}
+
+impl<W: Write + Seek> KeyBucket<'_, W> {
+    fn put(&mut self, kv: &KeyValue) -> Result<(), EngineError> {
+        let key = revision_key(kv.mod_revision, self.subs.next(kv.mod_revision), false);
+        self.bucket.put(self.bolt, &key, &key_value_pb(kv)).map_err(write_error)
     }
-    let mut base = Some(base.finish()?);
-    let mut bucket = bolt.bucket(b"key");
-    let mut subs = Subs::default();
-    let mut io_error: Option<io::Error> = None;
-    // The keys live at the compaction point go first, those below `until` (a change at
-    // `until` or later is in the history too, which writes it).
-    let mut write_base = |until: Revision, bucket: &mut super::bbolt_write::Bucket, bolt: &mut BoltWriter<W>| {
-        for pair in base.take().into_iter().flatten() {
-            let (order, record) = pair?;
-            let main = Revision::from_be_bytes(order[..8].try_into().map_err(|_| io::Error::other("a sort key"))?);
-            if main < until {
-                bucket.put(bolt, &revision_key(main, subs.next(main), false), &record)?;
+
+    fn tombstone(&mut self, key: &[u8], main: Revision) -> Result<(), EngineError> {
+        let record = KeyValuePb { key: key.to_vec(), ..Default::default() }.encode_to_vec();
+        self.bucket.put(self.bolt, &revision_key(main, self.subs.next(main), true), &record).map_err(write_error)
+    }
+}
+
+/// A key as it was just before the retained changes, in the sort: ordered by its revision,
+/// then its key; the payload is whether its value was left out (it is then in its change,
+/// below the compaction point) and the key-value.
+fn sorted_entry(kv: &KeyValue, value_in_change: bool) -> (Vec<u8>, Vec<u8>) {
+    let mut order = kv.mod_revision.to_be_bytes().to_vec();
+    order.extend_from_slice(&kv.key);
+    let mut payload = vec![u8::from(value_in_change)];
+    payload.extend_from_slice(&key_value_pb(kv));
+    (order, payload)
+}
+
+/// The base records in revision order, each given its value from the changes below the
+/// compaction point when it was left out: a merge of two streams in revision order.
+struct BaseMerge {
+    sorted: std::iter::Peekable<Sorted>,
+    /// The changes of one revision (a transaction's), until the next revision's come.
+    pending: Vec<Event>,
+}
+
+impl BaseMerge {
+    fn head_revision(&mut self) -> Result<Option<Revision>, EngineError> {
+        match self.sorted.peek() {
+            None => Ok(None),
+            Some(Ok((order, _))) => Ok(Some(Revision::from_be_bytes(order[..8].try_into().unwrap_or_default()))),
+            Some(Err(_)) => match self.sorted.next() {
+                Some(Err(e)) => Err(write_error(e)),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// Writes every base record below `revision`, their values from `pending`.
+    fn write_below<W: Write + Seek>(
+        &mut self,
+        revision: Revision,
+        out: &mut KeyBucket<'_, W>,
+    ) -> Result<(), EngineError> {
+        while let Some(head) = self.head_revision()? {
+            if head >= revision {
+                break;
+            }
+            let Some(Ok((_, payload))) = self.sorted.next() else { break };
+            let pb = KeyValuePb::decode(&payload[1..]).map_err(|e| EngineError::Corrupt {
+                what: "a sorted record of an etcd snapshot".into(),
+                detail: e.to_string(),
+            })?;
+            let mut kv = KeyValue {
+                key: pb.key,
+                value: pb.value,
+                create_revision: pb.create_revision,
+                mod_revision: pb.mod_revision,
+                version: pb.version,
+                lease: pb.lease,
+            };
+            if payload[0] == 1 {
+                let change = self.pending.iter().find(|e| e.kv.mod_revision == head && e.kv.key == kv.key);
+                let Some(change) = change else {
+                    return Err(EngineError::Corrupt {
+                        what: format!("key {:?}", String::from_utf8_lossy(&kv.key)),
+                        detail: format!("its value is its change at revision {head}, which the history does not hold"),
+                    });
+                };
+                kv.value = change.kv.value.clone();
+            }
+            out.put(&kv)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the changes of one page below the compaction point.
+    fn feed<W: Write + Seek>(&mut self, changes: Vec<Event>, out: &mut KeyBucket<'_, W>) -> Result<(), EngineError> {
+        for change in changes {
+            let revision = change.revision();
+            if self.pending.first().is_some_and(|p| p.revision() != revision) {
+                self.write_below(revision, out)?;
+                self.pending.clear();
+            }
+            if change.kind == EventKind::Put {
+                self.pending.push(change);
             }
         }
-        Ok::<(), io::Error>(())
-    };
-    let mut events_subs = Subs::default();
-    let mut started = false;
-    let result = view.events_through(meta.revision, |page| {
-        let mut write = || -> io::Result<()> {
-            if !started {
-                started = true;
-                write_base(page.first().map_or(Revision::MAX, |e| e.revision()), &mut bucket, bolt)?;
-            }
-            for event in &page {
-                let main = event.revision();
-                let sub = events_subs.next(main);
-                match event.kind {
-                    EventKind::Put => bucket.put(bolt, &revision_key(main, sub, false), &key_value_pb(&event.kv))?,
-                    EventKind::Delete => {
-                        let tombstone = KeyValuePb { key: event.kv.key.clone(), ..Default::default() };
-                        bucket.put(bolt, &revision_key(main, sub, true), &tombstone.encode_to_vec())?
-                    }
-                }
-            }
-            Ok(())
-        };
-        write().map_err(|e| {
-            io_error = Some(e);
-            EngineError::io("writing a snapshot", io::Error::other("see above"))
-        })
-    });
-    if let Err(e) = result {
-        return Err(io_error.take().map_or(ExportError::State(e), ExportError::Io));
+        Ok(())
     }
-    if !started {
-        write_base(Revision::MAX, &mut bucket, bolt)?;
-    }
+}
+
+/// The `key` bucket, in revision order:
+/// 1. every key as it was just before the first retained change (the one at or after the
+///    compaction point, from which the history is kept): the live keys not changed since,
+///    and the value each key's first retained change replaced. Those come in key order and
+///    are sorted by revision ([`SpillSort`]); most values are read not with their keys but
+///    from the changes below the compaction point, which are stored in revision order and
+///    read once, page by page, beside the sorted keys;
+/// 2. every retained change, deletions as tombstones.
+fn key_bucket<W: Write + Seek>(view: &StateView, bolt: &mut BoltWriter<W>, scratch: &Path) -> Result<(), ExportError> {
+    let revision = view.meta().revision;
+    let mut base = SpillSort::new(scratch, SORT_BUDGET);
+    let mut first_retained: Option<Revision> = None;
+    view.events_through(revision, |changes| {
+        for change in changes {
+            let first = *first_retained.get_or_insert(change.revision());
+            // Only a key's first retained change replaces a value from below the first.
+            if let Some(prev) = change.prev_kv.as_ref().filter(|prev| prev.mod_revision < first) {
+                let (order, payload) = sorted_entry(prev, false);
+                base.push(order, payload).map_err(write_error)?;
+            }
+        }
+        Ok(())
+    })?;
+    let first_retained = first_retained.unwrap_or(Revision::MAX);
+    let pages_end = view.keys_for_export(|kvs| {
+        for (kv, value_in_change) in kvs.iter().filter(|(kv, _)| kv.mod_revision < first_retained) {
+            let (order, payload) = sorted_entry(kv, *value_in_change);
+            base.push(order, payload).map_err(write_error)?;
+        }
+        Ok(())
+    })?;
+    let mut out = KeyBucket { bucket: bolt.bucket(b"key"), bolt, subs: Subs::default() };
+    let mut merge = BaseMerge { sorted: base.finish()?.peekable(), pending: Vec::new() };
+    view.changes_below_compaction(&pages_end, |changes| merge.feed(changes, &mut out))?;
+    merge.write_below(Revision::MAX, &mut out)?;
+    view.events_through(revision, |changes| {
+        for change in &changes {
+            match change.kind {
+                EventKind::Put => out.put(&change.kv)?,
+                EventKind::Delete => out.tombstone(&change.kv.key, change.revision())?,
+            }
+        }
+        Ok(())
+    })?;
+    let KeyBucket { bucket, bolt, .. } = out;
     bucket.finish(bolt)?;
     Ok(())
 }

@@ -63,10 +63,10 @@ impl SpillSort {
     }
 
     /// Every pair pushed, in sort key order.
-    pub(super) fn finish(mut self) -> io::Result<Sorted> {
+    pub(super) fn finish(mut self) -> io::Result<SortedRuns> {
         if self.runs.is_empty() {
             self.held.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-            return Ok(Sorted::InMemory(self.held));
+            return Ok(SortedRuns::InMemory(self.held));
         }
         if !self.held.is_empty() {
             self.spill()?;
@@ -79,7 +79,7 @@ impl SpillSort {
                 heads.push(Reverse((key, run, value)));
             }
         }
-        Ok(Sorted::Merging { readers, heads })
+        Ok(SortedRuns::Merging { readers, heads })
     }
 }
 
@@ -104,20 +104,20 @@ fn read_pair(reader: &mut impl Read) -> io::Result<Option<Pair>> {
 type Head = Reverse<(Vec<u8>, usize, Vec<u8>)>;
 
 /// The pairs in order.
-pub(super) enum Sorted {
+pub(super) enum SortedRuns {
     /// Never spilled: held in reverse order, taken from the end.
     InMemory(Vec<Pair>),
     /// Spilled: the runs, and the next pair of each.
     Merging { readers: Vec<BufReader<File>>, heads: BinaryHeap<Head> },
 }
 
-impl Iterator for Sorted {
+impl Iterator for SortedRuns {
     type Item = io::Result<Pair>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Sorted::InMemory(held) => held.pop().map(Ok),
-            Sorted::Merging { readers, heads } => {
+            SortedRuns::InMemory(held) => held.pop().map(Ok),
+            SortedRuns::Merging { readers, heads } => {
                 let Reverse((key, run, value)) = heads.pop()?;
                 match read_pair(&mut readers[run]) {
                     Ok(Some((k, v))) => heads.push(Reverse((k, run, v))),

@@ -275,6 +275,35 @@ impl StateView {
         Ok(())
     }
 
+    /// For the etcd snapshot export: every live key at the view's revision, as
+    /// [`Self::keys_naming_changes`] gives them (a key whose value is in a change has it
+    /// left out, `true`), and the engine key where the changes wholly below the compaction
+    /// point end, for [`Self::changes_below_compaction`], which holds those values.
+    pub(crate) fn keys_for_export(
+        &self,
+        each: impl FnMut(Vec<(KeyValue, bool)>) -> Result<(), EngineError>,
+    ) -> Result<Vec<u8>, EngineError> {
+        let (pages_end, pages_until) = self.pages_below_compaction_end()?;
+        self.keys_naming_changes(pages_until, each)?;
+        Ok(pages_end)
+    }
+
+    /// The changes stored wholly below the compaction point (those the live keys' records
+    /// name among them), before `end` (from [`Self::keys_for_export`]), in revision order,
+    /// a page at a time: read as stored, in one pass, instead of one page per key.
+    pub(crate) fn changes_below_compaction(
+        &self,
+        end: &[u8],
+        mut each: impl FnMut(Vec<Event>) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        self.pages_below_compaction(end, |pages| {
+            for (key, record) in pages {
+                each(super::change_pages::decode_page(&key, &record)?)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Every retained change from the compaction point through `revision`, in order,
     /// handed to `each` page by page.
     pub fn events_through(
