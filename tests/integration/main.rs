@@ -11,6 +11,7 @@ mod common;
 
 mod against_etcd;
 mod auth;
+mod authority;
 mod cluster;
 mod console;
 mod disk_full;

@@ -26,8 +26,8 @@ fn make_certs(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Certificates (in a directory kept while the test runs) and a 3-node cluster using them
-/// on both ports; `None` (skip) without openssl outside CI.
-fn tls_cluster() -> Option<(tempfile::TempDir, PathBuf, Cluster)> {
+/// on both ports; `None` (skip) without openssl outside CI. authority.rs uses it too.
+pub(super) fn tls_cluster() -> Option<(tempfile::TempDir, PathBuf, Cluster)> {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = make_certs(dir.path())?;
     let cluster = Cluster::start_with("paxoslease", &tls_sections(&certs));
