@@ -9,7 +9,9 @@
 //!
 //! `cargo bench -p leasekv-kvstore --bench catch_up`
 
-use leasekv_kvstore::engine::{DiskStateEngine, Engine, DEFAULT_FLUSH_EVERY};
+mod support;
+
+use leasekv_kvstore::engine::Engine;
 use leasekv_kvstore::{Command, PutRequest, StateMachine};
 use std::io::{BufReader, BufWriter, Write};
 use std::sync::Arc;
@@ -30,21 +32,7 @@ fn put(i: usize) -> Command {
 }
 
 fn engine_in(dir: &std::path::Path) -> Arc<dyn Engine> {
-    Arc::new(
-        DiskStateEngine::open_in(dir, CACHE_BYTES, DEFAULT_FLUSH_EVERY, leasekv_kvstore::state::value_log_config())
-            .expect("the engine opens"),
-    )
-}
-
-/// This process's CPU time (user + system) in seconds, from `/proc/self/stat` (clock
-/// ticks of 1/100 s, as Linux reports them).
-fn cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command's name (which may hold spaces) are counted from its ')'.
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    support::disk_engine(dir, CACHE_BYTES)
 }
 
 fn dir_bytes(path: &std::path::Path) -> u64 {
@@ -82,20 +70,20 @@ fn main() {
     source.flush_through(slot).expect("flush");
 
     let stream_path = source_dir.path().join("peer.snapshot");
-    let (wall, cpu0) = (Instant::now(), cpu());
+    let (wall, cpu0) = (Instant::now(), support::cpu());
     let view = source.view().expect("a view");
     let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&stream_path).expect("the stream's file"));
     let len = leasekv_kvstore::state::stream::write(&view, &mut out).expect("the snapshot is written");
     out.flush().expect("flushed");
     drop(view);
-    let (build_wall, build_cpu) = (wall.elapsed().as_secs_f64(), cpu() - cpu0);
+    let (build_wall, build_cpu) = (wall.elapsed().as_secs_f64(), support::cpu() - cpu0);
 
     let target_dir = tempfile::tempdir().expect("a temporary directory");
     eprintln!("installing (pid {})", std::process::id());
-    let (wall, cpu0) = (Instant::now(), cpu());
+    let (wall, cpu0) = (Instant::now(), support::cpu());
     let reader = BufReader::with_capacity(1 << 20, std::fs::File::open(&stream_path).expect("the stream"));
     let installed = StateMachine::install_snapshot_stream(reader, engine_in(target_dir.path())).expect("installed");
-    let (install_wall, install_cpu) = (wall.elapsed().as_secs_f64(), cpu() - cpu0);
+    let (install_wall, install_cpu) = (wall.elapsed().as_secs_f64(), support::cpu() - cpu0);
     assert_eq!(installed.digest(), source.digest(), "the installed state is the source's");
     drop(installed);
     println!(

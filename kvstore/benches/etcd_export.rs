@@ -8,7 +8,8 @@
 //!
 //! `cargo bench -p leasekv-kvstore --bench etcd_export`
 
-use leasekv_kvstore::engine::{DiskStateEngine, Engine, DEFAULT_FLUSH_EVERY};
+mod support;
+
 use leasekv_kvstore::{Command, PutRequest, StateMachine};
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,14 +22,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const VALUE_BYTES: usize = 100;
 const CACHE_BYTES: u64 = 64 << 20;
-
-fn cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -51,9 +44,9 @@ fn measured<T>(work: impl FnOnce() -> T) -> (T, f64, f64, u64) {
             peak
         })
     };
-    let (wall, cpu0) = (Instant::now(), cpu());
+    let (wall, cpu0) = (Instant::now(), support::cpu());
     let result = work();
-    let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu() - cpu0);
+    let (wall, cpu) = (wall.elapsed().as_secs_f64(), support::cpu() - cpu0);
     done.store(true, Ordering::Relaxed);
     let peak = sampler.join().expect("the sampler");
     (result, wall, cpu, peak.saturating_sub(before))
@@ -62,15 +55,7 @@ fn measured<T>(work: impl FnOnce() -> T) -> (T, f64, f64, u64) {
 fn main() {
     let keys: usize = std::env::var("LEASEKV_BENCH_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let engine: Arc<dyn Engine> = Arc::new(
-        DiskStateEngine::open_in(
-            dir.path(),
-            CACHE_BYTES,
-            DEFAULT_FLUSH_EVERY,
-            leasekv_kvstore::state::value_log_config(),
-        )
-        .expect("the engine opens"),
-    );
+    let engine = support::disk_engine(dir.path(), CACHE_BYTES);
     let mut source = StateMachine::on_engine(engine).expect("an empty state");
     let mut slot = 0;
     for i in 0..keys {

@@ -11,6 +11,8 @@
 //!
 //! `cargo bench -p leasekv-kvstore --bench memory`
 
+mod support;
+
 use leasekv_kvstore::lessor::Lessor;
 use leasekv_kvstore::{Command, PutRequest, StateMachine};
 use leasekv_lease::Instant;
@@ -95,20 +97,10 @@ fn main() {
 /// a key (or an overwrite's history entry) keeps in memory beyond the cache: sled's page
 /// table and node headers, and the state machine's own bookkeeping.
 fn engine_memory() {
-    use leasekv_kvstore::engine::{DiskStateEngine, Engine, DEFAULT_FLUSH_EVERY};
-    use std::sync::Arc;
     const CACHE_BYTES: u64 = 16 << 20;
     const STEP: usize = 100_000;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let engine: Arc<dyn Engine> = Arc::new(
-        DiskStateEngine::open_in(
-            dir.path(),
-            CACHE_BYTES,
-            DEFAULT_FLUSH_EVERY,
-            leasekv_kvstore::state::value_log_config(),
-        )
-        .expect("the engine opens"),
-    );
+    let engine = support::disk_engine(dir.path(), CACHE_BYTES);
     let mut sm = StateMachine::on_engine(engine).expect("an empty state");
     let mut slot = 0;
     let mut load = |sm: &mut StateMachine, keys: std::ops::Range<usize>, round: u8| {

@@ -90,7 +90,7 @@ pub(crate) fn encode(machine: &StateMachine) -> Vec<u8> {
 /// format; the golden files of it are made with it.
 #[cfg(test)]
 pub(crate) fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u64, BackupWriteError> {
-    use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+    use std::io::{BufWriter, Seek, SeekFrom, Write};
     let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&FORMAT.to_le_bytes());
@@ -106,21 +106,7 @@ pub(crate) fn write_file(view: &StateView, file: &mut std::fs::File) -> Result<u
     file.seek(SeekFrom::Start((MAGIC.len() + 12) as u64))?;
     file.write_all(&state_len.to_le_bytes())?;
     let content = (HEADER_LEN as u64 + state_len).div_ceil(BLOCK as u64) * BLOCK as u64;
-    file.set_len(content)?;
-    file.seek(SeekFrom::Start(0))?;
-    let mut hasher = Sha256::new();
-    let mut reader = BufReader::with_capacity(1 << 20, &mut *file).take(content);
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = reader.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    file.seek(SeekFrom::Start(content))?;
-    file.write_all(&hasher.finalize())?;
-    file.seek(SeekFrom::Start(0))?;
+    crate::etcd_snapshot::append_sha256(file, content)?;
     Ok(content + HASH_LEN as u64)
 }
 

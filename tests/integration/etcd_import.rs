@@ -227,6 +227,22 @@ fn leasekv_restored_from(file: &Path, revision: i64) -> Cluster {
     cluster
 }
 
+/// A leasekv cluster restored from `file` ([`leasekv_restored_from`]), once member `i`
+/// answers, and etcdctl as root against that member.
+fn started_leasekv(file: &Path, revision: i64, etcdctl: &Path, i: usize) -> (Cluster, Etcdctl) {
+    let cluster = leasekv_restored_from(file, revision);
+    let leasekv = Etcdctl { binary: etcdctl.to_path_buf(), endpoint: cluster.endpoint(i), user: Some(ROOT) };
+    leasekv.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
+    (cluster, leasekv)
+}
+
+/// kvcli as root against `endpoint`: its output, or a panic with what it said.
+fn kvcli_as_root(endpoint: &str, args: &[&str]) -> String {
+    let mut all = vec!["--endpoints", endpoint, "--user", ROOT];
+    all.extend_from_slice(args);
+    succeeded(&run(KVCLI, &all), &format!("kvcli {}", args.join(" ")))
+}
+
 /// etcd → leasekv → etcd → leasekv through snapshot files, each store answering etcdctl
 /// as the one before it did: every key with its revisions, version, value and lease, the
 /// store revision, reads in the past down to the compaction point, the leases with their
@@ -249,9 +265,7 @@ fn a_store_goes_from_etcd_to_leasekv_and_back_with_keys_leases_history_and_users
     drop(etcd);
 
     // etcd → leasekv.
-    let cluster = leasekv_restored_from(&file, from_etcd.now.0);
-    let leasekv = Etcdctl { binary: etcdctl.binary.clone(), endpoint: cluster.endpoint(1), user: Some(ROOT) };
-    leasekv.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
+    let (cluster, leasekv) = started_leasekv(&file, from_etcd.now.0, &etcdctl.binary, 1);
     let from_leasekv = answers(&leasekv, compacted);
     assert_eq!(from_leasekv.now, from_etcd.now, "every key and the store revision");
     assert_eq!(from_leasekv.past, from_etcd.past, "reads in the past");
@@ -274,11 +288,7 @@ fn a_store_goes_from_etcd_to_leasekv_and_back_with_keys_leases_history_and_users
     let put = leasekv.json(&["put", "/after/2", "y"]);
     assert_eq!(put["header"]["revision"].as_i64(), Some(from_etcd.now.0 + 1));
     // A lease with a name, which etcd's format has no field for.
-    let kvcli = |args: &[&str]| {
-        let mut all = vec!["--endpoints", leasekv.endpoint.as_str(), "--user", ROOT];
-        all.extend_from_slice(args);
-        succeeded(&run(KVCLI, &all), &format!("kvcli {}", args.join(" ")))
-    };
+    let kvcli = |args: &[&str]| kvcli_as_root(&leasekv.endpoint, args);
     kvcli(&["put", "/named/1", "x", "--lease", "server1", "--ttl", "600"]);
     let in_leasekv = answers(&leasekv, compacted);
 
@@ -305,15 +315,9 @@ fn a_store_goes_from_etcd_to_leasekv_and_back_with_keys_leases_history_and_users
     let again = dir.path().join("etcd-again.db");
     etcd_again.ok(&["snapshot", "save", again.to_str().unwrap()]);
     drop(etcd);
-    let cluster = leasekv_restored_from(&again, in_leasekv.now.0);
-    let leasekv = Etcdctl { binary: etcdctl.binary.clone(), endpoint: cluster.endpoint(0), user: Some(ROOT) };
-    leasekv.until_ok(&["get", "/app/k00"], Duration::from_secs(20));
+    let (_cluster, leasekv) = started_leasekv(&again, in_leasekv.now.0, &etcdctl.binary, 0);
     assert_eq!(answers(&leasekv, compacted), in_leasekv, "leasekv restored from etcd's answers as before");
-    let kvcli = |args: &[&str]| {
-        let mut all = vec!["--endpoints", leasekv.endpoint.as_str(), "--user", ROOT];
-        all.extend_from_slice(args);
-        succeeded(&run(KVCLI, &all), &format!("kvcli {}", args.join(" ")))
-    };
+    let kvcli = |args: &[&str]| kvcli_as_root(&leasekv.endpoint, args);
     assert!(kvcli(&["lease", "list"]).contains("server1"), "the lease name came back");
     kvcli(&["put", "/named/2", "y", "--lease", "server1"]);
     let named = leasekv.json(&["get", "/named/", "--prefix"]);

@@ -43,6 +43,32 @@ pub(super) struct KeyValuePb {
     pub(super) lease: i64,
 }
 
+impl From<KeyValuePb> for KeyValue {
+    fn from(pb: KeyValuePb) -> Self {
+        KeyValue {
+            key: pb.key,
+            value: pb.value,
+            create_revision: pb.create_revision,
+            mod_revision: pb.mod_revision,
+            version: pb.version,
+            lease: pb.lease,
+        }
+    }
+}
+
+impl From<&KeyValue> for KeyValuePb {
+    fn from(kv: &KeyValue) -> Self {
+        KeyValuePb {
+            key: kv.key.clone(),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
+            value: kv.value.clone(),
+            lease: kv.lease,
+        }
+    }
+}
+
 /// etcd's `leasepb.Lease`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct LeasePb {
@@ -230,14 +256,7 @@ fn replay(
                 pb.lease
             )));
         }
-        let kv = KeyValue {
-            key: pb.key,
-            value: pb.value,
-            create_revision: pb.create_revision,
-            mod_revision: pb.mod_revision,
-            version: pb.version,
-            lease: pb.lease,
-        };
+        let kv = KeyValue::from(pb);
         let prev = live.insert(kv.key.clone(), kv.clone());
         if main >= compacted {
             history.push(Event { kind: EventKind::Put, kv, prev_kv: prev });

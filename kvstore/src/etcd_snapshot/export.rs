@@ -69,8 +69,9 @@ pub fn write_file(view: &StateView, file: &mut File, scratch: &Path) -> Result<u
     Ok(content + super::HASH_LEN as u64)
 }
 
-/// Reads the first `content` bytes of `file` back and appends their SHA-256.
-fn append_sha256(file: &mut File, content: u64) -> io::Result<()> {
+/// Reads the first `content` bytes of `file` back and appends their SHA-256 (how both
+/// backup formats end), leaving `file` at its start.
+pub(crate) fn append_sha256(file: &mut File, content: u64) -> io::Result<()> {
     file.set_len(content)?;
     file.seek(SeekFrom::Start(0))?;
     let mut hasher = Sha256::new();
@@ -103,15 +104,7 @@ fn revision_key(main: Revision, sub: i64, tombstone: bool) -> Vec<u8> {
 }
 
 fn key_value_pb(kv: &KeyValue) -> Vec<u8> {
-    KeyValuePb {
-        key: kv.key.clone(),
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        value: kv.value.clone(),
-        lease: kv.lease,
-    }
-    .encode_to_vec()
+    KeyValuePb::from(kv).encode_to_vec()
 }
 
 /// Hands out subs: 0 for a revision's first record, then 1, 2, ...
@@ -200,14 +193,7 @@ impl BaseMerge {
                 what: "a sorted record of an etcd snapshot".into(),
                 detail: e.to_string(),
             })?;
-            let mut kv = KeyValue {
-                key: pb.key,
-                value: pb.value,
-                create_revision: pb.create_revision,
-                mod_revision: pb.mod_revision,
-                version: pb.version,
-                lease: pb.lease,
-            };
+            let mut kv = KeyValue::from(pb);
             if payload[0] == 1 {
                 let change = self.pending.iter().find(|e| e.kv.mod_revision == head && e.kv.key == kv.key);
                 let Some(change) = change else {

@@ -30,6 +30,8 @@ mod export;
 mod spill_sort;
 mod status;
 
+#[cfg(test)]
+pub(crate) use export::append_sha256;
 pub use export::{write_file, ExportError};
 pub use status::{status, SnapshotStatus};
 
