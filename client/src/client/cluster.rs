@@ -75,8 +75,9 @@ impl Client {
     }
 
     /// A snapshot of the answering member's state (etcd's Snapshot): the whole stream,
-    /// checked to have ended where its `remaining_bytes` said it would. For leasekv it is
-    /// a backup file that `kvserver restore` reads.
+    /// checked to have ended where its `remaining_bytes` said it would. From leasekv as
+    /// from etcd it is an etcd snapshot file (a bbolt database and its SHA-256), which
+    /// `kvserver restore` and `etcdctl snapshot restore` read.
     pub async fn snapshot(&self) -> Result<Vec<u8>, ClientError> {
         let mut stream =
             self.call_with_deadline("Snapshot", None, unary!(MaintenanceClient, snapshot, SnapshotRequest {})).await?;

@@ -5,11 +5,14 @@
 //! restore` read leasekv's backups as they read etcd's.
 //!
 //! The `key` bucket holds what etcd's would after a compaction at the same point: every key
-//! live at the compaction point at its last change before it (the view's keys at that
-//! revision), then every retained change in order, deletions as tombstones. etcd's
-//! revisions are (main, sub) pairs; the changes of one revision (a transaction's) get subs
-//! in the order they were made, and the keys live at the compaction point, whose original
-//! subs are not kept, get them in key order.
+//! as it was just before the history leasekv retains (its last change before it), then
+//! every retained change in order, deletions as tombstones. leasekv retains the changes
+//! made at the compaction revision itself with the values they replaced, which etcd's
+//! compaction drops; those values are written too, as records below the compaction point
+//! (etcd reads them as records its next compaction removes). etcd's revisions are (main,
+//! sub) pairs: the changes of one revision (a transaction's) get subs in the order they
+//! were made; the records before the history, whose original subs are not kept, get them
+//! in key order.
 //!
 //! What etcd's format has no place for goes in a bucket of leasekv's own, `leasekv`, which
 //! etcd never opens: the lease names (`lease-name/` and the 8-byte big-endian id).
@@ -18,15 +21,17 @@
 //! and etcd's restore clears them anyway); `meta` holds no `storageVersion`, because etcd
 //! 3.4.31+ refuses to start on one naming a later version.
 //!
-//! Memory: the keys live at the compaction point are sorted by revision through
-//! [`SpillSort`] (32 MiB held, the rest in temporary runs); everything else streams page
-//! by page from the view into bbolt pages.
+//! Memory: the records before the history come in key order and are sorted by revision
+//! through [`SpillSort`] (32 MiB held, the rest in temporary runs); everything else streams
+//! page by page from the view into bbolt pages. Most of those records' values are not read
+//! with their keys (one history page per key) but from the history's pages below the
+//! compaction point, which are stored in revision order, in one pass beside the sorted keys.
 
 use super::bbolt_write::{BoltWriter, Bucket, PAGE_SIZE};
 use super::etcd::{
     lease_name_key, KeyValuePb, LeasePb, PermissionPb, RolePb, UserAddOptionsPb, UserPb, LEASEKV_BUCKET,
 };
-use super::spill_sort::{SortedRuns as Sorted, SpillSort};
+use super::spill_sort::{SortedRuns, SpillSort};
 use crate::auth::{AuthStore, PermissionKind};
 use crate::engine::EngineError;
 use crate::state::StateView;
@@ -38,7 +43,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// What the sort of the keys live at the compaction point holds in memory.
+/// What the sort of the records before the history holds in memory.
 const SORT_BUDGET: usize = 32 << 20;
 
 /// Why an etcd snapshot file could not be written.
@@ -161,7 +166,7 @@ fn sorted_entry(kv: &KeyValue, value_in_change: bool) -> (Vec<u8>, Vec<u8>) {
 /// The base records in revision order, each given its value from the changes below the
 /// compaction point when it was left out: a merge of two streams in revision order.
 struct BaseMerge {
-    sorted: std::iter::Peekable<Sorted>,
+    sorted: std::iter::Peekable<SortedRuns>,
     /// The changes of one revision (a transaction's), until the next revision's come.
     pending: Vec<Event>,
 }
